@@ -1,0 +1,124 @@
+"""``sres doctor``: what this machine has, what is missing, and the one-line fix for each.
+
+Each check is a small function returning a :class:`Finding`. Slurm findings count as
+failures only where Slurm is needed (inside an allocation, or with ``--slurm``): the
+embedded local runner trains without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from launcher.errors import SlurmError
+from launcher.slurm import SlurmClient
+
+
+class Status(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "FAIL"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+MIN_SHM_BYTES = 1 << 30  # The RAM tier keeps a copy of each rank's state in /dev/shm.
+
+
+def check_python() -> Finding:
+    ok = sys.version_info >= (3, 10)
+    return Finding("python", Status.OK if ok else Status.FAIL, sys.version.split()[0],
+                   "" if ok else "use Python 3.10 or newer")
+
+
+def check_torch() -> Finding:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return Finding("torch", Status.FAIL, "not installed", "pip install torch (CPU: pip install torch==2.13.0)")
+    devices = "cpu"
+    if torch.cuda.is_available():
+        devices = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    backends = [b for b in ("gloo", "nccl") if getattr(torch.distributed, f"is_{b}_available", lambda: False)()]
+    return Finding("torch", Status.OK, f"{torch.__version__}; devices: {devices}; backends: {', '.join(backends)}")
+
+
+def check_shm(path: str = "/dev/shm") -> Finding:
+    if not os.path.isdir(path) or not os.access(path, os.W_OK):
+        return Finding("shm", Status.FAIL, f"{path} missing or not writable", f"mount a tmpfs at {path}")
+    usage = shutil.disk_usage(path)
+    detail = f"{path}: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB"
+    if usage.free < MIN_SHM_BYTES:
+        return Finding("shm", Status.WARN, detail, f"enlarge {path} (the RAM tier keeps each rank's state there)")
+    return Finding("shm", Status.OK, detail)
+
+
+def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list[Finding]:
+    missing = Status.FAIL if needed else Status.INFO
+    try:
+        client = client_factory()
+        version = client.version()
+    except SlurmError as err:
+        return [Finding("slurm", missing, str(err), "install slurm-client (needed only to run on Slurm)")]
+    findings = [Finding("slurm", Status.OK, f"client {version}")]
+    try:
+        findings.append(Finding("slurmctld", Status.OK, client.ping()))
+    except SlurmError as err:
+        findings.append(Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs"))
+    findings.append(Finding("backend", Status.OK, f"{client.choice.name} ({client.choice.why})"))
+    return findings
+
+
+def check_spank(plugstack: str | None) -> Finding:
+    """The auto-resume SPANK plugin is optional: ``sres srun`` does the same without it."""
+    candidates = [plugstack] if plugstack else ["/etc/slurm/plugstack.conf", "/etc/slurm/plugstack.conf.d"]
+    for candidate in candidates:
+        path = Path(candidate)
+        files = sorted(path.glob("*.conf")) if path.is_dir() else [path]
+        for conf in files:
+            if conf.is_file() and "auto_resume" in conf.read_text(errors="replace"):
+                return Finding("spank", Status.OK, f"auto_resume plugin listed in {conf}")
+    return Finding("spank", Status.INFO, "auto-resume plugin not installed; use 'sres srun --auto-resume=N'")
+
+
+def run_checks(env: Mapping[str, str], slurm_needed: bool,
+               client_factory: Callable[[], SlurmClient]) -> list[Finding]:
+    findings = [check_python(), check_torch(), check_shm()]
+    findings += check_slurm(client_factory, slurm_needed)
+    findings.append(check_spank(_plugstack_path(env)))
+    return findings
+
+
+def _plugstack_path(env: Mapping[str, str]) -> str | None:
+    conf = env.get("SLURM_CONF")
+    if not conf or not os.path.isfile(conf):
+        return None
+    for line in Path(conf).read_text(errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().lower() == "plugstackconfig":
+            return value.strip()
+    return str(Path(conf).parent / "plugstack.conf")
+
+
+def render(findings: list[Finding]) -> str:
+    width = max(len(f.name) for f in findings)
+    lines = []
+    for f in findings:
+        line = f"{f.status.value:>4}  {f.name:<{width}}  {f.detail}"
+        if f.fix and f.status in (Status.FAIL, Status.WARN):
+            line += f"\n      {'':<{width}}  fix: {f.fix}"
+        lines.append(line)
+    return "\n".join(lines)

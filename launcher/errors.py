@@ -1,0 +1,44 @@
+"""Errors of the launcher. Each is expected, explained in one line, and shown without a traceback.
+
+Anything that is not an ``SresError`` is a bug of ours, and ``sres`` lets its traceback through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class SresError(Exception):
+    """An error a user or the cluster can cause; ``str()`` says what happened and what to do."""
+
+
+class ConfigError(SresError):
+    """Bad arguments or configuration, refused before anything starts."""
+
+
+class SlurmError(SresError):
+    """Slurm refused or could not do what we asked."""
+
+
+class SlurmUnavailable(SlurmError):
+    """Slurm's commands are missing or its controller does not answer."""
+
+
+class NotInAllocation(SlurmError):
+    """An operation that needs a Slurm job was called outside one."""
+
+
+class SlurmCommandError(SlurmError):
+    """A Slurm command exited non-zero or ran past its timeout.
+
+    Carries the command, its exit code (``None`` after a timeout) and its stderr, so callers
+    decide on data rather than on a parsed message.
+    """
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        what = "timed out" if returncode is None else f"exited {returncode}"
+        detail = f": {self.stderr}" if self.stderr else ""
+        super().__init__(f"'{' '.join(self.argv)}' {what}{detail}")

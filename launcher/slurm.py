@@ -1,0 +1,262 @@
+"""SlurmClient: every interaction of this project with Slurm goes through here.
+
+The client holds the policy (our drain-reason prefix, never undraining an admin's drain,
+the job-expansion sequence and its 22.05 quirks); a backend holds the mechanism. Two
+backends share one typed interface: pyslurm when it was built for the cluster's Slurm, else
+the command line. Tests of Slurm behaviour run against the real local cluster
+(tests/slurm_cluster.py), never against a mocked backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from launcher import hostlist
+from launcher.errors import ConfigError, SlurmCommandError, SlurmError
+from launcher.slurm_cli import DEFAULT_TIMEOUT_S, CliBackend, CommandLine, Runner
+from launcher.slurm_pyslurm import PyslurmBackend, pyslurm_version, slurm_major_minor
+from launcher.slurm_types import REASON_PREFIX, Job, Node
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SlurmClient", "SlurmBackend", "Node", "Job", "REASON_PREFIX", "BackendChoice"]
+
+
+class SlurmBackend(Protocol):
+    """What a backend must do; the client builds every operation from these."""
+
+    name: str
+
+    def version(self) -> str: ...
+    def ping(self) -> str: ...
+    def nodes(self) -> list[Node]: ...
+    def job(self, job_id: str) -> Job: ...
+    def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None: ...
+    def update_job(self, job_id: str, **fields: str) -> None: ...
+    def requeue(self, job_id: str, hold: bool = False) -> None: ...
+    def submit(self, sbatch_args: Sequence[str]) -> str: ...
+    def allocate_expansion(
+        self, job_id: str, count: int, partition: str | None, exclude: Sequence[str], timeout_s: float
+    ) -> str: ...
+    def cancel(self, job_id: str, signal: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """Which backend was picked and why: ``sres doctor`` prints this."""
+
+    name: str
+    why: str
+
+
+class SlurmClient:
+    """Typed, policy-carrying access to Slurm. Build one with :meth:`create`."""
+
+    def __init__(self, backend: SlurmBackend, choice: BackendChoice | None = None) -> None:
+        self.backend = backend
+        self.choice = choice or BackendChoice(backend.name, "given")
+
+    @classmethod
+    def create(
+        cls,
+        backend: str = "auto",
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+        runner: Runner | None = None,
+    ) -> "SlurmClient":
+        """Pick a backend: ``"auto"`` (pyslurm if it matches the cluster, else the command
+        line), ``"cli"`` or ``"pyslurm"`` (an error if it cannot be used)."""
+        if backend not in ("auto", "cli", "pyslurm"):
+            raise ConfigError(f"unknown Slurm backend {backend!r}: use auto, cli or pyslurm")
+        if timeout_s <= 0:
+            raise ConfigError("the Slurm command timeout must be positive")
+        command = CommandLine(timeout_s=timeout_s, env=env, **({"runner": runner} if runner else {}))
+        cli = CliBackend(command)
+        if backend == "cli":
+            return cls(cli, BackendChoice("cli", "asked for"))
+        module, why = _matching_pyslurm(cli)
+        if module is not None:
+            return cls(PyslurmBackend(module, cli), BackendChoice("pyslurm", why))
+        if backend == "pyslurm":
+            raise ConfigError(f"the pyslurm backend cannot be used: {why}")
+        return cls(cli, BackendChoice("cli", why))
+
+    # --- reading -----------------------------------------------------------------------
+
+    def version(self) -> str:
+        return self.backend.version()
+
+    def ping(self) -> str:
+        """Raises if the controller does not answer."""
+        return self.backend.ping()
+
+    def nodes(self, partition: str | None = None, names: Iterable[str] | None = None) -> list[Node]:
+        wanted = set(names) if names is not None else None
+        return [
+            n for n in self.backend.nodes()
+            if (partition is None or partition in n.partitions) and (wanted is None or n.name in wanted)
+        ]
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes(names=[name]):
+            return node
+        raise SlurmError(f"Slurm knows no node {name}")
+
+    def job(self, job_id: str | int) -> Job:
+        return self.backend.job(str(job_id))
+
+    def idle_nodes(self, partition: str | None = None) -> list[str]:
+        """Nodes that could take a new allocation now: idle, responding, not drained."""
+        return [n.name for n in self.nodes(partition) if n.idle]
+
+    # --- node state --------------------------------------------------------------------
+
+    def drain(self, nodes: str | Iterable[str], why: str) -> None:
+        """Drain with reason ``sres: <why>``, so that we (and admins) can tell our drains apart."""
+        names = _names(nodes)
+        why = why.strip()
+        if not why:
+            raise ConfigError("a drain needs a reason")
+        reason = why if why.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {why}"
+        self.backend.set_node_state(names, "DRAIN", reason)
+        log.info("drained %s: %s", hostlist.compress(names), reason)
+
+    def resume(self, nodes: str | Iterable[str]) -> list[str]:
+        """Resume the given nodes that we drained; return those resumed.
+
+        A node drained for another reason (an admin's, Slurm's own) is left as it is: we
+        never undo a drain that is not ours.
+        """
+        names = _names(nodes)
+        ours = [n.name for n in self.nodes(names=names) if n.drained_by_us]
+        skipped = sorted(set(names) - set(ours))
+        if skipped:
+            log.info("not resuming %s: not drained by sres", hostlist.compress(skipped))
+        if ours:
+            self.backend.set_node_state(ours, "RESUME")
+        return ours
+
+    # --- jobs --------------------------------------------------------------------------
+
+    def submit(self, sbatch_args: Sequence[str]) -> str:
+        """``sbatch --parsable ARGS``; returns the job id."""
+        return self.backend.submit(sbatch_args)
+
+    def cancel(self, job_id: str | int, signal: str | None = None) -> None:
+        self.backend.cancel(str(job_id), signal)
+
+    def requeue(self, job_id: str | int, hold: bool = False) -> None:
+        """Requeue a job or one array task (``"123_4"``)."""
+        self.backend.requeue(str(job_id), hold)
+
+    def shrink(self, job_id: str | int, keep: Iterable[str]) -> Job:
+        """Drop every node of a running job except ``keep``; return the job as it is after.
+
+        Slurm never removes a batch job's batch host when resizing (the batch script runs
+        there), so losing that node needs a job-level restart, not a shrink.
+        """
+        job_id = str(job_id)
+        keep = _names(keep)
+        job = self.job(job_id)
+        outside = sorted(set(keep) - set(job.nodes))
+        if outside:
+            raise ConfigError(f"cannot shrink job {job_id} to {hostlist.compress(outside)}: not in its nodes")
+        if job.batch_host and job.batch_host in job.nodes and job.batch_host not in keep:
+            raise SlurmError(
+                f"cannot shrink job {job_id} without its batch host {job.batch_host}: Slurm never removes it"
+            )
+        self.backend.update_job(job_id, NodeList=hostlist.compress(keep))
+        after = self.job(job_id)
+        if set(after.nodes) != set(keep):
+            raise SlurmError(f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to {hostlist.compress(keep)}")
+        return after
+
+    def grow(
+        self, job_id: str | int, count: int = 1, partition: str | None = None, timeout_s: float = 60.0
+    ) -> list[str]:
+        """Add ``count`` idle nodes to a running job through Slurm job expansion.
+
+        The sequence (see ../shared/slurm-testbed.md): allocate an expansion job with
+        ``--dependency=expand:J``, give its nodes up (``NumNodes=0``), merge them into J
+        (``NumNodes=ALL``). On 22.05 the first update already moves the nodes to J, and the
+        merge then spends 5 s failing with "DB index is being set" where no accounting
+        database runs; so the merge is sent only when the nodes have not moved yet, and the
+        result is judged from the job's node list, not from exit codes.
+        """
+        job_id = str(job_id)
+        if count < 1:
+            raise ConfigError("grow needs a count of at least 1")
+        before = self.job(job_id)
+        if not before.running:
+            raise SlurmError(f"job {job_id} is {before.state}: only a running job can grow")
+        expansion = self.backend.allocate_expansion(
+            job_id, count, partition or before.partition or None, before.nodes, timeout_s
+        )
+
+        def added() -> list[str]:
+            return [n for n in self.job(job_id).nodes if n not in before.nodes]
+
+        try:
+            self.backend.update_job(expansion, NumNodes="0")
+            if len(added()) < count:
+                try:
+                    self.backend.update_job(job_id, NumNodes="ALL")
+                except SlurmCommandError as err:
+                    log.debug("merge into job %s reported %s; checking its node list", job_id, err)
+        finally:
+            _cancel_quietly(self.backend, expansion)
+        new_nodes = added()
+        if len(new_nodes) < count:
+            raise SlurmError(f"job {job_id} gained {len(new_nodes)} of {count} node(s) through expansion")
+        log.info("job %s grew by %s", job_id, hostlist.compress(new_nodes))
+        return new_nodes
+
+
+def _names(nodes: str | Iterable[str]) -> list[str]:
+    names = hostlist.expand(nodes) if isinstance(nodes, str) else [n for n in nodes]
+    if not names:
+        raise ConfigError("no nodes given")
+    return names
+
+
+def _cancel_quietly(backend: SlurmBackend, job_id: str) -> None:
+    """The expansion job normally ends by itself once merged; make sure it holds nothing."""
+    try:
+        job = backend.job(job_id)
+        if not job.finished:
+            backend.cancel(job_id)
+    except SlurmError as err:
+        log.debug("expansion job %s: %s", job_id, err)
+
+
+def _matching_pyslurm(cli: CliBackend) -> tuple[object | None, str]:
+    """Return (pyslurm module, why) if it is usable with this cluster, else (None, why not)."""
+    try:
+        module = importlib.import_module("pyslurm")
+    except ImportError:
+        return None, "pyslurm is not installed"
+    except Exception as err:  # noqa: BLE001 - a pyslurm built for another Slurm fails to load
+        return None, f"pyslurm failed to load ({type(err).__name__}: {err})"
+    built_for = pyslurm_version(module)
+    try:
+        cluster = slurm_major_minor(cli.version())
+    except SlurmError as err:
+        return None, f"cannot read the Slurm version ({err})"
+    if built_for is None or cluster is None or built_for != cluster:
+        return None, f"pyslurm targets Slurm {_fmt(built_for)}, the cluster runs {_fmt(cluster)}"
+    return module, f"pyslurm targets Slurm {_fmt(built_for)}, as the cluster"
+
+
+def _fmt(version: tuple[int, int] | None) -> str:
+    return f"{version[0]}.{version[1]:02d}" if version else "unknown"
+
+
+def default_client() -> SlurmClient:
+    """The client for this process: backend from ``SRES_SLURM_BACKEND`` (default auto)."""
+    return SlurmClient.create(os.environ.get("SRES_SLURM_BACKEND", "auto"))

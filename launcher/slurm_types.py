@@ -1,0 +1,107 @@
+"""What Slurm tells us about nodes and jobs, as typed values shared by every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+REASON_PREFIX = "sres:"
+"""Every drain we make carries this prefix; we only ever resume drains that carry it."""
+
+FINISHED_JOB_STATES = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+     "DEADLINE", "OUT_OF_MEMORY"}
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as Slurm sees it now.
+
+    ``state`` is the base state in upper case (``IDLE``, ``ALLOCATED``, ``MIXED``, ``DOWN``,
+    ...); ``flags`` holds the modifiers Slurm prints after a ``+`` (``DRAIN``,
+    ``NOT_RESPONDING``, ``COMPLETING``, ``FAIL``, ...). Keeping them apart avoids the many
+    spellings Slurm's tools use for the same condition (``drained``, ``drng``, ``idle*``).
+    """
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+    address: str = ""
+    hostname: str = ""
+    cpus: int = 0
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: Slurm will start no new job here."""
+        return "DRAIN" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags and self.state != "DOWN"
+
+    @property
+    def drained_by_us(self) -> bool:
+        return self.drained and self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def usable(self) -> bool:
+        """Up, responding and accepting work (whether or not it is busy now)."""
+        bad = {"DRAIN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "MAINTENANCE", "REBOOT_REQUESTED"}
+        return self.state not in {"DOWN", "UNKNOWN", "FUTURE"} and not (self.flags & bad)
+
+    @property
+    def idle(self) -> bool:
+        return self.state == "IDLE" and self.usable and "COMPLETING" not in self.flags
+
+    @property
+    def long_state(self) -> str:
+        """Slurm's ``State=`` spelling, e.g. ``IDLE+DRAIN``."""
+        return "+".join([self.state, *sorted(self.flags)])
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as Slurm sees it now; ``nodes`` is the current, expanded node list."""
+
+    job_id: str
+    state: str
+    name: str = ""
+    nodes: tuple[str, ...] = ()
+    num_nodes: int = 0
+    restart_count: int = 0
+    reason: str = ""
+    partition: str = ""
+    batch_host: str = ""
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    exit_code: str = ""
+    extra: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_JOB_STATES
+
+
+def split_state(long_state: str) -> tuple[str, frozenset[str]]:
+    """``"IDLE+DRAIN"`` -> ``("IDLE", {"DRAIN"})``; a trailing ``*`` means not responding."""
+    parts = [p for p in long_state.strip().upper().split("+") if p]
+    if not parts:
+        return "UNKNOWN", frozenset()
+    base, flags = parts[0], set(parts[1:])
+    for i, part in enumerate([base, *flags]):
+        if part.endswith("*"):
+            flags.add("NOT_RESPONDING")
+            if i == 0:
+                base = base.rstrip("*")
+            else:
+                flags.discard(part)
+                flags.add(part.rstrip("*"))
+    if base == "DRAINED" or base == "DRAINING":
+        base, flags = ("IDLE" if base == "DRAINED" else "ALLOCATED"), flags | {"DRAIN"}
+    return base, frozenset(flags)

@@ -1,0 +1,1 @@
+"""What cluster admins install: SPANK plugin, prolog/epilog/health-check hooks (see ARCHITECTURE.md)."""

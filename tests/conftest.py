@@ -1,0 +1,38 @@
+"""Shared fixtures: the real local Slurm cluster (session scope) and clients for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """Five real nodes (n1..n5) in partition ``gpu``, SlurmdTimeout=10 s.
+
+    Fails every test that uses it with one line when the machine cannot run Slurm:
+    a Slurm test never passes without Slurm.
+    """
+    try:
+        check_machine()
+    except ClusterUnavailable as err:
+        pytest.fail(f"Slurm test cluster unavailable: {err}", pytrace=False)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), node_count=5, slurmd_timeout=10)
+    try:
+        cluster.up()
+    except (ClusterUnavailable, TimeoutError) as err:
+        cluster.down()
+        pytest.fail(f"Slurm test cluster did not start: {err}", pytrace=False)
+    yield cluster
+    pids = [p for p in cluster.daemon_pids()]
+    cluster.down()
+    alive = [p for p in pids if pid_alive(p)]
+    assert not alive, f"test cluster daemons still running after down(): {alive}"
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The shared cluster, returned to a clean state (no jobs, all nodes idle) first."""
+    slurm_cluster.reset()
+    return slurm_cluster

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. Installs what is missing first:
+#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server (needs root)
+#   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
+# Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+
+say() { printf 'tests/run.sh: %s\n' "$*"; }
+
+# --- Debian packages: install only what is missing ----------------------------------------
+missing=()
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v slurmd >/dev/null || missing+=(slurm-wlm)
+command -v scontrol >/dev/null || missing+=(slurm-client)
+command -v munged >/dev/null || missing+=(munge)
+[ -f /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+  if [ "$(id -u)" -ne 0 ]; then
+    say "missing Debian packages: $pkgs; run as root, or: sudo apt-get install -y $pkgs"
+    exit 1
+  fi
+  say "installing $pkgs"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+fi
+
+# --- Python packages -----------------------------------------------------------------------
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  say "installing torch==2.13.0 (CPU build)"
+  "$PYTHON" -m pip install -q torch==2.13.0
+fi
+say "installing slurm-resilience[test]"
+"$PYTHON" -m pip install -q -e '.[test]'
+
+say "running pytest"
+exec "$PYTHON" -m pytest "$@"

@@ -1,0 +1,59 @@
+"""Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
+
+from launcher.slurm_cli import _node_from_sinfo, job_from_scontrol, parse_scontrol_record
+from launcher.slurm_types import split_state
+
+JOB_LINE = (
+    "JobId=1 JobName=my job UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 "
+    "Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=2 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:01 TimeLimit=UNLIMITED Partition=gpu "
+    "AllocNode:Sid=localhost:1053 ReqNodeList=(null) ExcNodeList=(null) NodeList=n[3-4] BatchHost=n3 "
+    "NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=2,node=2,billing=2 "
+    "Socks/Node=* Command=(null) WorkDir=/tmp StdOut=/tmp/slurm-1.out Power= "
+)
+
+
+def test_scontrol_record_keeps_spaces_and_equals_in_values():
+    record = parse_scontrol_record(JOB_LINE)
+    assert record["JobName"] == "my job"
+    assert record["TRES"] == "cpu=2,node=2,billing=2"
+    assert record["AllocNode:Sid"] == "localhost:1053"
+    assert record["Power"] == ""
+    assert record["NodeList"] == "n[3-4]"
+
+
+def test_job_from_scontrol():
+    job = job_from_scontrol(parse_scontrol_record(JOB_LINE))
+    assert job.job_id == "1"
+    assert job.name == "my job"
+    assert job.state == "RUNNING" and job.running and not job.finished
+    assert job.nodes == ("n3", "n4")
+    assert job.num_nodes == 2
+    assert job.restart_count == 2
+    assert job.batch_host == "n3"
+    assert job.array_task_id is None
+
+
+def test_node_reason_with_spaces_survives_scontrol_parsing():
+    line = "NodeName=n2 Arch=x86_64 State=IDLE+DRAIN Reason=sres: gpu fell off the bus [root@2026-11-21T11:21:17] Weight=1"
+    record = parse_scontrol_record(line)
+    assert record["Reason"] == "sres: gpu fell off the bus [root@2026-11-21T11:21:17]"
+    assert record["Weight"] == "1"
+
+
+def test_node_from_sinfo_json():
+    record = {"name": "n2", "state": "idle", "state_flags": ["DRAIN"], "reason": "sres: gpu fell off the bus",
+              "partitions": ["gpu"], "address": "127.0.0.1", "hostname": "vm", "cpus": 2}
+    node = _node_from_sinfo(record)
+    assert node.state == "IDLE" and node.flags == {"DRAIN"}
+    assert node.drained and node.drained_by_us and not node.usable and not node.idle
+    assert node.long_state == "IDLE+DRAIN"
+
+
+def test_split_state_spellings():
+    assert split_state("IDLE+DRAIN") == ("IDLE", {"DRAIN"})
+    assert split_state("idle*") == ("IDLE", {"NOT_RESPONDING"})
+    assert split_state("DOWN*+DRAIN") == ("DOWN", {"NOT_RESPONDING", "DRAIN"})
+    assert split_state("drained") == ("IDLE", {"DRAIN"})
+    assert split_state("MIXED+COMPLETING") == ("MIXED", {"COMPLETING"})
+    assert split_state("") == ("UNKNOWN", set())
