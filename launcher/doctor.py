@@ -72,7 +72,10 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
         client = client_factory()
         version = client.version()
     except SlurmError as err:
-        return [Finding("slurm", missing, str(err), "install slurm-client (needed only to run on Slurm)")]
+        fix = "install slurm-client (needed only to run on Slurm)"
+        if "configuration source" in str(err):
+            fix = "point SLURM_CONF at the cluster's slurm.conf (or install /etc/slurm/slurm.conf)"
+        return [Finding("slurm", missing, str(err), fix)]
     findings = [Finding("slurm", Status.OK, f"client {version}")]
     try:
         findings.append(Finding("slurmctld", Status.OK, client.ping()))

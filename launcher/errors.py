@@ -31,8 +31,8 @@ class NotInAllocation(SlurmError):
 class SlurmCommandError(SlurmError):
     """A Slurm command exited non-zero or ran past its timeout.
 
-    Carries the command, its exit code (``None`` after a timeout) and its stderr, so callers
-    decide on data rather than on a parsed message.
+    Carries the command, its exit code (``None`` after a timeout) and its whole stderr, so
+    callers decide on data rather than on a parsed message; ``str()`` is one line.
     """
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str) -> None:
@@ -40,5 +40,7 @@ class SlurmCommandError(SlurmError):
         self.returncode = returncode
         self.stderr = stderr.strip()
         what = "timed out" if returncode is None else f"exited {returncode}"
-        detail = f": {self.stderr}" if self.stderr else ""
+        # Slurm tools print a chain of "error:" lines ending in the one that matters.
+        last = self.stderr.splitlines()[-1].strip() if self.stderr else ""
+        detail = f": {last}" if last else ""
         super().__init__(f"'{' '.join(self.argv)}' {what}{detail}")
