@@ -159,7 +159,9 @@ class SlurmClient:
         """Drop every node of a running job except ``keep``; return the job as it is after.
 
         Slurm never removes a batch job's batch host when resizing (the batch script runs
-        there), so losing that node needs a job-level restart, not a shrink.
+        there), so losing that node needs a job-level restart, not a shrink. Without an
+        accounting database (slurmdbd), 22.05 accepts one ``NodeList`` shrink per job: a second
+        one waits 5 s for a DB index that never comes and fails. Expansion merges still work.
         """
         job_id = str(job_id)
         keep = _names(keep)
@@ -171,7 +173,15 @@ class SlurmClient:
             raise SlurmError(
                 f"cannot shrink job {job_id} without its batch host {job.batch_host}: Slurm never removes it"
             )
-        self.backend.update_job(job_id, NodeList=hostlist.compress(keep))
+        try:
+            self.backend.update_job(job_id, NodeList=hostlist.compress(keep))
+        except SlurmCommandError as err:
+            if self.job(job_id).nodes != job.nodes:
+                raise
+            raise SlurmError(
+                f"Slurm refused to shrink job {job_id} ({err.stderr.splitlines()[-1] if err.stderr else err}); "
+                "without slurmdbd, Slurm 22.05 resizes a job's node list only once"
+            ) from err
         after = self.job(job_id)
         if set(after.nodes) != set(keep):
             raise SlurmError(f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to {hostlist.compress(keep)}")

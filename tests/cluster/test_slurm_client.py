@@ -158,6 +158,15 @@ def test_discover_sees_current_nodes_and_health(cluster, client):
     assert discover(client, job_id).nodes == alloc.healthy
 
 
+def test_second_shrink_without_accounting_db_is_explained(cluster, client):
+    job_id = client.submit(["-N3", "--output=/dev/null", "--wrap", "sleep 300"])
+    job = wait_job(client, job_id, lambda j: j.running)
+    client.shrink(job_id, job.nodes[:2])
+    with pytest.raises(SlurmError, match="resizes a job's node list only once"):
+        client.shrink(job_id, job.nodes[:1])
+    assert client.job(job_id).nodes == job.nodes[:2]
+
+
 def test_shrink_refuses_to_drop_the_batch_host(cluster, client):
     job_id = client.submit(["-N2", "--output=/dev/null", "--wrap", "sleep 300"])
     job = wait_job(client, job_id, lambda j: j.running)
