@@ -10,10 +10,12 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from launcher import doctor
-from launcher.errors import SresError
+from launcher.errors import ConfigError, SresError
 from launcher.slurm import SlurmClient
 
 
@@ -28,6 +30,34 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} problem(s): {', '.join(f.name for f in failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from launcher.supervisor import RunConfig, Supervisor
+    from resilience import faults
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    try:
+        # --inject on the command line wins; SRES_INJECT serves under sbatch.
+        injections = faults.parse(args.inject) if args.inject else faults.parse_env(os.environ.get("SRES_INJECT"))
+    except faults.InjectSpecError as err:
+        raise ConfigError(str(err)) from None
+    config = RunConfig(
+        command=tuple(command), nodes=args.nodes, procs_per_node=args.procs_per_node, spares=args.spares,
+        injections=injections, log_dir=Path(args.log_dir or _default_log_dir()), backend=args.backend,
+        hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=args.max_restarts,
+        replication_factor=args.replication_factor,
+    )
+    print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s); "
+          f"log dir {config.log_dir}", file=sys.stderr)
+    outcome = Supervisor(config).run()
+    return 0 if outcome.ok else 1
+
+
+def _default_log_dir() -> str:
+    return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +76,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Slurm client backend (default: pyslurm if it matches the cluster, else cli)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm command (default 10)")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser(
+        "run", help="run a training command on N simulated nodes with in-process recovery",
+        description="Start N simulated nodes on this machine (P ranks each) plus S warm spare nodes; the supervisor "
+                    "hosts the coordination store, watches every rank and recovers from faults in-process. "
+                    "Example: sres run --nodes 4 --spares 1 -- python -m resilience.examples.train_mlp")
+    p.add_argument("--nodes", type=int, required=True, help="number of (simulated) nodes")
+    p.add_argument("--procs-per-node", type=int, default=1, help="ranks per node (default 1)")
+    p.add_argument("--spares", type=int, default=0,
+                   help="warm spare nodes: processes started and waiting, torch imported, to take a lost node's ranks")
+    p.add_argument("--inject", action="append", default=[], metavar="SPEC",
+                   help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
+                        "also SRES_INJECT='SPEC;SPEC'")
+    p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default sres-runs/run-<time>)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    p.add_argument("--hang-timeout", type=float, default=30.0, help="seconds without heartbeat before a rank is declared hung (default 30)")
+    p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
+    p.add_argument("--max-restarts", type=int, default=10, help="give up after this many faults (default 10)")
+    p.add_argument("--replication-factor", type=int, default=2, help="copies of each sharded state shard (default 2)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD...: the training command")
+    p.set_defaults(func=_cmd_run)
     return parser
 
 

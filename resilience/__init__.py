@@ -1,4 +1,20 @@
 """Inside each rank: keeping training state alive across faults (see ARCHITECTURE.md).
 
-The training API (``resilience.run``, ``Context``) lands with the checkpointless-core work.
+    import resilience
+
+    def train(ctx: resilience.Context) -> None:
+        ...
+        ctx.register(model=model, optimizer=opt)
+        for step in ctx.steps(total_steps):
+            ...
+            with ctx.commit():
+                opt.step(); opt.zero_grad()
+
+    resilience.run(train)
 """
+
+from resilience.api import Context, run
+from resilience.replication import Unrecoverable
+from resilience.sharded import ShardedOptimizer
+
+__all__ = ["Context", "run", "ShardedOptimizer", "Unrecoverable"]

@@ -1,0 +1,402 @@
+"""The per-job supervisor: hosts the store, spawns ranks and spares, sees faults, re-forms.
+
+It is never a rank, so losing rank 0 loses neither the store nor the decisions. A fault
+is seen from the supervisor's own watch (a process exit, at once; a silent heartbeat, after
+the hang timeout; a rank's report), never from a collective timeout. Each fault ends the
+generation: :func:`replace` (pure) decides who takes the lost ranks, the supervisor
+publishes the next plan, and the ranks re-form and recover their state from peers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from launcher.backends.local import LocalBackend
+from launcher.errors import ConfigError
+from launcher.events import EventLog, summary
+from resilience import faults, membership
+from resilience.membership import Plan, Report, SlotInfo
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything ``sres run`` was asked to do; validated when built."""
+
+    command: tuple[str, ...]
+    nodes: int
+    procs_per_node: int = 1
+    spares: int = 0
+    injections: tuple[faults.Injection, ...] = ()
+    log_dir: Path = Path("sres-logs")
+    backend: str = "gloo"
+    hang_timeout_s: float = 30.0
+    heartbeat_s: float = 0.5
+    reform_timeout_s: float = 60.0
+    startup_timeout_s: float = 120.0
+    max_restarts: int = 10
+    replication_factor: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ConfigError("no training command given: sres run --nodes N -- python train.py")
+        if self.nodes < 1:
+            raise ConfigError(f"--nodes must be at least 1 (got {self.nodes})")
+        if self.procs_per_node < 1:
+            raise ConfigError(f"--procs-per-node must be at least 1 (got {self.procs_per_node})")
+        if self.spares < 0:
+            raise ConfigError(f"--spares cannot be negative (got {self.spares})")
+        if self.max_restarts < 0:
+            raise ConfigError("--max-restarts cannot be negative")
+        if self.hang_timeout_s <= 2 * self.heartbeat_s:
+            raise ConfigError(f"--hang-timeout must exceed two heartbeats ({2 * self.heartbeat_s:g} s)")
+        if self.replication_factor < 1:
+            raise ConfigError("the replication factor must be at least 1")
+        if self.backend not in ("gloo", "nccl"):
+            raise ConfigError(f"unknown backend {self.backend!r}: gloo or nccl")
+        for inj in self.injections:
+            if inj.kind == "node" and not 0 <= (inj.node or 0) < self.nodes:
+                raise ConfigError(f"--inject {inj.spec}: there are nodes 0..{self.nodes - 1}")
+            if inj.kind != "node" and not 0 <= (inj.rank or 0) < self.world_size:
+                raise ConfigError(f"--inject {inj.spec}: there are ranks 0..{self.world_size - 1}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+
+# --- pure decisions ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Replacement:
+    members: dict[int, str]
+    spawn: tuple[tuple[str, int, int], ...] = ()  # (slot, node, local_rank) to start cold
+    used_spare_nodes: tuple[int, ...] = ()
+
+
+def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Mapping[int, bool],
+            dead_nodes: set[int], spare_nodes: Sequence[int], spare_slot: Callable[[int, int], str],
+            respawn_slot: Callable[[int, int], str]) -> Replacement:
+    """Give every lost rank a process. Pure.
+
+    ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
+    fault) restarts on its own node; ranks of a dead node move, keeping their ranks and local
+    ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
+    """
+    new = dict(members)
+    spawn: list[tuple[str, int, int]] = []
+    spares = list(spare_nodes)
+    used: list[int] = []
+    moved: dict[int, int] = {}
+    for rank in sorted(lost):
+        info = slots[members[rank]]
+        if info.node in dead_nodes:
+            if info.node not in moved:
+                if not spares:
+                    raise ConfigError(f"node {info.node} was lost and no spare node is left (start with --spares)")
+                moved[info.node] = spares.pop(0)
+                used.append(moved[info.node])
+            new[rank] = spare_slot(moved[info.node], info.local_rank)
+        else:
+            slot = respawn_slot(info.node, info.local_rank)
+            new[rank] = slot
+            spawn.append((slot, info.node, info.local_rank))
+    return Replacement(new, tuple(spawn), tuple(used))
+
+
+def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float], seen: Mapping[str, bool],
+                 now: float, hang_timeout_s: float, startup_timeout_s: float) -> list[str]:
+    """Slots whose heartbeat stopped: a hung process. Pure."""
+    out = []
+    for slot, changed in last_change.items():
+        limit = hang_timeout_s if seen.get(slot) else startup_timeout_s
+        since = changed if seen.get(slot) else started[slot]
+        if now - since > limit:
+            out.append(slot)
+    return out
+
+
+# --- the executor --------------------------------------------------------------------------------
+
+@dataclass
+class _Slot:
+    info: SlotInfo
+    started: float
+    alive: bool = True
+    heartbeat: int = 0
+    heartbeat_changed: float = 0.0
+    killed_as: str | None = None  # "hang" | "node": why we killed it
+
+
+@dataclass
+class _Fault:
+    kind: str
+    t: float
+    progress: int
+    generation: int
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    reason: str = ""
+    events: list[dict] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, config: RunConfig, backend: LocalBackend | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 out=sys.stderr) -> None:
+        self.config = config
+        self.backend = backend or LocalBackend(config.log_dir)
+        self.clock, self.wall, self.out = clock, wall, out
+        self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60))
+        self.slots: dict[str, _Slot] = {}
+        self.plan: Plan | None = None
+        self.dead_nodes: set[int] = set()
+        self.spare_nodes: list[int] = list(range(config.nodes, config.nodes + config.spares))
+        self.pending: list[_Fault] = []
+        self.faults = 0
+        self.restarts = 0
+        self.first_culprit: Report | None = None
+        self._respawns = 0
+        self._start_t = 0.0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        c = self.config
+        self.events.emit("start", nodes=c.nodes, procs_per_node=c.procs_per_node, spares=c.spares,
+                         world_size=c.world_size, command=list(c.command),
+                         injections=[i.spec for i in c.injections])
+        for node in range(c.nodes + c.spares):
+            for local in range(c.procs_per_node):
+                self._spawn(f"n{node}p{local}", node, local)
+        members = {node * c.procs_per_node + local: f"n{node}p{local}"
+                   for node in range(c.nodes) for local in range(c.procs_per_node)}
+        self._publish(members, replaced=(), reason="start")
+        try:
+            return self._loop()
+        except KeyboardInterrupt:
+            return self._fail("interrupted")
+        finally:
+            self.store.set(membership.SHUTDOWN, "1")
+            self.backend.stop_all(timeout_s=30.0)
+            self.events.close()
+
+    def _loop(self) -> Outcome:
+        while True:
+            now = self.clock()
+            self._kill_requested_nodes()
+            self._watch_heartbeats(now)
+            lost, reports = self._observe()
+            unrecoverable = [r for r in reports.values() if r.kind == "unrecoverable"]
+            if unrecoverable:
+                return self._fail(f"the state could not be recovered from peers: {unrecoverable[0].message}")
+            errors = {s: r for s, r in reports.items() if r.kind == "error"}
+            if lost or errors:
+                outcome = self._handle_fault(lost, errors)
+                if outcome is not None:
+                    return outcome
+                continue
+            if all(r.kind == "done" for r in reports.values()) and len(reports) == len(self.plan.members):
+                return self._finish()
+            self._check_recovered()
+            time.sleep(0.02)
+
+    # --- observing -----------------------------------------------------------------------------
+
+    def _observe(self) -> tuple[dict[int, str], dict[str, Report]]:
+        """Lost member ranks (rank -> kind) and every report of the current generation."""
+        lost: dict[int, str] = {}
+        idle_spares = self.spare_slots_idle()
+        for slot, state in self.slots.items():
+            if state.alive and self.backend.poll(slot) is not None:
+                state.alive = False
+                if slot in idle_spares and state.info.node in self.spare_nodes:
+                    # A spare node with a dead process cannot take a whole node's ranks.
+                    self.spare_nodes.remove(state.info.node)
+                    self.events.emit("spare-lost", node=state.info.node, slot=slot)
+        members = self.plan.members
+        reports: dict[str, Report] = {}
+        keys = [membership.report_key(self.plan.generation, s) for s in members.values()]
+        for slot, key in zip(members.values(), keys):
+            if self.store.check([key]):
+                reports[slot] = Report.from_json(self.store.get(key))
+        for rank, slot in members.items():
+            state = self.slots[slot]
+            if not state.alive and not (slot in reports and reports[slot].kind == "done"):
+                rc = self.backend.poll(slot)
+                lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
+        return lost, reports
+
+    def _watch_heartbeats(self, now: float) -> None:
+        alive = [s for s, st in self.slots.items() if st.alive]
+        for slot in alive:
+            value = self.store.add(membership.heartbeat_key(slot), 0)
+            state = self.slots[slot]
+            if value != state.heartbeat:
+                state.heartbeat, state.heartbeat_changed = value, now
+        members = set(self.plan.members.values())
+        hung = silent_slots(
+            {s: self.slots[s].heartbeat_changed for s in alive if s in members},
+            {s: self.slots[s].started for s in alive},
+            {s: self.slots[s].heartbeat > 0 for s in alive},
+            now, self.config.hang_timeout_s, self.config.startup_timeout_s,
+        )
+        for slot in hung:
+            self.slots[slot].killed_as = "hang"
+            self.backend.kill(slot)
+
+    def _kill_requested_nodes(self) -> None:
+        for node in {self.slots[s].info.node for s in self.plan.members.values()} - self.dead_nodes:
+            key = membership.node_kill_key(node)
+            if self.store.check([key]):
+                self.store.delete_key(key)
+                self.dead_nodes.add(node)
+                for slot, state in self.slots.items():
+                    if state.info.node == node and state.alive:
+                        state.killed_as = "node"
+                        self.backend.kill(slot)
+                # Wait for the kills to land, so that one node loss is one fault.
+                deadline = self.clock() + 5
+                while any(self.backend.poll(s) is None for s, st in self.slots.items() if st.info.node == node) \
+                        and self.clock() < deadline:
+                    time.sleep(0.005)
+
+    def spare_slots_idle(self) -> set[str]:
+        return {f"n{node}p{local}" for node in self.spare_nodes for local in range(self.config.procs_per_node)}
+
+    # --- deciding and acting -----------------------------------------------------------------
+
+    def _handle_fault(self, lost: dict[int, str], errors: dict[str, Report]) -> Outcome | None:
+        t = self.wall()
+        progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
+        generation = self.plan.generation
+        if lost:
+            for rank, kind in sorted(lost.items()):
+                node = self.slots[self.plan.members[rank]].info.node
+                self.events.emit("fault", kind=kind, rank=rank, node=node, step=progress + 1, generation=generation, t=t)
+                self._say(f"fault: {kind} of rank {rank} (node {node}) at step {progress + 1}")
+        else:
+            culprit = min(errors.values(), key=lambda r: (r.collateral, r.seq))
+            node = self.slots[self.plan.members[culprit.rank]].info.node
+            self.events.emit("fault", kind="exception", rank=culprit.rank, node=node, step=progress + 1,
+                             generation=generation, message=culprit.message, t=t)
+            self._say(f"fault: exception in rank {culprit.rank}: {culprit.message}")
+            if self.first_culprit is None:
+                self.first_culprit = culprit
+        self.faults += 1
+        self.restarts += 1
+        self.pending.append(_Fault("node" if any(k == "node" for k in lost.values()) else "process", t, progress, generation))
+        if self.restarts > self.config.max_restarts:
+            return self._fail(f"gave up after {self.config.max_restarts} restart(s)")
+        try:
+            decision = replace(
+                self.plan.members, {s: st.info for s, st in self.slots.items()},
+                {rank: self.slots[self.plan.members[rank]].info.node in self.dead_nodes for rank in lost},
+                self.dead_nodes, self.spare_nodes,
+                spare_slot=lambda node, local: f"n{node}p{local}",
+                respawn_slot=self._respawn_name,
+            )
+        except ConfigError as err:
+            return self._fail(str(err))
+        for node in decision.used_spare_nodes:
+            self.spare_nodes.remove(node)
+        for slot, node, local in decision.spawn:
+            self._spawn(slot, node, local)
+        for rank in sorted(lost):
+            old_node = self.slots[self.plan.members[rank]].info.node
+            self.events.emit("replaced", rank=rank, slot=decision.members[rank],
+                             node=self.slots[decision.members[rank]].info.node,
+                             how="spare" if old_node in self.dead_nodes else "respawn")
+        self._publish(decision.members, replaced=tuple(sorted(lost)), reason="fault")
+        return None
+
+    def _publish(self, members: dict[int, str], replaced: tuple[int, ...], reason: str) -> None:
+        generation = self.plan.generation + 1 if self.plan else 1
+        plan = Plan(generation=generation, world_size=len(members), members=dict(members),
+                    slots={s: self.slots[s].info for s in members.values()},
+                    procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
+        membership.publish_plan(self.store, plan)
+        self.plan = plan
+        self.backend.echo_slot = members[0]
+        self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
+        if generation == 1:
+            self._start_t = self.wall()
+
+    def _check_recovered(self) -> None:
+        if not self.pending:
+            return
+        g = self.plan.generation
+        keys = [membership.first_step_key(g), membership.recovery_key(g)]
+        if not self.store.check(keys):
+            return
+        first_step_t = float(self.store.get(keys[0]))
+        info = json.loads(self.store.get(keys[1]))
+        for fault in self.pending:
+            seconds = first_step_t - fault.t
+            self.events.emit("recovered", generation=g, step=info["step"], source=info["source"],
+                             bytes=info["bytes"], seconds=seconds, steps_lost=max(0, fault.progress - info["step"]),
+                             recover_s=info["recover_s"])
+            self._say(f"recovered: generation {g} resumed after step {info['step']} from {info['source']} "
+                      f"in {seconds:.2f} s")
+        self.pending.clear()
+
+    def _finish(self) -> Outcome:
+        self._check_recovered()
+        end = self.wall()
+        steps = int(self.store.get(membership.PROGRESS)) + 1 if self.store.check([membership.PROGRESS]) else 0
+        goodput = None
+        first = membership.first_step_key(1)
+        if self.store.check([membership.STATS, first]) and steps > 1:
+            median = json.loads(self.store.get(membership.STATS))["median_step_s"]
+            window = end - float(self.store.get(first))
+            goodput = min(1.0, (steps - 1) * median / window) if window > 0 else None
+        self.events.emit("finished", steps=steps, faults=self.faults, goodput=goodput,
+                         generations=self.plan.generation, wall_s=end - self._start_t)
+        self._say(summary(self.events.events))
+        return Outcome(True, events=self.events.events)
+
+    def _fail(self, reason: str) -> Outcome:
+        self.events.emit("failed", reason=reason, faults=self.faults)
+        if self.first_culprit is not None and self.first_culprit.traceback:
+            self.out.write(f"first failure (rank {self.first_culprit.rank}):\n{self.first_culprit.traceback}")
+        for slot in self.slots:
+            self.backend.kill(slot)
+        self._say(f"error: {reason}")
+        return Outcome(False, reason, self.events.events)
+
+    def _spawn(self, slot: str, node: int, local: int) -> None:
+        c = self.config
+        env = dict(os.environ)
+        env.update({
+            "SRES_STORE_HOST": "127.0.0.1", "SRES_STORE_PORT": str(self.store.port), "SRES_SLOT": slot,
+            "SRES_NODE": str(node), "SRES_LOCAL_RANK": str(local), "SRES_BACKEND": c.backend,
+            "SRES_INJECT": ";".join(i.spec for i in c.injections), "SRES_HEARTBEAT_S": str(c.heartbeat_s),
+            "SRES_REFORM_TIMEOUT_S": str(c.reform_timeout_s), "SRES_REPLICATION_FACTOR": str(c.replication_factor),
+            "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
+            "PYTHONUNBUFFERED": "1",
+        })
+        self.backend.spawn(slot, c.command, env)
+        now = self.clock()
+        self.slots[slot] = _Slot(SlotInfo(node, local), started=now, heartbeat_changed=now)
+
+    def _respawn_name(self, node: int, local: int) -> str:
+        self._respawns += 1
+        return f"n{node}p{local}r{self._respawns}"
+
+    def _say(self, text: str) -> None:
+        for line in text.splitlines():
+            self.out.write(f"sres: {line}\n")
+        self.out.flush()

@@ -1,0 +1,79 @@
+"""Releasing a rank that is blocked in a collective whose peer is gone.
+
+With gloo, a collective blocked on a live peer is released only when that peer's connection
+fails; a peer that tears its group down does not close its connections while anything (a DDP
+Reducer does) still references the group, and ``ProcessGroup.abort()`` does not release a
+waiting gloo collective either (all three checked with torch 2.13, see the project notes).
+So we shut down, at the socket level, the *connected* TCP sockets that the generation's
+groups opened (never the listening ones: gloo's listener terminates the process if its
+socket fails). The blocked receive fails at once, the collective raises, and the rank goes
+on to the next generation. With NCCL, ``abort()`` on the group is the supported way.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+
+import torch.distributed as dist
+
+
+def socket_inodes() -> dict[int, int]:
+    """inode -> fd of every socket this process has open."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            out[st.st_ino] = int(name)
+    return out
+
+
+class GroupSockets:
+    """The sockets opened between :meth:`__enter__` and :meth:`__exit__` (a group's formation)."""
+
+    def __init__(self) -> None:
+        self._before: set[int] = set()
+        self.inodes: frozenset[int] = frozenset()
+
+    def __enter__(self) -> "GroupSockets":
+        self._before = set(socket_inodes())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inodes = frozenset(set(socket_inodes()) - self._before)
+
+    def shutdown(self) -> int:
+        """Shut down the connected ones; return how many. Safe to call from any thread, twice."""
+        count = 0
+        for inode, fd in socket_inodes().items():
+            if inode not in self.inodes:
+                continue
+            try:
+                sock = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            try:
+                sock.getpeername()  # raises for a listening socket: leave those alone
+                sock.shutdown(socket.SHUT_RDWR)
+                count += 1
+            except OSError:
+                pass
+            finally:
+                sock.close()
+        return count
+
+
+def release(backend: str, sockets: GroupSockets | None, groups: list[dist.ProcessGroup]) -> None:
+    """Make every collective of this generation fail now, on this rank."""
+    if backend == "nccl":
+        for group in groups:
+            try:
+                group.abort()
+            except Exception:  # noqa: BLE001 - already aborted or destroyed
+                pass
+    if sockets is not None:
+        sockets.shutdown()

@@ -1,0 +1,1 @@
+"""Small, real training scripts used by ``sres demo``, the tests and the benchmarks."""

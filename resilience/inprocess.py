@@ -1,0 +1,383 @@
+"""In-process recovery: the agent inside each rank process.
+
+Per generation: wait for a plan that includes this process, form the process group on the
+supervisor's store, agree with the others on the step to resume and fetch missing state
+from peers, then call ``train``. When ``train`` raises (a peer died and the collective
+failed, or user code raised), report it, tear the group down and wait for the next plan:
+the process, its imported modules and its snapshots stay alive.
+
+A warm spare runs the same code: it imports torch and the user's script, then waits here
+for a plan that gives it a rank.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import statistics
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
+
+from resilience import faults, membership, snapshot
+from resilience.abort import GroupSockets, release
+from resilience.api import Context
+from resilience.membership import Plan, Report
+from resilience.replication import (
+    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot,
+)
+
+log = logging.getLogger("resilience")
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """How ``sres run`` configured this process (environment variables, read once)."""
+
+    store_host: str
+    store_port: int
+    slot: str
+    node: int
+    local_rank: int
+    backend: str = "gloo"
+    injections: tuple[faults.Injection, ...] = ()
+    heartbeat_s: float = 0.5
+    reform_timeout_s: float = 60.0
+    collective_timeout_s: float = 600.0
+    replication_factor: int = 2
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str], **options: Any) -> "RankEnv | None":
+        if "SRES_STORE_PORT" not in env:
+            return None
+        values = dict(
+            store_host=env.get("SRES_STORE_HOST", "127.0.0.1"),
+            store_port=int(env["SRES_STORE_PORT"]),
+            slot=env["SRES_SLOT"],
+            node=int(env.get("SRES_NODE", "0")),
+            local_rank=int(env.get("SRES_LOCAL_RANK", "0")),
+            backend=env.get("SRES_BACKEND", "gloo"),
+            injections=faults.parse_env(env.get("SRES_INJECT")),
+            heartbeat_s=float(env.get("SRES_HEARTBEAT_S", "0.5")),
+            reform_timeout_s=float(env.get("SRES_REFORM_TIMEOUT_S", "60")),
+            replication_factor=int(env.get("SRES_REPLICATION_FACTOR", "2")),
+        )
+        values.update({k: v for k, v in options.items() if k in cls.__dataclass_fields__})
+        return cls(**values)
+
+
+class Agent:
+    """Lives as long as the process; carries snapshots from one generation to the next."""
+
+    def __init__(self, env: RankEnv) -> None:
+        self.env = env
+        self.store = membership.connect(env.store_host, env.store_port)
+        self.own = {"replicated": SnapshotRing(), "sharded": SnapshotRing()}
+        self.replicas: dict[int, SnapshotRing] = {}
+        self.sharded = False
+        self.plan: Plan | None = None
+        self.rank = -1
+        self.state_group: dist.ProcessGroup | None = None
+        self.replicator: BuddyReplicator | None = None
+        self._capture: threading.Thread | None = None
+        self._capture_error: BaseException | None = None
+        self._commits_this_generation = 0
+        self._last_commit_t: float | None = None
+        self._step_times: list[float] = []
+        self._watch = _GenerationWatch()
+        self._heartbeat = _Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
+
+    # --- the generation loop --------------------------------------------------------------
+
+    def run(self, train: Callable[[Context], None]) -> None:
+        self._heartbeat.start()
+        generation = 0
+        try:
+            while True:
+                plan = membership.wait_plan(self.store, self.env.slot, generation)
+                if plan is None:
+                    return  # shutdown: a spare that was never needed, or the run ended
+                generation = plan.generation
+                if self._one_generation(plan, train):
+                    return
+        finally:
+            self._heartbeat.stop()
+
+    def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
+        """Run ``train`` in this generation; True when training finished everywhere."""
+        self.plan, self.rank = plan, plan.rank_of(self.env.slot)
+        failure: tuple[str, str, str, bool] | None = None
+        try:
+            self._form(plan)
+            recovery = self._recover(plan)
+            restored = self._restored_state(recovery.step)
+            ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
+                          generation=plan.generation, step=recovery.step, restored=restored, runtime=self)
+            train(ctx)
+            self._drain_background()
+            dist.barrier()  # every rank finished: nobody will need our state any more
+        except Unrecoverable as err:
+            failure = ("unrecoverable", str(err), traceback.format_exc(), False)
+        except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
+            failure = ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), _collateral(err))
+        finally:
+            ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
+        if failure is not None:
+            # Report first: the supervisor orders reports, and the first one names the cause.
+            self._report(*failure)
+            self._teardown()
+            return False
+        if self.rank == 0 and self._step_times:
+            self.store.set(membership.STATS, json.dumps({"median_step_s": statistics.median(self._step_times)}))
+        self._report("done", "")
+        self._teardown()
+        return True
+
+    # --- forming a generation -----------------------------------------------------------------
+
+    def _form(self, plan: Plan) -> None:
+        store = dist.PrefixStore(membership.pg_prefix(plan.generation), self.store)
+        sockets = GroupSockets()
+        self._watch.enter(plan.generation, self.env.backend, sockets, [])
+        with sockets:
+            dist.init_process_group(self.env.backend, store=store, rank=self.rank, world_size=plan.world_size,
+                                    timeout=timedelta(seconds=self.env.reform_timeout_s))
+            # State traffic (recovery, buddy copies) uses its own gloo group: CPU buffers, and a
+            # background thread that must not interleave with the training collectives.
+            self.state_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.env.reform_timeout_s))
+        self._watch.enter(plan.generation, self.env.backend, sockets,
+                          [_get_default_group(), self.state_group])
+        self._commits_this_generation = 0
+        self._last_commit_t = None
+
+    def _recover(self, plan: Plan) -> RecoveryPlan:
+        started = time.perf_counter()
+        self._drain_background(raise_errors=False)
+        mine = Holdings(self.rank, own=self.own["replicated"].steps(),
+                        replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
+        gathered: list[Holdings | None] = [None] * plan.world_size
+        dist.all_gather_object(gathered, mine, group=self.state_group)
+        recovery = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
+                                 self.env.replication_factor)
+        moved = 0
+        for t in recovery.transfers:
+            if t.src == self.rank:
+                snap = self.own[t.part].get(recovery.step) if t.part == "replicated" else \
+                    self.replicas[t.owner].get(recovery.step)
+                moved += send_snapshot(snap, t.dst, self.state_group)
+            elif t.dst == self.rank:
+                snap = recv_snapshot(t.src, self.state_group)
+                self.own[t.part].put(snap)
+                moved += snap.nbytes
+                self.sharded = self.sharded or t.part == "sharded"
+        for ring in self.own.values():
+            ring.drop_after(recovery.step)
+        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
+        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
+        if self.sharded:
+            self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
+                                              self.env.replication_factor, self.replicas)
+        moved_total = [0] * plan.world_size
+        dist.all_gather_object(moved_total, moved, group=self.state_group)
+        if self.rank == 0:
+            self.store.set(membership.recovery_key(plan.generation), json.dumps({
+                "step": recovery.step, "source": "peer" if recovery.transfers else "self",
+                "bytes": sum(moved_total) // 2, "recover_s": time.perf_counter() - started,
+            }))
+        return recovery
+
+    def _restored_state(self, step: int) -> dict[str, Any] | None:
+        if step < 0:
+            return None
+        restored: dict[str, Any] = {}
+        for kind, ring in self.own.items():
+            snap = ring.get(step)
+            if snap is not None:
+                restored.update(snapshot.materialize(snap))
+        return restored
+
+    # --- hooks called by Context ----------------------------------------------------------------
+
+    def before_step(self, step: int) -> None:
+        kinds = ("kill", "node", "raise", "hang")
+        for injection in faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node, kinds=kinds):
+            if self.store.add(membership.fired_key(injection.index), 1) != 1:
+                continue
+            if injection.kind == "node":
+                # A node dies as a whole: the supervisor SIGKILLs every process of it.
+                self.store.set(membership.node_kill_key(self.env.node), str(step))
+                time.sleep(3600)
+            faults.perform(injection)
+
+    def before_commit(self) -> None:
+        # The previous commit's copy and buddy round must finish before the optimizer
+        # changes the state they read.
+        self._drain_background()
+
+    def after_commit(self, step: int, states: dict[str, dict[str, Any]]) -> None:
+        for injection in faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
+                                    kinds=("kill-during-commit",)):
+            if self.store.add(membership.fired_key(injection.index), 1) == 1:
+                faults.perform(injection)
+        self.sharded = self.sharded or bool(states["sharded"])
+        reuse = {kind: self.own[kind].oldest() for kind in self.own}
+        self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
+                                         name="sres-snapshot", daemon=True)
+        self._capture.start()
+        now = time.perf_counter()
+        if self._last_commit_t is not None:
+            self._step_times.append(now - self._last_commit_t)
+        self._last_commit_t = now
+        self._commits_this_generation += 1
+        if self.rank == 0:
+            self.store.set(membership.PROGRESS, str(step))
+            if self._commits_this_generation == 1:
+                self.store.set(membership.first_step_key(self.plan.generation), repr(time.time()))
+
+    def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
+        try:
+            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.own}
+            for kind, snap in snaps.items():
+                self.own[kind].put(snap)
+            if self.replicator is not None and states["sharded"]:
+                self.replicator.start(snaps["sharded"])
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
+            self._capture_error = err
+
+    def _drain_background(self, raise_errors: bool = True) -> None:
+        if self._capture is not None:
+            self._capture.join()
+            self._capture = None
+        error, self._capture_error = self._capture_error, None
+        try:
+            if self.replicator is not None:
+                self.replicator.wait()
+        except BaseException as err:  # noqa: BLE001
+            error = error or err
+        if error is not None and raise_errors:
+            raise error
+
+    # --- leaving a generation -------------------------------------------------------------------
+
+    def _report(self, kind: str, message: str, tb: str = "", collateral: bool = False) -> None:
+        try:
+            membership.report(self.store, self.plan.generation, self.env.slot,
+                              Report(kind, self.rank, message=message, traceback=tb, collateral=collateral))
+        except Exception as err:  # noqa: BLE001 - the supervisor still sees the process state
+            log.warning("could not report %s to the supervisor: %s", kind, err)
+
+    def _teardown(self) -> None:
+        """Leave the generation's process groups so that peers blocked on us are released.
+
+        Our side of every connection is shut down first (see resilience/abort.py): a gloo
+        group that user objects (DDP) still reference keeps its connections open after
+        ``destroy_process_group``, and a peer blocked in a collective with us would wait.
+        """
+        self._watch.release_now()  # peers blocked on us fail now, not at a timeout
+        self._drain_background(raise_errors=False)
+        self._watch.leave()
+        self.replicator = None
+        self.state_group = None
+        gc.collect()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as err:  # noqa: BLE001
+                log.debug("destroy of the process group failed: %s", err)
+        gc.collect()
+
+
+def _collateral(err: BaseException) -> bool:
+    """A failure caused by another rank's fault (a collective that lost its peer)."""
+    text = str(err)
+    markers = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out", "timed out",
+               "NCCL", "closed", "DistBackendError")
+    return isinstance(err, getattr(dist, "DistBackendError", ())) or any(m in text for m in markers)
+
+
+class _GenerationWatch:
+    """The generation this process is in, and how to leave it in a hurry.
+
+    Shared by the main thread (enter/leave) and the heartbeat thread, which releases the
+    main thread from a blocked collective as soon as the supervisor publishes a newer plan.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.generation = 0
+        self._backend = "gloo"
+        self._sockets: GroupSockets | None = None
+        self._groups: list[dist.ProcessGroup] = []
+        self._released = False
+
+    def enter(self, generation: int, backend: str, sockets: GroupSockets, groups: list) -> None:
+        with self._lock:
+            self.generation, self._backend, self._sockets, self._groups = generation, backend, sockets, groups
+            self._released = False
+
+    def leave(self) -> None:
+        with self._lock:
+            self._sockets, self._groups = None, []
+
+    def release_now(self) -> bool:
+        with self._lock:
+            if self._released or self._sockets is None:
+                return False
+            self._released = True
+            release(self._backend, self._sockets, self._groups)
+            return True
+
+
+class _Heartbeat:
+    """Tells the supervisor this process is alive, and watches for the end of its generation.
+
+    The heartbeat is a counter bumped on the thread's own store connection. A hung process
+    (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
+    the hang timeout, which turns a hang into an ordinary process fault. Between beats the
+    thread polls for a newer plan: when one appears while this process still runs the old
+    generation, it releases the main thread (see :mod:`resilience.abort`).
+    """
+
+    POLL_S = 0.05
+
+    def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: _GenerationWatch) -> None:
+        self.store = store.clone()
+        self.key = membership.heartbeat_key(slot)
+        self.period_s = period_s
+        self.watch = watch
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self.store.add(self.key, 1)
+                    next_beat = now + self.period_s
+                generation = self.watch.generation
+                if generation and self.store.check([membership.plan_key(generation + 1)]):
+                    if self.watch.release_now():
+                        log.info("generation %d ended: released this rank", generation)
+            except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
+                if not self._stop.is_set():
+                    os._exit(3)
+                return
+            self._stop.wait(self.POLL_S)

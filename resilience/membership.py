@@ -1,0 +1,163 @@
+"""Membership by generation, on a store that is not any rank.
+
+The supervisor hosts a ``TCPStore``; losing rank 0 therefore never loses the store. Every
+(re-)formation of the job is a *generation* G with a :class:`Plan`: which process (slot)
+holds which rank. Ranks read plans; only the supervisor writes them. The world size is a
+field of the plan, so a later generation may have another size (elastic training).
+
+All keys live here, so that the supervisor and the ranks cannot disagree on them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+
+import torch.distributed as dist
+
+SHUTDOWN = "shutdown"
+
+
+def plan_key(generation: int) -> str:
+    return f"plan/{generation}"
+
+
+def pg_prefix(generation: int) -> str:
+    return f"pg/{generation}/"
+
+
+def heartbeat_key(slot: str) -> str:
+    return f"hb/{slot}"
+
+
+def report_key(generation: int, slot: str) -> str:
+    return f"report/{generation}/{slot}"
+
+
+def report_seq_key(generation: int) -> str:
+    return f"report-seq/{generation}"
+
+
+def recovery_key(generation: int) -> str:
+    return f"recovery/{generation}"
+
+
+def first_step_key(generation: int) -> str:
+    return f"first-step/{generation}"
+
+
+def fired_key(index: int) -> str:
+    return f"inject-fired/{index}"
+
+
+def node_kill_key(node: int) -> str:
+    return f"inject-node/{node}"
+
+
+PROGRESS = "progress"
+STATS = "stats"
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    node: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Generation G: rank -> slot, and where each slot runs."""
+
+    generation: int
+    world_size: int
+    members: dict[int, str]
+    slots: dict[str, SlotInfo]
+    procs_per_node: int
+    replaced: tuple[int, ...] = ()
+    reason: str = ""
+    config: dict = field(default_factory=dict)
+
+    def rank_of(self, slot: str) -> int | None:
+        for rank, s in self.members.items():
+            if s == slot:
+                return rank
+        return None
+
+    def node_of_rank(self, rank: int) -> int:
+        return self.slots[self.members[rank]].node
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["members"] = {str(k): v for k, v in self.members.items()}
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Plan":
+        data = json.loads(text)
+        return cls(
+            generation=data["generation"],
+            world_size=data["world_size"],
+            members={int(k): v for k, v in data["members"].items()},
+            slots={k: SlotInfo(**v) for k, v in data["slots"].items()},
+            procs_per_node=data["procs_per_node"],
+            replaced=tuple(data.get("replaced", ())),
+            reason=data.get("reason", ""),
+            config=data.get("config", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a rank says at the end of its part in a generation."""
+
+    kind: str  # "done" | "error" | "unrecoverable"
+    rank: int
+    seq: int = 0
+    message: str = ""
+    traceback: str = ""
+    collateral: bool = False
+    t: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Report":
+        return cls(**json.loads(text))
+
+
+def connect(host: str, port: int, timeout_s: float = 60.0) -> dist.TCPStore:
+    return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def publish_plan(store: dist.Store, plan: Plan) -> None:
+    store.set(plan_key(plan.generation), plan.to_json())
+
+
+def wait_plan(store: dist.Store, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
+    """Block until a generation after ``after`` includes ``slot``; None on shutdown.
+
+    Generations that do not include this slot (a spare not yet needed) are skipped.
+    """
+    generation = after + 1
+    while True:
+        if store.check([plan_key(generation)]):
+            plan = Plan.from_json(store.get(plan_key(generation)))
+            if plan.rank_of(slot) is not None:
+                return plan
+            generation += 1
+            continue
+        if store.check([SHUTDOWN]):
+            return None
+        time.sleep(poll_s)
+
+
+def report(store: dist.Store, generation: int, slot: str, rep: Report) -> Report:
+    """Record a report with its order among this generation's reports (the first error is
+    the cause; later ones are its consequences)."""
+    seq = store.add(report_seq_key(generation), 1)
+    rep = Report(**{**asdict(rep), "seq": seq, "t": time.time()})
+    store.set(report_key(generation, slot), rep.to_json())
+    return rep

@@ -1,0 +1,212 @@
+"""Who holds whose state, how a generation agrees on the step to resume, and the transfers.
+
+Every rank keeps its last two committed snapshots (own memory). Data-parallel (replicated)
+state is the same on every rank, so any live peer can serve it. Sharded state (e.g. a
+ZeRO-1 optimizer shard) exists once per rank, so each rank also sends its shard to
+``factor - 1`` buddy ranks on other nodes after each commit, in the background.
+
+At re-formation, :func:`plan_recovery` (pure) picks the newest step that every survivor
+still holds and for which every replaced rank's state can be fetched; a survivor that got
+one step further rolls back to it (commits are all-or-nothing across survivors). It never
+picks a step for which some state is missing: that is :class:`Unrecoverable`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from resilience.snapshot import Snapshot, empty_like_layout, layout
+
+KEEP = 2  # snapshots kept per owner: the last commit and the one before (for rollback)
+
+
+class Unrecoverable(RuntimeError):
+    """Some rank's state exists on no live process: peers cannot restore it."""
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What one rank can offer: steps of its own state, and of buddies' shards it holds."""
+
+    rank: int
+    own: tuple[int, ...] = ()
+    replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    sharded: bool = False
+
+
+@dataclass(frozen=True)
+class Transfer:
+    src: int
+    dst: int
+    part: str  # "replicated" | "sharded"
+    owner: int
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    step: int  # -1: nothing committed yet, start from scratch
+    transfers: tuple[Transfer, ...] = ()
+
+    def source(self, rank: int) -> str:
+        return "peer" if any(t.dst == rank for t in self.transfers) else "self"
+
+
+def buddies(rank: int, world: int, procs_per_node: int, factor: int) -> list[int]:
+    """Ranks that hold copies of ``rank``'s shard: same local rank on the next nodes."""
+    out: list[int] = []
+    for k in range(1, factor):
+        b = (rank + k * procs_per_node) % world
+        if b != rank and b not in out:
+            out.append(b)
+    return out
+
+
+def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2) -> RecoveryPlan:
+    """Pick the step to resume at and the transfers that give every rank its state. Pure."""
+    sharded = any(h.sharded for h in holdings.values())
+    survivors = {r: set(h.own) for r, h in holdings.items() if h.own}
+    if not survivors:
+        return RecoveryPlan(-1)
+    candidates = sorted(set().union(*survivors.values()), reverse=True)
+    missing = ""
+    for step in candidates:
+        if any(step not in steps for steps in survivors.values()):
+            continue
+        donors = sorted(r for r, steps in survivors.items() if step in steps)
+        transfers: list[Transfer] = []
+        for rank in range(world):
+            if rank in survivors:
+                continue
+            donor = donors[rank % len(donors)]  # spread the load over live peers
+            transfers.append(Transfer(donor, rank, "replicated", donor))
+            if sharded:
+                holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()))
+                if not holders:
+                    missing = (f"the state of rank {rank} at step {step} is on no live process: every holder of its "
+                               f"shard was lost (replication factor {factor})")
+                    break
+                transfers.append(Transfer(holders[0], rank, "sharded", rank))
+        else:
+            return RecoveryPlan(step, tuple(transfers))
+        if missing:
+            break
+    raise Unrecoverable(missing or "the survivors hold no common committed step (they are more than one step apart)")
+
+
+class SnapshotRing:
+    """The last ``KEEP`` snapshots of one owner's state, by step."""
+
+    def __init__(self) -> None:
+        self._by_step: dict[int, Snapshot] = {}
+
+    def put(self, snap: Snapshot) -> None:
+        self._by_step[snap.step] = snap
+        for step in sorted(self._by_step)[:-KEEP]:
+            del self._by_step[step]
+
+    def get(self, step: int) -> Snapshot | None:
+        return self._by_step.get(step)
+
+    def steps(self) -> tuple[int, ...]:
+        return tuple(sorted(self._by_step))
+
+    def oldest(self) -> Snapshot | None:
+        """A buffer donor for the next capture, once the ring is full."""
+        if len(self._by_step) < KEEP:
+            return None
+        return self._by_step[min(self._by_step)]
+
+    def drop_after(self, step: int) -> None:
+        for s in [s for s in self._by_step if s > step]:
+            del self._by_step[s]
+
+    def clear(self) -> None:
+        self._by_step.clear()
+
+
+# --- transfers over a (gloo) process group -------------------------------------------------
+
+def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None) -> int:
+    meta = pickle.dumps((snap.step, snap.skeleton, layout(snap), snap.checksum()))
+    dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group)
+    dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group)
+    for key in sorted(snap.buffers):
+        dist.send(snap.buffers[key], dst, group=group)
+    return snap.nbytes
+
+
+def recv_snapshot(src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
+    size = torch.empty(1, dtype=torch.int64)
+    dist.recv(size, src, group=group)
+    meta = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.recv(meta, src, group=group)
+    step, skeleton, sizes, checksum = pickle.loads(meta.numpy().tobytes())
+    snap = empty_like_layout(step, skeleton, sizes)
+    for key in sorted(snap.buffers):
+        dist.recv(snap.buffers[key], src, group=group)
+    if snap.checksum() != checksum:
+        raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
+    return snap
+
+
+class BuddyReplicator:
+    """Sends this rank's shard to its buddies after each commit, on a background thread.
+
+    Uses its own process group, so that its traffic never interleaves with the training
+    collectives of the main thread. At most one round is in flight: :meth:`wait` is called
+    before the next commit reuses buffers.
+    """
+
+    def __init__(self, group: dist.ProcessGroup, rank: int, world: int, procs_per_node: int, factor: int,
+                 replicas: dict[int, SnapshotRing]) -> None:
+        self.group = group
+        self.targets = buddies(rank, world, procs_per_node, factor)
+        self.sources = [s for s in range(world) if rank in buddies(s, world, procs_per_node, factor)]
+        self.replicas = replicas
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.bytes_sent = 0
+
+    def start(self, snap: Snapshot) -> None:
+        self.wait()
+        if not self.targets and not self.sources:
+            return
+        self._thread = threading.Thread(target=self._round, args=(snap,), name="sres-replicate", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _round(self, snap: Snapshot) -> None:
+        try:
+            # Pairs are ordered by rank so that two buddies never both wait to receive first.
+            peers = sorted(set(self.targets) | set(self.sources))
+            me = dist.get_rank()
+            for peer in peers:
+                sending, receiving = peer in self.targets, peer in self.sources
+                if me < peer:
+                    if sending:
+                        self.bytes_sent += send_snapshot(snap, peer, self.group)
+                    if receiving:
+                        self._store(peer, recv_snapshot(peer, self.group))
+                else:
+                    if receiving:
+                        self._store(peer, recv_snapshot(peer, self.group))
+                    if sending:
+                        self.bytes_sent += send_snapshot(snap, peer, self.group)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
+            self._error = err
+
+    def _store(self, owner: int, snap: Snapshot) -> None:
+        self.replicas.setdefault(owner, SnapshotRing()).put(snap)
