@@ -14,7 +14,8 @@
 """
 
 from resilience.api import Context, run
+from resilience.ddp import ddp
 from resilience.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer
 
-__all__ = ["Context", "run", "ShardedOptimizer", "Unrecoverable"]
+__all__ = ["Context", "run", "ddp", "ShardedOptimizer", "Unrecoverable"]

@@ -65,7 +65,7 @@ def main() -> None:
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         ctx.register(model=model, optimizer=opt)
-        ddp = torch.nn.parallel.DistributedDataParallel(model) if dist.is_initialized() else model
+        ddp = resilience.ddp(model) if dist.is_initialized() else model
         loss = torch.tensor(float("nan"))
         for step in ctx.steps(args.steps):
             x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
