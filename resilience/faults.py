@@ -11,6 +11,9 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             after the optimizer step, before the commit is recorded
 =========================== ==================================================
 
+``gen=G`` in place of ``step=S`` (``kill`` and ``node`` only) fires when the target enters
+generation G, that is while the job re-forms after an earlier fault: a fault during recovery.
+
 Each spec fires once per run: the coordination store records that it fired, so a rank that
 replays step S after recovery does not fault again.
 """
@@ -37,19 +40,21 @@ class InjectedFault(RuntimeError):
 @dataclass(frozen=True)
 class Injection:
     kind: str
-    step: int
+    step: int | None
     rank: int | None = None
     node: int | None = None
     index: int = 0
+    generation: int | None = None
 
     @property
     def spec(self) -> str:
         target = f"{self.node}" if self.kind == "node" else f"rank={self.rank}"
-        return f"{self.kind}:{target}:step={self.step}"
+        when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
+        return f"{self.kind}:{target}:{when}"
 
 
-_RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit):rank=(\d+):step=(\d+)$")
-_NODE_SPEC = re.compile(r"^node:(\d+):step=(\d+)$")
+_RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit):rank=(\d+):(step|gen)=(\d+)$")
+_NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 
 
 def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
@@ -58,28 +63,42 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
         if not raw:
             continue
         if m := _RANK_SPEC.match(raw):
-            out.append(Injection(m.group(1), int(m.group(3)), rank=int(m.group(2)), index=index))
+            kind, target, when, value = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+            if when == "gen" and kind != "kill":
+                raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with kill and node only")
+            out.append(_injection(kind, when, value, index, rank=target))
         elif m := _NODE_SPEC.match(raw):
-            out.append(Injection("node", int(m.group(2)), node=int(m.group(1)), index=index))
+            out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
         else:
             kind = raw.split(":", 1)[0]
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
-                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S"
+                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit:rank=R:step=S "
+                "or node:N:step=S (gen=G for kill and node)"
             )
     return tuple(out)
+
+
+def _injection(kind: str, when: str, value: int, index: int, **target: int) -> Injection:
+    if when == "gen":
+        if value < 2:
+            raise InjectSpecError(f"gen={value}: generation 1 is the start; a fault during recovery needs gen >= 2")
+        return Injection(kind, None, index=index, generation=value, **target)
+    return Injection(kind, value, index=index, **target)
 
 
 def parse_env(value: str | None) -> tuple[Injection, ...]:
     return parse(value.split(";")) if value else ()
 
 
-def due(injections: Iterable[Injection], *, step: int, rank: int, node: int, kinds: Iterable[str]) -> list[Injection]:
-    """Injections that target this rank (or its node) at this step. Pure."""
+def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterable[str],
+        step: int | None = None, generation: int | None = None) -> list[Injection]:
+    """Injections that target this rank (or its node) at this step or generation. Pure."""
     kinds = set(kinds)
     return [
         i for i in injections
-        if i.kind in kinds and i.step == step
+        if i.kind in kinds
+        and ((step is not None and i.step == step) or (generation is not None and i.generation == generation))
         and ((i.kind == "node" and i.node == node) or (i.kind != "node" and i.rank == rank))
     ]
 

@@ -115,6 +115,10 @@ class Agent:
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
+        self._inject(faults.due(self.env.injections, generation=plan.generation, rank=self.rank,
+                                node=self.env.node, kinds=("kill", "node")))
+        if not membership.join(self.store, plan):
+            return False  # a later fault superseded this generation: go to the newest plan
         failure: tuple[str, str, str, bool] | None = None
         try:
             self._form(plan)
@@ -183,9 +187,6 @@ class Agent:
             ring.drop_after(recovery.step)
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
-        if self.sharded:
-            self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                              self.env.replication_factor, self.replicas)
         moved_total = [0] * plan.world_size
         dist.all_gather_object(moved_total, moved, group=self.state_group)
         if self.rank == 0:
@@ -208,13 +209,16 @@ class Agent:
     # --- hooks called by Context ----------------------------------------------------------------
 
     def before_step(self, step: int) -> None:
-        kinds = ("kill", "node", "raise", "hang")
-        for injection in faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node, kinds=kinds):
+        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
+                                kinds=("kill", "node", "raise", "hang")))
+
+    def _inject(self, due: list[faults.Injection]) -> None:
+        for injection in due:
             if self.store.add(membership.fired_key(injection.index), 1) != 1:
                 continue
             if injection.kind == "node":
                 # A node dies as a whole: the supervisor SIGKILLs every process of it.
-                self.store.set(membership.node_kill_key(self.env.node), str(step))
+                self.store.set(membership.node_kill_key(self.env.node), injection.spec)
                 time.sleep(3600)
             faults.perform(injection)
 
@@ -224,11 +228,13 @@ class Agent:
         self._drain_background()
 
     def after_commit(self, step: int, states: dict[str, dict[str, Any]]) -> None:
-        for injection in faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                    kinds=("kill-during-commit",)):
-            if self.store.add(membership.fired_key(injection.index), 1) == 1:
-                faults.perform(injection)
+        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
+                                kinds=("kill-during-commit",)))
         self.sharded = self.sharded or bool(states["sharded"])
+        if self.sharded and self.replicator is None:
+            plan = self.plan
+            self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
+                                              self.env.replication_factor, self.replicas)
         reuse = {kind: self.own[kind].oldest() for kind in self.own}
         self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
                                          name="sres-snapshot", daemon=True)

@@ -28,6 +28,10 @@ def pg_prefix(generation: int) -> str:
     return f"pg/{generation}/"
 
 
+def join_key(generation: int) -> str:
+    return f"join/{generation}"
+
+
 def heartbeat_key(slot: str) -> str:
     return f"hb/{slot}"
 
@@ -139,19 +143,37 @@ def publish_plan(store: dist.Store, plan: Plan) -> None:
 def wait_plan(store: dist.Store, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
     """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
-    Generations that do not include this slot (a spare not yet needed) are skipped.
+    Always the newest such generation: a process that starts late (a cold respawn) must not
+    join a generation that a later fault has already ended. Generations that do not include
+    this slot (a spare not yet needed) are passed over.
     """
-    generation = after + 1
+    newest = after
     while True:
-        if store.check([plan_key(generation)]):
-            plan = Plan.from_json(store.get(plan_key(generation)))
+        while store.check([plan_key(newest + 1)]):
+            newest += 1
+        if newest > after:
+            plan = Plan.from_json(store.get(plan_key(newest)))
             if plan.rank_of(slot) is not None:
                 return plan
-            generation += 1
-            continue
+            after = newest
         if store.check([SHUTDOWN]):
             return None
         time.sleep(poll_s)
+
+
+def join(store: dist.Store, plan: Plan, poll_s: float = 0.01) -> bool:
+    """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it.
+
+    ``init_process_group`` would block until its timeout for a member that will never come
+    (it died after the plan was made); this barrier notices the newer plan instead, so a
+    fault during re-formation costs one poll, not a timeout.
+    """
+    store.add(join_key(plan.generation), 1)
+    while store.add(join_key(plan.generation), 0) < plan.world_size:
+        if store.check([plan_key(plan.generation + 1)]) or store.check([SHUTDOWN]):
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def report(store: dist.Store, generation: int, slot: str, rep: Report) -> Report:

@@ -88,14 +88,14 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
             if sharded:
                 holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()))
                 if not holders:
-                    missing = (f"the state of rank {rank} at step {step} is on no live process: every holder of its "
-                               f"shard was lost (replication factor {factor})")
+                    # The buddy copy of this step may have been cut off by the fault: an older
+                    # step that every survivor still holds may be complete.
+                    missing = missing or (f"the state of rank {rank} at step {step} is on no live process: every "
+                                          f"holder of its shard was lost (replication factor {factor})")
                     break
                 transfers.append(Transfer(holders[0], rank, "sharded", rank))
         else:
             return RecoveryPlan(step, tuple(transfers))
-        if missing:
-            break
     raise Unrecoverable(missing or "the survivors hold no common committed step (they are more than one step apart)")
 
 
