@@ -348,10 +348,21 @@ class Supervisor:
             seconds = first_step_t - fault.t
             self.events.emit("recovered", generation=g, step=info["step"], source=info["source"],
                              bytes=info["bytes"], seconds=seconds, steps_lost=max(0, fault.progress - info["step"]),
-                             recover_s=info["recover_s"])
+                             release_s=self._release_seconds(fault), reform_s=info["formed_t"] - fault.t,
+                             transfer_s=info["recovered_t"] - info["formed_t"],
+                             first_step_s=first_step_t - info["recovered_t"])
             self._say(f"recovered: generation {g} resumed after step {info['step']} from {info['source']} "
                       f"in {seconds:.2f} s")
         self.pending.clear()
+
+    def _release_seconds(self, fault: _Fault) -> float | None:
+        """From the fault to the last survivor leaving the faulted generation (its report)."""
+        times = []
+        for slot in self.slots:
+            key = membership.report_key(fault.generation, slot)
+            if self.store.check([key]):
+                times.append(Report.from_json(self.store.get(key)).t)
+        return max(times) - fault.t if times else None
 
     def _finish(self) -> Outcome:
         self._check_recovered()

@@ -164,7 +164,7 @@ class Agent:
         self._last_commit_t = None
 
     def _recover(self, plan: Plan) -> RecoveryPlan:
-        started = time.perf_counter()
+        started, formed_t = time.perf_counter(), time.time()
         self._drain_background(raise_errors=False)
         mine = Holdings(self.rank, own=self.own["replicated"].steps(),
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
@@ -193,6 +193,7 @@ class Agent:
             self.store.set(membership.recovery_key(plan.generation), json.dumps({
                 "step": recovery.step, "source": "peer" if recovery.transfers else "self",
                 "bytes": sum(moved_total) // 2, "recover_s": time.perf_counter() - started,
+                "formed_t": formed_t, "recovered_t": time.time(),
             }))
         return recovery
 

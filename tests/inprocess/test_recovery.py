@@ -1,0 +1,84 @@
+"""In-process recovery end to end: every fault kind ends bitwise equal to a fault-free run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.inprocess.conftest import sres_run
+
+
+@pytest.mark.parametrize("spec, source", [
+    ("kill:rank=2:step=5", "peer"),
+    ("node:1:step=6", "peer"),
+    ("raise:rank=1:step=4", "self"),
+    ("hang:rank=3:step=5", "peer"),
+    ("kill-during-commit:rank=0:step=7", "peer"),
+])
+def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, spec, source):
+    run = sres_run(tmp_path, "--spares", "1", "--inject", spec)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == reference
+    (fault,) = run.of("fault")
+    (recovered,) = run.of("recovered")
+    assert fault["kind"] == {"kill": "kill", "node": "node", "raise": "exception", "hang": "hang",
+                             "kill-during-commit": "kill"}[spec.split(":")[0]]
+    assert recovered["source"] == source and recovered["steps_lost"] == 0
+    assert recovered["seconds"] > 0 and recovered["generation"] == 2
+    # Survivors blocked in a collective leave it at once, not at a collective timeout.
+    assert recovered["release_s"] is not None and recovered["release_s"] < 2.0, recovered
+    (finished,) = run.of("finished")
+    assert finished["steps"] == 14 and finished["faults"] == 1
+    assert "run finished: 14 steps, 1 fault(s)" in run.stderr
+
+
+def test_rank0_loss_then_node_loss_during_the_recovery(tmp_path, reference):
+    run = sres_run(tmp_path, "--spares", "1", "--inject", "kill:rank=0:step=5", "--inject", "node:2:gen=2")
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == reference
+    assert [(f["kind"], f["rank"]) for f in run.of("fault")] == [("kill", 0), ("node", 2)]
+    assert {r["source"] for r in run.of("recovered")} == {"peer"}
+
+
+def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_reference):
+    run = sres_run(tmp_path, "--spares", "1", "--inject", "node:2:step=6", train_args=("--sharded",))
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == sharded_reference
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
+
+
+def test_losing_both_holders_of_a_shard_fails_with_one_clear_line(tmp_path):
+    run = sres_run(tmp_path, "--spares", "2", "--inject", "node:1:step=6", "--inject", "node:2:step=6",
+                   train_args=("--sharded",))
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "could not be recovered from peers" in lines[0] and "every holder" in lines[0]
+    assert run.digests() == {}  # nobody went on with wrong state
+    assert run.of("failed") and not run.of("finished")
+
+
+def test_node_loss_without_a_spare_fails_clearly(tmp_path):
+    run = sres_run(tmp_path, "--inject", "node:1:step=4")
+    assert run.returncode == 1
+    assert "no spare node is left (start with --spares)" in run.stderr
+
+
+def test_train_that_always_raises_gives_up_with_the_traceback_once(tmp_path):
+    run = sres_run(tmp_path, "--max-restarts", "2", train_args=("--fail-always",))
+    assert run.returncode == 1
+    assert run.stderr.count("Traceback (most recent call last)") == 1
+    traceback = run.stderr[run.stderr.index("Traceback"):]
+    assert 'raise ValueError("this train function always fails")' in traceback
+    assert "gave up after 2 restart(s)" in run.stderr
+    assert len(run.of("fault")) == 3
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--inject", "explode:rank=1:step=2"), "unknown kind 'explode'"),
+    (("--nodes", "0"), "--nodes must be at least 1"),
+    (("--inject", "kill:rank=7:step=2"), "there are ranks 0..3"),
+])
+def test_bad_input_is_one_line(tmp_path, args, words):
+    run = sres_run(tmp_path, *args)
+    assert run.returncode == 1
+    assert words in run.stderr and "Traceback" not in run.stderr

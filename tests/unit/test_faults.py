@@ -1,0 +1,35 @@
+import pytest
+
+from resilience.faults import InjectSpecError, due, parse
+
+
+def test_parse_every_kind():
+    specs = parse(["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3", "hang:rank=3:step=4",
+                   "kill-during-commit:rank=2:step=9", "node:1:gen=2", "kill:rank=0:gen=3"])
+    assert [s.spec for s in specs] == ["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3",
+                                       "hang:rank=3:step=4", "kill-during-commit:rank=2:step=9",
+                                       "node:1:gen=2", "kill:rank=0:gen=3"]
+    assert [s.index for s in specs] == list(range(7))
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("explode:rank=1:step=2", "unknown kind 'explode'"),
+    ("kill:rank=x:step=2", "bad form"),
+    ("kill:step=2", "bad form"),
+    ("node:1", "bad form"),
+    ("raise:rank=1:gen=2", "gen= works with kill and node only"),
+    ("node:1:gen=1", "gen >= 2"),
+])
+def test_bad_specs_name_the_spec(bad, words):
+    with pytest.raises(InjectSpecError) as info:
+        parse([bad])
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_due_matches_rank_node_step_and_generation():
+    specs = parse(["kill:rank=1:step=5", "node:2:step=5", "node:2:gen=3"])
+    assert [i.spec for i in due(specs, step=5, rank=1, node=0, kinds=["kill", "node"])] == ["kill:rank=1:step=5"]
+    assert [i.spec for i in due(specs, step=5, rank=0, node=2, kinds=["kill", "node"])] == ["node:2:step=5"]
+    assert [i.spec for i in due(specs, generation=3, rank=0, node=2, kinds=["node"])] == ["node:2:gen=3"]
+    assert due(specs, step=4, rank=1, node=2, kinds=["kill", "node"]) == []

@@ -1,0 +1,58 @@
+"""plan_recovery: which step a generation resumes at, and who sends what. Pure."""
+
+import pytest
+
+from resilience.replication import Holdings, Transfer, Unrecoverable, buddies, plan_recovery
+
+
+def test_fresh_start_has_nothing_to_move():
+    plan = plan_recovery(4, {r: Holdings(r) for r in range(4)})
+    assert plan.step == -1 and plan.transfers == ()
+
+
+def test_replicated_state_comes_from_a_live_peer():
+    holdings = {0: Holdings(0, own=(8, 9)), 1: Holdings(1), 2: Holdings(2, own=(8, 9)), 3: Holdings(3, own=(8, 9))}
+    plan = plan_recovery(4, holdings)
+    assert plan.step == 9
+    assert plan.transfers == (Transfer(2, 1, "replicated", 2),)
+    assert plan.source(1) == "peer" and plan.source(0) == "self"
+
+
+def test_a_survivor_one_commit_ahead_rolls_back():
+    holdings = {0: Holdings(0, own=(8, 9)), 1: Holdings(1, own=(7, 8)), 2: Holdings(2, own=(8, 9))}
+    assert plan_recovery(3, holdings).step == 8
+
+
+def test_sharded_state_comes_from_the_buddy():
+    holdings = {
+        0: Holdings(0, own=(4, 5), replicas={3: (4, 5)}, sharded=True),
+        1: Holdings(1),  # replaced
+        2: Holdings(2, own=(4, 5), replicas={1: (4, 5)}, sharded=True),
+        3: Holdings(3, own=(4, 5), replicas={2: (4, 5)}, sharded=True),
+    }
+    plan = plan_recovery(4, holdings)
+    assert plan.step == 5
+    assert Transfer(2, 1, "sharded", 1) in plan.transfers
+
+
+def test_buddy_copy_cut_off_by_the_fault_rolls_back_one_step():
+    holdings = {
+        0: Holdings(0, own=(4, 5), replicas={3: (4, 5)}, sharded=True),
+        1: Holdings(1),
+        2: Holdings(2, own=(4, 5), replicas={1: (3, 4)}, sharded=True),
+        3: Holdings(3, own=(4, 5), replicas={2: (4, 5)}, sharded=True),
+    }
+    assert plan_recovery(4, holdings).step == 4
+
+
+def test_losing_both_holders_of_a_shard_is_unrecoverable():
+    holdings = {0: Holdings(0, own=(5,), replicas={3: (5,)}, sharded=True), 1: Holdings(1), 2: Holdings(2),
+                3: Holdings(3, own=(5,), replicas={2: (5,)}, sharded=True)}
+    with pytest.raises(Unrecoverable, match="rank 1 at step 5 is on no live process"):
+        plan_recovery(4, holdings)
+
+
+def test_buddies_are_on_other_nodes():
+    assert buddies(0, world=8, procs_per_node=2, factor=2) == [2]
+    assert buddies(7, world=8, procs_per_node=2, factor=3) == [1, 3]
+    assert buddies(0, world=1, procs_per_node=1, factor=2) == []
