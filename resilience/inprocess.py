@@ -100,6 +100,11 @@ class Agent:
 
     def run(self, train: Callable[[Context], None]) -> None:
         self._heartbeat.start()
+        _warm_up()
+        # Everything imported so far lives as long as the process: keep it out of the
+        # collector's way, so that the collection at each teardown scans only new objects
+        # (measured: 0.2-0.3 s per collection without this, on the recovery path).
+        gc.freeze()
         generation = 0
         try:
             while True:
@@ -294,13 +299,28 @@ class Agent:
         self._watch.leave()
         self.replicator = None
         self.state_group = None
-        gc.collect()
+        gc.collect()  # cheap after gc.freeze(): drops the failed train's objects (DDP, graph)
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
             except Exception as err:  # noqa: BLE001
                 log.debug("destroy of the process group failed: %s", err)
-        gc.collect()
+
+
+def _warm_up() -> None:
+    """Pay the first-use costs (lazy imports behind the optimizer and autograd, allocator
+    growth) now, while nothing waits for this process: a warm spare that pays them after it
+    is given a rank makes every survivor wait in DDP's first broadcast (measured: 1.1 s)."""
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    states = snapshot.materialize(snapshot.capture({"model": model.state_dict(), "opt": opt.state_dict()}, 0))
+    model.load_state_dict(states["model"])
+    opt.load_state_dict(states["opt"])
 
 
 def _collateral(err: BaseException) -> bool:
