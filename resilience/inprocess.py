@@ -88,6 +88,8 @@ class Agent:
         self.rank = -1
         self.state_group: dist.ProcessGroup | None = None
         self.replicator: BuddyReplicator | None = None
+        self._live: Context | None = None
+        self._in_commit = False
         self._capture: threading.Thread | None = None
         self._capture_error: BaseException | None = None
         self._commits_this_generation = 0
@@ -131,6 +133,7 @@ class Agent:
             restored = self._restored_state(recovery.step)
             ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self)
+            self._live = ctx
             train(ctx)
             self._drain_background()
             dist.barrier()  # every rank finished: nobody will need our state any more
@@ -171,7 +174,8 @@ class Agent:
     def _recover(self, plan: Plan) -> RecoveryPlan:
         started, formed_t = time.perf_counter(), time.time()
         self._drain_background(raise_errors=False)
-        mine = Holdings(self.rank, own=self.own["replicated"].steps(),
+        self._capture_live()
+        mine = Holdings(self.rank, own=self.own["replicated"].steps(), shards=self.own["sharded"].steps(),
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
@@ -201,6 +205,24 @@ class Agent:
                 "formed_t": formed_t, "recovered_t": time.time(),
             }))
         return recovery
+
+    def _capture_live(self) -> None:
+        """Snapshot the previous generation's objects, once, now that they are needed.
+
+        Data-parallel state is not copied at every commit: the registered objects of the
+        failed generation hold exactly the last commit, unless the fault cut a commit off
+        (then this rank gets the state from a peer). Sharded runs snapshot every commit
+        instead, since their buddies may force a rollback to the commit before.
+        """
+        ctx, self._live = self._live, None
+        dirty, self._in_commit = self._in_commit, False
+        if self.sharded:
+            return
+        if ctx is None:
+            return
+        self.own["replicated"].clear()
+        if not dirty and ctx.step >= 0:
+            self.own["replicated"].put(snapshot.capture(ctx.states()["replicated"], ctx.step))
 
     def _restored_state(self, step: int) -> dict[str, Any] | None:
         if step < 0:
@@ -232,19 +254,22 @@ class Agent:
         # The previous commit's copy and buddy round must finish before the optimizer
         # changes the state they read.
         self._drain_background()
+        self._in_commit = True
 
     def after_commit(self, step: int, states: dict[str, dict[str, Any]]) -> None:
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill-during-commit",)))
+        self._in_commit = False
         self.sharded = self.sharded or bool(states["sharded"])
-        if self.sharded and self.replicator is None:
-            plan = self.plan
-            self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                              self.env.replication_factor, self.replicas)
-        reuse = {kind: self.own[kind].oldest() for kind in self.own}
-        self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
-                                         name="sres-snapshot", daemon=True)
-        self._capture.start()
+        if self.sharded:
+            if self.replicator is None:
+                plan = self.plan
+                self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
+                                                  self.env.replication_factor, self.replicas)
+            reuse = {kind: self.own[kind].oldest() for kind in self.own}
+            self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
+                                             name="sres-snapshot", daemon=True)
+            self._capture.start()
         now = time.perf_counter()
         if self._last_commit_t is not None:
             self._step_times.append(now - self._last_commit_t)

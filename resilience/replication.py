@@ -36,6 +36,9 @@ class Holdings:
 
     rank: int
     own: tuple[int, ...] = ()
+    """Steps of this rank's replicated (data-parallel) state."""
+    shards: tuple[int, ...] = ()
+    """Steps of this rank's own sharded state."""
     replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     sharded: bool = False
 
@@ -68,35 +71,38 @@ def buddies(rank: int, world: int, procs_per_node: int, factor: int) -> list[int
 
 
 def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2) -> RecoveryPlan:
-    """Pick the step to resume at and the transfers that give every rank its state. Pure."""
+    """Pick the step to resume at and the transfers that give every rank its state. Pure.
+
+    The newest step for which the replicated state exists somewhere and every rank's shard
+    (sharded runs) exists on itself or a buddy. Ranks lacking the replicated state at that
+    step (replaced, behind by one commit, or cut off inside a commit) receive it from a live
+    peer; ranks lacking their shard receive it from a buddy.
+    """
     sharded = any(h.sharded for h in holdings.values())
-    survivors = {r: set(h.own) for r, h in holdings.items() if h.own}
-    if not survivors:
+    candidates = sorted(set().union(*(h.own for h in holdings.values())), reverse=True)
+    if not candidates:
         return RecoveryPlan(-1)
-    candidates = sorted(set().union(*survivors.values()), reverse=True)
     missing = ""
     for step in candidates:
-        if any(step not in steps for steps in survivors.values()):
-            continue
-        donors = sorted(r for r, steps in survivors.items() if step in steps)
+        donors = sorted(r for r, h in holdings.items() if step in h.own)
         transfers: list[Transfer] = []
         for rank in range(world):
-            if rank in survivors:
-                continue
-            donor = donors[rank % len(donors)]  # spread the load over live peers
-            transfers.append(Transfer(donor, rank, "replicated", donor))
-            if sharded:
+            mine = holdings.get(rank, Holdings(rank))
+            if step not in mine.own:
+                donor = donors[rank % len(donors)]  # spread the load over live peers
+                transfers.append(Transfer(donor, rank, "replicated", donor))
+            if sharded and step not in mine.shards:
                 holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()))
                 if not holders:
                     # The buddy copy of this step may have been cut off by the fault: an older
-                    # step that every survivor still holds may be complete.
+                    # step may be complete.
                     missing = missing or (f"the state of rank {rank} at step {step} is on no live process: every "
                                           f"holder of its shard was lost (replication factor {factor})")
                     break
                 transfers.append(Transfer(holders[0], rank, "sharded", rank))
         else:
             return RecoveryPlan(step, tuple(transfers))
-    raise Unrecoverable(missing or "the survivors hold no common committed step (they are more than one step apart)")
+    raise Unrecoverable(missing or "no committed step is held by the survivors")
 
 
 class SnapshotRing:

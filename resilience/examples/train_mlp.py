@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -67,6 +69,8 @@ def main() -> None:
         ctx.register(model=model, optimizer=opt)
         ddp = resilience.ddp(model) if dist.is_initialized() else model
         loss = torch.tensor(float("nan"))
+        step_times: list[float] = []
+        last = time.perf_counter()
         for step in ctx.steps(args.steps):
             x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
             loss = torch.nn.functional.mse_loss(ddp(x), y)
@@ -74,6 +78,9 @@ def main() -> None:
             with ctx.commit():
                 opt.step()
                 opt.zero_grad()
+            now = time.perf_counter()
+            step_times.append(now - last)
+            last = now
             if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
                 print(f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
         if args.out is not None:
@@ -81,6 +88,8 @@ def main() -> None:
             (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
                 "rank": ctx.rank, "digest": ctx.state_digest(), "loss": loss.item(), "step": ctx.step,
                 "generation": ctx.generation, "pid": os.getpid(),
+                # Steady state: the first steps of a generation pay for warm-up and re-entry.
+                "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
             }))
 
     resilience.run(train)

@@ -18,17 +18,29 @@ def test_replicated_state_comes_from_a_live_peer():
     assert plan.source(1) == "peer" and plan.source(0) == "self"
 
 
-def test_a_survivor_one_commit_ahead_rolls_back():
-    holdings = {0: Holdings(0, own=(8, 9)), 1: Holdings(1, own=(7, 8)), 2: Holdings(2, own=(8, 9))}
-    assert plan_recovery(3, holdings).step == 8
+def test_a_survivor_one_commit_behind_receives_the_newer_state():
+    holdings = {0: Holdings(0, own=(9,)), 1: Holdings(1, own=(8,)), 2: Holdings(2, own=(9,))}
+    plan = plan_recovery(3, holdings)
+    assert plan.step == 9 and plan.transfers == (Transfer(2, 1, "replicated", 2),)
+
+
+def test_a_sharded_survivor_one_commit_ahead_rolls_back():
+    # Rank 1 never committed step 9, so its shard of step 9 exists nowhere: all go back to 8.
+    holdings = {
+        0: Holdings(0, own=(8, 9), shards=(8, 9), replicas={2: (8, 9)}, sharded=True),
+        1: Holdings(1, own=(7, 8), shards=(7, 8), replicas={0: (7, 8)}, sharded=True),
+        2: Holdings(2, own=(8, 9), shards=(8, 9), replicas={1: (7, 8)}, sharded=True),
+    }
+    plan = plan_recovery(3, holdings)
+    assert plan.step == 8 and plan.transfers == ()
 
 
 def test_sharded_state_comes_from_the_buddy():
     holdings = {
-        0: Holdings(0, own=(4, 5), replicas={3: (4, 5)}, sharded=True),
+        0: Holdings(0, own=(4, 5), shards=(4, 5), replicas={3: (4, 5)}, sharded=True),
         1: Holdings(1),  # replaced
-        2: Holdings(2, own=(4, 5), replicas={1: (4, 5)}, sharded=True),
-        3: Holdings(3, own=(4, 5), replicas={2: (4, 5)}, sharded=True),
+        2: Holdings(2, own=(4, 5), shards=(4, 5), replicas={1: (4, 5)}, sharded=True),
+        3: Holdings(3, own=(4, 5), shards=(4, 5), replicas={2: (4, 5)}, sharded=True),
     }
     plan = plan_recovery(4, holdings)
     assert plan.step == 5
@@ -37,17 +49,17 @@ def test_sharded_state_comes_from_the_buddy():
 
 def test_buddy_copy_cut_off_by_the_fault_rolls_back_one_step():
     holdings = {
-        0: Holdings(0, own=(4, 5), replicas={3: (4, 5)}, sharded=True),
+        0: Holdings(0, own=(4, 5), shards=(4, 5), replicas={3: (4, 5)}, sharded=True),
         1: Holdings(1),
-        2: Holdings(2, own=(4, 5), replicas={1: (3, 4)}, sharded=True),
-        3: Holdings(3, own=(4, 5), replicas={2: (4, 5)}, sharded=True),
+        2: Holdings(2, own=(4, 5), shards=(4, 5), replicas={1: (3, 4)}, sharded=True),
+        3: Holdings(3, own=(4, 5), shards=(4, 5), replicas={2: (4, 5)}, sharded=True),
     }
     assert plan_recovery(4, holdings).step == 4
 
 
 def test_losing_both_holders_of_a_shard_is_unrecoverable():
-    holdings = {0: Holdings(0, own=(5,), replicas={3: (5,)}, sharded=True), 1: Holdings(1), 2: Holdings(2),
-                3: Holdings(3, own=(5,), replicas={2: (5,)}, sharded=True)}
+    holdings = {0: Holdings(0, own=(5,), shards=(5,), replicas={3: (5,)}, sharded=True), 1: Holdings(1),
+                2: Holdings(2), 3: Holdings(3, own=(5,), shards=(5,), replicas={2: (5,)}, sharded=True)}
     with pytest.raises(Unrecoverable, match="rank 1 at step 5 is on no live process"):
         plan_recovery(4, holdings)
 
