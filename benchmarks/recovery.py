@@ -10,7 +10,7 @@ For each state size (parameters + AdamW state per rank):
             best case for it), build DDP, run one step. Median of N. It also loses every
             step since its last save (up to the save interval); ours loses none.
   overhead  median step time of the same training under sres (commits protected) and under
-            plain torch.distributed with resilience.run in pass-through mode.
+            plain torch.distributed with resilience.run in pass-through mode (median of N runs each).
 
     python benchmarks/recovery.py [--sizes 64,512] [--repeat 3]
 """
@@ -157,7 +157,11 @@ def main() -> int:
             for i in range(args.repeat):
                 bases.append(baseline(size, work))
                 print(f"  baseline trial {i + 1}: {bases[-1]:.3f} s", flush=True)
-            plain, protected = step_time(size, work, False), step_time(size, work, True)
+            # Interleaved, median of the repeats: this machine is shared and noisy.
+            pairs = [(step_time(size, work, False), step_time(size, work, True)) for _ in range(args.repeat)]
+            plain = statistics.median(p for p, _ in pairs)
+            protected = statistics.median(q for _, q in pairs)
+            print(f"  step time plain {plain:.4f} s, sres {protected:.4f} s", flush=True)
             rows.append((size, state_mb(width, depth), recs, bases, plain, protected))
 
     def med(recs, key):

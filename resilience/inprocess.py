@@ -129,8 +129,7 @@ class Agent:
         failure: tuple[str, str, str, bool] | None = None
         try:
             self._form(plan)
-            recovery = self._recover(plan)
-            restored = self._restored_state(recovery.step)
+            recovery, restored = self._recover(plan)
             ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self)
             self._live = ctx
@@ -171,11 +170,13 @@ class Agent:
         self._commits_this_generation = 0
         self._last_commit_t = None
 
-    def _recover(self, plan: Plan) -> RecoveryPlan:
+    def _recover(self, plan: Plan) -> tuple[RecoveryPlan, dict[str, Any] | None]:
+        """Agree on the step, move missing state between ranks; return what to load."""
         started, formed_t = time.perf_counter(), time.time()
         self._drain_background(raise_errors=False)
-        self._capture_live()
-        mine = Holdings(self.rank, own=self.own["replicated"].steps(), shards=self.own["sharded"].steps(),
+        live_step, live = self._take_live()
+        own = self.own["replicated"].steps() or ((live_step,) if live is not None else ())
+        mine = Holdings(self.rank, own=own, shards=self.own["sharded"].steps(),
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
@@ -184,16 +185,22 @@ class Agent:
         moved = 0
         for t in recovery.transfers:
             if t.src == self.rank:
-                snap = self.own[t.part].get(recovery.step) if t.part == "replicated" else \
-                    self.replicas[t.owner].get(recovery.step)
+                if t.part == "sharded":
+                    snap = self.replicas[t.owner].get(recovery.step)
+                else:
+                    snap = self.own["replicated"].get(recovery.step)
+                    if snap is None:  # captured from the live objects only when a peer needs it
+                        snap = snapshot.capture(live, recovery.step)
+                        self.own["replicated"].put(snap)
                 moved += send_snapshot(snap, t.dst, self.state_group)
             elif t.dst == self.rank:
                 snap = recv_snapshot(t.src, self.state_group)
-                self.own[t.part].put(snap)
                 moved += snap.nbytes
+                self.own[t.part].put(snap)
                 self.sharded = self.sharded or t.part == "sharded"
         for ring in self.own.values():
             ring.drop_after(recovery.step)
+        restored = self._restored_state(recovery.step, live_step, live)
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
         moved_total = [0] * plan.world_size
@@ -204,10 +211,10 @@ class Agent:
                 "bytes": sum(moved_total) // 2, "recover_s": time.perf_counter() - started,
                 "formed_t": formed_t, "recovered_t": time.time(),
             }))
-        return recovery
+        return recovery, restored
 
-    def _capture_live(self) -> None:
-        """Snapshot the previous generation's objects, once, now that they are needed.
+    def _take_live(self) -> tuple[int, dict[str, Any] | None]:
+        """The previous generation's registered state, if it is the last clean commit.
 
         Data-parallel state is not copied at every commit: the registered objects of the
         failed generation hold exactly the last commit, unless the fault cut a commit off
@@ -216,22 +223,26 @@ class Agent:
         """
         ctx, self._live = self._live, None
         dirty, self._in_commit = self._in_commit, False
-        if self.sharded:
-            return
-        if ctx is None:
-            return
+        if self.sharded or ctx is None:
+            return -1, None
         self.own["replicated"].clear()
-        if not dirty and ctx.step >= 0:
-            self.own["replicated"].put(snapshot.capture(ctx.states()["replicated"], ctx.step))
+        if dirty or ctx.step < 0:
+            return -1, None
+        return ctx.step, ctx.states()["replicated"]
 
-    def _restored_state(self, step: int) -> dict[str, Any] | None:
+    def _restored_state(self, step: int, live_step: int, live: dict[str, Any] | None) -> dict[str, Any] | None:
         if step < 0:
             return None
+        if live is not None and live_step == step and self.own["replicated"].get(step) is None:
+            return dict(live)  # the old objects' own state dicts: no copy at all
         restored: dict[str, Any] = {}
-        for kind, ring in self.own.items():
+        for ring in self.own.values():
             snap = ring.get(step)
             if snap is not None:
-                restored.update(snapshot.materialize(snap))
+                # Kept snapshots (sharded runs: rollback) are copied; others are used once.
+                restored.update(snapshot.materialize(snap, copy=self.sharded))
+        if not self.sharded:
+            self.own["replicated"].clear()
         return restored
 
     # --- hooks called by Context ----------------------------------------------------------------
@@ -247,6 +258,7 @@ class Agent:
             if injection.kind == "node":
                 # A node dies as a whole: the supervisor SIGKILLs every process of it.
                 self.store.set(membership.node_kill_key(self.env.node), injection.spec)
+                self.store.add(membership.NODE_KILLS, 1)
                 time.sleep(3600)
             faults.perform(injection)
 
@@ -399,7 +411,7 @@ class _Heartbeat:
     generation, it releases the main thread (see :mod:`resilience.abort`).
     """
 
-    POLL_S = 0.05
+    POLL_S = 0.1
 
     def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: _GenerationWatch) -> None:
         self.store = store.clone()

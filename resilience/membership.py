@@ -60,6 +60,7 @@ def node_kill_key(node: int) -> str:
     return f"inject-node/{node}"
 
 
+NODE_KILLS = "inject-node-count"
 PROGRESS = "progress"
 STATS = "stats"
 
@@ -140,7 +141,7 @@ def publish_plan(store: dist.Store, plan: Plan) -> None:
     store.set(plan_key(plan.generation), plan.to_json())
 
 
-def wait_plan(store: dist.Store, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
+def wait_plan(store: dist.Store, slot: str, after: int, poll_s: float = 0.05) -> Plan | None:
     """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
     Always the newest such generation: a process that starts late (a cold respawn) must not

@@ -42,11 +42,17 @@ class Snapshot:
         return len(self.skeleton) + sum(b.numel() * b.element_size() for b in self.buffers.values())
 
     def checksum(self) -> str:
-        """Adler-32 over skeleton and buffers: fast enough to run on every transfer."""
-        value = zlib.adler32(self.skeleton)
+        """A wrapping int64 sum per buffer (vectorized: ~50 ms for 512 MiB, where Adler-32
+        took seconds on a loaded core) plus Adler-32 of the skeleton. It catches torn or
+        misplaced buffers on every transfer; ``digest`` is the cryptographic comparison."""
+        parts = [f"{zlib.adler32(self.skeleton):08x}"]
         for name in sorted(self.buffers):
-            value = zlib.adler32(_as_bytes(self.buffers[name]), value)
-        return f"{value:08x}"
+            raw = self.buffers[name].reshape(-1).view(torch.uint8)
+            whole = raw.numel() // 8 * 8
+            total = int(raw[:whole].view(torch.int64).sum()) if whole else 0
+            total += int(raw[whole:].to(torch.int64).sum()) if raw.numel() > whole else 0
+            parts.append(f"{name}:{raw.numel()}:{total & 0xFFFFFFFFFFFFFFFF:016x}")
+        return "/".join(parts)
 
     def digest(self) -> str:
         """SHA-256 of the state: used by tests and the demo to compare runs bitwise."""
@@ -82,14 +88,16 @@ def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None)
     return Snapshot(step=step, skeleton=skeleton, buffers=buffers)
 
 
-def materialize(snapshot: Snapshot) -> dict[str, Any]:
-    """Rebuild name -> state dict with fresh tensors (never views of the snapshot, which the
-    next commit overwrites)."""
+def materialize(snapshot: Snapshot, copy: bool = True) -> dict[str, Any]:
+    """Rebuild name -> state dict.
+
+    With ``copy`` (the default) the tensors are fresh: a snapshot that is kept (for a
+    rollback) must not be changed by the optimizer that loads it. ``copy=False`` hands out
+    views of the buffers, for a snapshot that is used once and dropped (saves a full copy).
+    """
     skeleton_obj, refs = pickle.loads(snapshot.skeleton)
-    tensors = [
-        snapshot.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)).view(r.shape).clone() for r in refs
-    ]
-    return _fill(skeleton_obj, tensors)
+    tensors = [snapshot.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)).view(r.shape) for r in refs]
+    return _fill(skeleton_obj, [t.clone() for t in tensors] if copy else tensors)
 
 
 def layout(snapshot: Snapshot) -> dict[str, int]:
