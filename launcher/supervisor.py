@@ -193,6 +193,10 @@ class Supervisor:
             return self._loop()
         except KeyboardInterrupt:
             return self._fail("interrupted")
+        except BaseException as err:
+            # Our bug: the timeline still ends with a "failed" event, and the traceback shows.
+            self._fail(f"internal error of the supervisor: {type(err).__name__}: {err}")
+            raise
         finally:
             self.store.set(membership.SHUTDOWN, "1")
             self.backend.stop_all(timeout_s=30.0)
@@ -233,7 +237,7 @@ class Supervisor:
                     self.events.emit("spare-lost", node=state.info.node, slot=slot)
         members = self.plan.members
         # One counter per generation says how many reports exist: read them only when it moves.
-        count = self.store.add(membership.report_seq_key(self.plan.generation), 0)
+        count = self.store.add(membership.report_ready_key(self.plan.generation), 0)
         if count != self._reports_seen[0] or self.plan.generation != self._reports_seen[1]:
             for slot in members.values():
                 key = membership.report_key(self.plan.generation, slot)

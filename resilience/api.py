@@ -13,12 +13,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch.distributed as dist
 
 from resilience import snapshot
+
+
+_restored_modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
+"""Modules whose whole state ``ctx.register`` just loaded from a commit: identical on every
+rank, so ``resilience.ddp`` need not broadcast them again."""
 
 
 class _Runtime(Protocol):
@@ -56,6 +62,8 @@ class Context:
             self._objects[name] = obj
             if name in self._restored:
                 _load(obj, self._restored.pop(name))
+                if isinstance(obj, _torch_module()):
+                    _restored_modules.add(obj)
 
     def steps(self, total: int) -> Iterator[int]:
         """Step indices from the one after the last commit up to ``total - 1``."""
@@ -125,6 +133,12 @@ def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
     train(Context(rank=int(os.environ.get("RANK", "0")), world_size=world,
                   local_rank=int(os.environ.get("LOCAL_RANK", "0")), generation=0, step=-1))
+
+
+def _torch_module() -> type:
+    import torch
+
+    return torch.nn.Module
 
 
 def _cuda() -> bool:

@@ -44,6 +44,12 @@ def report_seq_key(generation: int) -> str:
     return f"report-seq/{generation}"
 
 
+def report_ready_key(generation: int) -> str:
+    """Bumped after a report is written: what the supervisor polls (the sequence counter
+    moves before the report exists)."""
+    return f"report-ready/{generation}"
+
+
 def recovery_key(generation: int) -> str:
     return f"recovery/{generation}"
 
@@ -183,4 +189,5 @@ def report(store: dist.Store, generation: int, slot: str, rep: Report) -> Report
     seq = store.add(report_seq_key(generation), 1)
     rep = Report(**{**asdict(rep), "seq": seq, "t": time.time()})
     store.set(report_key(generation, slot), rep.to_json())
+    store.add(report_ready_key(generation), 1)
     return rep
