@@ -411,6 +411,19 @@ def node_processes(node: str) -> list[int]:
     return sorted(pids)
 
 
+def processes_with_env(entry: str) -> list[int]:
+    """PIDs of processes whose environment holds ``entry`` (``KEY=value``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
 def pid_alive(pid: int) -> bool:
     """Running, as opposed to gone or a zombie (which runs no code and holds no port)."""
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,7 @@ from launcher.errors import ConfigError, SlurmError
 from launcher.nodes import discover
 from launcher.slurm_types import REASON_PREFIX
 from tests.cluster.conftest import wait_job
-from tests.slurm_cluster import pid_alive
+from tests.slurm_cluster import pid_alive, processes_with_env
 
 pytestmark = pytest.mark.cluster
 
@@ -122,7 +121,7 @@ def test_killed_slurmd_is_reported_down_within_slurmd_timeout(cluster, client, t
                             "--wrap", f"srun sh -c 'touch {marker}; sleep 300'"])
     wait_job(client, job_id, lambda j: j.running)
     _wait(lambda: marker.exists(), 30, "the job step never started on n5")
-    task_pids = [p for p in _pids_with_env("SLURMD_NODENAME=n5")]
+    task_pids = [p for p in processes_with_env("SLURMD_NODENAME=n5")]
     assert task_pids, "no process of the job found on n5"
 
     killed_at = time.monotonic()
@@ -177,18 +176,6 @@ def test_shrink_refuses_to_drop_the_batch_host(cluster, client):
 def _queue(cluster) -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster.env(), capture_output=True, text=True, check=True)
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
-
-
-def _pids_with_env(entry: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(proc.name))
-            except OSError:
-                pass
-    return pids
 
 
 def _wait(predicate, timeout, message):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.events import read_events
-from tests.slurm_cluster import pid_alive
+from tests.slurm_cluster import pid_alive, processes_with_env
 
 STEPS = 14
 
@@ -47,21 +47,9 @@ def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int
            "--out", str(log_dir / "out"), *train_args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SRES_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    leftover = [p for p in _processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}") if pid_alive(p)]
+    leftover = [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}") if pid_alive(p)]
     assert not leftover, f"processes of the run still alive: {leftover}"
     return Run(proc.returncode, proc.stdout, proc.stderr, log_dir)
-
-
-def _processes_with_env(entry: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture(scope="session")
