@@ -23,9 +23,11 @@ def per_parameter_allreduce(
     (Annotations are real types, not strings: DDP checks them when the hook is registered.)
     """
     world = dist.get_world_size(process_group)
-    works = [dist.all_reduce(grad, group=process_group, async_op=True) for grad in bucket.gradients()]
-    for work in works:
-        work.wait()
+    # One collective at a time: gloo runs them one after another anyway, and with several
+    # queued, a wait on a later one once spun forever after the generation's sockets were
+    # shut down (seen once in CI); a single pending op fails at once.
+    for grad in bucket.gradients():
+        dist.all_reduce(grad, group=process_group)
     buffer = bucket.buffer()
     buffer.div_(world)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()

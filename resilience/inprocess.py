@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import threading
 import time
 import traceback
@@ -381,24 +382,29 @@ class _GenerationWatch:
         self._backend = "gloo"
         self._sockets: GroupSockets | None = None
         self._groups: list[dist.ProcessGroup] = []
-        self._released = False
+        self._released_at: float | None = None
 
     def enter(self, generation: int, backend: str, sockets: GroupSockets, groups: list) -> None:
         with self._lock:
             self.generation, self._backend, self._sockets, self._groups = generation, backend, sockets, groups
-            self._released = False
+            self._released_at = None
 
     def leave(self) -> None:
         with self._lock:
-            self._sockets, self._groups = None, []
+            self._sockets, self._groups, self._released_at = None, [], None
 
     def release_now(self) -> bool:
         with self._lock:
-            if self._released or self._sockets is None:
+            if self._released_at is not None or self._sockets is None:
                 return False
-            self._released = True
+            self._released_at = time.monotonic()
             release(self._backend, self._sockets, self._groups)
             return True
+
+    def stuck_for(self) -> float:
+        """Seconds since this generation was released while the main thread is still in it."""
+        with self._lock:
+            return 0.0 if self._released_at is None else time.monotonic() - self._released_at
 
 
 class _Heartbeat:
@@ -412,6 +418,10 @@ class _Heartbeat:
     """
 
     POLL_S = 0.1
+    RELEASE_GRACE_S = 2.0
+    """A rank still inside a released generation after this long exits (seen once in CI: a gloo
+    wait that spun at 100% CPU after its sockets were shut down). The supervisor sees a
+    process fault and restarts it; its state comes from peers. Progress is guaranteed."""
 
     def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: _GenerationWatch) -> None:
         self.store = store.clone()
@@ -440,6 +450,11 @@ class _Heartbeat:
                 if generation and self.store.check([membership.plan_key(generation + 1)]):
                     if self.watch.release_now():
                         log.info("generation %d ended: released this rank", generation)
+                if self.watch.stuck_for() > self.RELEASE_GRACE_S:
+                    sys.stderr.write(f"sres: rank stuck in ended generation {generation} for "
+                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted\n")
+                    sys.stderr.flush()
+                    os._exit(75)
             except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
                 if not self._stop.is_set():
                     os._exit(3)
