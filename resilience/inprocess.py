@@ -34,7 +34,7 @@ from resilience.abort import GroupSockets, release
 from resilience.api import Context
 from resilience.membership import Plan, Report
 from resilience.replication import (
-    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot,
+    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
 
 log = logging.getLogger("resilience")
@@ -186,14 +186,13 @@ class Agent:
         moved = 0
         for t in recovery.transfers:
             if t.src == self.rank:
-                if t.part == "sharded":
-                    snap = self.replicas[t.owner].get(recovery.step)
-                else:
-                    snap = self.own["replicated"].get(recovery.step)
-                    if snap is None:  # captured from the live objects only when a peer needs it
-                        snap = snapshot.capture(live, recovery.step)
-                        self.own["replicated"].put(snap)
-                moved += send_snapshot(snap, t.dst, self.state_group)
+                snap = self.replicas[t.owner].get(recovery.step) if t.part == "sharded" else \
+                    self.own["replicated"].get(recovery.step)
+                if snap is not None:
+                    moved += send_snapshot(snap, t.dst, self.state_group)
+                else:  # straight from the previous generation's objects: no copy first
+                    skeleton, tensors, sizes = snapshot.describe(live)
+                    moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, self.state_group)
             elif t.dst == self.rank:
                 snap = recv_snapshot(t.src, self.state_group)
                 moved += snap.nbytes

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from resilience.snapshot import Snapshot, empty_like_layout, layout
+from resilience.snapshot import Snapshot, checksum, empty_like_layout, layout
 
 KEEP = 2  # snapshots kept per owner: the last commit and the one before (for rollback)
 
@@ -139,12 +139,22 @@ class SnapshotRing:
 # --- transfers over a (gloo) process group -------------------------------------------------
 
 def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None) -> int:
-    meta = pickle.dumps((snap.step, snap.skeleton, layout(snap), snap.checksum()))
+    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group)
+
+
+def send_state(step: int, skeleton: bytes, tensors: list[torch.Tensor], sizes: dict[str, int], dst: int,
+               group: dist.ProcessGroup | None = None) -> int:
+    """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
+    ones (no copy into a snapshot first); the caller must not change them until this returns."""
+    meta = pickle.dumps((step, skeleton, sizes, checksum(skeleton, tensors)))
     dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group)
     dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group)
-    for key in sorted(snap.buffers):
-        dist.send(snap.buffers[key], dst, group=group)
-    return snap.nbytes
+    sent = len(meta)
+    for t in tensors:
+        flat = t.detach().contiguous().reshape(-1)
+        dist.send(flat, dst, group=group)
+        sent += flat.numel() * flat.element_size()
+    return sent
 
 
 def recv_snapshot(src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
@@ -152,11 +162,12 @@ def recv_snapshot(src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
     dist.recv(size, src, group=group)
     meta = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(meta, src, group=group)
-    step, skeleton, sizes, checksum = pickle.loads(meta.numpy().tobytes())
+    step, skeleton, sizes, expected = pickle.loads(meta.numpy().tobytes())
     snap = empty_like_layout(step, skeleton, sizes)
-    for key in sorted(snap.buffers):
-        dist.recv(snap.buffers[key], src, group=group)
-    if snap.checksum() != checksum:
+    regions = snap.regions()
+    for region in regions:
+        dist.recv(region, src, group=group)
+    if checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
     return snap
 
