@@ -10,7 +10,6 @@ dtype) and to checksum.
 from __future__ import annotations
 
 import hashlib
-import io
 import pickle
 import zlib
 from collections.abc import Mapping
@@ -129,13 +128,6 @@ def layout(snapshot: Snapshot) -> dict[str, int]:
 
 def empty_like_layout(step: int, skeleton: bytes, sizes: Mapping[str, int]) -> Snapshot:
     return Snapshot(step, skeleton, {k: torch.empty(n, dtype=getattr(torch, k)) for k, n in sizes.items()})
-
-
-def to_bytes(snapshot: Snapshot) -> bytes:
-    """Serialize for storage; the tiered-checkpoint work gives this its own format."""
-    out = io.BytesIO()
-    torch.save({"step": snapshot.step, "skeleton": snapshot.skeleton, "buffers": snapshot.buffers}, out)
-    return out.getvalue()
 
 
 class _Slot:

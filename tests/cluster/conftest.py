@@ -20,7 +20,7 @@ def client(request: pytest.FixtureRequest, cluster: SlurmCluster) -> SlurmClient
     try:
         return SlurmClient.create(request.param, env=cluster.env())
     except ConfigError as err:
-        pytest.skip(f"{request.param} backend not usable here: {err}")
+        pytest.skip(reason=f"{request.param} backend not usable here: {err}")
 
 
 def wait_job(client: SlurmClient, job_id: str, predicate, timeout: float = 60.0) -> Job:
