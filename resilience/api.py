@@ -129,10 +129,16 @@ def run(train: Callable[[Context], None], **options: Any) -> None:
 
 def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
+    ours = world > 1 and not dist.is_initialized()
+    if ours:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
     train(Context(rank=int(os.environ.get("RANK", "0")), world_size=world,
                   local_rank=int(os.environ.get("LOCAL_RANK", "0")), generation=0, step=-1))
+    if ours:
+        # Leave together: a rank that exits while a peer's gloo threads still use the
+        # connection makes that peer abort (seen in CI as SIGABRT under torchrun).
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _torch_module() -> type:

@@ -26,7 +26,7 @@ def test_plain_torchrun_runs_train_once_with_the_same_result(tmp_path, reference
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(port),
            "-m", "resilience.examples.train_mlp", "--steps", str(STEPS), "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[:3000] + "\n...\n" + proc.stderr[-2000:]
     results = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}
     assert {r: d["digest"] for r, d in results.items()} == reference
     assert {d["generation"] for d in results.values()} == {0}  # pass-through: no supervisor
