@@ -32,7 +32,7 @@ class _Runtime(Protocol):
 
     def before_step(self, step: int) -> None: ...
     def before_commit(self) -> None: ...
-    def after_commit(self, step: int, states: dict[str, dict[str, Any]]) -> None: ...
+    def after_commit(self, step: int, ctx: "Context") -> None: ...
 
 
 class Context:
@@ -83,8 +83,13 @@ class Context:
         yield
         step = self._current
         if self._runtime is not None:
-            self._runtime.after_commit(step, self.states())
+            self._runtime.after_commit(step, self)
         self.step = step
+
+    @property
+    def has_sharded(self) -> bool:
+        """Whether any registered object holds sharded state (needs per-commit buddy copies)."""
+        return any(getattr(obj, "sharded", False) for obj in self._objects.values())
 
     def states(self) -> dict[str, dict[str, Any]]:
         """name -> state of every registered object, split by kind: ``replicated`` / ``sharded``."""

@@ -268,12 +268,14 @@ class Agent:
         self._drain_background()
         self._in_commit = True
 
-    def after_commit(self, step: int, states: dict[str, dict[str, Any]]) -> None:
+    def after_commit(self, step: int, ctx: Context) -> None:
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill-during-commit",)))
         self._in_commit = False
-        self.sharded = self.sharded or bool(states["sharded"])
+        self.sharded = self.sharded or ctx.has_sharded
         if self.sharded:
+            # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
+            states = ctx.states()
             if self.replicator is None:
                 plan = self.plan
                 self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
