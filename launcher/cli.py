@@ -33,27 +33,74 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from launcher.supervisor import RunConfig, Supervisor
-    from resilience import faults
-
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    launcher = args.launcher if args.launcher != "auto" else ("slurm" if os.environ.get("SLURM_JOB_ID") else "local")
+    return _supervise(args, tuple(command), args.nodes, args.procs_per_node, args.spares, args.max_restarts,
+                      launcher, step_args=tuple(args.srun_arg), partition=None)
+
+
+def _cmd_srun(args: argparse.Namespace) -> int:
+    from launcher.backends.srun import place
+    from launcher.errors import NotInAllocation
+    from launcher.srun_args import parse
+
+    if not os.environ.get("SLURM_JOB_ID"):
+        raise NotInAllocation("sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset): "
+                              "use it in an sbatch script or under salloc")
+    request = parse(args.srun_args)
+    held = len(place(_client(args), os.environ, 1).hosts)
+    nodes = request.nodes if request.nodes is not None else held - (request.spares or 0)
+    spares = request.spares if request.spares is not None else max(0, held - nodes)
+    return _supervise(args, request.command, nodes, request.procs_per_node, spares, request.retries, "slurm",
+                      step_args=request.step_args, partition=request.partition)
+
+
+def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, procs_per_node: int, spares: int,
+               max_restarts: int, launcher: str, step_args: tuple[str, ...], partition: str | None) -> int:
+    """Build the run's config and backend, run the supervisor, and turn its outcome into an exit code."""
+    from launcher.supervisor import RunConfig, Supervisor
+    from resilience import faults
+
     try:
         # --inject on the command line wins; SRES_INJECT serves under sbatch.
         injections = faults.parse(args.inject) if args.inject else faults.parse_env(os.environ.get("SRES_INJECT"))
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
+    job_id = os.environ.get("SLURM_JOB_ID")
+    log_dir = Path(args.log_dir or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
     config = RunConfig(
-        command=tuple(command), nodes=args.nodes, procs_per_node=args.procs_per_node, spares=args.spares,
-        injections=injections, log_dir=Path(args.log_dir or _default_log_dir()), backend=args.backend,
-        hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=args.max_restarts,
-        replication_factor=args.replication_factor,
+        command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
+        injections=injections, log_dir=log_dir, backend=args.backend,
+        hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=max_restarts,
+        replication_factor=args.replication_factor, node_fault_after=args.node_fault_after,
+        max_requeues=args.max_requeues, restart_count=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+        preempt_signal=args.preempt_signal,
     )
-    print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s); "
+    backend = liveness = None
+    if launcher == "slurm":
+        from launcher.backends.srun import SrunBackend, place
+        from resilience.liveness import LivenessServer
+
+        client = _client(args)
+        liveness = LivenessServer()
+        backend = SrunBackend(client, place(client, os.environ, nodes + spares), log_dir, liveness,
+                              srun_args=step_args, partition=partition, grow=not args.no_grow)
+        hosts = ", ".join(backend.hosts[:nodes + spares])
+        where = f"job {backend.job_id} ({hosts})"
+    else:
+        where = "this machine"
+    print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) on {where}; "
           f"log dir {config.log_dir}", file=sys.stderr)
-    outcome = Supervisor(config).run()
+    outcome = Supervisor(config, backend, liveness).run()
+    if outcome.requeued:
+        return 0  # Slurm ends this batch script now; the job runs again from its saved state
     return 0 if outcome.ok else 1
+
+
+def _client(args: argparse.Namespace) -> SlurmClient:
+    return SlurmClient.create(getattr(args, "slurm_backend", "auto"), timeout_s=30.0)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -64,6 +111,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
+
+
+def _add_supervision_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inject", action="append", default=[], metavar="SPEC",
+                   help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
+                        "also SRES_INJECT='SPEC;SPEC'")
+    p.add_argument("--log-dir", help="where events.jsonl and rank logs go "
+                                     "(default sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
+    p.add_argument("--hang-timeout", type=float, default=30.0, help="seconds without heartbeat before a rank is declared hung (default 30)")
+    p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
+    p.add_argument("--replication-factor", type=int, default=2, help="copies of each sharded state shard (default 2)")
+    p.add_argument("--node-fault-after", type=int, default=2,
+                   help="process faults on one node after which the node is drained and replaced (default 2)")
+    p.add_argument("--max-requeues", type=int, default=3,
+                   help="in a Slurm batch job: requeue at most this many times (SLURM_RESTART_COUNT; default 3)")
+    p.add_argument("--preempt-signal", default="USR2",
+                   help="signal that means 'save and requeue' (default USR2; USR1 is refused: NCCL may use it)")
+    p.add_argument("--no-grow", action="store_true",
+                   help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,25 +151,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser(
-        "run", help="run a training command on N simulated nodes with in-process recovery",
-        description="Start N simulated nodes on this machine (P ranks each) plus S warm spare nodes; the supervisor "
-                    "hosts the coordination store, watches every rank and recovers from faults in-process. "
+        "run", help="run a training command on N nodes (simulated, or the Slurm job's) with in-process recovery",
+        description="Start N nodes x P ranks plus S warm spare nodes; the supervisor hosts the coordination store, "
+                    "watches every rank and recovers from faults in-process. Outside Slurm the nodes are simulated on "
+                    "this machine; inside an allocation ranks run as srun steps on the job's nodes. "
                     "Example: sres run --nodes 4 --spares 1 -- python -m resilience.examples.train_mlp")
-    p.add_argument("--nodes", type=int, required=True, help="number of (simulated) nodes")
+    p.add_argument("--nodes", type=int, required=True, help="number of nodes that hold ranks")
     p.add_argument("--procs-per-node", type=int, default=1, help="ranks per node (default 1)")
     p.add_argument("--spares", type=int, default=0,
                    help="warm spare nodes: processes started and waiting, torch imported, to take a lost node's ranks")
-    p.add_argument("--inject", action="append", default=[], metavar="SPEC",
-                   help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
-                        "also SRES_INJECT='SPEC;SPEC'")
-    p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default sres-runs/run-<time>)")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
-    p.add_argument("--hang-timeout", type=float, default=30.0, help="seconds without heartbeat before a rank is declared hung (default 30)")
-    p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
+    p.add_argument("--launcher", choices=["auto", "local", "slurm"], default="auto",
+                   help="where ranks run: simulated nodes on this machine, or srun steps of the Slurm job "
+                        "(default: slurm inside an allocation, else local)")
+    p.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
+                   help="with --launcher slurm: an option for every rank's srun step (repeatable), e.g. --gpus-per-task=1")
     p.add_argument("--max-restarts", type=int, default=10, help="give up after this many faults (default 10)")
-    p.add_argument("--replication-factor", type=int, default=2, help="copies of each sharded state shard (default 2)")
+    _add_supervision_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD...: the training command")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "srun", help="srun with auto-resume, inside an allocation: what 'srun --auto-resume=N' runs",
+        description="Run srun's command as ranks supervised by sres inside the current Slurm allocation: on a fault "
+                    "the bad node is drained ('sres: <what was seen>'), its ranks move to a spare node of the "
+                    "allocation or to a node the job grows into, survivors keep their state in memory, and when "
+                    "no node is left the job requeues itself. Spare nodes default to the allocation's nodes beyond -N. "
+                    "Example (in an sbatch -N 4 script): sres srun --auto-resume=3 -N 3 python train.py",
+        usage="sres srun [--auto-resume[=N]] [--spares S] [srun options] COMMAND...")
+    _add_supervision_options(p)
+    p.add_argument("srun_args", nargs=argparse.REMAINDER,
+                   help="--auto-resume=N (faults to recover from, default 1), --spares S, srun options, the command")
+    p.set_defaults(func=_cmd_srun)
 
     p = sub.add_parser("demo", help="kill a node mid-training, recover from peers, compare with a fault-free run",
                        description="Train a ~64 MiB MLP on 4 simulated nodes + 1 warm spare twice, without and with "

@@ -199,6 +199,7 @@ def _node_from_sinfo(record: Mapping) -> Node:
         address=str(record.get("address") or ""),
         hostname=str(record.get("hostname") or ""),
         cpus=_int(record.get("cpus", 0)),
+        port=_int(record.get("port", 0)),
     )
 
 

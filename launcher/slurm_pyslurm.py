@@ -124,6 +124,7 @@ def _node_from_pyslurm(name: str, record: dict) -> Node:
         address=str(record.get("node_addr") or ""),
         hostname=str(record.get("node_hostname") or ""),
         cpus=int(record.get("cpus") or 0),
+        port=int(record.get("port") or 0),
     )
 
 

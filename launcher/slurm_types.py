@@ -31,6 +31,8 @@ class Node:
     address: str = ""
     hostname: str = ""
     cpus: int = 0
+    port: int = 0
+    """slurmd's port: where the supervisor probes whether the node's slurmd still answers."""
 
     @property
     def drained(self) -> bool:

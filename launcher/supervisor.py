@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,10 +21,12 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from launcher.backends import Backend, NodeEvidence
 from launcher.backends.local import LocalBackend
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, SresError
 from launcher.events import EventLog, summary
 from resilience import faults, membership
+from resilience.liveness import LivenessServer
 from resilience.membership import Plan, Report, SlotInfo
 
 
@@ -44,6 +47,12 @@ class RunConfig:
     startup_timeout_s: float = 120.0
     max_restarts: int = 10
     replication_factor: int = 2
+    node_fault_after: int = 2
+    """Process faults on one node after which the node itself counts as bad and is replaced."""
+    max_requeues: int = 3
+    """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job."""
+    restart_count: int = 0
+    preempt_signal: str = "USR2"
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -60,6 +69,15 @@ class RunConfig:
             raise ConfigError(f"--hang-timeout must exceed two heartbeats ({2 * self.heartbeat_s:g} s)")
         if self.replication_factor < 1:
             raise ConfigError("the replication factor must be at least 1")
+        if self.node_fault_after < 1:
+            raise ConfigError("--node-fault-after must be at least 1")
+        if self.max_requeues < 0:
+            raise ConfigError("--max-requeues cannot be negative")
+        name = self.preempt_signal.upper().removeprefix("SIG")
+        if name == "USR1":
+            raise ConfigError("--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM")
+        if not hasattr(signal, f"SIG{name}"):
+            raise ConfigError(f"--preempt-signal {self.preempt_signal}: not a signal name")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError(f"unknown backend {self.backend!r}: gloo or nccl")
         for inj in self.injections:
@@ -112,6 +130,21 @@ def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Map
     return Replacement(new, tuple(spawn), tuple(used))
 
 
+def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str | None:
+    """Why a node that just lost a rank must leave the job, or None for a process fault. Pure.
+
+    The returned text becomes the drain reason (after ``sres:``), so it says what was seen.
+    """
+    if not evidence.slurmd_answers:
+        return "slurmd not responding"
+    if not evidence.slurm_usable:
+        detail = f" ({evidence.slurm_reason})" if evidence.slurm_reason else ""
+        return f"slurm reports {evidence.slurm_state or 'node unusable'}{detail}"
+    if process_faults >= limit:
+        return f"repeated failure: {process_faults} process faults on this node"
+    return None
+
+
 def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float], seen: Mapping[str, bool],
                  now: float, hang_timeout_s: float, startup_timeout_s: float) -> list[str]:
     """Slots whose heartbeat stopped: a hung process. Pure."""
@@ -149,14 +182,16 @@ class Outcome:
     ok: bool
     reason: str = ""
     events: list[dict] = field(default_factory=list)
+    requeued: bool = False
 
 
 class Supervisor:
-    def __init__(self, config: RunConfig, backend: LocalBackend | None = None,
+    def __init__(self, config: RunConfig, backend: Backend | None = None, liveness: LivenessServer | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  out=sys.stderr) -> None:
         self.config = config
-        self.backend = backend or LocalBackend(config.log_dir)
+        self.backend: Backend = backend or LocalBackend(config.log_dir)
+        self.liveness = liveness or LivenessServer()
         self.clock, self.wall, self.out = clock, wall, out
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
         self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
@@ -175,6 +210,8 @@ class Supervisor:
         self._reports_seen = (0, 0)
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
+        self._process_faults: dict[int, int] = {}
+        self._preempted: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -182,7 +219,9 @@ class Supervisor:
         c = self.config
         self.events.emit("start", nodes=c.nodes, procs_per_node=c.procs_per_node, spares=c.spares,
                          world_size=c.world_size, command=list(c.command),
-                         injections=[i.spec for i in c.injections])
+                         injections=[i.spec for i in c.injections], restart_count=c.restart_count,
+                         hosts=[self.backend.host(n) for n in range(c.nodes + c.spares)])
+        previous = self._catch_preemption()
         for node in range(c.nodes + c.spares):
             for local in range(c.procs_per_node):
                 self._spawn(f"n{node}p{local}", node, local)
@@ -198,15 +237,34 @@ class Supervisor:
             self._fail(f"internal error of the supervisor: {type(err).__name__}: {err}")
             raise
         finally:
+            if previous is not None:
+                signal.signal(self._preempt_signum, previous)
             self.store.set(membership.SHUTDOWN, "1")
             self.backend.stop_all(timeout_s=30.0)
+            self.liveness.close()
             self.events.close()
+
+    @property
+    def _preempt_signum(self) -> int:
+        return getattr(signal, "SIG" + self.config.preempt_signal.upper().removeprefix("SIG"))
+
+    def _catch_preemption(self):
+        """The batch shell gets the preemption signal (``sbatch --signal=B:USR2@T``); so may ranks."""
+        def on_signal(signum: int, _frame) -> None:
+            self._preempted = f"preempted ({signal.Signals(signum).name})"
+        try:
+            return signal.signal(self._preempt_signum, on_signal)
+        except ValueError:  # not the main thread (an embedding program): ranks still relay it
+            return None
 
     def _loop(self) -> Outcome:
         while True:
             now = self.clock()
             self._kill_requested_nodes()
             self._watch_heartbeats(now)
+            if self._preempted or self.store.check([membership.PREEMPT]):
+                return self._requeue(self._preempted or "preempted (a rank received "
+                                     f"SIG{self.config.preempt_signal.upper().removeprefix('SIG')})")
             lost, reports = self._observe()
             unrecoverable = [r for r in reports.values() if r.kind == "unrecoverable"]
             if unrecoverable:
@@ -304,45 +362,122 @@ class Supervisor:
         t = self.wall()
         progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
         generation = self.plan.generation
+        bad_nodes = self._classify_nodes(lost)
         if lost:
             for rank, kind in sorted(lost.items()):
-                node = self.slots[self.plan.members[rank]].info.node
-                self.events.emit("fault", kind=kind, rank=rank, node=node, step=progress + 1, generation=generation, t=t)
-                self._say(f"fault: {kind} of rank {rank} (node {node}) at step {progress + 1}")
+                node = self._node_of(rank)
+                why = bad_nodes.get(node)
+                self.events.emit("fault", kind="node" if why else kind, rank=rank, node=node,
+                                 host=self.backend.host(node), step=progress + 1, generation=generation, t=t,
+                                 **({"why": why} if why else {}))
+                self._say(f"fault: {'node' if why else kind} of rank {rank} (node {self.backend.host(node)}"
+                          f"{': ' + why if why else ''}) at step {progress + 1}")
         else:
             culprit = min(errors.values(), key=lambda r: (r.collateral, r.seq))
-            node = self.slots[self.plan.members[culprit.rank]].info.node
-            self.events.emit("fault", kind="exception", rank=culprit.rank, node=node, step=progress + 1,
-                             generation=generation, message=culprit.message, t=t)
+            node = self._node_of(culprit.rank)
+            self.events.emit("fault", kind="exception", rank=culprit.rank, node=node, host=self.backend.host(node),
+                             step=progress + 1, generation=generation, message=culprit.message, t=t)
             self._say(f"fault: exception in rank {culprit.rank}: {culprit.message}")
             if self.first_culprit is None:
                 self.first_culprit = culprit
         self.faults += 1
         self.restarts += 1
-        self.pending.append(_Fault("node" if any(k == "node" for k in lost.values()) else "process", t, progress, generation))
+        self.pending.append(_Fault("node" if any(k == "node" for k in lost.values()) or bad_nodes else "process",
+                                   t, progress, generation))
         if self.restarts > self.config.max_restarts:
             return self._fail(f"gave up after {self.config.max_restarts} restart(s)")
-        try:
-            decision = replace(
-                self.plan.members, {s: st.info for s, st in self.slots.items()},
-                {rank: self.slots[self.plan.members[rank]].info.node in self.dead_nodes for rank in lost},
-                self.dead_nodes, self.spare_nodes,
-                spare_slot=lambda node, local: f"n{node}p{local}",
-                respawn_slot=self._respawn_name,
-            )
-        except ConfigError as err:
-            return self._fail(str(err))
+        homeless = {self._node_of(r) for r in lost} & self.dead_nodes
+        # A warm spare needs nothing from Slurm: publish first, drain after. A cold node or an
+        # expansion needs the bad node out of the job first (shrink, then grow).
+        spares_cover = len(homeless) <= len(self.spare_nodes)
+        if not spares_cover:
+            self._retire(bad_nodes)
+            bad_nodes = {}
+            while len(homeless) > len(self.spare_nodes):
+                new = self.backend.acquire()
+                if new is None:
+                    why = (f"node {', '.join(self.backend.host(n) for n in sorted(homeless))} was lost "
+                           "and no spare node is left")
+                    if not self.backend.requeueable:
+                        return self._fail(f"{why} (start with --spares)")
+                    return self._requeue(f"{why}, nor an idle node to grow into")
+                for local in range(self.config.procs_per_node):
+                    self._spawn(f"n{new.node}p{local}", new.node, local)
+                self.spare_nodes.append(new.node)
+                self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
+                self._say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")
+        decision = replace(
+            self.plan.members, {s: st.info for s, st in self.slots.items()},
+            {rank: self._node_of(rank) in self.dead_nodes for rank in lost},
+            self.dead_nodes, self.spare_nodes,
+            spare_slot=lambda node, local: f"n{node}p{local}",
+            respawn_slot=self._respawn_name,
+        )
         for node in decision.used_spare_nodes:
             self.spare_nodes.remove(node)
         for slot, node, local in decision.spawn:
             self._spawn(slot, node, local)
         for rank in sorted(lost):
-            old_node = self.slots[self.plan.members[rank]].info.node
-            self.events.emit("replaced", rank=rank, slot=decision.members[rank],
-                             node=self.slots[decision.members[rank]].info.node,
-                             how="spare" if old_node in self.dead_nodes else "respawn")
+            old_node = self._node_of(rank)
+            new_node = self.slots[decision.members[rank]].info.node
+            self.events.emit("replaced", rank=rank, slot=decision.members[rank], node=new_node,
+                             host=self.backend.host(new_node), how="spare" if old_node in self.dead_nodes else "respawn")
         self._publish(decision.members, replaced=tuple(sorted(lost)), reason="fault")
+        self._retire(bad_nodes)
         return None
+
+    def _node_of(self, rank: int) -> int:
+        return self.slots[self.plan.members[rank]].info.node
+
+    def _classify_nodes(self, lost: dict[int, str]) -> dict[int, str]:
+        """Nodes that lost a rank and must go, with what was seen; their other ranks are killed."""
+        bad: dict[int, str] = {}
+        for node in sorted({self._node_of(r) for r in lost} - self.dead_nodes):
+            if all(lost.get(r) == "node" for r in self.plan.members if self._node_of(r) == node):
+                continue  # an injected node kill: already dead, nothing to ask Slurm
+            self._process_faults[node] = self._process_faults.get(node, 0) + 1
+            why = node_verdict(self.backend.evidence(node), self._process_faults[node], self.config.node_fault_after)
+            if why is None:
+                continue
+            bad[node] = why
+            self.dead_nodes.add(node)
+            if node in self.spare_nodes:
+                self.spare_nodes.remove(node)
+            for slot, state in self.slots.items():
+                if state.info.node == node and state.alive:
+                    state.killed_as = "node"
+                    self.backend.kill(slot)
+        for rank in lost:
+            if self._node_of(rank) in bad:
+                lost[rank] = "node"
+        return bad
+
+    def _retire(self, bad_nodes: dict[int, str]) -> None:
+        for node, why in sorted(bad_nodes.items()):
+            t0 = self.clock()
+            try:
+                self.backend.retire(node, why)
+            except SresError as err:
+                self.events.emit("drain-failed", node=node, host=self.backend.host(node), why=why, error=str(err))
+                self._say(f"warning: could not drain {self.backend.host(node)}: {err}")
+                continue
+            self.events.emit("drained", node=node, host=self.backend.host(node), why=why, seconds=self.clock() - t0)
+            self._say(f"drained {self.backend.host(node)}: sres: {why}")
+
+    def _requeue(self, why: str) -> Outcome:
+        """The job cannot go on here: requeue it (it resumes from its saved state) or give up."""
+        c = self.config
+        if c.restart_count >= c.max_requeues:
+            return self._fail(f"{why}; the job was already requeued {c.restart_count} time(s) "
+                              f"(--max-requeues {c.max_requeues})")
+        self.events.emit("requeue", why=why, restart_count=c.restart_count)
+        self._say(f"{why}: requeueing the job (restart {c.restart_count + 1} of at most {c.max_requeues})")
+        self.store.set(membership.SHUTDOWN, "1")
+        try:
+            self.backend.requeue(why)
+        except SresError as err:
+            return self._fail(f"{why}; and the job cannot be requeued: {err}")
+        return Outcome(False, f"requeued: {why}", self.events.events, requeued=True)
 
     def _publish(self, members: dict[int, str], replaced: tuple[int, ...], reason: str) -> None:
         generation = self.plan.generation + 1 if self.plan else 1
@@ -414,14 +549,15 @@ class Supervisor:
         c = self.config
         env = dict(os.environ)
         env.update({
-            "SRES_STORE_HOST": "127.0.0.1", "SRES_STORE_PORT": str(self.store.port), "SRES_SLOT": slot,
+            "SRES_STORE_HOST": self.backend.store_host, "SRES_STORE_PORT": str(self.store.port),
+            "SRES_LIVENESS_PORT": str(self.liveness.port), "SRES_SLOT": slot, "SRES_PREEMPT_SIGNAL": c.preempt_signal,
             "SRES_NODE": str(node), "SRES_LOCAL_RANK": str(local), "SRES_BACKEND": c.backend,
             "SRES_INJECT": ";".join(i.spec for i in c.injections), "SRES_HEARTBEAT_S": str(c.heartbeat_s),
             "SRES_REFORM_TIMEOUT_S": str(c.reform_timeout_s), "SRES_REPLICATION_FACTOR": str(c.replication_factor),
             "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
             "PYTHONUNBUFFERED": "1",
         })
-        self.backend.spawn(slot, c.command, env)
+        self.backend.spawn(slot, node, c.command, env)
         now = self.clock()
         self.slots[slot] = _Slot(SlotInfo(node, local), started=now, heartbeat_changed=now)
 

@@ -16,6 +16,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -29,7 +30,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
-from resilience import faults, membership, snapshot
+from resilience import faults, liveness, membership, snapshot
 from resilience.abort import GroupSockets, release
 from resilience.api import Context
 from resilience.membership import Plan, Report
@@ -55,6 +56,8 @@ class RankEnv:
     reform_timeout_s: float = 60.0
     collective_timeout_s: float = 600.0
     replication_factor: int = 2
+    liveness_port: int = 0
+    step_id: str = ""
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str], **options: Any) -> "RankEnv | None":
@@ -71,6 +74,8 @@ class RankEnv:
             heartbeat_s=float(env.get("SRES_HEARTBEAT_S", "0.5")),
             reform_timeout_s=float(env.get("SRES_REFORM_TIMEOUT_S", "60")),
             replication_factor=int(env.get("SRES_REPLICATION_FACTOR", "2")),
+            liveness_port=int(env.get("SRES_LIVENESS_PORT", "0")),
+            step_id=env.get("SLURM_STEP_ID", ""),
         )
         values.update({k: v for k, v in options.items() if k in cls.__dataclass_fields__})
         return cls(**values)
@@ -82,6 +87,8 @@ class Agent:
     def __init__(self, env: RankEnv) -> None:
         self.env = env
         self.store = membership.connect(env.store_host, env.store_port)
+        self._liveness = (liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
+                          if env.liveness_port else None)
         self.own = {"replicated": SnapshotRing(), "sharded": SnapshotRing()}
         self.replicas: dict[int, SnapshotRing] = {}
         self.sharded = False
@@ -103,6 +110,7 @@ class Agent:
 
     def run(self, train: Callable[[Context], None]) -> None:
         self._heartbeat.start()
+        self._relay_preemption()
         _warm_up()
         # Everything imported so far lives as long as the process: keep it out of the
         # collector's way, so that the collection at each teardown scans only new objects
@@ -119,6 +127,18 @@ class Agent:
                     return
         finally:
             self._heartbeat.stop()
+
+    def _relay_preemption(self) -> None:
+        """``scancel --signal=USR2`` reaches the steps, not the supervisor: pass it on.
+
+        Without a handler the signal would kill the rank. The heartbeat thread, not the
+        handler, talks to the store (a handler may run in the middle of a store call).
+        """
+        name = os.environ.get("SRES_PREEMPT_SIGNAL", "USR2").upper().removeprefix("SIG")
+        try:
+            signal.signal(getattr(signal, f"SIG{name}"), lambda *_: self._heartbeat.preempted.set())
+        except (AttributeError, ValueError):  # unknown name, or not the main thread
+            log.warning("cannot catch SIG%s here: preemption reaches this rank unannounced", name)
 
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
@@ -430,6 +450,7 @@ class _Heartbeat:
         self.period_s = period_s
         self.watch = watch
         self._stop = threading.Event()
+        self.preempted = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -447,6 +468,9 @@ class _Heartbeat:
                 if now >= next_beat:
                     self.store.add(self.key, 1)
                     next_beat = now + self.period_s
+                if self.preempted.is_set():
+                    self.store.set(membership.PREEMPT, self.key)
+                    self.preempted.clear()
                 generation = self.watch.generation
                 if generation and self.store.check([membership.plan_key(generation + 1)]):
                     if self.watch.release_now():

@@ -67,6 +67,8 @@ def node_kill_key(node: int) -> str:
 
 
 NODE_KILLS = "inject-node-count"
+PREEMPT = "preempt"
+"""Set by a rank that received the preemption signal (``scancel --signal`` reaches steps only)."""
 PROGRESS = "progress"
 STATS = "stats"
 

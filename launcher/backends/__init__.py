@@ -1,0 +1,46 @@
+"""Where ranks run: ``local`` (simulated nodes on this machine) or ``srun`` (steps of a Slurm job).
+
+The supervisor decides; a backend carries out. Both offer the same operations, so the
+supervisor's fault handling is one piece of code whichever runs the ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    """What can be seen of a node right after one of its ranks was lost."""
+
+    slurmd_answers: bool = True
+    slurm_usable: bool = True
+    slurm_state: str = ""
+    slurm_reason: str = ""
+
+
+@dataclass(frozen=True)
+class NewNode:
+    node: int
+    host: str
+    how: str  # "allocation" (a healthy node the job already held) | "expansion" (the job grew)
+    seconds: float
+
+
+class Backend(Protocol):
+    echo_slot: str | None
+    store_host: str
+    requeueable: bool
+    """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
+
+    def host(self, node: int) -> str: ...
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None: ...
+    def poll(self, slot: str) -> int | None: ...
+    def kill(self, slot: str) -> None: ...
+    def stop_all(self, timeout_s: float = 30.0) -> None: ...
+    def evidence(self, node: int) -> NodeEvidence: ...
+    def retire(self, node: int, why: str) -> None: ...
+    def acquire(self) -> NewNode | None: ...
+    def requeue(self, why: str) -> None: ...

@@ -15,8 +15,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from launcher.backends import NewNode, NodeEvidence
+from launcher.errors import SresError
+
 
 class LocalBackend:
+    store_host = "127.0.0.1"
+    requeueable = False
+
     def __init__(self, log_dir: Path, echo=sys.stdout) -> None:
         self.log_dir = Path(log_dir) / "ranks"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -26,7 +32,25 @@ class LocalBackend:
         self._readers: list[threading.Thread] = []
         self._echo_lock = threading.Lock()
 
-    def spawn(self, slot: str, command: Sequence[str], env: Mapping[str, str]) -> int:
+    def host(self, node: int) -> str:
+        return f"node{node}"
+
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self._start(slot, command, env)
+
+    def evidence(self, node: int) -> NodeEvidence:
+        return NodeEvidence()  # simulated nodes die only when the supervisor kills them
+
+    def retire(self, node: int, why: str) -> None:
+        pass
+
+    def acquire(self) -> NewNode | None:
+        return None
+
+    def requeue(self, why: str) -> None:
+        raise SresError("a local run cannot be requeued: it is not a Slurm job")
+
+    def _start(self, slot: str, command: Sequence[str], env: Mapping[str, str]) -> int:
         proc = subprocess.Popen(
             list(command), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,

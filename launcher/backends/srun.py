@@ -1,0 +1,167 @@
+"""Ranks as ``srun`` steps of the job the supervisor runs in.
+
+One step per rank process (``--overlap``: steps share the job's nodes and a respawned rank
+needs no free resources), started from the batch host. The backend answers the
+supervisor's questions about nodes from Slurm itself, asked again at every fault: whether a
+node's slurmd still answers, which healthy nodes the job holds that no rank uses, and, when
+none is left, one more node through job expansion. Node names, the store address and rank
+placement never come from the stale ``SLURM_JOB_NODELIST``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import nodes as node_discovery
+from launcher.backends import NewNode, NodeEvidence
+from launcher.backends.local import LocalBackend
+from launcher.errors import ConfigError, SlurmError, SresError
+from launcher.slurm import SlurmClient
+from resilience.liveness import LivenessServer
+
+log = logging.getLogger(__name__)
+
+
+def slurmd_answers(address: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts connections on the node's slurmd port.
+
+    A killed slurmd refuses at once; a powered-off node times out. Either is seen seconds
+    before slurmctld marks the node not responding (SlurmdTimeout).
+    """
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The job's healthy nodes in the order ranks use them: the supervisor's node first."""
+
+    job_id: str
+    hosts: tuple[str, ...]
+    store_host: str
+    batch_job: bool
+
+
+def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> Placement:
+    """Ask Slurm which nodes the job holds now and order them for ranks."""
+    alloc = node_discovery.discover(client, env=env)
+    job = client.job(alloc.job_id)
+    here = env.get("SLURMD_NODENAME") or job.batch_host or socket.gethostname()
+    hosts = sorted(alloc.healthy, key=lambda n: (n != here,))
+    if len(hosts) < needed:
+        bad = "; ".join(f"{n}: {why}" for n, why in alloc.unhealthy.items())
+        raise ConfigError(f"job {alloc.job_id} has {len(hosts)} healthy node(s), {needed} needed (nodes + spares)"
+                          + (f"; unhealthy: {bad}" if bad else ""))
+    store_host = alloc.addresses.get(here) or here
+    return Placement(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
+
+
+class SrunBackend(LocalBackend):
+    """Starts each rank with ``srun`` on a named node; watches, kills and replaces through Slurm."""
+
+    def __init__(self, client: SlurmClient, placement: Placement, log_dir: Path, liveness: LivenessServer,
+                 srun_args: Sequence[str] = (), partition: str | None = None, grow: bool = True,
+                 probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout) -> None:
+        super().__init__(log_dir, echo)
+        self.client = client
+        self.job_id = placement.job_id
+        self.hosts = list(placement.hosts)
+        self.store_host = placement.store_host
+        self.requeueable = placement.batch_job
+        self.liveness = liveness
+        self.srun_args = tuple(srun_args)
+        self.partition = partition
+        self.grow_allowed = grow
+        self.probe = probe
+        self._used: set[int] = set()
+        self._retired: set[int] = set()
+
+    def host(self, node: int) -> str:
+        return self.hosts[node]
+
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self._used.add(node)
+        argv = ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={self.hosts[node]}",
+                "--overlap", "--kill-on-bad-exit=0", "--quiet", f"--job-name=sres-{slot}", *self.srun_args,
+                *command]
+        self._start(slot, argv, env)
+
+    def poll(self, slot: str) -> int | None:
+        rc = super().poll(slot)
+        if rc is None and self.liveness.lost_at(slot) is not None:
+            return -signal.SIGKILL  # the rank died; srun learns it only when Slurm declares the node dead
+        return rc
+
+    def kill(self, slot: str) -> None:
+        peer = self.liveness.peer(slot)
+        if peer is not None and peer.step_id and peer.lost_t is None:
+            try:
+                self.client.cancel(f"{self.job_id}.{peer.step_id}", signal="KILL")
+            except SlurmError as err:
+                log.info("scancel of %s's step failed: %s", slot, err)
+        super().kill(slot)
+
+    def evidence(self, node: int) -> NodeEvidence:
+        name = self.hosts[node]
+        try:
+            record = self.client.node(name)
+        except SlurmError as err:
+            return NodeEvidence(slurmd_answers=False, slurm_usable=False, slurm_reason=str(err))
+        answers = self.probe(record.address or record.hostname or name, record.port) if record.port else True
+        return NodeEvidence(slurmd_answers=answers, slurm_usable=record.usable, slurm_state=record.long_state,
+                            slurm_reason=record.reason)
+
+    def retire(self, node: int, why: str) -> None:
+        """Drain the node (reason ``sres: why``) and drop it from the job when Slurm allows."""
+        self._retired.add(node)
+        name = self.hosts[node]
+        self.client.drain(name, why)
+        keep = [h for i, h in enumerate(self.hosts) if i not in self._retired]
+        try:
+            self.client.shrink(self.job_id, [h for h in self.client.job(self.job_id).nodes if h in keep])
+        except SresError as err:
+            # Slurm drops a dead node of a --no-kill job by itself once it declares it down.
+            log.info("job %s keeps %s for now: %s", self.job_id, name, err)
+
+    def acquire(self) -> NewNode | None:
+        """A node for lost ranks: a healthy node the job holds and no rank uses, else expansion."""
+        t0 = time.monotonic()
+        alloc = node_discovery.discover(self.client, self.job_id)
+        for name in alloc.healthy:
+            index = self.hosts.index(name) if name in self.hosts else None
+            if index is None:
+                self.hosts.append(name)
+                index = len(self.hosts) - 1
+            if index not in self._used and index not in self._retired:
+                return NewNode(index, name, "allocation", time.monotonic() - t0)
+        if not self.grow_allowed:
+            return None
+        if not self.client.idle_nodes(self.partition):
+            return None
+        try:
+            added = self.client.grow(self.job_id, 1, self.partition)
+        except SlurmError as err:
+            log.warning("job %s could not grow: %s", self.job_id, err)
+            return None
+        self.hosts.append(added[0])
+        return NewNode(len(self.hosts) - 1, added[0], "expansion", time.monotonic() - t0)
+
+    def requeue(self, why: str) -> None:
+        if not self.requeueable:
+            raise SresError(f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it")
+        self.client.requeue(self.job_id)
+
+
+def in_allocation(env: Mapping[str, str] = os.environ) -> bool:
+    return bool(env.get("SLURM_JOB_ID"))

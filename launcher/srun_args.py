@@ -1,0 +1,103 @@
+"""``sres srun`` / ``srun --auto-resume``: read srun's command line into a supervised run. Pure.
+
+The options that shape the run (nodes, tasks per node) are ours to interpret; every other
+option goes unchanged to each rank's step (``--gpus-per-task``, ``--cpu-bind``, ...). Spare
+nodes default to the nodes the allocation holds beyond ``-N``: ``sbatch -N 4`` with
+``srun --auto-resume=2 -N 3 python train.py`` trains on 3 nodes and keeps one warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from launcher.errors import ConfigError
+
+# srun options that take a value in the next argument when not written --opt=value.
+_WITH_VALUE = {
+    "-A", "--account", "-c", "--cpus-per-task", "-C", "--constraint", "-D", "--chdir", "-e", "--error",
+    "-G", "--gpus", "-i", "--input", "-J", "--job-name", "-L", "--licenses", "-m", "--distribution",
+    "-N", "--nodes", "-n", "--ntasks", "-o", "--output", "-p", "--partition", "-q", "--qos", "-t", "--time",
+    "-w", "--nodelist", "-x", "--exclude", "--gpus-per-node", "--gpus-per-task", "--cpus-per-gpu",
+    "--mem", "--mem-per-cpu", "--mem-per-gpu", "--ntasks-per-node", "--cpu-bind", "--gpu-bind",
+    "--export", "--mpi", "--network", "--signal", "--spares", "--auto-resume",
+}
+# Options of the whole job step that make no sense per rank: refused with a reason.
+_REFUSED = {"-w": "--nodelist", "--nodelist": "--nodelist", "-r": "--relative", "--relative": "--relative"}
+
+
+@dataclass(frozen=True)
+class SrunRequest:
+    command: tuple[str, ...]
+    nodes: int | None  # None: every healthy node of the allocation minus the spares
+    procs_per_node: int
+    spares: int | None
+    retries: int
+    step_args: tuple[str, ...]
+    partition: str | None = None
+
+
+def parse(argv: Sequence[str]) -> SrunRequest:
+    """Split ``[--auto-resume[=N]] [--spares S] [srun options] COMMAND...``."""
+    args = list(argv)
+    nodes: int | None = None
+    ntasks: int | None = None
+    per_node: int | None = None
+    spares: int | None = None
+    retries = 1
+    partition = None
+    step: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        start, arg = i, args[i]
+        if arg == "--":
+            i += 1
+            break
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") and len(name) > 2:
+            name, value, eq = name[:2], name[2:], "="  # -N3
+        if name in _REFUSED:
+            raise ConfigError(f"srun {_REFUSED[name]} cannot be used with auto-resume: sres places ranks itself "
+                              "(exclude nodes with sbatch instead)")
+        if name in _WITH_VALUE and not eq and name != "--auto-resume":
+            if i + 1 >= len(args):
+                raise ConfigError(f"srun option {name} needs a value")
+            i += 1
+            value = args[i]
+        i += 1
+        if name == "--auto-resume":
+            retries = _int(name, value) if eq else 1
+        elif name in ("-N", "--nodes"):
+            nodes = _int(name, value.split("-")[0])
+        elif name in ("-n", "--ntasks"):
+            ntasks = _int(name, value)
+        elif name == "--ntasks-per-node":
+            per_node = _int(name, value)
+        elif name == "--spares":
+            spares = _int(name, value)
+        else:
+            if name in ("-p", "--partition"):
+                partition = value
+            step.extend(args[start:i])
+    command = tuple(args[i:])
+    if not command:
+        raise ConfigError("no command given: sres srun --auto-resume=1 -N 2 python train.py")
+    if retries < 0:
+        raise ConfigError(f"--auto-resume must be 0 or more (got {retries})")
+    if ntasks is not None:
+        if per_node is None:
+            if nodes is None or ntasks % nodes:
+                raise ConfigError(f"-n {ntasks} needs -N with a node count that divides it (one rank layout per node)")
+            per_node = ntasks // nodes
+        elif nodes is None:
+            nodes = ntasks // per_node
+        if nodes * per_node != ntasks:
+            raise ConfigError(f"-n {ntasks} is not -N {nodes} x --ntasks-per-node {per_node}")
+    return SrunRequest(command, nodes, per_node or 1, spares, retries, tuple(step), partition)
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"srun option {name}: {value!r} is not a whole number") from None
