@@ -49,7 +49,7 @@ def _cmd_srun(args: argparse.Namespace) -> int:
     if not os.environ.get("SLURM_JOB_ID"):
         raise NotInAllocation("sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset): "
                               "use it in an sbatch script or under salloc")
-    request = parse(args.srun_args)
+    request = parse(args.srun_args[1:] if args.srun_args[:1] == ["--"] else args.srun_args)
     held = len(place(_client(args), os.environ, 1).hosts)
     nodes = request.nodes if request.nodes is not None else held - (request.spares or 0)
     spares = request.spares if request.spares is not None else max(0, held - nodes)
@@ -195,7 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "srun":
+        # srun's options and ours may interleave before the command: argparse cannot split them.
+        from launcher.srun_args import split_ours
+
+        options = argparse.ArgumentParser()
+        _add_supervision_options(options)
+        ours = {o: a.nargs != 0 for a in options._actions for o in a.option_strings}  # noqa: SLF001
+        mine, theirs = split_ours(argv[1:], ours)
+        argv = ["srun", *mine, "--", *theirs]
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="sres: %(message)s")
     try:

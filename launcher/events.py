@@ -53,7 +53,14 @@ def summary(events: list[dict[str, Any]]) -> str:
                      f"goodput {goodput:.1%}" if goodput is not None else f"run finished: {end['steps']} steps")
     for fault in faults:
         where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
-        lines.append(f"  fault: {fault['kind']} {where} (node {fault.get('node')}) at step {fault.get('step')}")
+        why = f": {fault['why']}" if fault.get("why") else ""
+        lines.append(f"  fault: {fault['kind']} {where} (node {fault.get('host', fault.get('node'))}{why}) "
+                     f"at step {fault.get('step')}")
+    for event in events:
+        if event["event"] == "drained":
+            lines.append(f"  drained {event['host']}: sres: {event['why']}")
+        elif event["event"] == "node-added":
+            lines.append(f"  added {event['host']} ({event['how']}, {event['seconds']:.2f} s)")
     for rec in recovered:
         lines.append(f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
                      f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "

@@ -96,6 +96,28 @@ def parse(argv: Sequence[str]) -> SrunRequest:
     return SrunRequest(command, nodes, per_node or 1, spares, retries, tuple(step), partition)
 
 
+def split_ours(argv: Sequence[str], ours: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """Separate sres's own options (``ours``: name -> takes a value) from srun's and the command.
+
+    Both may come in any order before the command; the command's own options are never looked at.
+    """
+    mine: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        name, eq, _ = argv[i].partition("=")
+        short = name[:2] if not name.startswith("--") and len(name) > 2 else name
+        if name in ours:
+            take = 2 if ours[name] and not eq else 1
+            mine.extend(argv[i:i + take])
+            i += take
+            continue
+        take = 2 if short == name and name in _WITH_VALUE and not eq and name != "--auto-resume" else 1
+        rest.extend(argv[i:i + take])
+        i += take
+    return mine, rest + list(argv[i:])
+
+
 def _int(name: str, value: str) -> int:
     try:
         return int(value)

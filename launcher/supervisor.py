@@ -212,6 +212,7 @@ class Supervisor:
         self._node_kills_seen = 0
         self._process_faults: dict[int, int] = {}
         self._preempted: str | None = None
+        self._origin: dict[int, str] = {}  # node -> how it joined after the start: allocation | expansion
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -404,6 +405,7 @@ class Supervisor:
                 for local in range(self.config.procs_per_node):
                     self._spawn(f"n{new.node}p{local}", new.node, local)
                 self.spare_nodes.append(new.node)
+                self._origin[new.node] = new.how
                 self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
                 self._say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")
         decision = replace(
@@ -421,7 +423,8 @@ class Supervisor:
             old_node = self._node_of(rank)
             new_node = self.slots[decision.members[rank]].info.node
             self.events.emit("replaced", rank=rank, slot=decision.members[rank], node=new_node,
-                             host=self.backend.host(new_node), how="spare" if old_node in self.dead_nodes else "respawn")
+                             host=self.backend.host(new_node),
+                             how=self._origin.get(new_node, "spare") if old_node in self.dead_nodes else "respawn")
         self._publish(decision.members, replaced=tuple(sorted(lost)), reason="fault")
         self._retire(bad_nodes)
         return None

@@ -39,13 +39,14 @@ class Run:
         return [e for e in self.events if e["event"] == kind]
 
 
-def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int = 4, timeout: float = 240) -> Run:
+def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int = 4, timeout: float = 240,
+             steps: int = STEPS) -> Run:
     log_dir = tmp / "run"
     cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(nodes), "--log-dir", str(log_dir),
            "--hang-timeout", "3", "--reform-timeout", "20", *args, "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(STEPS),
+           sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(steps),
            "--out", str(log_dir / "out"), *train_args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SRES_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     leftover = [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}") if pid_alive(p)]
     assert not leftover, f"processes of the run still alive: {leftover}"

@@ -1,0 +1,55 @@
+"""A node dies under a training job: the job keeps running on a replacement node, bitwise exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.autoresume.conftest import STEPS, sres_srun, submit_training
+
+pytestmark = pytest.mark.cluster
+
+
+def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, reference3):
+    job = submit_training(cluster, tmp_path, ["-N4", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"))
+    job.wait_step(6)
+    hosts = job.hosts()
+    victim, spare = hosts[1], hosts[3]
+    cluster.kill_node(victim)
+
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output  # never cancelled, never requeued
+    assert done.restart_count == 0
+    assert job.digests() == reference3, job.output
+    node = job.client.node(victim)
+    assert node.drained and node.reason == "sres: slurmd not responding", node
+    fault, = job.of("fault")
+    assert (fault["kind"], fault["host"], fault["rank"]) == ("node", victim, 1)
+    drained, = job.of("drained")
+    replaced, = job.of("replaced")
+    recovered, = job.of("recovered")
+    assert drained["host"] == victim and replaced["host"] == spare and replaced["how"] == "spare"
+    assert recovered["steps_lost"] == 0 and recovered["source"] == "peer"
+    assert all(isinstance(e[k], float) for e, k in [(fault, "t"), (drained, "seconds"), (recovered, "seconds"),
+                                                    (recovered, "transfer_s"), (recovered, "first_step_s")])
+    assert job.of("finished")[0]["steps"] == STEPS
+
+
+def test_without_spares_the_job_grows_into_an_idle_node(cluster, tmp_path, reference3):
+    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"))
+    job.wait_step(6)
+    victim = job.hosts()[2]
+    before = set(job.client.job(job.job_id).nodes)
+    cluster.kill_node(victim)
+
+    job.wait_step(STEPS - 1)
+    nodes = set(job.client.job(job.job_id).nodes)  # scontrol show job, while the job still runs
+    added, = job.of("node-added")
+    assert added["how"] == "expansion" and added["host"] in nodes and added["host"] not in before
+    assert victim not in nodes
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    assert job.of("replaced")[0]["how"] == "expansion"
+    assert job.client.node(victim).reason == "sres: slurmd not responding"
