@@ -69,7 +69,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
     job_id = os.environ.get("SLURM_JOB_ID")
-    log_dir = Path(args.log_dir or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
+    log_dir = Path(args.log_dir or os.environ.get("SRES_LOG_DIR") or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
     config = RunConfig(
         command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
         injections=injections, log_dir=log_dir, backend=args.backend,
@@ -117,8 +117,8 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
                    help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
                         "also SRES_INJECT='SPEC;SPEC'")
-    p.add_argument("--log-dir", help="where events.jsonl and rank logs go "
-                                     "(default sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")
+    p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default $SRES_LOG_DIR, else "
+                                     "sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
     p.add_argument("--hang-timeout", type=float, default=30.0, help="seconds without heartbeat before a rank is declared hung (default 30)")
     p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
@@ -182,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("srun_args", nargs=argparse.REMAINDER,
                    help="--auto-resume=N (faults to recover from, default 1), --spares S, srun options, the command")
     p.set_defaults(func=_cmd_srun)
+
+    from slurm_plugins.spank import build as spank_build
+
+    p = sub.add_parser("hooks", help="admin side: SPANK plugin (srun --auto-resume)",
+                       description="What cluster admins install: the srun --auto-resume SPANK plugin.")
+    hooks = p.add_subparsers(dest="hooks_command", metavar="HOOK", required=True)
+    spank_build.add_parser(hooks)
 
     p = sub.add_parser("demo", help="kill a node mid-training, recover from peers, compare with a fault-free run",
                        description="Train a ~64 MiB MLP on 4 simulated nodes + 1 warm spare twice, without and with "

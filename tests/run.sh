@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what is missing first:
-#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server (needs root)
+#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc (needs root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
 # Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x
 set -euo pipefail
@@ -18,6 +18,7 @@ command -v scontrol >/dev/null || missing+=(slurm-client)
 command -v munged >/dev/null || missing+=(munge)
 [ -f /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v cc >/dev/null || missing+=(gcc)  # builds the SPANK plugin against spank.h
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   if [ "$(id -u)" -ne 0 ]; then
