@@ -109,6 +109,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return main(DemoConfig(steps=args.steps, width=args.width, log_dir=Path(args.log_dir)))
 
 
+def _cmd_template(args: argparse.Namespace) -> int:
+    from launcher import templates
+
+    if args.name is None:
+        for name in templates.names():
+            print(f"{name:28} {templates.load(name).summary}")
+        return 0
+    template = templates.load(args.name)
+    if args.show_variables:
+        for key, default in template.variables.items():
+            print(f"{key} = {default}")
+        return 0
+    sys.stdout.write(template.fill(templates.parse_sets(args.set)))
+    return 0
+
+
 def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
 
@@ -131,6 +147,13 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
                    help="signal that means 'save and requeue' (default USR2; USR1 is refused: NCCL may use it)")
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
+    # Each option also reads SRES_<NAME> (srun --auto-resume passes no sres options; sbatch scripts export these).
+    for action in p._actions:  # noqa: SLF001 - argparse keeps no public list
+        name = next((o for o in action.option_strings if o.startswith("--")), None)
+        value = os.environ.get("SRES_" + name[2:].upper().replace("-", "_")) if name else None
+        if value is None or action.dest in ("help", "inject", "log_dir"):
+            continue
+        p.set_defaults(**{action.dest: value.lower() in ("1", "true", "yes") if action.nargs == 0 else value})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,6 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("srun_args", nargs=argparse.REMAINDER,
                    help="--auto-resume=N (faults to recover from, default 1), --spares S, srun options, the command")
     p.set_defaults(func=_cmd_srun)
+
+    p = sub.add_parser("template", help="print a ready sbatch script (auto-resume, spares, requeue, preemption)",
+                       description="Print one of the sbatch templates with its variables filled in; without NAME, "
+                                   "list them. Example: sres template train.sbatch --set nodes=8 --set spares=1 "
+                                   "--set command='python train.py' > job.sbatch")
+    p.add_argument("name", nargs="?", help="template name (train, train_no_plugin, multi_node_gpu)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a variable's value (repeatable)")
+    p.add_argument("--show-variables", action="store_true", help="list the template's variables and defaults")
+    p.set_defaults(func=_cmd_template)
 
     from slurm_plugins.spank import build as spank_build
 

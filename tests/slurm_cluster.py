@@ -110,6 +110,10 @@ class SlurmCluster:
             (self.directory / "spool" / node).mkdir(exist_ok=True)
         self.plugstack_path.touch()
         self.conf_path.write_text(self._slurm_conf())
+        # Two "GPUs" per node for Slurm's bookkeeping, so GPU job scripts (--gpus-per-node) are
+        # accepted and scheduled as on a GPU partition. Slurm drops file-less GPUs; any two
+        # character devices do (nothing opens them: TaskPlugin=task/none binds no device).
+        (self.directory / "gres.conf").write_text("Name=gpu File=/dev/null\nName=gpu File=/dev/zero\n")
         self._munged_pid = ensure_munged()
         self._ctld = self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf_path)], "slurmctld")
         self._save_state()
@@ -277,8 +281,9 @@ MessageTimeout=5
 KillWait=5
 MinJobAge=300
 InactiveLimit=0
+GresTypes=gpu
 {self.extra_conf}
-NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=2000
+NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=2000 Gres=gpu:2
 PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
 """
 

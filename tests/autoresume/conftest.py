@@ -15,6 +15,7 @@ import pytest
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
 from launcher.slurm_types import Job
+from slurm_plugins.spank.build import build, plugstack_line
 from tests.cluster.conftest import wait_job
 from tests.inprocess.conftest import sres_run
 from tests.slurm_cluster import SlurmCluster
@@ -98,3 +99,16 @@ def reference3(tmp_path_factory) -> dict[int, str]:
     digests = run.digests()
     assert len(digests) == 3 and len(set(digests.values())) == 1
     return digests
+
+
+@pytest.fixture
+def plugin(cluster, tmp_path_factory):
+    """The plugin installed in the test cluster's plugstack.conf (one line), removed afterwards."""
+    out = tmp_path_factory.mktemp("spank")
+    so = build(out)
+    sres = out / "sres"  # what an installed console script does, for the repository under test
+    sres.write_text(f"#!/bin/sh\nexport PYTHONPATH={REPO}\nexec {sys.executable} -m launcher.cli \"$@\"\n")
+    sres.chmod(0o755)
+    cluster.plugstack_path.write_text(plugstack_line(so, str(sres)) + "\n")
+    yield so
+    cluster.plugstack_path.write_text("")

@@ -7,23 +7,9 @@ import sys
 
 import pytest
 
-from slurm_plugins.spank.build import build, plugstack_line
 from tests.autoresume.conftest import REPO, submit_training
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def plugin(cluster, tmp_path_factory):
-    """The plugin installed in the test cluster's plugstack.conf (one line), removed afterwards."""
-    out = tmp_path_factory.mktemp("spank")
-    so = build(out)
-    sres = out / "sres"  # what an installed console script does, for the repository under test
-    sres.write_text(f"#!/bin/sh\nexport PYTHONPATH={REPO}\nexec {sys.executable} -m launcher.cli \"$@\"\n")
-    sres.chmod(0o755)
-    cluster.plugstack_path.write_text(plugstack_line(so, str(sres)) + "\n")
-    yield so
-    cluster.plugstack_path.write_text("")
 
 
 def test_option_shows_in_srun_help(cluster, plugin):
