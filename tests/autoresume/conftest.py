@@ -2,93 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import re
-import shlex
 import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from launcher.events import read_events
-from launcher.slurm import SlurmClient
-from launcher.slurm_types import Job
 from slurm_plugins.spank.build import build, plugstack_line
-from tests.cluster.conftest import wait_job
 from tests.inprocess.conftest import sres_run
-from tests.slurm_cluster import SlurmCluster
+from tests.training_jobs import REPO, STEPS, TrainingJob, sres_srun, submit_training  # noqa: F401 - used by tests
 
 pytestmark = pytest.mark.cluster
-
-REPO = Path(__file__).resolve().parents[2]
-STEPS = 30
-TRAIN = ("-m", "resilience.examples.train_mlp", "--steps", str(STEPS), "--progress-every", "1")
-
-
-@dataclass
-class TrainingJob:
-    job_id: str
-    dir: Path
-    client: SlurmClient
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "run"
-
-    @property
-    def events(self) -> list[dict]:
-        path = self.log_dir / "events.jsonl"
-        return read_events(path) if path.exists() else []
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["event"] == kind]
-
-    @property
-    def output(self) -> str:
-        path = self.dir / "job.out"
-        return path.read_text() if path.exists() else ""
-
-    def digests(self) -> dict[int, str]:
-        return {json.loads(p.read_text())["rank"]: json.loads(p.read_text())["digest"]
-                for p in sorted((self.dir / "out").glob("rank*.json"))}
-
-    def hosts(self) -> list[str]:
-        """Nodes in rank order then spares, as the supervisor placed them at its (last) start."""
-        return self.of("start")[-1]["hosts"]
-
-    def wait_step(self, step: int, timeout: float = 90.0) -> None:
-        """Until rank 0 has printed ``step``: the job is training."""
-        deadline = time.monotonic() + timeout
-        pattern = re.compile(rf"^step\s+{step}/", re.M)
-        while not pattern.search(self.output):
-            job = self.client.job(self.job_id)
-            assert not job.finished, f"job {self.job_id} ended ({job.state}) before step {step}:\n{self.output}"
-            assert time.monotonic() < deadline, f"no step {step} after {timeout:.0f} s:\n{self.output}"
-            time.sleep(0.1)
-
-    def wait_done(self, timeout: float = 180.0) -> Job:
-        return wait_job(self.client, self.job_id, lambda j: j.finished, timeout)
-
-
-def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: str, sleep: float = 0.25,
-                    train_args: tuple[str, ...] = ()) -> TrainingJob:
-    """An sbatch job whose script runs ``srun`` (a shell fragment, e.g. ``sres srun --auto-resume=1 -N 3``)
-    on the example MLP, with ``--out``/``--log-dir`` in ``tmp``."""
-    train = " ".join(shlex.quote(a) for a in (sys.executable, *TRAIN, "--sleep", str(sleep), "--out",
-                                             str(tmp / "out"), *train_args))
-    script = tmp / "job.sh"
-    script.write_text(f"#!/bin/bash\ncd {shlex.quote(str(REPO))}\n{srun} {train}\n")
-    client = SlurmClient.create("cli", env=cluster.env())
-    job_id = client.submit([*sbatch, f"--output={tmp / 'job.out'}", f"--chdir={REPO}", str(script)])
-    return TrainingJob(job_id, tmp, client)
-
-
-def sres_srun(log_dir: Path, *args: str) -> str:
-    """The shell fragment that runs ``sres srun`` (the module, as in the repository under test)."""
-    return " ".join([shlex.quote(sys.executable), "-m", "launcher.cli", "srun", "--log-dir", shlex.quote(str(log_dir)),
-                     "--hang-timeout", "5", *args])
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 from launcher import templates
 from launcher.slurm import SlurmClient
 from tests.autoresume.conftest import REPO
-from tests.cluster.conftest import wait_job
+from tests.training_jobs import wait_job
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ import pytest
 from launcher.errors import ConfigError, SlurmError
 from launcher.nodes import discover
 from launcher.slurm_types import REASON_PREFIX
-from tests.cluster.conftest import wait_job
+from tests.training_jobs import wait_job
 from tests.slurm_cluster import pid_alive, processes_with_env
 
 pytestmark = pytest.mark.cluster
