@@ -31,7 +31,7 @@ def wait_job(client: SlurmClient, job_id: str, predicate, timeout: float = 60.0)
         time.sleep(0.2)
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STEPS = 30
 TRAIN = ("-m", "resilience.examples.train_mlp", "--steps", str(STEPS), "--progress-every", "1")
 
