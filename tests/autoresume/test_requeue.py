@@ -1,0 +1,82 @@
+"""Last resort and preemption: the job requeues itself and resumes from its saved state."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.training_jobs import REPO, STEPS, sres_srun, submit_training, wait_job
+
+pytestmark = pytest.mark.cluster
+
+PERSIST_EVERY = 3
+
+
+def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster, tmp_path, reference3):
+    client_env = cluster.env()
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600"],
+                             env=client_env, capture_output=True, text=True, check=True).stdout.strip()
+    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue", "--exclusive"],
+                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--persistent-dir",
+                                    str(tmp_path / "ckpt"), "--persist-every", str(PERSIST_EVERY)))
+    job.wait_step(10)
+    victim = job.hosts()[1]
+    cluster.kill_node(victim)
+    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
+    assert requeued.restart_count == 1
+    fault, = job.of("fault")
+    assert job.of("requeue"), job.output
+    assert "no spare node is left, nor an idle node to grow into" in job.of("requeue")[0]["why"]
+    subprocess.run(["scancel", blocker], env=client_env, check=True)  # nodes are back
+
+    done = job.wait_done(timeout=240)
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    second = job.of("start")[-1]
+    assert second["restart_count"] == 1 and victim not in second["hosts"]
+    restored = [e for e in job.of("restored") if e.get("tier") == "persistent"]
+    assert restored, job.events
+    assert fault["step"] - 1 - restored[0]["step"] <= PERSIST_EVERY  # steps lost <= the save interval
+    assert job.of("finished")[-1]["steps"] == STEPS
+
+
+def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, reference3):
+    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--persistent-dir",
+                                    str(tmp_path / "ckpt"), "--persist-every", "1000"))
+    job.wait_step(8)
+    subprocess.run(["scancel", "--signal=USR2", job.job_id], env=cluster.env(), check=True)
+    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
+    assert requeued.restart_count == 1
+    flushed, = job.of("flushed")
+    assert flushed["step"] >= 7 and "preempted" in job.of("requeue")[0]["why"]
+
+    done = job.wait_done(timeout=240)
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    restored = [e for e in job.of("restored") if e.get("tier") == "persistent"]
+    assert restored and restored[0]["step"] == flushed["step"], job.events
+    assert not job.of("fault")
+
+
+def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):
+    """SLURM_RESTART_COUNT at --max-requeues: the supervisor says so instead of requeueing again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
+    env["SLURM_RESTART_COUNT"] = "2"
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--max-requeues", "2",
+                             "--log-dir", str(tmp_path / "run"), "--", sys.executable, "-m",
+                             "resilience.examples.train_mlp", "--steps", "400", "--sleep", "0.05"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "run" / "events.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)
+    proc.send_signal(signal.SIGUSR2)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "error: preempted (SIGUSR2); the job was already requeued 2 time(s) (--max-requeues 2)" in err
