@@ -101,6 +101,8 @@ class SrunBackend(LocalBackend):
         rc = super().poll(slot)
         if rc is None and self.liveness.lost_at(slot) is not None:
             return -signal.SIGKILL  # the rank died; srun learns it only when Slurm declares the node dead
+        if rc is not None and rc > 128:
+            return 128 - rc  # srun exits 128+N for a task killed by signal N: report it as Popen does
         return rc
 
     def kill(self, slot: str) -> None:

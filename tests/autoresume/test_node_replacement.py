@@ -53,3 +53,17 @@ def test_without_spares_the_job_grows_into_an_idle_node(cluster, tmp_path, refer
     assert job.digests() == reference3, job.output
     assert job.of("replaced")[0]["how"] == "expansion"
     assert job.client.node(victim).reason == "sres: slurmd not responding"
+
+
+def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, tmp_path, reference3):
+    job = submit_training(cluster, tmp_path, ["-N4", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", "--auto-resume=2", "-N", "3", "--inject", "kill:rank=1:step=4",
+                                    "--inject", "kill:rank=1:step=12"), sleep=0.1)
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    hosts = job.hosts()
+    first, second = job.of("fault")
+    assert (first["kind"], first["host"]) == ("kill", hosts[1]) and second["kind"] == "node"
+    assert [(e["how"], e["host"]) for e in job.of("replaced")] == [("respawn", hosts[1]), ("spare", hosts[3])]
+    assert job.client.node(hosts[1]).reason == "sres: repeated failure: 2 process faults on this node"
