@@ -1,5 +1,5 @@
-setenv SLURM_NODELIST "n[1,4-5]"
-setenv SLURM_JOB_NODELIST "n[1,4-5]"
+setenv SLURM_NODELIST "n[1,3-4]"
+setenv SLURM_JOB_NODELIST "n[1,3-4]"
 setenv SLURM_NNODES 3
 setenv SLURM_JOB_NUM_NODES 3
 setenv SLURM_JOB_CPUS_PER_NODE "1(x3)"

@@ -1,5 +1,5 @@
-export SLURM_NODELIST="n[1,4-5]"
-export SLURM_JOB_NODELIST="n[1,4-5]"
+export SLURM_NODELIST="n[1,3-4]"
+export SLURM_JOB_NODELIST="n[1,3-4]"
 export SLURM_NNODES=3
 export SLURM_JOB_NUM_NODES=3
 export SLURM_JOB_CPUS_PER_NODE="1(x3)"
