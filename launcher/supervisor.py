@@ -73,10 +73,9 @@ class RunConfig:
             raise ConfigError("--node-fault-after must be at least 1")
         if self.max_requeues < 0:
             raise ConfigError("--max-requeues cannot be negative")
-        name = self.preempt_signal.upper().removeprefix("SIG")
-        if name == "USR1":
+        if self.preempt_signal_name == "SIGUSR1":
             raise ConfigError("--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM")
-        if not hasattr(signal, f"SIG{name}"):
+        if not hasattr(signal, self.preempt_signal_name):
             raise ConfigError(f"--preempt-signal {self.preempt_signal}: not a signal name")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError(f"unknown backend {self.backend!r}: gloo or nccl")
@@ -89,6 +88,10 @@ class RunConfig:
     @property
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
+
+    @property
+    def preempt_signal_name(self) -> str:
+        return "SIG" + self.preempt_signal.upper().removeprefix("SIG")
 
 
 # --- pure decisions ------------------------------------------------------------------------------
@@ -239,22 +242,18 @@ class Supervisor:
             raise
         finally:
             if previous is not None:
-                signal.signal(self._preempt_signum, previous)
+                signal.signal(getattr(signal, self.config.preempt_signal_name), previous)
             self.store.set(membership.SHUTDOWN, "1")
             self.backend.stop_all(timeout_s=30.0)
             self.liveness.close()
             self.events.close()
-
-    @property
-    def _preempt_signum(self) -> int:
-        return getattr(signal, "SIG" + self.config.preempt_signal.upper().removeprefix("SIG"))
 
     def _catch_preemption(self):
         """The batch shell gets the preemption signal (``sbatch --signal=B:USR2@T``); so may ranks."""
         def on_signal(signum: int, _frame) -> None:
             self._preempted = f"preempted ({signal.Signals(signum).name})"
         try:
-            return signal.signal(self._preempt_signum, on_signal)
+            return signal.signal(getattr(signal, self.config.preempt_signal_name), on_signal)
         except ValueError:  # not the main thread (an embedding program): ranks still relay it
             return None
 
@@ -263,9 +262,8 @@ class Supervisor:
             now = self.clock()
             self._kill_requested_nodes()
             self._watch_heartbeats(now)
-            if self._preempted or self.store.check([membership.PREEMPT]):
-                return self._requeue(self._preempted or "preempted (a rank received "
-                                     f"SIG{self.config.preempt_signal.upper().removeprefix('SIG')})")
+            if self._preempted:
+                return self._requeue(self._preempted)
             lost, reports = self._observe()
             unrecoverable = [r for r in reports.values() if r.kind == "unrecoverable"]
             if unrecoverable:
@@ -317,6 +315,8 @@ class Supervisor:
         if now < self._next_heartbeat_check:
             return
         self._next_heartbeat_check = now + self.config.heartbeat_s / 2
+        if self._preempted is None and self.store.check([membership.PREEMPT]):
+            self._preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         alive = [s for s, st in self.slots.items() if st.alive]
         for slot in alive:
             value = self.store.add(membership.heartbeat_key(slot), 0)
