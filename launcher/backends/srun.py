@@ -11,7 +11,6 @@ placement never come from the stale ``SLURM_JOB_NODELIST``.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import sys
@@ -163,7 +162,3 @@ class SrunBackend(LocalBackend):
         if not self.requeueable:
             raise SresError(f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it")
         self.client.requeue(self.job_id)
-
-
-def in_allocation(env: Mapping[str, str] = os.environ) -> bool:
-    return bool(env.get("SLURM_JOB_ID"))

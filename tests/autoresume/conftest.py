@@ -8,7 +8,7 @@ import pytest
 
 from slurm_plugins.spank.build import build, plugstack_line
 from tests.inprocess.conftest import sres_run
-from tests.training_jobs import REPO, STEPS, TrainingJob, sres_srun, submit_training  # noqa: F401 - used by tests
+from tests.training_jobs import REPO, STEPS
 
 pytestmark = pytest.mark.cluster
 

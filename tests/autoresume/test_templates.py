@@ -10,8 +10,7 @@ import pytest
 
 from launcher import templates
 from launcher.slurm import SlurmClient
-from tests.autoresume.conftest import REPO
-from tests.training_jobs import wait_job
+from tests.training_jobs import REPO, wait_job
 
 pytestmark = pytest.mark.cluster
 
