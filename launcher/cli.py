@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=1024, help="MLP width: 1024 gives ~64 MiB of state per rank")
     p.add_argument("--log-dir", default="sres-runs", help="parent folder of the demo's logs (default sres-runs)")
     p.set_defaults(func=_cmd_demo)
+
+    from slurm_plugins.cli import add_parser as add_hooks_parser
+    add_hooks_parser(sub)
     return parser
 
 
