@@ -155,10 +155,12 @@ class DeepConfig:
     """Deep checks: run by ``sres hooks deep-check`` and before a drained node is resumed."""
 
     before_resume: bool = True
-    per_check_s: float = 120.0
+    per_check_s: float = 30.0
+    total_s: float = 50.0  # slurmd kills a HealthCheckProgram after 60 s
     gpu_stress_s: float = 10.0
     allreduce_mib: int = 64
-    allreduce_min_gbps: float = 1.0
+    allreduce_min_gbps: float = 10.0      # NCCL bus bandwidth across this node's GPUs
+    allreduce_cpu_min_gbps: float = 0.05  # gloo on CPU, where a node has fewer than 2 GPUs
     allreduce_cpu_procs: int = 2
     memory_mib: int = 256
     memory_s: float = 5.0
@@ -174,6 +176,7 @@ class HealthConfig:
     log: LogConfig = field(default_factory=LogConfig)
     actions: Actions = field(default_factory=Actions)
     ram_root: str | None = None
+    state_dir: str = "/var/lib/sres"
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     deep: DeepConfig = field(default_factory=DeepConfig)
 

@@ -14,6 +14,7 @@ only ``SLURMD_NODENAME`` (so its wrapper exports ``SLURM_CONF``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import sys
@@ -29,7 +30,7 @@ from slurm_plugins.checks.processes import kill_job_processes
 from slurm_plugins.deep import deep_checks
 from slurm_plugins.health_config import HealthConfig, HealthConfigError
 from slurm_plugins.health_log import HealthLog
-from slurm_plugins.runner import run_checks
+from slurm_plugins.runner import run_checks, run_in_turn
 
 HOOKS = ("prolog", "epilog", "health")
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
@@ -77,6 +78,10 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
         return 0
     log = HealthLog(config.log.file, config.log.syslog, hook=kind, node=hook.node, job=hook.job_id,
                     nodelist=hook.nodelist)
+    lock = _health_lock(config, hook.node, log) if kind == "health" else None
+    if kind == "health" and lock is None:
+        log.close()
+        return 0
     try:
         if config.ram_root:
             os.environ["SRES_RAM_ROOT"] = config.ram_root
@@ -92,7 +97,7 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
         may_resume = False
         if kind == "health" and not failed and node is not None and node.drained_by_us:
             if config.deep.before_resume:
-                deep = run_checks(deep_checks(), ctx, config.deep.per_check_s, 4 * config.deep.per_check_s)
+                deep = run_deep(ctx)
                 _log_results(log, deep, "deep_check")
                 results, failed = results + deep, any(r.failed for r in deep)
             may_resume = not failed
@@ -101,6 +106,8 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
         return 1 if failed and kind != "health" else 0
     finally:
         log.close()
+        if lock is not None:
+            os.close(lock)
 
 
 def run_local(config_arg: str | None, env: Mapping[str, str], deep: bool = False) -> list[CheckResult]:
@@ -108,8 +115,12 @@ def run_local(config_arg: str | None, env: Mapping[str, str], deep: bool = False
     _, config = load_config(config_arg, env)
     ctx = HookEnv.from_env(env).context(config)
     if deep:
-        return run_checks(deep_checks(), ctx, config.deep.per_check_s, 4 * config.deep.per_check_s)
+        return run_deep(ctx)
     return run_checks(enabled_checks(config), ctx, config.budget.per_check_s, config.budget.total_s)
+
+
+def run_deep(ctx: CheckContext) -> list[CheckResult]:
+    return run_in_turn(deep_checks(), ctx, ctx.config.deep.per_check_s, ctx.config.deep.total_s)
 
 
 def render(results: list[CheckResult]) -> str:
@@ -151,6 +162,25 @@ def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool
         return 1
     finally:
         log.close()
+
+
+def _health_lock(config: HealthConfig, node: str, log: HealthLog) -> int | None:
+    """One health-check run per node at a time: slurmd starts the program every interval even
+    while the previous run (deep checks) still goes on. Returns the held lock's fd, or None."""
+    path = Path(config.state_dir) / f"health-{node}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        log.event("lock", status="warning", detail=f"cannot open {path} ({err.strerror}); running unlocked")
+        return os.open(os.devnull, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        log.event("lock", status="skipped", detail="previous health-check run still going")
+        return None
+    return fd
 
 
 def _clean_job(hook: HookEnv, log: HealthLog) -> None:

@@ -54,6 +54,23 @@ def run_checks(
     return results
 
 
+def run_in_turn(
+    checks: Sequence[Check], ctx: CheckContext, per_check_s: float, total_s: float,
+    clock: Clock = time.monotonic,
+) -> list[CheckResult]:
+    """One check at a time (stress tests must not compete for the machine), same budgets."""
+    end = clock() + total_s
+    results: list[CheckResult] = []
+    for check in checks:
+        left = end - clock()
+        if left <= 0:
+            results.append(CheckResult(check.name, Status.TIMEOUT, f"not run: total budget of {total_s:g} s used up",
+                                       check.fault))
+            continue
+        results += run_checks([check], ctx, min(per_check_s, left), left, clock)
+    return results
+
+
 def _start(check: Check, ctx: CheckContext, now: float, deadline: float) -> _Running:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
