@@ -137,7 +137,8 @@ def _read_kmsg(path: Path) -> list[str]:
                 raise
             if not chunk:
                 break
-            records.append(chunk.decode(errors="replace").rstrip("\n"))
+            # One record per read from /dev/kmsg; continuation lines (" KEY=value") are dropped.
+            records += [line for line in chunk.decode(errors="replace").splitlines() if line and not line[0].isspace()]
     finally:
         os.close(fd)
     return records
