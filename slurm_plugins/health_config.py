@@ -51,10 +51,11 @@ class Budget:
 
     per_check_s: float = 10.0
     total_s: float = 30.0
+    slurm_s: float = 10.0  # each Slurm command of a hook (drain, resume, node state)
 
     def __post_init__(self) -> None:
-        if self.per_check_s <= 0 or self.total_s <= 0:
-            raise ValueError("per_check_s and total_s must be positive")
+        if self.per_check_s <= 0 or self.total_s <= 0 or self.slurm_s <= 0:
+            raise ValueError("per_check_s, total_s and slurm_s must be positive")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
@@ -54,11 +54,14 @@ class HookEnv:
             nodelist=env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or None,
             cluster=env.get("SLURM_CLUSTER_NAME") or None,
             slurm_conf=Path(env.get("SLURM_CONF") or DEFAULT_SLURM_CONF),
+            env=dict(env),
         )
+
+    env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def context(self, config: HealthConfig) -> CheckContext:
         cluster = self.cluster or _cluster_name(self.slurm_conf)
-        return CheckContext(config, self.node, cluster, self.job_id, self.slurm_conf)
+        return CheckContext(config, self.node, cluster, self.job_id, self.slurm_conf, self.env)
 
 
 def load_config(explicit: str | None, env: Mapping[str, str]) -> tuple[Path, HealthConfig]:
@@ -93,7 +96,7 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
         failed = any(r.failed for r in results)
         if not failed and kind != "health":
             return 0
-        client, node = _slurm_view(hook, log)
+        client, node = _slurm_view(hook, log, config.budget.slurm_s)
         may_resume = False
         if kind == "health" and not failed and node is not None and node.drained_by_us:
             if config.deep.before_resume:
@@ -155,7 +158,7 @@ def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool
         log.event("config_error", status="error", policy="closed", error=str(err))
         if kind == "health":
             return 0  # the prolog of the next job drains; a broken config must not churn nodes
-        client, node = _slurm_view(hook, log)
+        client, node = _slurm_view(hook, log, health_config.Budget.slurm_s)
         reason = f"sres: config: {err.key or err.problem}"[:200]
         if node is None or not node.drained or node.drained_by_us:
             _act(Decision(Kind.DRAIN, reason), client, hook, log)
@@ -196,11 +199,11 @@ def _clean_job(hook: HookEnv, log: HealthLog) -> None:
     log.event("cleanup", status="ok", killed=killed, ram_tier_removed=removed)
 
 
-def _slurm_view(hook: HookEnv, log: HealthLog):
-    from launcher.slurm import default_client
+def _slurm_view(hook: HookEnv, log: HealthLog, timeout_s: float):
+    from launcher.slurm import SlurmClient
 
     try:
-        client = default_client()
+        client = SlurmClient.create(hook.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=timeout_s)
         return client, client.node(hook.node)
     except SlurmError as err:
         log.event("slurm", status="error", detail=str(err))

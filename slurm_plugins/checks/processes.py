@@ -73,13 +73,13 @@ def leftovers(processes: Iterable[JobProcess], active_jobs: set[str]) -> list[Jo
 
 def check_processes(ctx: CheckContext) -> list[CheckResult]:
     from launcher.errors import SlurmError
-    from launcher.slurm import default_client
+    from launcher.slurm import SlurmClient
 
     procs = job_processes(ctx.node, ctx.cluster)
     if not procs:
         return [ok("processes", "no job processes")]
     active = {ctx.job_id} if ctx.job_id else set()
-    client = default_client()
+    client = SlurmClient.create(ctx.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=ctx.config.budget.slurm_s)
     for job_id in {p.job_id for p in procs} - active:
         try:
             if not client.job(job_id).finished:
