@@ -3,9 +3,11 @@ brings the node back, the epilog cleans up, an admin's drain is never touched.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -97,3 +99,27 @@ def test_reboot_action_requests_a_reboot_with_our_reason(hooked):
     assert node.drained_by_us and "REBOOT_REQUESTED" in node.flags
     assert node.reason == "sres: gpu_count: 7 of 8 GPUs visible"
     subprocess.run(["scontrol", "cancel_reboot", "n2"], env=hooked.cluster.env(), check=True, timeout=30)
+
+
+def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
+    client = SlurmClient.create("cli", env=hooked.cluster.env())
+    job_id = client.submit(["-N1", "-w", "n3", "--output=/dev/null", "--wrap", "true"])
+    wait_job(client, job_id, lambda j: j.finished, timeout=60)
+    job_env = {**hooked.cluster.env(), "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": "n3",
+               "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name}
+    leftover = subprocess.Popen(["sleep", "120"], env=job_env)
+    try:
+        env = {**hooked.cluster.env(), "SLURMD_NODENAME": "n3"}
+        result = subprocess.run([sys.executable, "-m", "launcher.cli", "hooks", "check", "--json", "--config",
+                                 str(hooked.config_path)], env=env, capture_output=True, text=True, timeout=120)
+        processes = next(r for r in json.loads(result.stdout) if r["check"] == "processes")
+        assert processes["status"] == "fail", processes
+        assert f"{leftover.pid} (sleep, job {job_id})" in processes["detail"]
+        # The same process is nobody's leftover on another node.
+        env["SLURMD_NODENAME"] = "n1"
+        result = subprocess.run([sys.executable, "-m", "launcher.cli", "hooks", "check", "--json", "--config",
+                                 str(hooked.config_path)], env=env, capture_output=True, text=True, timeout=120)
+        assert next(r for r in json.loads(result.stdout) if r["check"] == "processes")["status"] == "ok"
+    finally:
+        leftover.kill()
+        leftover.wait()
