@@ -48,20 +48,21 @@ class HookEnv:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "HookEnv":
+        slurm_conf = Path(env.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
         return cls(
             node=env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
             job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or None,
             nodelist=env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or None,
-            cluster=env.get("SLURM_CLUSTER_NAME") or None,
-            slurm_conf=Path(env.get("SLURM_CONF") or DEFAULT_SLURM_CONF),
+            # The health-check program is not told the cluster: slurm.conf is.
+            cluster=env.get("SLURM_CLUSTER_NAME") or _cluster_name(slurm_conf),
+            slurm_conf=slurm_conf,
             env=dict(env),
         )
 
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def context(self, config: HealthConfig) -> CheckContext:
-        cluster = self.cluster or _cluster_name(self.slurm_conf)
-        return CheckContext(config, self.node, cluster, self.job_id, self.slurm_conf, self.env)
+        return CheckContext(config, self.node, self.cluster, self.job_id, self.slurm_conf, self.env)
 
 
 def load_config(explicit: str | None, env: Mapping[str, str]) -> tuple[Path, HealthConfig]:
@@ -137,16 +138,18 @@ def render(results: list[CheckResult]) -> str:
 def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool) -> int:
     """A bad config: one clear line, then fail open (jobs still run) or closed, as it says."""
     print(f"sres: error: {err}", file=sys.stderr)
+    if verify:
+        return 1
     try:
         raw = health_config.read_raw(Path(err.source))
     except HealthConfigError:
         raw = {}
     policy = health_config.failure_policy(raw)
-    log_file = (raw.get("log") or {}).get("file") if isinstance(raw, dict) and isinstance(raw.get("log"), dict) else None
-    log = HealthLog(log_file if isinstance(log_file, str) else health_config.LogConfig.file, True,
+    # What can still be read from the broken file is used: where to log, the RAM-tier root.
+    log = HealthLog(_raw_str(raw, "log", "file") or health_config.LogConfig.file, True,
                     hook=kind, node=hook.node, job=hook.job_id)
-    if verify:
-        return 1
+    if _raw_str(raw, "ram_root"):
+        os.environ["SRES_RAM_ROOT"] = _raw_str(raw, "ram_root") or ""
     try:
         if policy == "open":
             print(f"sres: CONFIG ERROR on {hook.node}: no health checks ran; failing OPEN "
@@ -165,6 +168,12 @@ def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool
         return 1
     finally:
         log.close()
+
+
+def _raw_str(raw: object, *keys: str) -> str | None:
+    for key in keys:
+        raw = raw.get(key) if isinstance(raw, dict) else None
+    return raw if isinstance(raw, str) and raw else None
 
 
 def _health_lock(config: HealthConfig, node: str, log: HealthLog) -> int | None:
