@@ -11,7 +11,6 @@ from slurm_plugins.checks.base import Check, CheckContext, Fault, Status, ok
 from slurm_plugins.checks.command import command_check
 from slurm_plugins.health_config import CommandCheck, HealthConfig
 from slurm_plugins.runner import run_checks, run_in_turn
-from tests.slurm_cluster import pid_alive
 
 CTX = CheckContext(HealthConfig(), "n1")
 
@@ -77,11 +76,15 @@ def test_in_turn_reports_checks_left_without_budget():
     assert "total budget of 0.5 s used up" in results[1].detail
 
 
+def children() -> set[int]:
+    return {int(c) for c in open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()}
+
+
 def test_a_crashing_check_fails_with_the_reason_and_no_child_is_left():
-    results = run_checks([Check("gpu", crash)], CTX, per_check_s=5, total_s=5)
+    before = children()  # in a whole-suite run, the session's Slurm daemons are our children
+    results = run_checks([Check("gpu", crash), Check("h", hang)], CTX, per_check_s=0.5, total_s=5)
     assert results[0].status is Status.FAIL and "RuntimeError: NVML said no" in results[0].detail
-    children = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
-    assert not [c for c in children if pid_alive(int(c))]
+    assert not children() - before, "a check's process was left behind (running or unreaped)"
 
 
 def test_command_checks_report_exit_codes():
