@@ -73,6 +73,8 @@ def install_node(host: str, prefix: str, files: Mapping[str, tuple[bytes, int]],
     except InstallError as err:
         report.error = str(err)
         return report
+    import paramiko
+
     staging = f"{prefix.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
     try:
         sftp = client.open_sftp()
@@ -95,11 +97,12 @@ def install_node(host: str, prefix: str, files: Mapping[str, tuple[bytes, int]],
         finally:
             try:
                 _run(client, f"rm -rf {shlex.quote(staging)}", ssh.timeout_s)
-            finally:
-                sftp.close()
+            except (InstallError, OSError, paramiko.SSHException):
+                pass  # the node's report already says what went wrong
+            sftp.close()
     except InstallError as err:
         report.error = str(err)
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, paramiko.SSHException) as err:
         report.error = f"{type(err).__name__}: {err}"
     finally:
         client.close()
