@@ -215,13 +215,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-variables", action="store_true", help="list the template's variables and defaults")
     p.set_defaults(func=_cmd_template)
 
-    from slurm_plugins.spank import build as spank_build
-
-    p = sub.add_parser("hooks", help="admin side: SPANK plugin (srun --auto-resume)",
-                       description="What cluster admins install: the srun --auto-resume SPANK plugin.")
-    hooks = p.add_subparsers(dest="hooks_command", metavar="HOOK", required=True)
-    spank_build.add_parser(hooks)
-
     p = sub.add_parser("demo", help="kill a node mid-training, recover from peers, compare with a fault-free run",
                        description="Train a ~64 MiB MLP on 4 simulated nodes + 1 warm spare twice, without and with "
                                    "a node killed mid-run; print both final losses, whether the final state is bitwise "
@@ -230,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=1024, help="MLP width: 1024 gives ~64 MiB of state per rank")
     p.add_argument("--log-dir", default="sres-runs", help="parent folder of the demo's logs (default sres-runs)")
     p.set_defaults(func=_cmd_demo)
+
+    from slurm_plugins.cli import add_parser as add_hooks_parser
+    add_hooks_parser(sub)
     return parser
 
 

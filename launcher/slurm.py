@@ -37,6 +37,7 @@ class SlurmBackend(Protocol):
     def nodes(self) -> list[Node]: ...
     def job(self, job_id: str) -> Job: ...
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None: ...
+    def reboot(self, nodes: Sequence[str], reason: str) -> None: ...
     def update_job(self, job_id: str, **fields: str) -> None: ...
     def requeue(self, job_id: str, hold: bool = False) -> None: ...
     def submit(self, sbatch_args: Sequence[str]) -> str: ...
@@ -120,12 +121,21 @@ class SlurmClient:
     def drain(self, nodes: str | Iterable[str], why: str) -> None:
         """Drain with reason ``sres: <why>``, so that we (and admins) can tell our drains apart."""
         names = _names(nodes)
-        why = why.strip()
-        if not why:
-            raise ConfigError("a drain needs a reason")
-        reason = why if why.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {why}"
+        reason = _our_reason(why, "drain")
         self.backend.set_node_state(names, "DRAIN", reason)
         log.info("drained %s: %s", hostlist.compress(names), reason)
+
+    def reboot(self, nodes: str | Iterable[str], why: str) -> None:
+        """Reboot once idle (``scontrol reboot ASAP nextstate=RESUME``) with reason ``sres: <why>``.
+
+        Slurm drains the node at once (``DRAIN+REBOOT_REQUESTED``, our reason), reboots it
+        when its jobs end and returns it to service after the boot. The cluster needs a
+        ``RebootProgram``; without one Slurm refuses ("RebootProgram isn't defined").
+        """
+        names = _names(nodes)
+        reason = _our_reason(why, "reboot")
+        self.backend.reboot(names, reason)
+        log.info("reboot requested for %s: %s", hostlist.compress(names), reason)
 
     def resume(self, nodes: str | Iterable[str]) -> list[str]:
         """Resume the given nodes that we drained; return those resumed.
@@ -233,6 +243,13 @@ def _names(nodes: str | Iterable[str]) -> list[str]:
     if not names:
         raise ConfigError("no nodes given")
     return names
+
+
+def _our_reason(why: str, action: str) -> str:
+    why = why.strip()
+    if not why:
+        raise ConfigError(f"a {action} needs a reason")
+    return why if why.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {why}"
 
 
 def _cancel_quietly(backend: SlurmBackend, job_id: str) -> None:

@@ -96,6 +96,9 @@ class CliBackend:
             argv.append(f"Reason={reason}")
         self.command(argv)
 
+    def reboot(self, nodes: Sequence[str], reason: str) -> None:
+        self.command(["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostlist.compress(nodes)])
+
     def update_job(self, job_id: str, **fields: str) -> None:
         self.command(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
 

@@ -88,6 +88,10 @@ class PyslurmBackend:
         except ValueError as err:
             raise SlurmError(f"pyslurm could not set {state} on {update['node_names']}: {err}") from None
 
+    def reboot(self, nodes: Sequence[str], reason: str) -> None:
+        # pyslurm 22.5 does not wrap slurm_reboot_nodes with a reason and next state.
+        self.cli.reboot(nodes, reason)
+
     def requeue(self, job_id: str, hold: bool = False) -> None:
         # slurm_requeue takes the numeric id of one job; an array task id ("123_4") resolves
         # to its own job id first.

@@ -1,0 +1,38 @@
+"""Deep checks that run anywhere: memory and disk stress, the bandwidth formula, GPU skip."""
+
+from __future__ import annotations
+
+from slurm_plugins.allreduce_bench import bus_bandwidth
+from slurm_plugins.checks.base import CheckContext, Status
+from slurm_plugins.deep import disk_stress, gpu_stress, memory_stress
+from slurm_plugins.health_config import DeepConfig, HealthConfig
+
+
+def ctx(tmp_path) -> CheckContext:
+    deep = DeepConfig(memory_mib=8, memory_s=0.2, disk_path=str(tmp_path), disk_mib=4, disk_s=0.5)
+    return CheckContext(HealthConfig(deep=deep), "n1")
+
+
+def test_memory_and_disk_stress_pass_bounded_and_leave_nothing(tmp_path):
+    mem = memory_stress(ctx(tmp_path))[0]
+    assert mem.status is Status.OK and "8 MiB" in mem.detail
+    disk = disk_stress(ctx(tmp_path))[0]
+    assert disk.status is Status.OK and "verified" in disk.detail
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_stress_on_a_missing_path_fails(tmp_path):
+    c = CheckContext(HealthConfig(deep=DeepConfig(disk_path=str(tmp_path / "gone"))), "n1")
+    assert disk_stress(c)[0].status is Status.FAIL
+
+
+def test_gpu_stress_without_a_gpu_is_skipped_never_ok(tmp_path):
+    import torch
+
+    result = gpu_stress(ctx(tmp_path))[0]
+    assert result.status is (Status.SKIPPED if not torch.cuda.is_available() else Status.OK)
+
+
+def test_bus_bandwidth_is_nccl_tests_formula():
+    algbw, busbw = bus_bandwidth(8 * 10**9, 1.0, 8)
+    assert algbw == 8.0 and busbw == 14.0
