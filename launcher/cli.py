@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import doctor
+from launcher import ckpt_cli, doctor
 from launcher.errors import ConfigError, SresError
 from launcher.slurm import SlurmClient
 
@@ -44,11 +44,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         injections = faults.parse(args.inject) if args.inject else faults.parse_env(os.environ.get("SRES_INJECT"))
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
+    log_dir = Path(args.log_dir or _default_log_dir())
     config = RunConfig(
         command=tuple(command), nodes=args.nodes, procs_per_node=args.procs_per_node, spares=args.spares,
-        injections=injections, log_dir=Path(args.log_dir or _default_log_dir()), backend=args.backend,
+        injections=injections, log_dir=log_dir, backend=args.backend,
         hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=args.max_restarts,
-        replication_factor=args.replication_factor,
+        replication_factor=args.replication_factor, tiers=ckpt_cli.tier_config(args, log_dir),
     )
     print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s); "
           f"log dir {config.log_dir}", file=sys.stderr)
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
     p.add_argument("--max-restarts", type=int, default=10, help="give up after this many faults (default 10)")
     p.add_argument("--replication-factor", type=int, default=2, help="copies of each sharded state shard (default 2)")
+    ckpt_cli.add_run_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD...: the training command")
     p.set_defaults(func=_cmd_run)
 
@@ -112,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=1024, help="MLP width: 1024 gives ~64 MiB of state per rank")
     p.add_argument("--log-dir", default="sres-runs", help="parent folder of the demo's logs (default sres-runs)")
     p.set_defaults(func=_cmd_demo)
+    ckpt_cli.add_parser(sub)
     return parser
 
 

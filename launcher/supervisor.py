@@ -23,7 +23,7 @@ import torch.distributed as dist
 from launcher.backends.local import LocalBackend
 from launcher.errors import ConfigError
 from launcher.events import EventLog, summary
-from resilience import faults, membership
+from resilience import faults, membership, tiers
 from resilience.membership import Plan, Report, SlotInfo
 
 
@@ -44,6 +44,8 @@ class RunConfig:
     startup_timeout_s: float = 120.0
     max_restarts: int = 10
     replication_factor: int = 2
+    tiers: tiers.TierConfig | None = None
+    """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -175,6 +177,7 @@ class Supervisor:
         self._reports_seen = (0, 0)
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
+        self._rank_events_seen = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class Supervisor:
         finally:
             self.store.set(membership.SHUTDOWN, "1")
             self.backend.stop_all(timeout_s=30.0)
+            self._drain_rank_events()
             self.events.close()
 
     def _loop(self) -> Outcome:
@@ -220,6 +224,7 @@ class Supervisor:
             if all(r.kind == "done" for r in reports.values()) and len(reports) == len(self.plan.members):
                 return self._finish()
             self._check_recovered()
+            self._drain_rank_events()
             time.sleep(0.02)
 
     # --- observing -----------------------------------------------------------------------------
@@ -399,6 +404,8 @@ class Supervisor:
         self.events.emit("finished", steps=steps, faults=self.faults, goodput=goodput,
                          generations=self.plan.generation, wall_s=end - self._start_t)
         self._say(summary(self.events.events))
+        if self.config.tiers is not None:
+            tiers.remove_job(self.config.tiers.job_id)  # finished: nothing will restart from its RAM tier
         return Outcome(True, events=self.events.events)
 
     def _fail(self, reason: str) -> Outcome:
@@ -421,9 +428,58 @@ class Supervisor:
             "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
             "PYTHONUNBUFFERED": "1",
         })
+        if c.tiers is not None:
+            env[tiers.TIERS_ENV] = c.tiers.to_json()
         self.backend.spawn(slot, c.command, env)
         now = self.clock()
         self.slots[slot] = _Slot(SlotInfo(node, local), started=now, heartbeat_changed=now)
+
+    def _drain_rank_events(self) -> None:
+        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
+        records, self._rank_events_seen = membership.pop_events(self.store, self._rank_events_seen)
+        for record in records:
+            self.events.emit(record.pop("event"), **record)
+
+    def flush_persistent(self, timeout_s: float) -> int | None:
+        """Persist the newest committed state to the persistent tier now (preemption, requeue).
+
+        Every rank of the current generation copies its newest RAM-tier checkpoint to the
+        persistent directory (without waiting for a commit); returns the step once it is
+        complete on every rank, or None (no persistent tier, nothing committed, a failure, the
+        timeout). Ranks may be one commit apart: a second round then asks for the older step,
+        which every rank still holds. Call from the supervisor's thread or any other.
+        """
+        if self.config.tiers is None or not self.config.tiers.persistent_dir or self.plan is None:
+            return None
+        store = self.store.clone()
+        deadline = self.clock() + timeout_s
+        step: int | None = None
+        for _ in range(2):
+            answers = self._flush_round(store, step, deadline)
+            if answers is None:
+                return None
+            steps = {a["step"] for a in answers}
+            if None in steps:
+                errors = sorted({a["error"] for a in answers if a["step"] is None})
+                self.events.emit("flush-failed", errors=errors)
+                return None
+            if len(steps) == 1:
+                (done,) = steps
+                self.events.emit("flushed", step=done, tier="persistent")
+                return done
+            step = min(steps)
+        return None
+
+    def _flush_round(self, store: dist.Store, step: int | None, deadline: float) -> list[dict] | None:
+        request = store.add("tier-flush-seq", 1)
+        store.set(membership.FLUSH_REQUEST, json.dumps({"id": request, "step": step,
+                                                        "timeout_s": max(1.0, deadline - self.clock())}))
+        keys = [membership.flush_done_key(request, rank) for rank in self.plan.members]
+        while not store.check(keys):
+            if self.clock() > deadline:
+                return None
+            time.sleep(0.05)
+        return [json.loads(store.get(k)) for k in keys]
 
     def _respawn_name(self, node: int, local: int) -> str:
         self._respawns += 1
