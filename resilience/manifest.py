@@ -144,6 +144,20 @@ def publish_dir(tmp: Path, final: Path) -> None:
     os.rename(tmp, final)
 
 
+def write_manifest(path: Path, manifest: Manifest, name: str = MANIFEST, fsync: bool = False) -> None:
+    """Write a manifest atomically (write, then rename): readers see all of it or nothing."""
+    _write_atomic(Path(path) / name, manifest.to_json().encode(), fsync)
+
+
+def file_entry(path: Path) -> FileEntry:
+    """Size and checksum of any file (the DCP adapters checksum DCP's own files this way)."""
+    import numpy as np
+
+    data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    whole = data.numel() // 8 * 8
+    return FileEntry(data.numel(), checksum(b"", [data[:whole].view(torch.int64), data[whole:]]))
+
+
 def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -195,11 +209,12 @@ def _align(n: int) -> int:
 
 # --- reading ------------------------------------------------------------------------------------
 
-def read_manifest(path: Path, job_id: str | None = None, world_size: int | None = None) -> Manifest:
+def read_manifest(path: Path, job_id: str | None = None, world_size: int | None = None,
+                  name: str = MANIFEST) -> Manifest:
     """The manifest of the checkpoint directory ``path``; raises CheckpointInvalid (naming the
     file) when it is missing, truncated, or belongs to another job or world size, or when a
     listed file is missing or has another size."""
-    where = Path(path) / MANIFEST
+    where = Path(path) / name
     try:
         text = where.read_text()
     except FileNotFoundError:
