@@ -248,7 +248,7 @@ def cleanup_job(job_id: str, root: Path | None = None) -> bool:
         return True
     removed = False
     for item in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-        if any(item == k or k in item.parents or item in k.parents for k in keep):
+        if item == path / JOB_CONFIG or any(item == k or k in item.parents or item in k.parents for k in keep):
             continue
         removed = True
         if item.is_dir():
