@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
+    parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
     parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digest here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -78,6 +79,8 @@ def main() -> None:
             with ctx.commit():
                 opt.step()
                 opt.zero_grad()
+            if args.sleep_s:
+                time.sleep(args.sleep_s)
             now = time.perf_counter()
             step_times.append(now - last)
             last = now
