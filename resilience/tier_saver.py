@@ -151,7 +151,7 @@ class TierSaver:
         self._pin_lock = threading.Lock()
         self._pinned: dict[int, int] = {}
         self.last_written = -1
-        self.last_persisted = -1
+        self.persisted: set[int] = set()
         self._neighbour_streak = _Streak("neighbour", emit)
         self._persistent_streak = _Streak("persistent", emit)
         self._ram_lane = _Lane("ram", self._write_ram)
@@ -282,7 +282,7 @@ class TierSaver:
 
     def _persisted(self, job: _Job, root: Path, started: float) -> None:
         job.ok = True
-        self.last_persisted = max(self.last_persisted, job.step)
+        self.persisted.add(job.step)
         self._persistent_streak.succeeded(job.step)
         if self.place.rank == 0:
             self.emit("checkpoint-saved", tier="persistent", step=job.step, seconds=time.perf_counter() - started)
@@ -321,7 +321,7 @@ class TierSaver:
         target = self.last_written if step is None else step
         if target < 0:
             return None, "nothing committed yet"
-        if target <= self.last_persisted:
+        if target in self.persisted and mf.rank_dir(Path(self.config.persistent_dir), target, self.place.rank).exists():
             return target, ""
         path = mf.rank_dir(self._own_root(), target, self.place.rank)
         if not path.exists():
