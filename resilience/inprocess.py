@@ -199,9 +199,11 @@ class Agent:
         except Unrecoverable as err:
             recovery, peer_error = RecoveryPlan(-1), err
         tiered = None
-        if self.tiers is not None:
-            # Peers' memory first; the tiers when they hold a newer step (no peer survived,
-            # a new job of the same id) or when peers cannot serve at all.
+        if self.tiers is not None and (peer_error is not None or recovery.step < 0):
+            # Peers' memory first: survivors hold the newest commit. The tiers serve when no
+            # peer holds any state (every rank process lost, a new job of the same id) or
+            # when peers cannot serve some rank's shard. The decision is the same on every
+            # rank (same gathered holdings), so the collective restore is entered by all.
             tiered = self.tiers.restore(plan, self.state_group, recovery.step)
         if tiered is None and peer_error is not None:
             raise peer_error

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -259,8 +260,10 @@ def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.
     try:
         with open(path, "rb") as f:
             if copy:
-                data: memoryview | mmap.mmap = memoryview(bytearray(os.fstat(f.fileno()).st_size))
-                f.readinto(data)
+                # Uninitialized memory: a zero-filled bytearray would touch every page twice.
+                data: memoryview | mmap.mmap = memoryview(
+                    torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8).numpy()).cast("B")
+                _read_fully(f, data)
             else:
                 size = os.fstat(f.fileno()).st_size
                 data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else memoryview(b"")
@@ -285,6 +288,15 @@ def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.
         raise CheckpointInvalid(f"{path}: unreadable ({type(err).__name__}: {err})") from None
     snap = Snapshot(step=int(meta["step"]), skeleton=meta["skeleton"], buffers=buffers)
     return snap, header, [buffers[k] for k in sorted(buffers)]
+
+
+def _read_fully(f: Any, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:])
+        if not n:
+            raise CheckpointInvalid(f"{f.name}: shorter than its size")
+        done += n
 
 
 def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool = False) -> Path:

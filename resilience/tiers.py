@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,6 @@ class TierConfig:
         if isinstance(option, (str, Path)):
             option = _yaml_settings(Path(option))
         return cls.from_mapping({**base, **dict(option)})
-
-    def with_job(self, job_id: str) -> "TierConfig":
-        return replace(self, job_id=job_id)
 
 
 def _yaml_settings(path: Path) -> dict[str, Any]:

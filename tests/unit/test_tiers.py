@@ -208,3 +208,21 @@ def test_save_blocks_only_for_the_copy(tmp_path):
     saver.drain()
     assert max(complete_steps(tmp_path / "p", "j")) == 5
     saver.close()
+
+
+def test_job_id_is_the_slurm_job_id_else_stable_per_log_dir(tmp_path):
+    from resilience.tiers import default_job_id
+
+    assert default_job_id({"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1"}, tmp_path) == "4242"
+    a = default_job_id({}, tmp_path / "run")
+    assert a == default_job_id({}, tmp_path / "run") != default_job_id({}, tmp_path / "other")
+    job_ram_dir(a)  # a valid id
+
+
+def test_kill_all_spec_targets_every_rank():
+    from resilience import faults
+
+    (inj,) = faults.parse(["kill-all:step=5"])
+    assert inj.spec == "kill-all:step=5"
+    assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=5) == [inj]
+    assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=4) == []
