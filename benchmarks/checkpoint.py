@@ -129,10 +129,9 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
         copies.append(median_time(plain_copy, 1))
         saves.append(median_time(lambda: saver.save(next(steps), {"replicated": state}), 1, after=saver.drain))
     out["memory copy"], out["tiered save"] = statistics.median(copies), statistics.median(saves)
-    del floor
+    floor = None  # 2 GiB back before the restores
     saver.close()
     step = saver.last_written
-    del tensors
     gc.collect()
 
     ram_path = mf.rank_dir(own_root("bench", 0, ram_base), step, 0)
@@ -165,7 +164,6 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     shutil.rmtree(ram_base, ignore_errors=True)
     shutil.rmtree(persistent, ignore_errors=True)
     disk.unlink(missing_ok=True)
-    del state
     gc.collect()
     return out
 

@@ -372,7 +372,7 @@ class FlushWatcher:
     is blocked (no commit needed): the newest state in the RAM tier is what gets persisted.
     """
 
-    def __init__(self, store: Any, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.1) -> None:
+    def __init__(self, store: Any, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25) -> None:
         from resilience import membership
 
         self.m = membership

@@ -15,6 +15,7 @@ into place: a copy cut off by a fault is never taken for a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import pickle
 import shutil
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -40,26 +41,25 @@ def _files_of(path: Path) -> list[Path]:
     return sorted((p for p in Path(path).iterdir() if p.is_file()), key=lambda p: (p.name == mf.MANIFEST, p.name))
 
 
-def _receive_into(final: Path, files: list[tuple[str, int]], read_into: Callable[[memoryview], None]) -> None:
+@contextlib.contextmanager
+def _staged(final: Path) -> Iterator[Path]:
+    """A temporary directory next to ``final``, renamed into place when the block succeeds and
+    removed when it fails: a copy cut off half-way is never taken for a checkpoint."""
     tmp = final.with_name(f"{final.name}.in-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        for name, size in files:
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"bad file name in a checkpoint transfer: {name!r}")
-            with open(tmp / name, "wb") as f:
-                left = size
-                buf = bytearray(min(_CHUNK, max(size, 1)))
-                while left:
-                    view = memoryview(buf)[:min(left, len(buf))]
-                    read_into(view)
-                    f.write(view)
-                    left -= len(view)
+        yield tmp
         mf.publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _safe_name(name: str) -> str:
+    if "/" in name or name.startswith(".") or not name:
+        raise mf.CheckpointInvalid(f"bad file name in a checkpoint transfer: {name!r}")
+    return name
 
 
 # --- TCP: the background neighbour copy ---------------------------------------------------------
@@ -109,12 +109,16 @@ class NeighbourServer:
                     raise ValueError(f"a checkpoint of job {header['job']} sent to job {self.job_id}")
                 owner, step = int(header["owner"]), int(header["step"])
 
-                def read_into(view: memoryview) -> None:
-                    got = reader.readinto(view)
-                    if got != len(view):
-                        raise ConnectionError("neighbour copy cut off")
-
-                _receive_into(mf.rank_dir(self.root, step, owner), [(n, int(s)) for n, s in header["files"]], read_into)
+                with _staged(mf.rank_dir(self.root, step, owner)) as tmp:
+                    for name, size in header["files"]:
+                        with open(tmp / _safe_name(name), "wb") as f:
+                            left = int(size)
+                            while left:
+                                chunk = reader.read(min(left, _CHUNK))
+                                if not chunk:
+                                    raise ConnectionError("neighbour copy cut off")
+                                f.write(chunk)
+                                left -= len(chunk)
                 with self._lock:
                     prune(self.root, self.keep, owner=owner)
                 conn.sendall(b"ok\n")
@@ -175,16 +179,7 @@ def recv_checkpoint(final: Path, src: int, group: dist.ProcessGroup | None = Non
         if n:
             dist.recv(t, src, group=group)
         received.append((name, t))
-    tmp = final.with_name(f"{final.name}.in-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with _staged(final) as tmp:
         for name, t in received:
-            if "/" in name or name.startswith("."):
-                raise mf.CheckpointInvalid(f"bad file name in a checkpoint transfer: {name!r}")
-            (tmp / name).write_bytes(memoryview(t.numpy()))
-        mf.publish_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (tmp / _safe_name(name)).write_bytes(memoryview(t.numpy()))
     return sum(t.numel() for _, t in received)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.inprocess.conftest import Run
-from tests.slurm_cluster import pid_alive, processes_with_env
+from tests.inprocess.conftest import Run, run_command
 
 STEPS = 14
 NODES = 2
@@ -42,10 +40,7 @@ def sres_tiers(tmp: Path, ram: Path, *args: str, name: str = "run", job: str = "
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
     env["SRES_RAM_ROOT"] = str(ram)
     env.update(env_extra or {})
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    leftover = [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}") if pid_alive(p)]
-    assert not leftover, f"processes of the run still alive: {leftover}"
-    return Run(proc.returncode, proc.stdout, proc.stderr, log_dir)
+    return run_command(cmd, env, log_dir, timeout)
 
 
 @pytest.fixture(scope="session")

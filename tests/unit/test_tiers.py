@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
 
 import pytest
 import torch
