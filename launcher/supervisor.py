@@ -443,35 +443,31 @@ class Supervisor:
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).
 
-        Every rank of the current generation copies its newest RAM-tier checkpoint to the
-        persistent directory (without waiting for a commit); returns the step once it is
-        complete on every rank, or None (no persistent tier, nothing committed, a failure, the
-        timeout). Ranks may be one commit apart: a second round then asks for the older step,
-        which every rank still holds. Call from the supervisor's thread or any other.
+        Two rounds through store keys that every rank watches on a thread of its own (no commit
+        needed): each rank reports the newest step in its RAM tier and from then on keeps every
+        commit there; then every rank copies the newest step reported (ranks are at most a
+        commit apart: a rank one behind copies it once it commits it) to the persistent
+        directory. Returns that step once it is complete on every rank, or None (no persistent
+        tier, nothing committed, a failure, the timeout; a ``flush-failed`` event says why).
+        Training goes on meanwhile. Callable from any thread.
         """
         if self.config.tiers is None or not self.config.tiers.persistent_dir or self.plan is None:
             return None
         store = self.store.clone()
         deadline = self.clock() + timeout_s
-        step: int | None = None
-        for _ in range(2):
-            answers = self._flush_round(store, step, deadline)
-            if answers is None:
-                return None
-            steps = {a["step"] for a in answers}
-            if None in steps:
-                errors = sorted({a["error"] for a in answers if a["step"] is None})
-                self.events.emit("flush-failed", errors=errors)
-                return None
-            if len(steps) == 1:
-                (done,) = steps
-                self.events.emit("flushed", step=done, tier="persistent")
-                return done
-            step = min(steps)
+        answers = self._flush_round(store, None, deadline)
+        target = max((a["step"] for a in answers or () if a["step"] is not None), default=None)
+        if answers and target is not None and all(a["step"] is not None for a in answers):
+            answers = self._flush_round(store, target, deadline)
+            if answers and all(a["step"] == target for a in answers):
+                self.events.emit("flushed", step=target, tier="persistent")
+                return target
+        errors = sorted({a["error"] for a in answers or () if a["error"]}) or ["timeout"]
+        self.events.emit("flush-failed", errors=errors)
         return None
 
     def _flush_round(self, store: dist.Store, step: int | None, deadline: float) -> list[dict] | None:
-        request = store.add("tier-flush-seq", 1)
+        request = store.add(membership.FLUSH_SEQ, 1)
         store.set(membership.FLUSH_REQUEST, json.dumps({"id": request, "step": step,
                                                         "timeout_s": max(1.0, deadline - self.clock())}))
         keys = [membership.flush_done_key(request, rank) for rank in self.plan.members]

@@ -71,6 +71,7 @@ def tier_address_key(slot: str) -> str:
     return f"tier-addr/{slot}"
 
 
+FLUSH_SEQ = "tier-flush-seq"
 FLUSH_REQUEST = "tier-flush"
 """JSON {"id", "step", "timeout_s"}: the supervisor asks every rank to persist now."""
 

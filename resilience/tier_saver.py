@@ -159,6 +159,8 @@ class TierSaver:
         self._persistent_lane = _Lane("persistent", self._write_persistent) if config.persistent_dir else None
         self.commits = 0
         self._carry_force = False
+        self._hold_from: int | None = None
+        """Flush mode: no step from this one on is pruned, and no commit is dropped."""
 
     # --- the blocking part ---------------------------------------------------------------------
 
@@ -171,6 +173,8 @@ class TierSaver:
             return
         if self.config.ram and self.commits % self.config.ram_every and not persist:
             return
+        if self._hold_from is not None:
+            self._ram_lane.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()
         snaps = {kind: snapshot.capture(states[kind], step, buffers.get(kind)) for kind in states if states[kind]}
         for kind, snap in snaps.items():
@@ -236,9 +240,11 @@ class TierSaver:
                 self._unpin(old.step)
                 if old.done is not None:
                     old.done.set()
-        with self._pin_lock:
+        with self._pin_lock:  # a flush hold lists and pins steps under the same lock
             pinned = set(self._pinned)
-        prune(self._own_root(), self.config.keep_ram, pinned, owner=place.rank)
+            if self._hold_from is not None:
+                pinned |= {s for s in mf.steps_in(self._own_root()) if s >= self._hold_from}
+            prune(self._own_root(), self.config.keep_ram, pinned, owner=place.rank)
 
     def _push_neighbour(self, job: _Job) -> None:
         try:
@@ -308,35 +314,55 @@ class TierSaver:
 
     # --- flush and drain -------------------------------------------------------------------------
 
-    def flush_persistent(self, step: int | None, timeout_s: float) -> tuple[int | None, str]:
-        """Persist ``step`` (default: the newest saved) now; (step, "") when it is complete on
-        this rank, (None, why) otherwise."""
+    def flush_hold(self, timeout_s: float) -> tuple[int | None, str]:
+        """First half of a flush: enter flush mode and return the newest step in this rank's
+        RAM tier. In flush mode every commit is written (none dropped for a newer one) and no
+        step from the oldest one present on is pruned, so that the step the supervisor then
+        asks for (the newest any rank reported; ranks are at most a commit apart) is or will
+        be here. Training goes on meanwhile."""
         if self._persistent_lane is None:
             return None, "no persistent tier configured"
         if not self.config.ram:
             return None, "flush needs the RAM tier"
-        deadline = time.monotonic() + timeout_s
         if not self._ram_lane.wait_idle(timeout_s):
             return None, "the RAM tier write did not finish in time"
-        target = self.last_written if step is None else step
-        if target < 0:
+        root, rank = self._own_root(), self.place.rank
+        with self._pin_lock:
+            held = [s for s in mf.steps_in(root) if (mf.rank_dir(root, s, rank) / mf.MANIFEST).exists()]
+            self._hold_from = min(held) if held else 0
+        if not held:
             return None, "nothing committed yet"
-        if target in self.persisted and mf.rank_dir(Path(self.config.persistent_dir), target, self.place.rank).exists():
-            return target, ""
-        path = mf.rank_dir(self._own_root(), target, self.place.rank)
-        if not path.exists():
-            return None, f"step {target} is no longer in the RAM tier"
-        done = threading.Event()
-        job = _Job(target, path=path, done=done)
-        self._pin(target)
-        old = self._persistent_lane.submit(job)
-        if old is not None:
-            self._unpin(old.step)
-            if old.done is not None:
-                old.done.set()
-        if not done.wait(max(0.0, deadline - time.monotonic())):
-            return None, "the persistent write did not finish in time"
-        return (target, "") if job.ok else (None, "the persistent write failed (see the tier-warning event)")
+        return max(held), ""
+
+    def flush_persistent(self, step: int, timeout_s: float) -> tuple[int | None, str]:
+        """Second half of a flush: persist ``step`` (waiting for this rank to commit it, when
+        it is one behind); (step, "") once it is complete on this rank, (None, why) otherwise.
+        Leaves flush mode."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            if self._persistent_lane is None:
+                return None, "no persistent tier configured"
+            if step in self.persisted and mf.rank_dir(Path(self.config.persistent_dir), step, self.place.rank).exists():
+                return step, ""
+            path = mf.rank_dir(self._own_root(), step, self.place.rank)
+            while not (path / mf.MANIFEST).exists():
+                if self.last_written > step or time.monotonic() > deadline:
+                    return None, f"step {step} is not in the RAM tier of rank {self.place.rank}"
+                time.sleep(0.02)
+            done = threading.Event()
+            job = _Job(step, path=path, done=done)
+            self._pin(step)
+            old = self._persistent_lane.submit(job)
+            if old is not None:
+                self._unpin(old.step)
+                if old.done is not None:
+                    old.done.set()
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return None, "the persistent write did not finish in time"
+            return (step, "") if job.ok else (None, "the persistent write failed (see the tier-warning event)")
+        finally:
+            with self._pin_lock:
+                self._hold_from = None
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until every lane is idle (end of training, tests, benchmarks)."""
@@ -400,7 +426,11 @@ class FlushWatcher:
                 if request["id"] <= self.seen or self.rank() < 0:
                     continue
                 self.seen = request["id"]
-                step, why = self.saver.flush_persistent(request.get("step"), float(request.get("timeout_s", 300)))
+                timeout_s = float(request.get("timeout_s", 300))
+                if request.get("step") is None:
+                    step, why = self.saver.flush_hold(timeout_s)
+                else:
+                    step, why = self.saver.flush_persistent(int(request["step"]), timeout_s)
                 self.store.set(self.m.flush_done_key(request["id"], self.rank()),
                                json.dumps({"step": step, "error": why}))
             except Exception as err:  # noqa: BLE001 - the store is gone: the run ended

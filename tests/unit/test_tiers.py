@@ -224,3 +224,28 @@ def test_kill_all_spec_targets_every_rank():
     assert inj.spec == "kill-all:step=5"
     assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=5) == [inj]
     assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=4) == []
+
+
+def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
+    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=0, fsync=False)
+    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    root = own_root("j", 0, tmp_path / "ram")
+    assert saver.flush_hold(5) == (None, "nothing committed yet")
+    for step in range(3):
+        saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+        saver.wait_ram()
+    assert saver.flush_hold(5) == (2, "")
+    for step in range(3, 6):  # training goes on: nothing from the held steps on is pruned
+        saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+    saver.wait_ram()
+    assert mf.steps_in(root) == [5, 4, 3, 2, 1]
+    later = threading.Timer(0.3, lambda: saver.save(6, {"replicated": {"w": torch.zeros(10)}}))
+    later.start()
+    assert saver.flush_persistent(6, 10) == (6, "")  # waited for this rank's commit 6
+    later.join()
+    assert complete_steps(tmp_path / "p", "j") == {6: 1}
+    saver.save(7, {"replicated": {"w": torch.zeros(10)}})
+    saver.drain()
+    assert mf.steps_in(root) == [7, 6]  # flush mode left: retention again
+    assert saver.flush_persistent(3, 1)[0] is None
+    saver.close()
