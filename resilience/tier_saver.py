@@ -329,7 +329,7 @@ class TierSaver:
         root, rank = self._own_root(), self.place.rank
         with self._pin_lock:
             held = [s for s in mf.steps_in(root) if (mf.rank_dir(root, s, rank) / mf.MANIFEST).exists()]
-            self._hold_from = min(held) if held else 0
+            self._hold_from = min(held) if held else None
         if not held:
             return None, "nothing committed yet"
         return max(held), ""
