@@ -160,6 +160,7 @@ class TierSaver:
         self.commits = 0
         self._carry_force = False
         self._hold_from: int | None = None
+        self._hold_until = 0.0
         """Flush mode: no step from this one on is pruned, and no commit is dropped."""
 
     # --- the blocking part ---------------------------------------------------------------------
@@ -241,6 +242,8 @@ class TierSaver:
                 if old.done is not None:
                     old.done.set()
         with self._pin_lock:  # a flush hold lists and pins steps under the same lock
+            if self._hold_from is not None and time.monotonic() > self._hold_until:
+                self._hold_from = None
             pinned = set(self._pinned)
             if self._hold_from is not None:
                 pinned |= {s for s in mf.steps_in(self._own_root()) if s >= self._hold_from}
@@ -330,6 +333,7 @@ class TierSaver:
         with self._pin_lock:
             held = [s for s in mf.steps_in(root) if (mf.rank_dir(root, s, rank) / mf.MANIFEST).exists()]
             self._hold_from = min(held) if held else None
+            self._hold_until = time.monotonic() + timeout_s  # a flush that never comes back ends
         if not held:
             return None, "nothing committed yet"
         return max(held), ""
