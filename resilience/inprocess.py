@@ -293,6 +293,13 @@ class Agent:
             key = membership.fired_key(injection.index) + (f"/{self.rank}" if injection.kind == "kill-all" else "")
             if self.store.add(key, 1) != 1:
                 continue
+            if injection.kind == "kill-all":
+                # Die together: no rank is lost (and no survivor released) before all got here.
+                arrived = membership.fired_key(injection.index) + "/arrived"
+                self.store.add(arrived, 1)
+                deadline = time.monotonic() + 60
+                while self.store.add(arrived, 0) < self.plan.world_size and time.monotonic() < deadline:
+                    time.sleep(0.005)
             if injection.kind == "node":
                 # A node dies as a whole: the supervisor SIGKILLs every process of it.
                 self.store.set(membership.node_kill_key(self.env.node), injection.spec)

@@ -59,8 +59,9 @@ def tiers_reference(tmp_path_factory) -> dict[int, str]:
 
 
 def restored(run: Run) -> dict:
-    (event,) = run.of("restored")
-    return event
+    events = run.of("restored")
+    assert len(events) == 1, dump(run)
+    return events[0]
 
 
 def progress_before_kill(run: Run) -> int:

@@ -21,8 +21,9 @@ def test_killing_every_rank_restores_from_ram_bitwise(tmp_path, ram_root, tiers_
     event = restored(run)
     assert event["tiers"] == {"0": "ram", "1": "ram"}, dump(run)  # nothing from the persistent tier
     assert event["source"] == "ram" and 0 <= event["step"] < KILL_AT and event["seconds"] < 30
-    (recovered,) = run.of("recovered")
-    assert recovered["source"] == "ram" and recovered["step"] == event["step"]
+    # One recovery; one "recovered" per fault seen (the kills may land in two observations).
+    assert {(r["source"], r["step"], r["generation"]) for r in run.of("recovered")} == {
+        ("ram", event["step"], event["generation"])}, dump(run)
     assert not list(ram_root.iterdir()), "a finished run removes its RAM tier"
 
 
