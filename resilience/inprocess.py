@@ -37,6 +37,7 @@ from resilience.replication import (
     BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
 from resilience.tier_agent import TierAgent
+from resilience.tier_restore import Restored
 
 log = logging.getLogger("resilience")
 
@@ -193,28 +194,7 @@ class Agent:
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
-        try:
-            recovery, peer_error = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
-                                                 self.env.replication_factor), None
-        except Unrecoverable as err:
-            recovery, peer_error = RecoveryPlan(-1), err
-        tiered = None
-        if self.tiers is not None and (peer_error is not None or recovery.step < 0):
-            # Peers' memory first: survivors hold the newest commit. The tiers serve when no
-            # peer holds any state (every rank process lost, a new job of the same id) or
-            # when peers cannot serve some rank's shard. The decision is the same on every
-            # rank (same gathered holdings), so the collective restore is entered by all.
-            tiered = self.tiers.restore(plan, self.state_group, recovery.step)
-        if tiered is None and peer_error is not None:
-            raise peer_error
-        if tiered is not None:
-            recovery = RecoveryPlan(tiered.step)
-            for kind, ring in self.own.items():
-                ring.clear()
-                if kind in tiered.snaps:
-                    ring.put(tiered.snaps[kind])
-            self.sharded = "sharded" in tiered.snaps or any(
-                isinstance(v, dict) and "shards" in v for v in tiered.states.values())
+        recovery, tiered = self._plan(plan, gathered)
         moved = 0
         for t in recovery.transfers:
             if t.src == self.rank:
@@ -242,12 +222,41 @@ class Agent:
         dist.all_gather_object(moved_total, moved, group=self.state_group)
         if self.rank == 0:
             self.store.set(membership.recovery_key(plan.generation), json.dumps({
-                "step": recovery.step, "source": tiered.source if tiered is not None else
-                ("peer" if recovery.transfers else "self"),
-                "bytes": tiered.bytes_moved if tiered is not None else sum(moved_total) // 2, "recover_s": time.perf_counter() - started,
+                "step": recovery.step,
+                "source": tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+                "bytes": tiered.bytes_moved if tiered is not None else sum(moved_total) // 2,
+                "recover_s": time.perf_counter() - started,
                 "formed_t": formed_t, "recovered_t": time.time(),
             }))
         return recovery, restored
+
+    def _plan(self, plan: Plan, gathered: list[Holdings | None]) -> tuple[RecoveryPlan, Restored | None]:
+        """The peers' recovery plan, or a restore from the tiers when they have a newer step.
+
+        Peers' memory first: survivors hold the newest commit. The tiers serve when no peer
+        holds any state (every rank process lost, a new job of the same id) or when peers
+        cannot serve some rank's shard. Every rank decides alike (same gathered holdings), so
+        all of them enter the collective restore or none does.
+        """
+        try:
+            recovery, peer_error = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
+                                                 self.env.replication_factor), None
+        except Unrecoverable as err:
+            recovery, peer_error = RecoveryPlan(-1), err
+        tiered = None
+        if self.tiers is not None and (peer_error is not None or recovery.step < 0):
+            tiered = self.tiers.restore(plan, self.state_group, recovery.step)
+        if tiered is None:
+            if peer_error is not None:
+                raise peer_error
+            return recovery, None
+        for kind, ring in self.own.items():
+            ring.clear()
+            if kind in tiered.snaps:
+                ring.put(tiered.snaps[kind])
+        self.sharded = "sharded" in tiered.snaps or any(
+            isinstance(v, dict) and "shards" in v for v in tiered.states.values())
+        return RecoveryPlan(tiered.step), tiered
 
     def _take_live(self) -> tuple[int, dict[str, Any] | None]:
         """The previous generation's registered state, if it is the last clean commit.
