@@ -25,7 +25,7 @@ from launcher.backends import Backend, NodeEvidence
 from launcher.backends.local import LocalBackend
 from launcher.errors import ConfigError, SresError
 from launcher.events import EventLog, summary
-from resilience import faults, membership
+from resilience import faults, membership, tiers
 from resilience.liveness import LivenessServer
 from resilience.membership import Plan, Report, SlotInfo
 
@@ -53,6 +53,9 @@ class RunConfig:
     """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job."""
     restart_count: int = 0
     preempt_signal: str = "USR2"
+    preempt_save_timeout_s: float = 60.0
+    tiers: tiers.TierConfig | None = None
+    """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -216,6 +219,7 @@ class Supervisor:
         self._process_faults: dict[int, int] = {}
         self._preempted: str | None = None
         self._origin: dict[int, str] = {}  # node -> how it joined after the start: allocation | expansion
+        self._rank_events_seen = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -245,6 +249,7 @@ class Supervisor:
                 signal.signal(getattr(signal, self.config.preempt_signal_name), previous)
             self.store.set(membership.SHUTDOWN, "1")
             self.backend.stop_all(timeout_s=30.0)
+            self._drain_rank_events()
             self.liveness.close()
             self.events.close()
 
@@ -263,7 +268,7 @@ class Supervisor:
             self._kill_requested_nodes()
             self._watch_heartbeats(now)
             if self._preempted:
-                return self._requeue(self._preempted)
+                return self._requeue(self._preempted, save=True)
             lost, reports = self._observe()
             unrecoverable = [r for r in reports.values() if r.kind == "unrecoverable"]
             if unrecoverable:
@@ -277,6 +282,7 @@ class Supervisor:
             if all(r.kind == "done" for r in reports.values()) and len(reports) == len(self.plan.members):
                 return self._finish()
             self._check_recovered()
+            self._drain_rank_events()
             time.sleep(0.02)
 
     # --- observing -----------------------------------------------------------------------------
@@ -467,13 +473,21 @@ class Supervisor:
             self.events.emit("drained", node=node, host=self.backend.host(node), why=why, seconds=self.clock() - t0)
             self._say(f"drained {self.backend.host(node)}: sres: {why}")
 
-    def _requeue(self, why: str) -> Outcome:
-        """The job cannot go on here: requeue it (it resumes from its saved state) or give up."""
+    def _requeue(self, why: str, save: bool = False) -> Outcome:
+        """The job cannot go on here: requeue it (it resumes from its saved state) or give up.
+
+        ``save``: every rank is alive (preemption), so the newest committed step is persisted
+        first; after a node loss the generation is broken and the last periodic save serves.
+        """
         c = self.config
         if c.restart_count >= c.max_requeues:
             return self._fail(f"{why}; the job was already requeued {c.restart_count} time(s) "
                               f"(--max-requeues {c.max_requeues})")
-        self.events.emit("requeue", why=why, restart_count=c.restart_count)
+        saved = self.flush_persistent(c.preempt_save_timeout_s) if save else None
+        if save and saved is None:
+            self._say("warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
+                      "the restart resumes from the newest state the tiers still hold")
+        self.events.emit("requeue", why=why, restart_count=c.restart_count, saved_step=saved)
         self._say(f"{why}: requeueing the job (restart {c.restart_count + 1} of at most {c.max_requeues})")
         self.store.set(membership.SHUTDOWN, "1")
         try:
@@ -537,6 +551,8 @@ class Supervisor:
         self.events.emit("finished", steps=steps, faults=self.faults, goodput=goodput,
                          generations=self.plan.generation, wall_s=end - self._start_t)
         self._say(summary(self.events.events))
+        if self.config.tiers is not None:
+            tiers.remove_job(self.config.tiers.job_id)  # finished: nothing will restart from its RAM tier
         return Outcome(True, events=self.events.events)
 
     def _fail(self, reason: str) -> Outcome:
@@ -560,9 +576,54 @@ class Supervisor:
             "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
             "PYTHONUNBUFFERED": "1",
         })
+        if c.tiers is not None:
+            env[tiers.TIERS_ENV] = c.tiers.to_json()
         self.backend.spawn(slot, node, c.command, env)
         now = self.clock()
         self.slots[slot] = _Slot(SlotInfo(node, local), started=now, heartbeat_changed=now)
+
+    def _drain_rank_events(self) -> None:
+        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
+        records, self._rank_events_seen = membership.pop_events(self.store, self._rank_events_seen)
+        for record in records:
+            self.events.emit(record.pop("event"), **record)
+
+    def flush_persistent(self, timeout_s: float) -> int | None:
+        """Persist the newest committed state to the persistent tier now (preemption, requeue).
+
+        Two rounds through store keys that every rank watches on a thread of its own (no commit
+        needed): each rank reports the newest step in its RAM tier and from then on keeps every
+        commit there; then every rank copies the newest step reported (ranks are at most a
+        commit apart: a rank one behind copies it once it commits it) to the persistent
+        directory. Returns that step once it is complete on every rank, or None (no persistent
+        tier, nothing committed, a failure, the timeout; a ``flush-failed`` event says why).
+        Training goes on meanwhile. Callable from any thread.
+        """
+        if self.config.tiers is None or not self.config.tiers.persistent_dir or self.plan is None:
+            return None
+        store = self.store.clone()
+        deadline = self.clock() + timeout_s
+        answers = self._flush_round(store, None, deadline)
+        target = max((a["step"] for a in answers or () if a["step"] is not None), default=None)
+        if answers and target is not None and all(a["step"] is not None for a in answers):
+            answers = self._flush_round(store, target, deadline)
+            if answers and all(a["step"] == target for a in answers):
+                self.events.emit("flushed", step=target, tier="persistent")
+                return target
+        errors = sorted({a["error"] for a in answers or () if a["error"]}) or ["timeout"]
+        self.events.emit("flush-failed", errors=errors)
+        return None
+
+    def _flush_round(self, store: dist.Store, step: int | None, deadline: float) -> list[dict] | None:
+        request = store.add(membership.FLUSH_SEQ, 1)
+        store.set(membership.FLUSH_REQUEST, json.dumps({"id": request, "step": step,
+                                                        "timeout_s": max(1.0, deadline - self.clock())}))
+        keys = [membership.flush_done_key(request, rank) for rank in self.plan.members]
+        while not store.check(keys):
+            if self.clock() > deadline:
+                return None
+            time.sleep(0.05)
+        return [json.loads(store.get(k)) for k in keys]
 
     def _respawn_name(self, node: int, local: int) -> str:
         self._respawns += 1

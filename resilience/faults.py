@@ -9,6 +9,8 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
 ``hang:rank=R:step=S``      freeze rank R (SIGSTOP): no progress, no heartbeat
 ``kill-during-commit:rank=R:step=S``  SIGKILL rank R inside ``commit()`` of step S,
                             after the optimizer step, before the commit is recorded
+``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
+                            survives: the RAM tier must serve the restart)
 =========================== ==================================================
 
 ``gen=G`` in place of ``step=S`` (``kill`` and ``node`` only) fires when the target enters
@@ -26,7 +28,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit")
+KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-all")
 
 
 class InjectSpecError(ValueError):
@@ -48,6 +50,9 @@ class Injection:
 
     @property
     def spec(self) -> str:
+        when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
+        if self.kind == "kill-all":
+            return f"kill-all:{when}"
         target = f"{self.node}" if self.kind == "node" else f"rank={self.rank}"
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
         return f"{self.kind}:{target}:{when}"
@@ -55,6 +60,7 @@ class Injection:
 
 _RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
+_ALL_SPEC = re.compile(r"^kill-all:step=(\d+)$")
 
 
 def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
@@ -67,6 +73,8 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             if when == "gen" and kind != "kill":
                 raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with kill and node only")
             out.append(_injection(kind, when, value, index, rank=target))
+        elif m := _ALL_SPEC.match(raw):
+            out.append(Injection("kill-all", int(m.group(1)), index=index))
         elif m := _NODE_SPEC.match(raw):
             out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
         else:
@@ -74,7 +82,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit:rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node)"
+                "or node:N:step=S (gen=G for kill and node) or kill-all:step=S"
             )
     return tuple(out)
 
@@ -99,13 +107,14 @@ def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterabl
         i for i in injections
         if i.kind in kinds
         and ((step is not None and i.step == step) or (generation is not None and i.generation == generation))
-        and ((i.kind == "node" and i.node == node) or (i.kind != "node" and i.rank == rank))
+        and ((i.kind == "node" and i.node == node) or i.kind == "kill-all"
+             or (i.kind != "node" and i.rank == rank))
     ]
 
 
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
-    if injection.kind in ("kill", "kill-during-commit"):
+    if injection.kind in ("kill", "kill-during-commit", "kill-all"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif injection.kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)

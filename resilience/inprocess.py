@@ -30,13 +30,15 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
-from resilience import faults, liveness, membership, snapshot
+from resilience import faults, liveness, membership, snapshot, tiers
 from resilience.abort import GroupSockets, release
 from resilience.api import Context
 from resilience.membership import Plan, Report
 from resilience.replication import (
     BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
+from resilience.tier_agent import TierAgent
+from resilience.tier_restore import Restored
 
 log = logging.getLogger("resilience")
 
@@ -58,6 +60,7 @@ class RankEnv:
     replication_factor: int = 2
     liveness_port: int = 0
     step_id: str = ""
+    tiers: tiers.TierConfig | None = None
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str], **options: Any) -> "RankEnv | None":
@@ -76,8 +79,11 @@ class RankEnv:
             replication_factor=int(env.get("SRES_REPLICATION_FACTOR", "2")),
             liveness_port=int(env.get("SRES_LIVENESS_PORT", "0")),
             step_id=env.get("SLURM_STEP_ID", ""),
+            tiers=tiers.TierConfig.from_environ(env),
         )
         values.update({k: v for k, v in options.items() if k in cls.__dataclass_fields__})
+        if "tiers" in options:
+            values["tiers"] = tiers.TierConfig.from_option(options["tiers"], values["tiers"], env)
         return cls(**values)
 
 
@@ -105,6 +111,7 @@ class Agent:
         self._step_times: list[float] = []
         self._watch = _GenerationWatch()
         self._heartbeat = _Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
+        self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host)
 
     # --- the generation loop --------------------------------------------------------------
 
@@ -127,6 +134,8 @@ class Agent:
                     return
         finally:
             self._heartbeat.stop()
+            if self.tiers is not None:
+                self.tiers.close()
 
     def _relay_preemption(self) -> None:
         """``scancel --signal=USR2`` reaches the steps, not the supervisor: pass it on.
@@ -156,6 +165,8 @@ class Agent:
             self._live = ctx
             train(ctx)
             self._drain_background()
+            if self.tiers is not None:
+                self.tiers.saver.drain(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
         except Unrecoverable as err:
             failure = ("unrecoverable", str(err), traceback.format_exc(), False)
@@ -190,6 +201,8 @@ class Agent:
                           [_get_default_group(), self.state_group])
         self._commits_this_generation = 0
         self._last_commit_t = None
+        if self.tiers is not None:
+            self.tiers.enter(plan, self.rank)
 
     def _recover(self, plan: Plan) -> tuple[RecoveryPlan, dict[str, Any] | None]:
         """Agree on the step, move missing state between ranks; return what to load."""
@@ -201,8 +214,7 @@ class Agent:
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
-        recovery = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
-                                 self.env.replication_factor)
+        recovery, tiered = self._plan(plan, gathered)
         moved = 0
         for t in recovery.transfers:
             if t.src == self.rank:
@@ -220,18 +232,51 @@ class Agent:
                 self.sharded = self.sharded or t.part == "sharded"
         for ring in self.own.values():
             ring.drop_after(recovery.step)
-        restored = self._restored_state(recovery.step, live_step, live)
+        if tiered is not None and not tiered.snaps:
+            restored = dict(tiered.states)  # resharded from another world size
+        else:
+            restored = self._restored_state(recovery.step, live_step, live)
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
         moved_total = [0] * plan.world_size
         dist.all_gather_object(moved_total, moved, group=self.state_group)
         if self.rank == 0:
             self.store.set(membership.recovery_key(plan.generation), json.dumps({
-                "step": recovery.step, "source": "peer" if recovery.transfers else "self",
-                "bytes": sum(moved_total) // 2, "recover_s": time.perf_counter() - started,
+                "step": recovery.step,
+                "source": tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+                "bytes": tiered.bytes_moved if tiered is not None else sum(moved_total) // 2,
+                "recover_s": time.perf_counter() - started,
                 "formed_t": formed_t, "recovered_t": time.time(),
             }))
         return recovery, restored
+
+    def _plan(self, plan: Plan, gathered: list[Holdings | None]) -> tuple[RecoveryPlan, Restored | None]:
+        """The peers' recovery plan, or a restore from the tiers when they have a newer step.
+
+        Peers' memory first: survivors hold the newest commit. The tiers serve when no peer
+        holds any state (every rank process lost, a new job of the same id) or when peers
+        cannot serve some rank's shard. Every rank decides alike (same gathered holdings), so
+        all of them enter the collective restore or none does.
+        """
+        try:
+            recovery, peer_error = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
+                                                 self.env.replication_factor), None
+        except Unrecoverable as err:
+            recovery, peer_error = RecoveryPlan(-1), err
+        tiered = None
+        if self.tiers is not None and (peer_error is not None or recovery.step < 0):
+            tiered = self.tiers.restore(plan, self.state_group, recovery.step)
+        if tiered is None:
+            if peer_error is not None:
+                raise peer_error
+            return recovery, None
+        for kind, ring in self.own.items():
+            ring.clear()
+            if kind in tiered.snaps:
+                ring.put(tiered.snaps[kind])
+        self.sharded = "sharded" in tiered.snaps or any(
+            isinstance(v, dict) and "shards" in v for v in tiered.states.values())
+        return RecoveryPlan(tiered.step), tiered
 
     def _take_live(self) -> tuple[int, dict[str, Any] | None]:
         """The previous generation's registered state, if it is the last clean commit.
@@ -269,12 +314,21 @@ class Agent:
 
     def before_step(self, step: int) -> None:
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill", "node", "raise", "hang")))
+                                kinds=("kill", "node", "raise", "hang", "kill-all")))
 
     def _inject(self, due: list[faults.Injection]) -> None:
         for injection in due:
-            if self.store.add(membership.fired_key(injection.index), 1) != 1:
+            # kill-all fires once on every rank, the others once per run.
+            key = membership.fired_key(injection.index) + (f"/{self.rank}" if injection.kind == "kill-all" else "")
+            if self.store.add(key, 1) != 1:
                 continue
+            if injection.kind == "kill-all":
+                # Die together: no rank is lost (and no survivor released) before all got here.
+                arrived = membership.fired_key(injection.index) + "/arrived"
+                self.store.add(arrived, 1)
+                deadline = time.monotonic() + 60
+                while self.store.add(arrived, 0) < self.plan.world_size and time.monotonic() < deadline:
+                    time.sleep(0.005)
             if injection.kind == "node":
                 # A node dies as a whole: the supervisor SIGKILLs every process of it.
                 self.store.set(membership.node_kill_key(self.env.node), injection.spec)
@@ -295,6 +349,7 @@ class Agent:
         self.sharded = self.sharded or ctx.has_sharded
         if self.sharded:
             # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
+            # (The tiers take their own copy in the same background thread.)
             states = ctx.states()
             if self.replicator is None:
                 plan = self.plan
@@ -302,6 +357,11 @@ class Agent:
                                                   self.env.replication_factor, self.replicas)
             reuse = {kind: self.own[kind].oldest() for kind in self.own}
             self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
+                                             name="sres-snapshot", daemon=True)
+            self._capture.start()
+        elif self.tiers is not None:
+            # The tiers' copy runs while the next step computes; before_commit waits for it.
+            self._capture = threading.Thread(target=self._capture_tiers, args=(step, ctx.states()),
                                              name="sres-snapshot", daemon=True)
             self._capture.start()
         now = time.perf_counter()
@@ -321,6 +381,14 @@ class Agent:
                 self.own[kind].put(snap)
             if self.replicator is not None and states["sharded"]:
                 self.replicator.start(snaps["sharded"])
+            if self.tiers is not None:
+                self.tiers.saver.save(step, states)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
+            self._capture_error = err
+
+    def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
+        try:
+            self.tiers.saver.save(step, states)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             self._capture_error = err
 

@@ -66,6 +66,44 @@ def node_kill_key(node: int) -> str:
     return f"inject-node/{node}"
 
 
+def tier_address_key(slot: str) -> str:
+    """host:port of a rank process's neighbour-copy server (resilience.tier_transport)."""
+    return f"tier-addr/{slot}"
+
+
+FLUSH_SEQ = "tier-flush-seq"
+FLUSH_REQUEST = "tier-flush"
+"""JSON {"id", "step", "timeout_s"}: the supervisor asks every rank to persist now."""
+
+
+def flush_done_key(request: int, rank: int) -> str:
+    return f"tier-flush-done/{request}/{rank}"
+
+
+RANK_EVENTS = "rank-events"
+
+
+def rank_event_key(index: int) -> str:
+    return f"rank-event/{index}"
+
+
+def push_event(store: dist.Store, event: str, **fields: object) -> None:
+    """An event from a rank for the supervisor's events.jsonl (ranks may run where the log
+    folder is not)."""
+    index = store.add(RANK_EVENTS, 1)
+    store.set(rank_event_key(index), json.dumps({"event": event, **fields, "t": time.time()}))
+
+
+def pop_events(store: dist.Store, seen: int) -> tuple[list[dict], int]:
+    """Rank events after the ``seen`` first; stops at one still being written."""
+    out = []
+    count = store.add(RANK_EVENTS, 0)
+    while seen < count and store.check([rank_event_key(seen + 1)]):
+        seen += 1
+        out.append(json.loads(store.get(rank_event_key(seen))))
+    return out, seen
+
+
 NODE_KILLS = "inject-node-count"
 PREEMPT = "preempt"
 """Set by a rank that received the preemption signal (``scancel --signal`` reaches steps only)."""

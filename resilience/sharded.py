@@ -81,9 +81,48 @@ class ShardedOptimizer:
                 "local": self.local.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "shards" in state:  # every shard of a checkpoint written by another world size
+            state = reshard(state["shards"], self.owner, self.rank, self.world)
         if state["world_size"] != self.world or state["owner"] != list(self.owner) or state["rank"] != self.rank:
             raise ValueError(
                 f"sharded optimizer state of rank {state['rank']}/{state['world_size']} does not fit rank "
                 f"{self.rank}/{self.world}; resharding to another world size needs a checkpoint tier"
             )
         self.local.load_state_dict(state["local"])
+
+
+def is_shard_state(value: Any) -> bool:
+    """Whether ``value`` is a ``ShardedOptimizer.state_dict()`` (what resharding applies to)."""
+    return isinstance(value, dict) and {"world_size", "rank", "owner", "local"} <= set(value)
+
+
+def reshard(shards: list[dict[str, Any]], owner: list[int], rank: int, world: int) -> dict[str, Any]:
+    """The state of ``rank`` in a world of ``world`` ranks whose parameter owners are ``owner``,
+    built from every shard of a checkpoint written by ``len(shards)`` ranks. Pure.
+
+    Each parameter's optimizer state moves whole from its old owner to its new one; the
+    hyperparameters come from the first shard (one parameter group, as ShardedOptimizer has).
+    """
+    old_owner = list(shards[0]["owner"])
+    if len(old_owner) != len(owner):
+        raise ValueError(f"the checkpoint has {len(old_owner)} parameters, the model {len(owner)}")
+    if sorted(s["rank"] for s in shards) != list(range(len(shards))):
+        raise ValueError("resharding needs every shard of the checkpoint")
+    by_rank = {s["rank"]: s for s in shards}
+    where: dict[int, tuple[int, int]] = {}
+    counters = [0] * len(shards)
+    for index, o in enumerate(old_owner):
+        where[index] = (o, counters[o])
+        counters[o] += 1
+    groups = [dict(g) for g in by_rank[0]["local"]["param_groups"]]
+    if len(groups) != 1:
+        raise ValueError("resharding supports one parameter group")
+    mine = [i for i, o in enumerate(owner) if o == rank]
+    state = {}
+    for local, index in enumerate(mine):
+        o, old_local = where[index]
+        entry = by_rank[o]["local"]["state"].get(old_local)
+        if entry is not None:
+            state[local] = entry
+    groups[0]["params"] = list(range(max(1, len(mine))))
+    return {"world_size": world, "rank": rank, "owner": list(owner), "local": {"state": state, "param_groups": groups}}

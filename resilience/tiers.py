@@ -1,19 +1,139 @@
-"""Tiered checkpoints: where each tier keeps a job's files, and their cleanup.
+"""Tiered checkpoints: configuration, where each tier keeps a job's files, and their cleanup.
 
-The RAM tier of job J on a node lives in ``$SRES_RAM_ROOT/job-J/`` (default root
-``/dev/shm/sres``), so the prolog/epilog hooks and the ranks agree on it without talking.
+Three tiers, cheapest first (see ../ARCHITECTURE.md):
+
+- RAM: ``$SRES_RAM_ROOT/job-J/node-N/own/`` (default root ``/dev/shm/sres``): the committed
+  state of each rank of node N, outliving its processes;
+- neighbour: ``job-J/node-M/neighbour/``: a copy of node N's files on the next node M, sent
+  over the network, so that a replaced node restores from it;
+- persistent: a directory on a shared filesystem, written every K commits.
+
+Each tier root holds ``step-S/rank-R/`` checkpoints (:mod:`resilience.manifest`). The
+prolog/epilog hooks and the ranks agree on the locations without talking; ``cleanup_job``
+is what the epilog calls at job end. The save pipeline is :mod:`resilience.tier_saver`, the
+restore :mod:`resilience.tier_restore`, the DCP adapters :mod:`resilience.dcp_storage`
+(re-exported here: ``TieredStorageWriter``, ``TieredStorageReader``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from resilience import manifest as mf
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
+TIERS_ENV = "SRES_TIERS"
+JOB_CONFIG = "tiers.json"
+"""Written into the job's RAM directory: tells ``cleanup_job`` where the persistent copy is."""
 
+
+class TierConfigError(ValueError):
+    """A tier configuration that cannot work; the message says which setting."""
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """Which tiers a run uses, validated when built. One place: ``sres run`` flags, a YAML
+    file (``from_yaml``), or ``resilience.run(train, tiers=...)``; ranks get it as JSON in
+    ``SRES_TIERS``."""
+
+    job_id: str
+    ram: bool = True
+    neighbour: bool = True
+    persistent_dir: str | None = None
+    persist_every: int = 0
+    """K: every K-th commit goes to the persistent tier (0: only on flush requests)."""
+    ram_every: int = 1
+    keep_ram: int = 2
+    keep_persistent: int = 2
+    fsync: bool = True
+    """fsync persistent files before their manifest (a crash of the file server must not leave
+    a manifest that names unwritten data)."""
+
+    def __post_init__(self) -> None:
+        job_ram_dir(self.job_id)  # validates the id
+        if self.persist_every < 0:
+            raise TierConfigError(f"persist_every must be >= 0 (got {self.persist_every})")
+        if self.persist_every and not self.persistent_dir:
+            raise TierConfigError("persist_every needs a persistent directory (--persistent-dir)")
+        if self.ram_every < 1:
+            raise TierConfigError(f"ram_every must be >= 1 (got {self.ram_every})")
+        if self.keep_ram < 1 or self.keep_persistent < 1:
+            raise TierConfigError("keep_ram and keep_persistent must be >= 1")
+        if self.neighbour and not self.ram:
+            raise TierConfigError("the neighbour tier copies the RAM tier: it needs ram=True")
+
+    @property
+    def enabled(self) -> bool:
+        return self.ram or bool(self.persistent_dir)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> "TierConfig":
+        values = {**dict(data), **{k: v for k, v in overrides.items() if v is not None}}
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise TierConfigError(f"unknown tier setting(s): {', '.join(sorted(unknown))}")
+        if values.get("persistent_dir") is not None:
+            values["persistent_dir"] = str(values["persistent_dir"])
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: Path, **overrides: Any) -> "TierConfig":
+        """Settings from a YAML file (top level, or under ``tiers:``); ``overrides`` that are
+        not None win (command-line flags)."""
+        return cls.from_mapping(_yaml_settings(path), **overrides)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> "TierConfig | None":
+        text = env.get(TIERS_ENV)
+        return cls.from_mapping(json.loads(text)) if text else None
+
+    @classmethod
+    def from_option(cls, option: Any, current: "TierConfig | None", env: Mapping[str, str]) -> "TierConfig | None":
+        """``resilience.run(train, tiers=...)``: a TierConfig, a mapping of settings, a YAML
+        path, or None (tiers off). Settings not given keep what ``sres run`` configured."""
+        if option is None or isinstance(option, TierConfig):
+            return option
+        base = asdict(current) if current is not None else {"job_id": env.get("SLURM_JOB_ID") or "local"}
+        if isinstance(option, (str, Path)):
+            option = _yaml_settings(Path(option))
+        return cls.from_mapping({**base, **dict(option)})
+
+
+def _yaml_settings(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise TierConfigError(f"{path}: cannot read the tier settings ({err})") from None
+    data = data.get("tiers", data) if isinstance(data, dict) else data
+    if not isinstance(data, dict):
+        raise TierConfigError(f"{path}: expected a mapping of tier settings")
+    return data
+
+
+def default_job_id(env: Mapping[str, str], log_dir: Path) -> str:
+    """SLURM_JOB_ID when there is one (a requeued job keeps it), else a stable id of the run's
+    log directory, so that a second ``sres run`` with the same ``--log-dir`` is the same job."""
+    if env.get("SLURM_JOB_ID"):
+        return env["SLURM_JOB_ID"]
+    return "run-" + hashlib.sha256(str(Path(log_dir).resolve()).encode()).hexdigest()[:12]
+
+
+# --- locations -----------------------------------------------------------------------------------
 
 def ram_root() -> Path:
     return Path(os.environ.get(RAM_ROOT_ENV) or DEFAULT_RAM_ROOT)
@@ -26,10 +146,131 @@ def job_ram_dir(job_id: str, root: Path | None = None) -> Path:
     return (root or ram_root()) / f"job-{job_id}"
 
 
+def node_dir(job_id: str, node: int, root: Path | None = None) -> Path:
+    """One (simulated) node's part of the RAM tier: wiping it is losing that node's memory."""
+    return job_ram_dir(job_id, root) / f"node-{node}"
+
+
+def own_root(job_id: str, node: int, root: Path | None = None) -> Path:
+    return node_dir(job_id, node, root) / "own"
+
+
+def neighbour_root(job_id: str, node: int, root: Path | None = None) -> Path:
+    return node_dir(job_id, node, root) / "neighbour"
+
+
+def neighbour_node(node: int, nodes: list[int]) -> int | None:
+    """The node that keeps the copy of ``node``'s RAM tier: the next one in the plan (so no node
+    holds both copies). None when the job has a single node. Pure."""
+    ordered = sorted(set(nodes))
+    if len(ordered) < 2 or node not in ordered:
+        return None
+    return ordered[(ordered.index(node) + 1) % len(ordered)]
+
+
+def record_job_config(config: TierConfig, root: Path | None = None) -> None:
+    """Note the persistent directory in the job's RAM dir, for ``cleanup_job``."""
+    path = job_ram_dir(config.job_id, root)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f".{JOB_CONFIG}.{os.getpid()}"
+    tmp.write_text(config.to_json())
+    os.rename(tmp, path / JOB_CONFIG)
+
+
+# --- listing and retention ------------------------------------------------------------------------
+
+def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
+    """step -> world size of every checkpoint under ``root`` whose manifests exist for all its
+    ranks (a cheap check: manifests and file sizes, not checksums), newest first."""
+    out: dict[int, int] = {}
+    for step in mf.steps_in(root):
+        ranks = mf.ranks_in(root, step)
+        try:
+            manifests = [mf.read_manifest(mf.rank_dir(root, step, r), job_id) for r in ranks]
+        except mf.CheckpointInvalid:
+            continue
+        if manifests and sorted(m.rank for m in manifests) == list(range(manifests[0].world_size)) \
+                and all(m.world_size == manifests[0].world_size and m.step == step for m in manifests):
+            out[step] = manifests[0].world_size
+    return out
+
+
+def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None) -> None:
+    """Remove all but the newest ``keep`` steps under ``root`` (only rank ``owner``'s part when
+    given); never a pinned step (one another tier is still reading)."""
+    steps = mf.steps_in(root)
+    if owner is not None:
+        steps = [s for s in steps if mf.rank_dir(root, s, owner).exists()]
+    for step in steps[keep:]:
+        if step in pinned:
+            continue
+        target = mf.rank_dir(root, step, owner) if owner is not None else mf.step_dir(root, step)
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            mf.step_dir(root, step).rmdir()  # gone when its last rank left
+        except OSError:
+            pass
+
+
+def remove_job(job_id: str, root: Path | None = None) -> None:
+    """Remove all of a job's RAM-tier files here: its training finished, nothing will restart."""
+    shutil.rmtree(job_ram_dir(job_id, root), ignore_errors=True)
+
+
 def cleanup_job(job_id: str, root: Path | None = None) -> bool:
-    """Remove a finished job's RAM-tier files on this node; True when something was removed."""
+    """Remove a finished job's RAM-tier files on this node; True when something was removed.
+
+    Never deletes the only complete copy: when the job's persistent tier holds no complete
+    checkpoint at the newest RAM step or later, the newest complete RAM checkpoint of each
+    node stays (everything else goes).
+    """
     path = job_ram_dir(job_id, root)
     if not path.exists():
         return False
-    shutil.rmtree(path, ignore_errors=True)
-    return True
+    persisted = -1
+    try:
+        config = TierConfig.from_mapping(json.loads((path / JOB_CONFIG).read_text()))
+        if config.persistent_dir:
+            persisted = max(complete_steps(Path(config.persistent_dir), job_id), default=-1)
+    except (OSError, ValueError):
+        pass
+    keep: list[Path] = []
+    for node in sorted(p for p in path.glob("node-*") if p.is_dir()):
+        for sub in ("own", "neighbour"):
+            newest = _newest_complete_rank_step(node / sub, job_id)
+            if newest is not None and newest > persisted:
+                keep.append(mf.step_dir(node / sub, newest))
+    if not keep:
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    removed = False
+    for item in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
+        if item == path / JOB_CONFIG or any(item == k or k in item.parents or item in k.parents for k in keep):
+            continue
+        removed = True
+        if item.is_dir():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+    return removed
+
+
+def _newest_complete_rank_step(root: Path, job_id: str) -> int | None:
+    """Newest step with at least one valid rank manifest (a node holds some ranks of a step)."""
+    for step in mf.steps_in(root):
+        for rank in mf.ranks_in(root, step):
+            try:
+                mf.read_manifest(mf.rank_dir(root, step, rank), job_id)
+                return step
+            except mf.CheckpointInvalid:
+                continue
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    # The DCP adapters import torch.distributed.checkpoint: loaded on first use only.
+    if name in ("TieredStorageWriter", "TieredStorageReader"):
+        from resilience import dcp_storage
+
+        return getattr(dcp_storage, name)
+    raise AttributeError(name)

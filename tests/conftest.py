@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
+from pathlib import Path
+
 import pytest
 
 from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
@@ -36,3 +41,18 @@ def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
     """The shared cluster, returned to a clean state (no jobs, all nodes idle) first."""
     slurm_cluster.reset()
     return slurm_cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_ram_tier():
+    """Runs of this session keep their RAM tier (resilience.tiers) in a private /dev/shm folder,
+    removed at the end: tests never touch a real job's files nor leave any behind."""
+    root = Path("/dev/shm") / f"sres-tests-{uuid.uuid4().hex[:8]}"
+    old = os.environ.get("SRES_RAM_ROOT")
+    os.environ["SRES_RAM_ROOT"] = str(root)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+    if old is None:
+        os.environ.pop("SRES_RAM_ROOT", None)
+    else:
+        os.environ["SRES_RAM_ROOT"] = old

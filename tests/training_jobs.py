@@ -85,7 +85,7 @@ def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: s
                     train_args: tuple[str, ...] = ()) -> TrainingJob:
     """An sbatch job whose script runs ``srun`` (a shell fragment, e.g. ``sres srun --auto-resume=1 -N 3``)
     on the example MLP, with ``--out``/``--log-dir`` in ``tmp``."""
-    train = " ".join(shlex.quote(a) for a in (sys.executable, *TRAIN, "--sleep", str(sleep), "--out",
+    train = " ".join(shlex.quote(a) for a in (sys.executable, *TRAIN, "--sleep-s", str(sleep), "--out",
                                              str(tmp / "out"), *train_args))
     script = tmp / "job.sh"
     script.write_text(f"#!/bin/bash\ncd {shlex.quote(str(REPO))}\n{srun} {train}\n")

@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
-    parser.add_argument("--sleep", type=float, default=0.0, help="extra seconds per step (stands in for compute)")
+    parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
     parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digest here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -76,11 +76,11 @@ def main() -> None:
             x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
             loss = torch.nn.functional.mse_loss(ddp(x), y)
             loss.backward()
-            if args.sleep:
-                time.sleep(args.sleep)
             with ctx.commit():
                 opt.step()
                 opt.zero_grad()
+            if args.sleep_s:
+                time.sleep(args.sleep_s)
             now = time.perf_counter()
             step_times.append(now - last)
             last = now

@@ -39,9 +39,8 @@ def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster
     assert job.digests() == reference3, job.output
     second = job.of("start")[-1]
     assert second["restart_count"] == 1 and victim not in second["hosts"]
-    restored = [e for e in job.of("restored") if e.get("tier") == "persistent"]
-    assert restored, job.events
-    assert fault["step"] - 1 - restored[0]["step"] <= PERSIST_EVERY  # steps lost <= the save interval
+    restored, = job.of("restored")  # from the survivors' RAM tiers, or the persistent tier
+    assert fault["step"] - 1 - restored["step"] <= PERSIST_EVERY, job.events  # steps lost <= the save interval
     assert job.of("finished")[-1]["steps"] == STEPS
 
 
@@ -59,8 +58,9 @@ def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, referen
     done = job.wait_done(timeout=240)
     assert done.state == "COMPLETED", job.output
     assert job.digests() == reference3, job.output
-    restored = [e for e in job.of("restored") if e.get("tier") == "persistent"]
-    assert restored and restored[0]["step"] == flushed["step"], job.events
+    restored, = job.of("restored")
+    # The flushed step at least; the RAM tiers may hold a commit made after the flush.
+    assert restored["step"] >= flushed["step"], job.events
     assert not job.of("fault")
 
 
@@ -70,7 +70,7 @@ def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):
     env["SLURM_RESTART_COUNT"] = "2"
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--max-requeues", "2",
                              "--log-dir", str(tmp_path / "run"), "--", sys.executable, "-m",
-                             "resilience.examples.train_mlp", "--steps", "400", "--sleep", "0.05"],
+                             "resilience.examples.train_mlp", "--steps", "400", "--sleep-s", "0.05"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (tmp_path / "run" / "events.jsonl").exists() and time.monotonic() < deadline:

@@ -46,7 +46,13 @@ def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int
            "--hang-timeout", "3", "--reform-timeout", "20", *args, "--",
            sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(steps),
            "--out", str(log_dir / "out"), *train_args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
+    return run_command(cmd, env, log_dir, timeout)
+
+
+def run_command(cmd: list[str], env: dict[str, str], log_dir: Path, timeout: float) -> Run:
+    """Run ``sres run`` to its end and check that none of its processes is left behind."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     leftover = [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}") if pid_alive(p)]
     assert not leftover, f"processes of the run still alive: {leftover}"

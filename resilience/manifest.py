@@ -1,0 +1,329 @@
+"""One rank's checkpoint on disk: its state files and the manifest that makes them valid.
+
+A tier root holds ``step-<S>/rank-<R>/`` directories. Each holds one file per kind of
+state (``replicated.bin``, ``sharded.bin``: a snapshot's skeleton and flat per-dtype
+buffers, 64-byte aligned so that a reader can map them without a copy) and
+``manifest.json`` (step, job, world size, shard layout, per-file size and checksum).
+
+The files are written into a temporary directory, the manifest last, and the directory is
+renamed into place: a checkpoint without a valid manifest is never complete, and a reader
+never uses one. Every failure a reader can meet is a :class:`CheckpointInvalid` whose
+message names the file and why, so that the events log can say it.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import pickle
+import shutil
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from resilience.snapshot import Snapshot, checksum
+
+FORMAT = 1
+MAGIC = b"SRESCKP1"
+MANIFEST = "manifest.json"
+ALIGN = 64
+
+
+class CheckpointError(RuntimeError):
+    """Base of the checkpoint errors."""
+
+
+class CheckpointInvalid(CheckpointError):
+    """A checkpoint that must not be used: missing or bad manifest, missing file, wrong size,
+    checksum mismatch, another job or world size. The message names the file."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    size: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a reader checks before it uses a rank's checkpoint."""
+
+    job_id: str
+    step: int
+    world_size: int
+    rank: int
+    files: dict[str, FileEntry]
+    layout: dict[str, dict[str, int]] = field(default_factory=dict)
+    """kind -> dtype -> element count (the shard layout of this rank)."""
+    created: float = 0.0
+    format: int = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: Path) -> "Manifest":
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise CheckpointInvalid(f"{where}: unknown manifest format {data.get('format')!r}")
+            files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
+            return cls(job_id=str(data["job_id"]), step=int(data["step"]), world_size=int(data["world_size"]),
+                       rank=int(data["rank"]), files=files, layout=dict(data.get("layout", {})),
+                       created=float(data.get("created", 0.0)))
+        except CheckpointInvalid:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointInvalid(f"{where}: manifest unreadable ({type(err).__name__}: {err})") from None
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def rank_dir(root: Path, step: int, rank: int) -> Path:
+    return step_dir(root, step) / f"rank-{rank:05d}"
+
+
+def steps_in(root: Path) -> list[int]:
+    """Steps that have a directory under ``root`` (complete or not), newest first."""
+    out = []
+    try:
+        entries = list(Path(root).iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.startswith("step-") and entry.name[5:].isdigit():
+            out.append(int(entry.name[5:]))
+    return sorted(out, reverse=True)
+
+
+def ranks_in(root: Path, step: int) -> list[int]:
+    try:
+        names = [e.name for e in step_dir(root, step).iterdir()]
+    except OSError:
+        return []
+    return sorted(int(n[5:]) for n in names if n.startswith("rank-") and n[5:].isdigit())
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+def write(root: Path, job_id: str, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],
+          fsync: bool = False, now: float | None = None) -> Path:
+    """Write a rank's snapshots (kind -> snapshot) as a checkpoint; the manifest last, then an
+    atomic rename. Returns the checkpoint directory."""
+    final = rank_dir(root, step, rank)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        files = {}
+        for kind, snap in snaps.items():
+            files[f"{kind}.bin"] = _write_snapshot(tmp / f"{kind}.bin", snap, fsync)
+        layout = {kind: {k: v.numel() for k, v in snap.buffers.items()} for kind, snap in snaps.items()}
+        manifest = Manifest(job_id, step, world_size, rank, files, layout, time.time() if now is None else now)
+        _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
+        publish_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Rename a finished checkpoint directory into place, replacing an older one of the same step."""
+    if final.exists():
+        old = final.with_name(f"{final.name}.old-{os.getpid()}")
+        os.rename(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.rename(tmp, final)
+
+
+def write_manifest(path: Path, manifest: Manifest, name: str = MANIFEST, fsync: bool = False) -> None:
+    """Write a manifest atomically (write, then rename): readers see all of it or nothing."""
+    _write_atomic(Path(path) / name, manifest.to_json().encode(), fsync)
+
+
+def file_entry(path: Path) -> FileEntry:
+    """Size and checksum of any file (the DCP adapters checksum DCP's own files this way)."""
+    import numpy as np
+
+    data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    whole = data.numel() // 8 * 8
+    return FileEntry(data.numel(), checksum(b"", [data[:whole].view(torch.int64), data[whole:]]))
+
+
+def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
+def _header(snap: Snapshot) -> tuple[bytes, dict[str, int]]:
+    """The file header (skeleton, per-dtype sizes and offsets) and the offsets themselves."""
+    offsets: dict[str, int] = {}
+    sizes = {k: v.numel() for k, v in snap.buffers.items()}
+    # Offsets depend on the header length, which depends on the offsets: fix the header room.
+    room = _align(16 + len(snap.skeleton) + 64 * (len(sizes) + 1) + 256)
+    pos = room
+    for key in sorted(snap.buffers):
+        offsets[key] = pos
+        pos = _align(pos + snap.buffers[key].numel() * snap.buffers[key].element_size())
+    header = pickle.dumps({"step": snap.step, "skeleton": snap.skeleton, "sizes": sizes, "offsets": offsets,
+                           "room": room}, protocol=pickle.HIGHEST_PROTOCOL)
+    if 16 + len(header) > room:
+        raise AssertionError("checkpoint header larger than its room")  # our bug, never user input
+    return header, offsets
+
+
+def _write_snapshot(path: Path, snap: Snapshot, fsync: bool) -> FileEntry:
+    header, offsets = _header(snap)
+    with open(path, "wb") as f:
+        f.write(MAGIC + struct.pack("<Q", len(header)) + header)
+        for key in sorted(snap.buffers):
+            f.seek(offsets[key])
+            f.write(_bytes_of(snap.buffers[key]))
+        size = f.tell()
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    return FileEntry(size, checksum(header, [snap.buffers[k] for k in sorted(snap.buffers)]))
+
+
+def _bytes_of(t: torch.Tensor) -> memoryview:
+    return memoryview(t.contiguous().view(torch.uint8).numpy())
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def read_manifest(path: Path, job_id: str | None = None, world_size: int | None = None,
+                  name: str = MANIFEST) -> Manifest:
+    """The manifest of the checkpoint directory ``path``; raises CheckpointInvalid (naming the
+    file) when it is missing, truncated, or belongs to another job or world size, or when a
+    listed file is missing or has another size."""
+    where = Path(path) / name
+    try:
+        text = where.read_text()
+    except FileNotFoundError:
+        raise CheckpointInvalid(f"{where}: no manifest (checkpoint incomplete)") from None
+    except OSError as err:
+        raise CheckpointInvalid(f"{where}: unreadable ({err})") from None
+    manifest = Manifest.from_json(text, where)
+    if job_id is not None and manifest.job_id != job_id:
+        raise CheckpointInvalid(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
+    if world_size is not None and manifest.world_size != world_size:
+        raise CheckpointInvalid(f"{where}: written by {manifest.world_size} ranks, this run has {world_size}")
+    for name, entry in manifest.files.items():
+        try:
+            size = (Path(path) / name).stat().st_size
+        except OSError:
+            raise CheckpointInvalid(f"{Path(path) / name}: missing") from None
+        if size != entry.size:
+            raise CheckpointInvalid(f"{Path(path) / name}: {size} bytes, the manifest says {entry.size}")
+    return manifest
+
+
+def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False) -> dict[str, Snapshot]:
+    """kind -> snapshot of a checkpoint directory, checksums verified.
+
+    Without ``copy`` the buffers map the files (no copy: a RAM-tier file in /dev/shm is
+    already memory); with it they are read into fresh memory.
+    """
+    out = {}
+    for name, entry in manifest.files.items():
+        snap, header, buffers = _read_snapshot(Path(path) / name, copy)
+        if verify and checksum(header, buffers) != entry.checksum:
+            raise CheckpointInvalid(f"{Path(path) / name}: checksum mismatch (file corrupt)")
+        out[name[:-4] if name.endswith(".bin") else name] = snap
+    return out
+
+
+def verify(path: Path, manifest: Manifest) -> None:
+    load(path, manifest, verify=True, copy=False)
+
+
+def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.Tensor]]:
+    try:
+        with open(path, "rb") as f:
+            if copy:
+                # Uninitialized memory: a zero-filled bytearray would touch every page twice.
+                data: memoryview | mmap.mmap = memoryview(
+                    torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8).numpy()).cast("B")
+                _read_fully(f, data)
+            else:
+                size = os.fstat(f.fileno()).st_size
+                data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else memoryview(b"")
+        if bytes(data[:8]) != MAGIC:
+            raise CheckpointInvalid(f"{path}: not a checkpoint file (bad magic)")
+        (length,) = struct.unpack("<Q", bytes(data[8:16]))
+        header = bytes(data[16:16 + length])
+        meta = pickle.loads(header)
+        buffers = {}
+        for key in sorted(meta["sizes"]):
+            dtype = getattr(torch, key)
+            count = meta["sizes"][key]
+            if count == 0:
+                buffers[key] = torch.empty(0, dtype=dtype)
+                continue
+            buffers[key] = torch.frombuffer(data, dtype=dtype, count=count, offset=meta["offsets"][key])
+    except CheckpointInvalid:
+        raise
+    except FileNotFoundError:
+        raise CheckpointInvalid(f"{path}: missing") from None
+    except Exception as err:  # noqa: BLE001 - any parse failure is a bad file
+        raise CheckpointInvalid(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    snap = Snapshot(step=int(meta["step"]), skeleton=meta["skeleton"], buffers=buffers)
+    return snap, header, [buffers[k] for k in sorted(buffers)]
+
+
+def _read_fully(f: Any, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:])
+        if not n:
+            raise CheckpointInvalid(f"{f.name}: shorter than its size")
+        done += n
+
+
+def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool = False) -> Path:
+    """Copy a complete checkpoint directory into another tier root; manifest last, then rename."""
+    final = rank_dir(dst_root, step, rank)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for entry in sorted(Path(src).iterdir(), key=lambda p: p.name == MANIFEST):
+            _copy_file(entry, tmp / entry.name, fsync)
+        publish_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _copy_file(src: Path, dst: Path, fsync: bool) -> None:
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        sent = 0
+        while sent < size:
+            n = os.sendfile(fout.fileno(), fin.fileno(), sent, min(size - sent, 1 << 30))
+            if n == 0:
+                raise OSError(f"short copy of {src}")
+            sent += n
+        if fsync:
+            fout.flush()
+            os.fsync(fout.fileno())

@@ -1,0 +1,99 @@
+"""The tiers inside a rank process: what the in-process agent calls, in one place.
+
+Owns the saver (:mod:`resilience.tier_saver`), the neighbour-copy server
+(:mod:`resilience.tier_transport`), the flush watcher, and runs restores
+(:mod:`resilience.tier_restore`). Events go to the supervisor through the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from resilience import membership
+from resilience.membership import Plan
+from resilience.tier_restore import Restored, Restorer
+from resilience.tier_saver import FlushWatcher, RankPlace, TierSaver
+from resilience.tier_transport import NeighbourServer
+from resilience.tiers import TierConfig, neighbour_node, neighbour_root, record_job_config
+
+log = logging.getLogger("resilience")
+
+
+class TierAgent:
+    def __init__(self, config: TierConfig, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
+                 host: str = "127.0.0.1") -> None:
+        self.config, self.slot, self.node, self.rank = config, slot, node, rank
+        self.store = store.clone()
+        self._lock = threading.Lock()
+        self.plan: Plan | None = None
+        self._addresses: dict[str, str] = {}
+        if config.ram:
+            record_job_config(config)
+        self.server = None
+        if config.neighbour:
+            self.server = NeighbourServer(neighbour_root(config.job_id, node), config.job_id, config.keep_ram, host).start()
+            store.set(membership.tier_address_key(slot), self.server.address)
+        self.saver = TierSaver(config, RankPlace(-1, 0, node), self.emit)
+        self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
+
+    @classmethod
+    def create(cls, config: TierConfig | None, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
+               store_host: str = "127.0.0.1") -> "TierAgent | None":
+        if config is None or not config.enabled:
+            return None
+        host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else socket.gethostname()
+        return cls(config, store, slot, node, rank, host)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        try:
+            with self._lock:
+                membership.push_event(self.store, event, **{"rank": self.rank(), **fields})
+        except Exception as err:  # noqa: BLE001 - the store is gone: the run is ending
+            log.warning("tier event %s not delivered: %s (%s)", event, fields, err)
+
+    def enter(self, plan: Plan, rank: int) -> None:
+        """A new generation: the saver writes as this rank, copies go to the next node of the plan."""
+        self.plan = plan
+        self.saver.place = RankPlace(rank, plan.world_size, self.node, self._neighbour_address)
+
+    def _neighbour_address(self) -> str | None:
+        plan = self.plan
+        if plan is None:
+            return None
+        target = neighbour_node(self.node, [info.node for info in plan.slots.values()])
+        if target is None:
+            return None
+        on_target = sorted((s for s, info in plan.slots.items() if info.node == target),
+                           key=lambda s: plan.slots[s].local_rank)
+        for slot in on_target:
+            if slot in self._addresses:
+                return self._addresses[slot]
+            key = membership.tier_address_key(slot)
+            with self._lock:
+                if self.store.check([key]):
+                    self._addresses[slot] = self.store.get(key).decode()
+                    return self._addresses[slot]
+        return None
+
+    def restore(self, plan: Plan, group: dist.ProcessGroup, after_step: int) -> Restored | None:
+        """Collective: the newest step the tiers hold after ``after_step``, loaded (None if none)."""
+        self.saver.wait_ram(60.0)
+        restorer = Restorer(self.config, self.rank(), plan.world_size, self.node, group, self.emit)
+        result = restorer.restore(restorer.gather_offers(), after_step)
+        if result is not None and self.rank() == 0:
+            self.emit("restored", step=result.step, generation=plan.generation, source=result.source,
+                      tiers={str(r): t for r, t in sorted(result.tiers.items())}, seconds=result.seconds,
+                      bytes=result.bytes_moved)
+        return result
+
+    def close(self) -> None:
+        self.flush.stop()
+        self.saver.close()
+        if self.server is not None:
+            self.server.stop()

@@ -1,0 +1,256 @@
+"""Restoring from the tiers: which step, which tier serves each rank, and doing it.
+
+Used when the peers' memory cannot serve (every rank process was lost, a new job of the same
+id started, every holder of a shard was lost): each rank lists what its node holds (own RAM
+tier, neighbour copies) and the persistent tier; :func:`plan_restore` (pure) picks the newest
+step that every rank can get, each rank from the cheapest tier that has it (own RAM, then a
+neighbour's copy, then the persistent directory). Every load verifies the checksums; a rank
+whose copy fails reports it, every rank marks that copy bad and the plan is made again: the
+next tier (or an older step) serves, and the events log says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from resilience import manifest as mf
+from resilience import snapshot
+from resilience.sharded import is_shard_state
+from resilience.snapshot import Snapshot
+from resilience.tier_transport import recv_checkpoint, send_checkpoint
+from resilience.tiers import TierConfig, complete_steps, neighbour_root, own_root
+
+TIERS = ("ram", "neighbour", "persistent")
+PERSISTENT_HOLDER = -1
+"""Holder of a persistent-tier offer: every rank reads the shared directory itself."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    tier: str
+    holder: int
+    owner: int
+    step: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class Source:
+    owner: int
+    tier: str
+    holder: int
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    step: int
+    world_size: int
+    """World size of the checkpoint; differs from the run's when resharding."""
+    sources: tuple[Source, ...]
+
+    def tier_of(self, owner: int) -> str:
+        return next(s.tier for s in self.sources if s.owner == owner)
+
+
+def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
+                 bad: frozenset[tuple[str, int, int]] = frozenset()) -> TierPlan | None:
+    """The newest step after ``after_step`` that every rank can restore, and from where. Pure.
+
+    Each rank's copy comes from the cheapest tier that has it (own RAM, neighbour,
+    persistent), preferring a copy on its own process's node (``holder == owner``).
+    ``bad`` holds (tier, owner, step) copies that failed verification. A checkpoint written
+    by another world size is used only from the persistent tier and only with all its ranks
+    (resharding), and only when no same-size checkpoint is as new.
+    """
+    usable = [o for o in offers if (o.tier, o.owner, o.step) not in bad and o.step > after_step]
+    for step in sorted({o.step for o in usable}, reverse=True):
+        here = [o for o in usable if o.step == step and o.world_size == world]
+        sources = []
+        for owner in range(world):
+            mine = [o for o in here if o.owner == owner]
+            if not mine:
+                break
+            best = min(mine, key=lambda o: (TIERS.index(o.tier), o.holder != owner, o.holder))
+            sources.append(Source(owner, best.tier, best.holder))
+        else:
+            return TierPlan(step, world, tuple(sources))
+        for other in sorted({o.world_size for o in usable if o.step == step and o.world_size != world}):
+            persistent = {o.owner for o in usable if o.step == step and o.world_size == other and o.tier == "persistent"}
+            if persistent == set(range(other)):
+                return TierPlan(step, other, tuple(Source(r, "persistent", PERSISTENT_HOLDER) for r in range(other)))
+    return None
+
+
+# --- listing ---------------------------------------------------------------------------------------
+
+def list_offers(config: TierConfig, rank: int, node: int, include_persistent: bool,
+                report: Callable[[str, int, int, str], None], ram_base: Path | None = None) -> list[Offer]:
+    """What this process can offer: its node's RAM-tier and neighbour copies (valid manifests
+    of this job), and (``include_persistent``) the complete persistent checkpoints.
+    ``report(tier, owner, step, why)`` is called for every copy refused."""
+    offers: list[Offer] = []
+    roots = []
+    if config.ram:
+        roots = [("ram", own_root(config.job_id, node, ram_base)), ("neighbour", neighbour_root(config.job_id, node, ram_base))]
+    for tier, root in roots:
+        for step in mf.steps_in(root):
+            for owner in mf.ranks_in(root, step):
+                try:
+                    m = mf.read_manifest(mf.rank_dir(root, step, owner), config.job_id)
+                except mf.CheckpointInvalid as err:
+                    report(tier, owner, step, str(err))
+                    continue
+                offers.append(Offer(tier, rank, owner, step, m.world_size))
+    if include_persistent and config.persistent_dir:
+        root = Path(config.persistent_dir)
+        complete = complete_steps(root, config.job_id)
+        for step in mf.steps_in(root):
+            if step in complete:
+                offers += [Offer("persistent", PERSISTENT_HOLDER, r, step, complete[step]) for r in range(complete[step])]
+                continue
+            for owner in mf.ranks_in(root, step):
+                try:
+                    mf.read_manifest(mf.rank_dir(root, step, owner))
+                except mf.CheckpointInvalid as err:
+                    report("persistent", owner, step, str(err))
+    return offers
+
+
+# --- executing (collective over the state group) -----------------------------------------------------
+
+@dataclass
+class Restored:
+    step: int
+    tiers: dict[int, str]
+    states: dict[str, Any]
+    """name -> state to load (``ctx.register``)."""
+    snaps: dict[str, Snapshot]
+    """kind -> snapshot of this rank (empty when resharded)."""
+    seconds: float
+    bytes_moved: int
+
+    @property
+    def source(self) -> str:
+        """The most expensive tier that served some rank."""
+        return max(self.tiers.values(), key=TIERS.index, default="ram")
+
+
+class Restorer:
+    """Runs a restore on every rank of a generation, falling back tier by tier."""
+
+    def __init__(self, config: TierConfig, rank: int, world: int, node: int, group: dist.ProcessGroup | None,
+                 emit: Callable[..., None], ram_base: Path | None = None) -> None:
+        self.config, self.rank, self.world, self.node, self.group = config, rank, world, node, group
+        self.emit, self.ram_base = emit, ram_base
+        self._reported: set[tuple[str, int, int]] = set()
+
+    def _report(self, tier: str, owner: int, step: int, why: str) -> None:
+        if (tier, owner, step) not in self._reported:
+            self._reported.add((tier, owner, step))
+            self.emit("checkpoint-invalid", tier=tier, owner=owner, step=step, reason=why, rank=self.rank)
+
+    def gather_offers(self) -> list[Offer]:
+        mine = list_offers(self.config, self.rank, self.node, self.rank == 0, self._report, self.ram_base)
+        gathered: list[list[Offer] | None] = [None] * self.world
+        dist.all_gather_object(gathered, mine, group=self.group)
+        return [o for part in gathered for o in (part or [])]
+
+    def restore(self, offers: list[Offer], after_step: int) -> Restored | None:
+        """The newest restorable step after ``after_step``, loaded; None when the tiers have
+        nothing newer. Every rank calls it with the same offers."""
+        started = time.perf_counter()
+        bad: set[tuple[str, int, int]] = set()
+        moved = 0
+        while True:
+            plan = plan_restore(self.world, offers, after_step, frozenset(bad))
+            if plan is None:
+                return None
+            error, result, n = self._execute(plan)
+            moved += n
+            failures: list[Any] = [None] * self.world
+            dist.all_gather_object(failures, error, group=self.group)
+            failed = [f for f in failures if f is not None]
+            if not failed:
+                states, snaps = result
+                return Restored(plan.step, {s.owner: s.tier for s in plan.sources}, states, snaps,
+                                time.perf_counter() - started, moved)
+            for tier, owner, step, why in failed:
+                bad.add((tier, owner, step))
+                if error is not None and error[:3] == (tier, owner, step):
+                    self._report(tier, owner, step, why)
+
+    def _execute(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
+        """This rank's part of ``plan``: serve transfers, load its own copy, verify it."""
+        if plan.world_size != self.world:
+            return self._reshard(plan)
+        moved = 0
+        error = None
+        loaded: dict[str, Snapshot] = {}
+        for src in plan.sources:
+            local = src.tier == "persistent" or src.holder == src.owner
+            if local and src.owner == self.rank:
+                try:
+                    loaded = self._load(src.tier, plan.step, src.owner)
+                except mf.CheckpointInvalid as err:
+                    error = (src.tier, src.owner, plan.step, str(err))
+            elif not local and src.holder == self.rank:
+                moved += send_checkpoint(self._path(src.tier, plan.step, src.owner), src.owner, self.group)
+            elif not local and src.owner == self.rank:
+                # The copy lands in this node's own RAM tier: restored there too.
+                target = mf.rank_dir(own_root(self.config.job_id, self.node, self.ram_base), plan.step, src.owner)
+                try:
+                    moved += recv_checkpoint(target, src.holder, self.group)
+                    loaded = self._load("ram", plan.step, src.owner, tier_name=src.tier)
+                except mf.CheckpointInvalid as err:
+                    error = (src.tier, src.owner, plan.step, str(err))
+        if error is not None:
+            return error, None, moved
+        states: dict[str, Any] = {}
+        for snap in loaded.values():
+            states.update(snapshot.materialize(snap, copy=False))
+        return None, (states, loaded), moved
+
+    def _path(self, tier: str, step: int, owner: int) -> Path:
+        if tier == "persistent":
+            return mf.rank_dir(Path(self.config.persistent_dir), step, owner)
+        root = own_root if tier == "ram" else neighbour_root
+        return mf.rank_dir(root(self.config.job_id, self.node, self.ram_base), step, owner)
+
+    def _load(self, tier: str, step: int, owner: int, world: int | None = None, tier_name: str | None = None
+              ) -> dict[str, Snapshot]:
+        path = self._path(tier, step, owner)
+        try:
+            m = mf.read_manifest(path, self.config.job_id, world or self.world)
+            if m.step != step or m.rank != owner:
+                raise mf.CheckpointInvalid(f"{path / mf.MANIFEST}: says step {m.step} rank {m.rank}")
+            return mf.load(path, m, verify=True, copy=tier == "persistent")
+        except mf.CheckpointInvalid as err:
+            raise mf.CheckpointInvalid(f"{tier_name or tier} tier: {err}") from None
+
+    def _reshard(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
+        """Another world size: read every shard of the persistent checkpoint."""
+        shards: list[dict[str, Any]] = []
+        replicated: dict[str, Any] = {}
+        for owner in range(plan.world_size):
+            try:
+                snaps = self._load("persistent", plan.step, owner, world=plan.world_size)
+            except mf.CheckpointInvalid as err:
+                return ("persistent", owner, plan.step, str(err)), None, 0
+            if owner == 0 and "replicated" in snaps:
+                replicated = snapshot.materialize(snaps["replicated"], copy=False)
+            shards.append(snapshot.materialize(snaps["sharded"], copy=False) if "sharded" in snaps else {})
+        states = dict(replicated)
+        for name in shards[0]:
+            values = [s.get(name) for s in shards]
+            if all(is_shard_state(v) for v in values):
+                states[name] = {"shards": values}
+            else:
+                states[name] = values[0]
+        return None, (states, {}), 0
+

@@ -1,0 +1,145 @@
+"""The persistent tier: full or read-only directories, flush on demand, resharding, the ckpt CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.events import read_events
+from launcher.supervisor import RunConfig, Supervisor
+from resilience import manifest as mf
+from resilience import membership
+from resilience.tiers import TierConfig, complete_steps
+from tests.tiers.conftest import dump, restored, sres_tiers
+
+
+def _mount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
+
+
+def _remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    path = tmp_path / "mnt"
+    path.mkdir()
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _wait_event(events: Path, kind: str, timeout_s: float) -> dict | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if events.exists():
+            found = [e for e in read_events(events) if e["event"] == kind]
+            if found:
+                return found[0]
+        time.sleep(0.2)
+    return None
+
+
+@pytest.mark.parametrize("broken, fixed", [("size=1m", "size=64m"), ("size=64m,ro", "rw")], ids=["full", "read-only"])
+def test_unusable_persistent_dir_warns_training_goes_on_and_saves_resume(tmp_path, ram_root, small_mount, broken, fixed):
+    try:
+        _mount(small_mount, broken)
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        pytest.fail(f"cannot mount a tmpfs (tests run as root): {err}", pytrace=False)
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(run=sres_tiers(
+        tmp_path, ram_root, persistent=small_mount, steps=80, train_args=("--sleep-s", "0.15"))))
+    runner.start()
+    warning = _wait_event(tmp_path / "run" / "events.jsonl", "tier-warning", 120)
+    _remount(small_mount, fixed)  # space (or write access) returns
+    runner.join(300)
+    run = result["run"]
+    assert run.returncode == 0, dump(run)
+    assert warning is not None and warning["tier"] == "persistent", dump(run)
+    assert ("No space" in warning["error"]) if broken.startswith("size=1m") else ("Read-only" in warning["error"])
+    resumed = run.of("tier-resumed")
+    assert resumed and resumed[0]["tier"] == "persistent", dump(run)
+    assert run.of("finished")[0]["steps"] == 80
+    assert complete_steps(small_mount, "tiers"), "saves resumed once the directory was usable"
+    assert not list(small_mount.rglob("*.tmp-*")), "a failed save leaves no debris"
+
+
+def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram_root, monkeypatch):
+    """The preemption hook: persist the newest commit now; a requeued job on 4 ranks restores it
+    (resharding the sharded optimizer from 2 ranks)."""
+    monkeypatch.setenv("SRES_RAM_ROOT", str(ram_root))
+    persistent = tmp_path / "persistent"
+    config = RunConfig(
+        command=(sys.executable, "-m", "resilience.examples.train_mlp", "--steps", "400", "--sharded",
+                 "--sleep-s", "0.05", "--out", str(tmp_path / "first" / "out")),
+        nodes=2, log_dir=tmp_path / "first", hang_timeout_s=5.0, max_restarts=0,
+        tiers=TierConfig(job_id="flushjob", persistent_dir=str(persistent), persist_every=0))
+    supervisor = Supervisor(config, out=open(tmp_path / "supervisor.log", "w"))
+    runner = threading.Thread(target=supervisor.run)
+    runner.start()
+    try:
+        probe = supervisor.store.clone()
+        deadline = time.monotonic() + 120
+        while not (probe.check([membership.PROGRESS]) and int(probe.get(membership.PROGRESS)) >= 5):
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.1)
+        assert not complete_steps(persistent, "flushjob")  # persist_every=0: nothing yet
+        started = time.monotonic()
+        step = supervisor.flush_persistent(timeout_s=60)
+        flush_s = time.monotonic() - started
+        assert step is not None and step >= 5, read_events(tmp_path / "first" / "events.jsonl")[-3:]
+        assert step in complete_steps(persistent, "flushjob")
+        assert flush_s < 30
+    finally:
+        for slot in list(supervisor.slots):
+            supervisor.backend.kill(slot)  # preempted: every process dies
+        runner.join(60)
+    events = read_events(tmp_path / "first" / "events.jsonl")
+    assert [e["step"] for e in events if e["event"] == "flushed"] == [step]
+
+    subprocess.run(["rm", "-rf", str(ram_root / "job-flushjob")], check=True)  # requeued onto other nodes
+    run = sres_tiers(tmp_path, ram_root, name="second", job="flushjob", nodes=4, persistent=persistent,
+                     steps=step + 4, train_args=("--sharded",))
+    assert run.returncode == 0, dump(run)
+    event = restored(run)
+    assert event["step"] == step and set(event["tiers"].values()) == {"persistent"}, dump(run)
+    assert len(event["tiers"]) == 2  # the checkpoint's 2 ranks, resharded onto 4
+    assert run.of("finished")[0]["steps"] == step + 4
+
+
+def test_ckpt_ls_and_verify_name_the_bad_file(tmp_path):
+    import torch
+
+    from resilience import snapshot
+
+    root = tmp_path / "ckpt"
+    for step in (4, 8):
+        for rank in range(2):
+            snap = snapshot.capture({"w": torch.full((1000,), float(step + rank))}, step)
+            mf.write(root, "j", step, 2, rank, {"replicated": snap})
+    mf.write(root, "j", 12, 2, 0, {"replicated": snapshot.capture({"w": torch.zeros(10)}, 12)})
+
+    def sres(*args):
+        return subprocess.run([sys.executable, "-m", "launcher.cli", "ckpt", *args], capture_output=True, text=True)
+
+    ls = sres("ls", str(root))
+    assert ls.returncode == 0, ls.stderr
+    lines = ls.stdout.splitlines()
+    assert any(line.split()[:2] == ["8", "2"] and "complete" in line for line in lines)
+    assert any(line.split()[0] == "12" and "INCOMPLETE" in line for line in lines)
+    assert sres("verify", str(root), "--step", "8").returncode == 0
+    victim = mf.rank_dir(root, 8, 1) / "replicated.bin"
+    data = bytearray(victim.read_bytes())
+    data[-7] ^= 0x01
+    victim.write_bytes(bytes(data))
+    bad = sres("verify", str(root), "--step", "8")
+    assert bad.returncode == 1 and str(victim) in bad.stderr and "checksum mismatch" in bad.stderr
+    assert sres("verify", str(root), "--step", "4").returncode == 0
+    assert sres("verify", str(root)).returncode == 1
+    missing = sres("ls", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "no such directory" in missing.stderr and "Traceback" not in missing.stderr

@@ -1,0 +1,133 @@
+"""Restores from the tiers end to end: every rank killed, job restarts, wiped and corrupt tiers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resilience import manifest as mf
+from resilience.tiers import complete_steps, neighbour_root, own_root
+from tests.tiers.conftest import K, dump, progress_before_kill, restored, sres_tiers
+
+KILL_AT = 10
+
+
+def test_killing_every_rank_restores_from_ram_bitwise(tmp_path, ram_root, tiers_reference):
+    run = sres_tiers(tmp_path, ram_root, "--inject", f"kill-all:step={KILL_AT}")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    event = restored(run)
+    assert event["tiers"] == {"0": "ram", "1": "ram"}, dump(run)  # nothing from the persistent tier
+    assert event["source"] == "ram" and 0 <= event["step"] < KILL_AT and event["seconds"] < 30
+    # One recovery; one "recovered" per fault seen (the kills may land in two observations).
+    assert {(r["source"], r["step"], r["generation"]) for r in run.of("recovered")} == {
+        ("ram", event["step"], event["generation"])}, dump(run)
+    assert not list(ram_root.iterdir()), "a finished run removes its RAM tier"
+
+
+@pytest.fixture
+def killed_job(tmp_path, ram_root):
+    """A first run of job 'tiers' whose every rank was SIGKILLed at step KILL_AT: what a job
+    restart (a requeue) finds."""
+    run = sres_tiers(tmp_path, ram_root, "--inject", f"kill-all:step={KILL_AT}", "--max-restarts", "0", name="first")
+    assert run.returncode == 1, dump(run)
+    assert "gave up after 0 restart(s)" in run.stderr
+    return run
+
+
+def test_job_restart_restores_from_ram(tmp_path, ram_root, killed_job, tiers_reference):
+    run = sres_tiers(tmp_path, ram_root, name="second")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    assert restored(run)["tiers"] == {"0": "ram", "1": "ram"}
+
+
+def test_wiped_node_restores_from_its_neighbour(tmp_path, ram_root, killed_job, tiers_reference):
+    shutil.rmtree(ram_root / "job-tiers" / "node-1")
+    run = sres_tiers(tmp_path, ram_root, name="second")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    assert restored(run)["tiers"] == {"0": "ram", "1": "neighbour"}, dump(run)
+
+
+def test_wiped_ram_everywhere_restores_from_persistent_losing_at_most_k(tmp_path, ram_root, killed_job, tiers_reference):
+    shutil.rmtree(ram_root / "job-tiers")
+    run = sres_tiers(tmp_path, ram_root, name="second")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    event = restored(run)
+    assert event["tiers"] == {"0": "persistent", "1": "persistent"}
+    assert progress_before_kill(killed_job) - event["step"] <= K, dump(run)
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) - 100] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _newest(root: Path, owner: int) -> Path:
+    step = next(s for s in mf.steps_in(root) if mf.rank_dir(root, s, owner).exists())
+    return mf.rank_dir(root, step, owner)
+
+
+def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tmp_path, ram_root, killed_job,
+                                                                           tiers_reference):
+    own, neighbour = own_root("tiers", 1, ram_root), neighbour_root("tiers", 0, ram_root)
+    persistent = tmp_path / "persistent"
+    saved = tmp_path / "saved"
+    shutil.copytree(ram_root, saved / "ram")
+    shutil.copytree(persistent, saved / "persistent")
+    step = int(_newest(own, 1).parent.name[5:])
+
+    def again(name: str):
+        run = sres_tiers(tmp_path, ram_root, name=name)
+        assert run.returncode == 0, dump(run)
+        assert run.digests() == tiers_reference
+        return run, restored(run), run.of("checkpoint-invalid")
+
+    # 1. Rank 1's own RAM copy is corrupt: its neighbour's copy serves.
+    _flip_byte(_newest(own, 1) / "replicated.bin")
+    run, event, invalid = again("own-corrupt")
+    assert event["tiers"]["1"] == "neighbour" and event["tiers"]["0"] == "ram", dump(run)
+    assert any(e["tier"] == "ram" and e["owner"] == 1 and "checksum mismatch" in e["reason"] for e in invalid)
+
+    # 2. Own and neighbour copies corrupt: the persistent tier serves (an older step).
+    for src, dst in ((saved / "ram", ram_root), (saved / "persistent", persistent)):
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+    for root in (own, neighbour):
+        for s in mf.steps_in(root):
+            if mf.rank_dir(root, s, 1).exists():
+                _flip_byte(mf.rank_dir(root, s, 1) / "replicated.bin")
+    run, event, invalid = again("neighbour-corrupt")
+    assert event["tiers"]["1"] == "persistent" and event["step"] <= step, dump(run)
+    assert {e["tier"] for e in invalid if e["owner"] == 1} >= {"ram", "neighbour"}
+
+    # 3. And the newest persistent copy corrupt too: an older persistent step serves.
+    for src, dst in ((saved / "ram", ram_root), (saved / "persistent", persistent)):
+        shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+    shutil.rmtree(ram_root / "job-tiers")
+    newest = max(complete_steps(persistent, "tiers"))
+    _flip_byte(mf.rank_dir(persistent, newest, 1) / "replicated.bin")
+    run, event, invalid = again("persistent-corrupt")
+    assert event["tiers"] == {"0": "persistent", "1": "persistent"} and event["step"] < newest, dump(run)
+    assert any(e["tier"] == "persistent" and e["step"] == newest and "checksum" in e["reason"] for e in invalid)
+
+
+def test_truncated_manifest_missing_file_and_other_job_fall_back(tmp_path, ram_root, killed_job, tiers_reference):
+    own0, own1 = own_root("tiers", 0, ram_root), own_root("tiers", 1, ram_root)
+    manifest = _newest(own0, 0) / mf.MANIFEST
+    manifest.write_text(manifest.read_text()[:40])
+    (_newest(own1, 1) / "replicated.bin").unlink()
+    run = sres_tiers(tmp_path, ram_root, name="second")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    reasons = " | ".join(e["reason"] for e in run.of("checkpoint-invalid"))
+    assert "manifest unreadable" in reasons and "missing" in reasons, dump(run)
+    # Another job's id finds nothing of this one: it starts from scratch, never from job 'tiers'.
+    other = sres_tiers(tmp_path, ram_root, name="other", job="another")
+    assert other.returncode == 0 and not other.of("restored")

@@ -1,0 +1,251 @@
+"""Tier logic without processes: manifests, restore planning, resharding, retention, config."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from resilience import manifest as mf
+from resilience import snapshot
+from resilience.sharded import partition, reshard
+from resilience.tier_restore import Offer, plan_restore
+from resilience.tier_saver import RankPlace, TierSaver
+from resilience.tiers import TierConfig, TierConfigError, cleanup_job, complete_steps, job_ram_dir, neighbour_node, own_root
+
+
+def snaps(step: int, seed: int = 0) -> dict[str, snapshot.Snapshot]:
+    g = torch.Generator().manual_seed(seed)
+    state = {"model": {"w": torch.randn(33, 7, generator=g), "b": torch.arange(5, dtype=torch.int64)}, "n": step}
+    return {"replicated": snapshot.capture(state, step)}
+
+
+# --- manifest -----------------------------------------------------------------------------------
+
+def test_write_load_round_trip_is_exact(tmp_path):
+    s = snaps(3)
+    path = mf.write(tmp_path, "j1", 3, 2, 1, s)
+    m = mf.read_manifest(path, "j1", 2)
+    assert (m.step, m.world_size, m.rank) == (3, 2, 1) and set(m.files) == {"replicated.bin"}
+    for copy in (False, True):
+        back = mf.load(path, m, copy=copy)["replicated"]
+        assert back.digest() == s["replicated"].digest()
+    assert not list(tmp_path.rglob("*.tmp*"))
+
+
+@pytest.mark.parametrize("where", ["header", "data"])
+def test_one_corrupt_byte_is_named(tmp_path, where):
+    path = mf.write(tmp_path, "j1", 3, 1, 0, snaps(3))
+    victim = path / "replicated.bin"
+    data = bytearray(victim.read_bytes())
+    data[20 if where == "header" else len(data) - 9] ^= 0x01
+    victim.write_bytes(bytes(data))
+    with pytest.raises(mf.CheckpointInvalid, match="replicated.bin"):
+        mf.load(path, mf.read_manifest(path))
+
+
+def test_truncated_manifest_missing_file_other_job_other_world(tmp_path):
+    path = mf.write(tmp_path, "j1", 3, 2, 0, snaps(3))
+    with pytest.raises(mf.CheckpointInvalid, match="job j1, not j2"):
+        mf.read_manifest(path, "j2")
+    with pytest.raises(mf.CheckpointInvalid, match="written by 2 ranks, this run has 4"):
+        mf.read_manifest(path, "j1", 4)
+    text = (path / mf.MANIFEST).read_text()
+    (path / mf.MANIFEST).write_text(text[: len(text) // 2])
+    with pytest.raises(mf.CheckpointInvalid, match="manifest unreadable"):
+        mf.read_manifest(path)
+    (path / mf.MANIFEST).write_text(text)
+    (path / "replicated.bin").unlink()
+    with pytest.raises(mf.CheckpointInvalid, match="replicated.bin: missing"):
+        mf.read_manifest(path)
+
+
+def test_incomplete_checkpoint_is_not_listed_complete(tmp_path):
+    mf.write(tmp_path, "j", 5, 2, 0, snaps(5))
+    mf.write(tmp_path, "j", 5, 2, 1, snaps(5))
+    mf.write(tmp_path, "j", 6, 2, 0, snaps(6))  # rank 1 of step 6 never finished
+    assert complete_steps(tmp_path, "j") == {5: 2}
+
+
+# --- restore planning (pure) ---------------------------------------------------------------------
+
+def offers(tier, step, world, holders=None, owners=None):
+    return [Offer(tier, (holders or {}).get(r, r), r, step, world) for r in (owners or range(world))]
+
+
+def test_own_ram_wins_then_neighbour_then_persistent():
+    all_offers = offers("persistent", 8, 2, holders={0: -1, 1: -1}) + offers("ram", 8, 2) + \
+        [Offer("neighbour", 1, 0, 8, 2), Offer("neighbour", 0, 1, 8, 2)]
+    plan = plan_restore(2, all_offers, -1)
+    assert plan.step == 8 and {s.owner: s.tier for s in plan.sources} == {0: "ram", 1: "ram"}
+    plan = plan_restore(2, all_offers, -1, frozenset({("ram", 1, 8)}))
+    assert plan.tier_of(0) == "ram" and plan.tier_of(1) == "neighbour"
+    assert next(s for s in plan.sources if s.owner == 1).holder == 0
+    plan = plan_restore(2, all_offers, -1, frozenset({("ram", 1, 8), ("neighbour", 1, 8)}))
+    assert plan.tier_of(1) == "persistent"
+
+
+def test_newest_step_that_every_rank_has_and_only_after_the_peers():
+    o = offers("ram", 9, 2, owners=[0]) + offers("ram", 8, 2) + offers("persistent", 5, 2, holders={0: -1, 1: -1})
+    assert plan_restore(2, o, -1).step == 8
+    assert plan_restore(2, o, 8) is None  # peers already hold step 8
+    assert plan_restore(2, o, -1, frozenset({("ram", 0, 8)})).step == 5
+
+
+def test_other_world_size_only_from_a_complete_persistent_checkpoint():
+    o = offers("ram", 9, 4) + offers("persistent", 8, 4, holders={r: -1 for r in range(4)})
+    plan = plan_restore(2, o, -1)
+    assert plan.step == 8 and plan.world_size == 4 and {s.tier for s in plan.sources} == {"persistent"}
+    assert plan_restore(2, offers("persistent", 8, 4, owners=[0, 1, 2]), -1) is None
+
+
+def test_neighbour_node_never_itself():
+    assert neighbour_node(0, [0, 1, 2]) == 1 and neighbour_node(2, [2, 0, 1]) == 0
+    assert neighbour_node(0, [0, 0]) is None
+
+
+# --- resharding ------------------------------------------------------------------------------------
+
+def _shard_states(params, world):
+    """What ShardedOptimizer.state_dict() gives on each of ``world`` ranks after one AdamW step."""
+    owner = partition([p.numel() for p in params], world)
+    out = []
+    for rank in range(world):
+        mine = [p for p, o in zip(params, owner) if o == rank] or [torch.nn.Parameter(torch.zeros(1))]
+        opt = torch.optim.AdamW(mine, lr=0.1)
+        for p in mine:
+            p.grad = torch.ones_like(p)
+        opt.step()
+        out.append({"world_size": world, "rank": rank, "owner": owner, "local": opt.state_dict()})
+    return owner, out
+
+
+def test_reshard_moves_each_parameter_state_to_its_new_owner():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(n)) for n in (50, 7, 30, 30, 3)]
+    old_owner, old = _shard_states([torch.nn.Parameter(p.detach().clone()) for p in params], 4)
+    new_owner = partition([p.numel() for p in params], 2)
+    for rank in range(2):
+        state = reshard(old, new_owner, rank, 2)
+        mine = [i for i, o in enumerate(new_owner) if o == rank]
+        assert state["owner"] == new_owner and state["local"]["param_groups"][0]["params"] == list(range(len(mine)))
+        for local, index in enumerate(mine):
+            o = old_owner[index]
+            old_local = [i for i, x in enumerate(old_owner) if x == o].index(index)
+            assert torch.equal(state["local"]["state"][local]["exp_avg"], old[o]["local"]["state"][old_local]["exp_avg"])
+        torch.optim.AdamW([params[i] for i in mine], lr=0.1).load_state_dict(state["local"])
+
+
+# --- retention and cleanup -------------------------------------------------------------------------
+
+def test_cleanup_keeps_the_only_complete_copy(tmp_path):
+    ram, persistent = tmp_path / "ram", tmp_path / "persistent"
+    config = TierConfig(job_id="j", persistent_dir=str(persistent), persist_every=4)
+    from resilience.tiers import record_job_config
+
+    record_job_config(config, ram)
+    root = own_root("j", 0, ram)
+    for step in (3, 4):
+        mf.write(root, "j", step, 1, 0, snaps(step))
+    mf.write(persistent, "j", 3, 1, 0, snaps(3))
+    assert cleanup_job("j", ram)
+    assert mf.steps_in(root) == [4]  # newest RAM step is newer than any persistent copy: kept
+    mf.write(persistent, "j", 4, 1, 0, snaps(4))
+    assert cleanup_job("j", ram) and not job_ram_dir("j", ram).exists()
+    assert not cleanup_job("j", ram)
+
+
+def test_config_is_validated():
+    with pytest.raises(TierConfigError, match="persistent directory"):
+        TierConfig(job_id="j", persist_every=3)
+    with pytest.raises(ValueError, match="not a job id"):
+        TierConfig(job_id="../x")
+    with pytest.raises(TierConfigError, match="unknown tier setting"):
+        TierConfig.from_mapping({"job_id": "j", "persist_evry": 2})
+    with pytest.raises(TierConfigError, match="needs ram"):
+        TierConfig(job_id="j", ram=False, neighbour=True)
+
+
+def test_config_from_yaml_flags_win(tmp_path):
+    (tmp_path / "t.yaml").write_text("tiers:\n  persistent_dir: /a\n  persist_every: 5\n  keep_ram: 3\n")
+    c = TierConfig.from_yaml(tmp_path / "t.yaml", job_id="j", persist_every=2)
+    assert (c.persistent_dir, c.persist_every, c.keep_ram) == ("/a", 2, 3)
+    assert TierConfig.from_environ({"SRES_TIERS": c.to_json()}) == c
+
+
+# --- the saver, without processes -----------------------------------------------------------------
+
+def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
+    events = []
+    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False)
+    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: events.append((e, f)), node_root=tmp_path / "ram")
+    for step in range(7):
+        state = {"model": {"w": torch.full((1000,), float(step))}}
+        saver.save(step, {"replicated": state, "sharded": {}})
+        saver.drain()
+    root = own_root("j", 0, tmp_path / "ram")
+    assert mf.steps_in(root) == [6, 5]
+    assert sorted(complete_steps(tmp_path / "p", "j")) == [3, 6]
+    assert saver._buffers_made <= 2
+    saver.close()
+
+
+def test_save_blocks_only_for_the_copy(tmp_path):
+    """Slow persistent storage never blocks save(): the lanes drop to the newest pending job."""
+    gate = threading.Event()
+    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False)
+    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    original = saver._persistent_lane._work
+    saver._persistent_lane._work = lambda job: (gate.wait(30), original(job))
+    for step in range(6):
+        saver.save(step, {"replicated": {"w": torch.full((100,), float(step))}})
+        saver.wait_ram()
+    assert saver._buffers_made <= 2
+    gate.set()
+    saver.drain()
+    assert max(complete_steps(tmp_path / "p", "j")) == 5
+    saver.close()
+
+
+def test_job_id_is_the_slurm_job_id_else_stable_per_log_dir(tmp_path):
+    from resilience.tiers import default_job_id
+
+    assert default_job_id({"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1"}, tmp_path) == "4242"
+    a = default_job_id({}, tmp_path / "run")
+    assert a == default_job_id({}, tmp_path / "run") != default_job_id({}, tmp_path / "other")
+    job_ram_dir(a)  # a valid id
+
+
+def test_kill_all_spec_targets_every_rank():
+    from resilience import faults
+
+    (inj,) = faults.parse(["kill-all:step=5"])
+    assert inj.spec == "kill-all:step=5"
+    assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=5) == [inj]
+    assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=4) == []
+
+
+def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
+    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=0, fsync=False)
+    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    root = own_root("j", 0, tmp_path / "ram")
+    assert saver.flush_hold(5) == (None, "nothing committed yet")
+    for step in range(3):
+        saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+        saver.wait_ram()
+    assert saver.flush_hold(5) == (2, "")
+    for step in range(3, 6):  # training goes on: nothing from the held steps on is pruned
+        saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+    saver.wait_ram()
+    assert mf.steps_in(root) == [5, 4, 3, 2, 1]
+    later = threading.Timer(0.3, lambda: saver.save(6, {"replicated": {"w": torch.zeros(10)}}))
+    later.start()
+    assert saver.flush_persistent(6, 10) == (6, "")  # waited for this rank's commit 6
+    later.join()
+    assert complete_steps(tmp_path / "p", "j") == {6: 1}
+    saver.save(7, {"replicated": {"w": torch.zeros(10)}})
+    saver.drain()
+    assert mf.steps_in(root) == [7, 6]  # flush mode left: retention again
+    assert saver.flush_persistent(3, 1)[0] is None
+    saver.close()
