@@ -37,6 +37,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="write every K-th commit to --persistent-dir (default 10 when it is given)")
     p.add_argument("--job-id", help="files the RAM/persistent tiers under this id; a new run with the same id "
                                     "restores from them (default: SLURM_JOB_ID, else derived from --log-dir)")
+    p.add_argument("--ram-every", type=int, default=None, metavar="N",
+                   help="RAM and neighbour tiers every N-th step (default 1: every commit)")
     p.add_argument("--tier-config", type=Path, help="YAML file of tier settings (flags win)")
     p.add_argument("--no-tiers", action="store_true", help="no checkpoint tiers at all (peers' memory only)")
 
@@ -49,7 +51,8 @@ def tier_config(args: argparse.Namespace, log_dir: Path) -> TierConfig | None:
     persist_every = args.persist_every
     if args.persistent_dir and persist_every is None and not args.tier_config:
         persist_every = 10
-    flags = {"job_id": job_id, "persistent_dir": args.persistent_dir, "persist_every": persist_every}
+    flags = {"job_id": job_id, "persistent_dir": args.persistent_dir, "persist_every": persist_every,
+             "ram_every": args.ram_every}
     try:
         if args.tier_config:
             return TierConfig.from_yaml(args.tier_config, **flags)

@@ -8,6 +8,7 @@ this file, never the console).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +22,14 @@ class EventLog:
         self.wall = wall
         self._file = self.path.open("a", buffering=1)
         self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # Supervisor.flush_persistent may emit from another thread
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"event": event, **fields}
         record.setdefault("t", self.wall())
-        self._file.write(json.dumps(record, sort_keys=False) + "\n")
-        self.events.append(record)
+        with self._lock:
+            self._file.write(json.dumps(record, sort_keys=False) + "\n")
+            self.events.append(record)
         return record
 
     def close(self) -> None:

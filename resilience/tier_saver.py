@@ -172,8 +172,8 @@ class TierSaver:
         persist = force_persistent or bool(self.config.persist_every and step % self.config.persist_every == 0)
         if not self.config.ram and not persist:
             return
-        if self.config.ram and self.commits % self.config.ram_every and not persist:
-            return
+        if self.config.ram and step % self.config.ram_every and not persist:
+            return  # by step number, so that every rank saves the same steps
         if self._hold_from is not None:
             self._ram_lane.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()

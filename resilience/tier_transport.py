@@ -109,16 +109,17 @@ class NeighbourServer:
                     raise ValueError(f"a checkpoint of job {header['job']} sent to job {self.job_id}")
                 owner, step = int(header["owner"]), int(header["step"])
 
+                view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
                 with _staged(mf.rank_dir(self.root, step, owner)) as tmp:
                     for name, size in header["files"]:
                         with open(tmp / _safe_name(name), "wb") as f:
                             left = int(size)
                             while left:
-                                chunk = reader.read(min(left, _CHUNK))
-                                if not chunk:
+                                n = reader.readinto(view[:min(left, _CHUNK)])
+                                if not n:
                                     raise ConnectionError("neighbour copy cut off")
-                                f.write(chunk)
-                                left -= len(chunk)
+                                f.write(view[:n])
+                                left -= n
                 with self._lock:
                     prune(self.root, self.keep, owner=owner)
                 conn.sendall(b"ok\n")

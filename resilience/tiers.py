@@ -53,6 +53,9 @@ class TierConfig:
     persist_every: int = 0
     """K: every K-th commit goes to the persistent tier (0: only on flush requests)."""
     ram_every: int = 1
+    """Every N-th step (by step number, the same on every rank) goes to the RAM and neighbour
+    tiers. 1 protects every commit; each save costs a copy, a /dev/shm write and a send in the
+    background, which competes with training where CPU cores are scarce."""
     keep_ram: int = 2
     keep_persistent: int = 2
     fsync: bool = True

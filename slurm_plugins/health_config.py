@@ -10,7 +10,6 @@ What a hook does with a bad file (fail open or closed) is :mod:`slurm_plugins.ho
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
 from collections.abc import Mapping
