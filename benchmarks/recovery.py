@@ -12,6 +12,9 @@ For each state size (parameters + AdamW state per rank):
   overhead  median step time of the same training under sres (commits protected) and under
             plain torch.distributed with resilience.run in pass-through mode (median of N runs each).
 
+Both sres runs pass --no-tiers: this measures recovery from peers and the cost of in-process
+protection; the checkpoint tiers have their own benchmark (benchmarks/checkpoint.py).
+
     python benchmarks/recovery.py [--sizes 64,512] [--repeat 3]
 """
 
@@ -48,7 +51,7 @@ def model_args(size: int) -> list[str]:
 def ours(size: int, work: Path) -> dict:
     kill_step = SHAPES[size][4]
     log_dir = work / f"ours-{size}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--spares", "1",
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--spares", "1", "--no-tiers",
            "--inject", f"node:1:step={kill_step}", "--log-dir", str(log_dir), "--",
            sys.executable, "-m", "resilience.examples.train_mlp", *model_args(size), "--progress-every", "1000"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=ROOT)
@@ -124,8 +127,8 @@ def step_time(size: int, work: Path, protected: bool) -> float:
     # More steps than a recovery trial: the median needs a steady state.
     train[train.index("--steps") + 1] = str(max(12, SHAPES[size][3]))
     if protected:
-        subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--log-dir", str(out),
-                        "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--no-tiers",
+                        "--log-dir", str(out), "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
     else:
         port = _free_port()
         procs = [subprocess.Popen(train, cwd=ROOT, stdout=subprocess.DEVNULL, env={
