@@ -90,7 +90,8 @@ def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: s
     script = tmp / "job.sh"
     script.write_text(f"#!/bin/bash\ncd {shlex.quote(str(REPO))}\n{srun} {train}\n")
     client = SlurmClient.create("cli", env=cluster.env())
-    job_id = client.submit([*sbatch, f"--output={tmp / 'job.out'}", f"--chdir={REPO}", str(script)])
+    # The job's directory is tmp: Slurm writes slurm_job_<id>_resize.sh there when the job resizes.
+    job_id = client.submit([*sbatch, f"--output={tmp / 'job.out'}", f"--chdir={tmp}", str(script)])
     return TrainingJob(job_id, tmp, client)
 
 

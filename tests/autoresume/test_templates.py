@@ -43,8 +43,8 @@ def test_train_sbatch_runs_to_completion(cluster, plugin, tmp_path):
     script.write_text(templates.load("train").fill({"nodes": "2", "spares": "1", "command": command,
                                                     "time": "00:10:00"}))
     client = SlurmClient.create("cli", env=cluster.env())
-    job_id = client.submit([f"--chdir={REPO}", f"--output={tmp_path / 'job.out'}",
-                            f"--export=ALL,SRES_LOG_DIR={tmp_path / 'run'}", str(script)])
+    job_id = client.submit([f"--chdir={tmp_path}", f"--output={tmp_path / 'job.out'}",
+                            f"--export=ALL,SRES_LOG_DIR={tmp_path / 'run'},PYTHONPATH={REPO}", str(script)])
     job = wait_job(client, job_id, lambda j: j.finished, timeout=120)
     log = (tmp_path / "job.out").read_text()
     assert job.state == "COMPLETED", log
