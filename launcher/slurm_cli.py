@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,12 +44,13 @@ class CommandLine:
     env: Mapping[str, str] | None = None
     runner: Runner = subprocess.run
 
-    def __call__(self, argv: Sequence[str], timeout_s: float | None = None) -> str:
+    def __call__(self, argv: Sequence[str], timeout_s: float | None = None, cwd: str | None = None) -> str:
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        where = {"cwd": cwd} if cwd else {}
         try:
             result = self.runner(
                 list(argv), capture_output=True, text=True, timeout=timeout,
-                env=dict(self.env) if self.env is not None else None, stdin=subprocess.DEVNULL,
+                env=dict(self.env) if self.env is not None else None, stdin=subprocess.DEVNULL, **where,
             )
         except FileNotFoundError:
             package = _INSTALL_HINT.get(argv[0], "slurm-client")
@@ -100,7 +102,11 @@ class CliBackend:
         self.command(["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostlist.compress(nodes)])
 
     def update_job(self, job_id: str, **fields: str) -> None:
-        self.command(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
+        # A resize makes scontrol write slurm_job_<id>_resize.{sh,csh} into its working
+        # directory; nothing here reads them (nodes are asked from Slurm), so they go nowhere.
+        with tempfile.TemporaryDirectory(prefix="sres-scontrol-") as scratch:
+            self.command(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())],
+                         cwd=scratch)
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
         self.command(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
