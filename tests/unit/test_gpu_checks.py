@@ -117,7 +117,7 @@ def test_without_nvidia_gpus_the_gpu_check_is_skipped_no_nvml():
     try:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
-        pytest.skip("this machine has NVML: the skip path cannot be seen here")
+        pytest.skip(reason="this machine has NVML: the skip path cannot be seen here")
     except pynvml.NVMLError:
         pass
     results = check_gpu(CheckContext(HealthConfig(), "n1"))
