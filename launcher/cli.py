@@ -50,15 +50,17 @@ def _cmd_srun(args: argparse.Namespace) -> int:
         raise NotInAllocation("sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset): "
                               "use it in an sbatch script or under salloc")
     request = parse(args.srun_args[1:] if args.srun_args[:1] == ["--"] else args.srun_args)
-    held = len(place(_client(args), os.environ, 1).hosts)
+    placement = place(_client(), os.environ, 1)
+    held = len(placement.hosts)
     nodes = request.nodes if request.nodes is not None else held - (request.spares or 0)
     spares = request.spares if request.spares is not None else max(0, held - nodes)
     return _supervise(args, request.command, nodes, request.procs_per_node, spares, request.retries, "slurm",
-                      step_args=request.step_args, partition=request.partition)
+                      step_args=request.step_args, partition=request.partition, placement=placement)
 
 
 def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, procs_per_node: int, spares: int,
-               max_restarts: int, launcher: str, step_args: tuple[str, ...], partition: str | None) -> int:
+               max_restarts: int, launcher: str, step_args: tuple[str, ...], partition: str | None,
+               placement=None) -> int:
     """Build the run's config and backend, run the supervisor, and turn its outcome into an exit code."""
     from launcher.supervisor import RunConfig, Supervisor
     from resilience import faults
@@ -69,7 +71,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
     job_id = os.environ.get("SLURM_JOB_ID")
-    log_dir = Path(args.log_dir or os.environ.get("SRES_LOG_DIR") or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
+    log_dir = Path(args.log_dir or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
     config = RunConfig(
         command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
         injections=injections, log_dir=log_dir, backend=args.backend,
@@ -83,9 +85,11 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         from launcher.backends.srun import SrunBackend, place
         from resilience.liveness import LivenessServer
 
-        client = _client(args)
+        client = _client()
+        if placement is None or len(placement.hosts) < nodes + spares:
+            placement = place(client, os.environ, nodes + spares)  # says clearly what is missing
         liveness = LivenessServer()
-        backend = SrunBackend(client, place(client, os.environ, nodes + spares), log_dir, liveness,
+        backend = SrunBackend(client, placement, log_dir, liveness,
                               srun_args=step_args, partition=partition, grow=not args.no_grow)
         hosts = ", ".join(backend.hosts[:nodes + spares])
         where = f"job {backend.job_id} ({hosts})"
@@ -99,8 +103,8 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     return 0 if outcome.ok else 1
 
 
-def _client(args: argparse.Namespace) -> SlurmClient:
-    return SlurmClient.create(getattr(args, "slurm_backend", "auto"), timeout_s=30.0)
+def _client() -> SlurmClient:
+    return SlurmClient.create("auto", timeout_s=30.0)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -152,7 +156,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     for action in p._actions:  # noqa: SLF001 - argparse keeps no public list
         name = next((o for o in action.option_strings if o.startswith("--")), None)
         value = os.environ.get("SRES_" + name[2:].upper().replace("-", "_")) if name else None
-        if value is None or action.dest in ("help", "inject", "log_dir"):
+        if value is None or action.dest in ("help", "inject"):
             continue
         p.set_defaults(**{action.dest: value.lower() in ("1", "true", "yes") if action.nargs == 0 else value})
 
