@@ -42,6 +42,7 @@ def _save_worker(rank: int, world: int, port: int, tmp: str, asynchronous: bool)
             dcp.async_save(state, storage_writer=writer).result()
         else:
             dcp.save(state, storage_writer=writer)
+        dist.barrier()  # no rank leaves (rank 0 hosts the store) while another still talks to it
     finally:
         dist.destroy_process_group()
 
@@ -60,6 +61,7 @@ def _load_worker(rank: int, world: int, port: int, tmp: str, expect_tier: str) -
         dcp.load(state, storage_reader=reader)
         assert torch.equal(state["weight"].full_tensor(), _full())
         assert int(state["step"]) == 7
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

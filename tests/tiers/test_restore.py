@@ -69,7 +69,9 @@ def _flip_byte(path: Path) -> None:
 
 
 def _newest(root: Path, owner: int) -> Path:
-    step = next(s for s in mf.steps_in(root) if mf.rank_dir(root, s, owner).exists())
+    """The newest complete copy: a kill can leave a newer step without its manifest, which a
+    restore skips (corrupting that one would test nothing)."""
+    step = next(s for s in mf.steps_in(root) if (mf.rank_dir(root, s, owner) / mf.MANIFEST).exists())
     return mf.rank_dir(root, step, owner)
 
 
@@ -88,8 +90,11 @@ def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tm
         assert run.digests() == tiers_reference
         return run, restored(run), run.of("checkpoint-invalid")
 
-    # 1. Rank 1's own RAM copy is corrupt: its neighbour's copy serves.
-    _flip_byte(_newest(own, 1) / "replicated.bin")
+    # 1. Rank 1's own RAM copies are corrupt (every step it kept: the restore takes the newest
+    #    step that all ranks have, which need not be rank 1's newest): its neighbour's copy serves.
+    for s in mf.steps_in(own):
+        if (mf.rank_dir(own, s, 1) / mf.MANIFEST).exists():
+            _flip_byte(mf.rank_dir(own, s, 1) / "replicated.bin")
     run, event, invalid = again("own-corrupt")
     assert event["tiers"]["1"] == "neighbour" and event["tiers"]["0"] == "ram", dump(run)
     assert any(e["tier"] == "ram" and e["owner"] == 1 and "checksum mismatch" in e["reason"] for e in invalid)
