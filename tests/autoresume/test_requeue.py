@@ -66,7 +66,8 @@ def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, referen
 
 def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):
     """SLURM_RESTART_COUNT at --max-requeues: the supervisor says so instead of requeueing again."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}  # the session's private RAM tier
     env["SLURM_RESTART_COUNT"] = "2"
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--max-requeues", "2",
                              "--log-dir", str(tmp_path / "run"), "--", sys.executable, "-m",
