@@ -349,11 +349,7 @@ class Supervisor:
             key = membership.node_kill_key(node)
             if self.store.check([key]):
                 self.store.delete_key(key)
-                self.dead_nodes.add(node)
-                for slot, state in self.slots.items():
-                    if state.info.node == node and state.alive:
-                        state.killed_as = "node"
-                        self.backend.kill(slot)
+                self._kill_node(node)
                 # Wait for the kills to land, so that one node loss is one fault.
                 deadline = self.clock() + 5
                 while any(self.backend.poll(s) is None for s, st in self.slots.items() if st.info.node == node) \
@@ -441,25 +437,27 @@ class Supervisor:
     def _classify_nodes(self, lost: dict[int, str]) -> dict[int, str]:
         """Nodes that lost a rank and must go, with what was seen; their other ranks are killed."""
         bad: dict[int, str] = {}
-        for node in sorted({self._node_of(r) for r in lost} - self.dead_nodes):
-            if all(lost.get(r) == "node" for r in self.plan.members if self._node_of(r) == node):
-                continue  # an injected node kill: already dead, nothing to ask Slurm
+        for node in sorted({self._node_of(r) for r in lost} - self.dead_nodes):  # injected kills: already dead
             self._process_faults[node] = self._process_faults.get(node, 0) + 1
             why = node_verdict(self.backend.evidence(node), self._process_faults[node], self.config.node_fault_after)
             if why is None:
                 continue
             bad[node] = why
-            self.dead_nodes.add(node)
             if node in self.spare_nodes:
                 self.spare_nodes.remove(node)
-            for slot, state in self.slots.items():
-                if state.info.node == node and state.alive:
-                    state.killed_as = "node"
-                    self.backend.kill(slot)
+            self._kill_node(node)
         for rank in lost:
             if self._node_of(rank) in bad:
                 lost[rank] = "node"
         return bad
+
+    def _kill_node(self, node: int) -> None:
+        """The node is dead to this run: its remaining processes go, as one node fault."""
+        self.dead_nodes.add(node)
+        for slot, state in self.slots.items():
+            if state.info.node == node and state.alive:
+                state.killed_as = "node"
+                self.backend.kill(slot)
 
     def _retire(self, bad_nodes: dict[int, str]) -> None:
         for node, why in sorted(bad_nodes.items()):
