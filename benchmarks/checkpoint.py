@@ -19,7 +19,12 @@ For each state size (float32 tensors shaped like a model: parameters + AdamW's t
     torch.load     of the torch.save file in --dir (page cache warm, then cold: the file's pages
                    dropped with posix_fadvise, as on a node that did not write it)
 
-    python benchmarks/checkpoint.py [--sizes 512,2048] [--repeat 5] [--dir /tmp/sres-ckpt-bench]
+  persistent tier of W data-parallel ranks (--dp-ranks W, one TierSaver per rank in this
+  process): bytes written to --dir per save and the time until every rank's copy is complete,
+  each rank writing its full state (the baseline) vs ranks > 0 leaving their replicated
+  state to rank 0's copy (``persist_replicated_once``, the default)
+
+    python benchmarks/checkpoint.py [--sizes 512,2048] [--repeat 5] [--dp-ranks 4] [--dir /tmp/sres-ckpt-bench]
 """
 
 from __future__ import annotations
@@ -173,22 +178,66 @@ RESTORES = ["restore RAM tier", "restore RAM tier+copy", "restore neighbour", "r
             "restore persistent, cold", "torch.load", "torch.load, cold"]
 
 
+def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[bool, tuple[int, float]]:
+    """once -> (bytes in the persistent dir per save, median seconds until all ranks' copies
+    are complete) for ``ranks`` data-parallel ranks holding the same ``mib`` MiB state."""
+    state = make_state(mib)
+    out = {}
+    for once in (False, True):
+        ram, root = Path(tempfile.mkdtemp(prefix="sres-bench-dp-", dir="/dev/shm")), work / f"dp-{once}"
+        config = TierConfig(job_id="bench", neighbour=False, persistent_dir=str(root), persist_every=1,
+                            keep_ram=1, keep_persistent=1, persist_replicated_once=once)
+        savers = [TierSaver(config, RankPlace(r, ranks, r), lambda e, **f: None, node_root=ram) for r in range(ranks)]
+        times, sizes = [], []
+        try:
+            for step in range(repeat):
+                for saver in savers:
+                    saver.save(step, {"replicated": state, "sharded": {}})
+                for saver in savers:
+                    saver.wait_ram()
+                started = time.perf_counter()
+                for saver in savers:
+                    saver.drain()
+                times.append(time.perf_counter() - started)
+                sizes.append(sum(f.stat().st_size for f in mf.step_dir(root, step).rglob("*") if f.is_file()))
+        finally:
+            for saver in savers:
+                saver.close()
+            shutil.rmtree(ram, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
+        out[once] = (statistics.median(sizes), statistics.median(times))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="512,2048", help="state sizes in MiB (default 512,2048)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/sres-ckpt-bench"), help="the 'persistent' disk")
+    parser.add_argument("--dp-ranks", type=int, default=4, help="data-parallel ranks of the persistent-tier measure")
+    parser.add_argument("--dp-mib", type=int, default=256, help="state per rank of that measure, MiB")
+    parser.add_argument("--only-dp", action="store_true", help="only the data-parallel persistent-tier measure")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # DCP warns about single-process use and overwrites
     torch.set_num_threads(1)  # like a rank of the tests: one thread per process on this 2-core machine
     args.dir.mkdir(parents=True, exist_ok=True)
     results = {}
     try:
-        for mib in (int(s) for s in args.sizes.split(",")):
+        dp = bench_dp_persistent(args.dp_mib, args.dp_ranks, args.repeat, args.dir)
+        for mib in (int(s) for s in args.sizes.split(",")) if not args.only_dp else ():
             results[mib] = bench(mib, args.repeat, args.dir)
             print(f"measured {mib} MiB", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
+    print(f"| persistent tier, {args.dp_ranks} data-parallel ranks x {args.dp_mib} MiB | MiB written per save "
+          "| s until all copies complete |")
+    print("|---|---|---|")
+    for once, name in ((False, "every rank writes its full state"), (True, "replicated state once (default)")):
+        print(f"| {name} | {dp[once][0] / 2**20:.0f} | {dp[once][1]:.2f} |")
+    print(f"\nreplicated state once: {dp[False][0] / dp[True][0]:.1f}x fewer bytes, "
+          f"{dp[False][1] / dp[True][1]:.1f}x faster to a complete persistent checkpoint\n")
+    if not results:
+        return
     sizes = list(results)
     header = "| | " + " | ".join(f"{results[m]['bytes'] / 2**20:.0f} MiB s" for m in sizes) + " |"
     print(header)

@@ -4,6 +4,10 @@ A tier root holds ``step-<S>/rank-<R>/`` directories. Each holds one file per ki
 state (``replicated.bin``, ``sharded.bin``: a snapshot's skeleton and flat per-dtype
 buffers, 64-byte aligned so that a reader can map them without a copy) and
 ``manifest.json`` (step, job, world size, shard layout, per-file size and checksum).
+A manifest may say that one of its files lives in another rank's directory of the same step
+(``shared``): in the persistent tier, data-parallel ranks whose replicated state is byte for
+byte rank 0's (same checksum) store it once, in rank 0's directory; the reader checks that
+file against the sharing rank's own checksum.
 
 The files are written into a temporary directory, the manifest last, and the directory is
 renamed into place: a checkpoint without a valid manifest is never complete, and a reader
@@ -20,8 +24,8 @@ import pickle
 import shutil
 import struct
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +66,15 @@ class Manifest:
     layout: dict[str, dict[str, int]] = field(default_factory=dict)
     """kind -> dtype -> element count (the shard layout of this rank)."""
     created: float = 0.0
+    shared: dict[str, int] = field(default_factory=dict)
+    """file name -> rank whose directory of the same step holds that file (its size and
+    checksum are still this rank's own, in ``files``)."""
     format: int = FORMAT
+
+    def path_of(self, path: Path, name: str) -> Path:
+        """Where file ``name`` of the checkpoint directory ``path`` is."""
+        owner = self.shared.get(name)
+        return Path(path) / name if owner is None else Path(path).parent / f"rank-{owner:05d}" / name
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -76,7 +88,8 @@ class Manifest:
             files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
             return cls(job_id=str(data["job_id"]), step=int(data["step"]), world_size=int(data["world_size"]),
                        rank=int(data["rank"]), files=files, layout=dict(data.get("layout", {})),
-                       created=float(data.get("created", 0.0)))
+                       created=float(data.get("created", 0.0)),
+                       shared={str(k): int(v) for k, v in data.get("shared", {}).items()})
         except CheckpointInvalid:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as err:
@@ -115,9 +128,11 @@ def ranks_in(root: Path, step: int) -> list[int]:
 # --- writing --------------------------------------------------------------------------------------
 
 def write(root: Path, job_id: str, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],
-          fsync: bool = False, now: float | None = None) -> Path:
+          fsync: bool = False, now: float | None = None, share: Mapping[str, int] | None = None) -> Path:
     """Write a rank's snapshots (kind -> snapshot) as a checkpoint; the manifest last, then an
-    atomic rename. Returns the checkpoint directory."""
+    atomic rename. Files named in ``share`` are not written: the manifest says which rank's
+    directory holds them (see the module doc). Returns the checkpoint directory."""
+    share = {name: owner for name, owner in (share or {}).items() if name[:-4] in snaps}
     final = rank_dir(root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -125,9 +140,11 @@ def write(root: Path, job_id: str, step: int, world_size: int, rank: int, snaps:
     try:
         files = {}
         for kind, snap in snaps.items():
-            files[f"{kind}.bin"] = _write_snapshot(tmp / f"{kind}.bin", snap, fsync)
+            name = f"{kind}.bin"
+            files[name] = snapshot_entry(snap) if name in share else _write_snapshot(tmp / name, snap, fsync)
         layout = {kind: {k: v.numel() for k, v in snap.buffers.items()} for kind, snap in snaps.items()}
-        manifest = Manifest(job_id, step, world_size, rank, files, layout, time.time() if now is None else now)
+        manifest = Manifest(job_id, step, world_size, rank, files, layout, time.time() if now is None else now,
+                            shared=share)
         _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
         publish_dir(tmp, final)
     except BaseException:
@@ -186,6 +203,15 @@ def _header(snap: Snapshot) -> tuple[bytes, dict[str, int]]:
     return header, offsets
 
 
+def snapshot_entry(snap: Snapshot) -> FileEntry:
+    """The size and checksum ``snap``'s file would have, without writing it."""
+    header, offsets = _header(snap)
+    keys = sorted(snap.buffers)
+    last = snap.buffers[keys[-1]] if keys else None
+    size = offsets[keys[-1]] + last.numel() * last.element_size() if last is not None else 16 + len(header)
+    return FileEntry(size, checksum(header, [snap.buffers[k] for k in keys]))
+
+
 def _write_snapshot(path: Path, snap: Snapshot, fsync: bool) -> FileEntry:
     header, offsets = _header(snap)
     with open(path, "wb") as f:
@@ -228,27 +254,40 @@ def read_manifest(path: Path, job_id: str | None = None, world_size: int | None 
     if world_size is not None and manifest.world_size != world_size:
         raise CheckpointInvalid(f"{where}: written by {manifest.world_size} ranks, this run has {world_size}")
     for name, entry in manifest.files.items():
+        where = manifest.path_of(path, name)
         try:
-            size = (Path(path) / name).stat().st_size
+            size = where.stat().st_size
         except OSError:
-            raise CheckpointInvalid(f"{Path(path) / name}: missing") from None
+            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: missing") from None
         if size != entry.size:
-            raise CheckpointInvalid(f"{Path(path) / name}: {size} bytes, the manifest says {entry.size}")
+            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: {size} bytes, the manifest says {entry.size}")
     return manifest
 
 
-def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False) -> dict[str, Snapshot]:
-    """kind -> snapshot of a checkpoint directory, checksums verified.
+def _sharer(manifest: Manifest, name: str) -> str:
+    return f" (shared by rank {manifest.rank})" if name in manifest.shared else ""
+
+
+def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False,
+         kinds: Collection[str] | None = None) -> dict[str, Snapshot]:
+    """kind -> snapshot of a checkpoint directory (only ``kinds`` when given), checksums
+    verified.
 
     Without ``copy`` the buffers map the files (no copy: a RAM-tier file in /dev/shm is
     already memory); with it they are read into fresh memory.
     """
     out = {}
     for name, entry in manifest.files.items():
-        snap, header, buffers = _read_snapshot(Path(path) / name, copy)
+        kind = name[:-4] if name.endswith(".bin") else name
+        if kinds is not None and kind not in kinds:
+            continue
+        where = manifest.path_of(path, name)
+        snap, header, buffers = _read_snapshot(where, copy)
         if verify and checksum(header, buffers) != entry.checksum:
-            raise CheckpointInvalid(f"{Path(path) / name}: checksum mismatch (file corrupt)")
-        out[name[:-4] if name.endswith(".bin") else name] = snap
+            why = "file corrupt" if name not in manifest.shared else \
+                f"file corrupt, or it is not rank {manifest.rank}'s state"
+            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: checksum mismatch ({why})")
+        out[kind] = snap
     return out
 
 
@@ -299,15 +338,24 @@ def _read_fully(f: Any, view: memoryview) -> None:
         done += n
 
 
-def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool = False) -> Path:
-    """Copy a complete checkpoint directory into another tier root; manifest last, then rename."""
+def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool = False,
+                    share: Mapping[str, int] | None = None) -> Path:
+    """Copy a complete checkpoint directory into another tier root; manifest last, then rename.
+    Files named in ``share`` are not copied: the copy's manifest says which rank's directory
+    of the same step holds them."""
     final = rank_dir(dst_root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
+        manifest = read_manifest(src) if share else None
         for entry in sorted(Path(src).iterdir(), key=lambda p: p.name == MANIFEST):
+            if manifest is not None and (entry.name in share or entry.name == MANIFEST):
+                continue
             _copy_file(entry, tmp / entry.name, fsync)
+        if manifest is not None:
+            shared = {**manifest.shared, **{n: o for n, o in share.items() if n in manifest.files}}
+            write_manifest(tmp, replace(manifest, shared=shared), fsync=fsync)
         publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

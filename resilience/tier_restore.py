@@ -222,14 +222,14 @@ class Restorer:
         root = own_root if tier == "ram" else neighbour_root
         return mf.rank_dir(root(self.config.job_id, self.node, self.ram_base), step, owner)
 
-    def _load(self, tier: str, step: int, owner: int, world: int | None = None, tier_name: str | None = None
-              ) -> dict[str, Snapshot]:
+    def _load(self, tier: str, step: int, owner: int, world: int | None = None, tier_name: str | None = None,
+              kinds: tuple[str, ...] | None = None) -> dict[str, Snapshot]:
         path = self._path(tier, step, owner)
         try:
             m = mf.read_manifest(path, self.config.job_id, world or self.world)
             if m.step != step or m.rank != owner:
                 raise mf.CheckpointInvalid(f"{path / mf.MANIFEST}: says step {m.step} rank {m.rank}")
-            return mf.load(path, m, verify=True, copy=tier == "persistent")
+            return mf.load(path, m, verify=True, copy=tier == "persistent", kinds=kinds)
         except mf.CheckpointInvalid as err:
             raise mf.CheckpointInvalid(f"{tier_name or tier} tier: {err}") from None
 
@@ -238,8 +238,9 @@ class Restorer:
         shards: list[dict[str, Any]] = []
         replicated: dict[str, Any] = {}
         for owner in range(plan.world_size):
-            try:
-                snaps = self._load("persistent", plan.step, owner, world=plan.world_size)
+            try:  # replicated state is the same on every rank: read rank 0's only
+                snaps = self._load("persistent", plan.step, owner, world=plan.world_size,
+                                   kinds=None if owner == 0 else ("sharded",))
             except mf.CheckpointInvalid as err:
                 return ("persistent", owner, plan.step, str(err)), None, 0
             if owner == 0 and "replicated" in snaps:

@@ -9,6 +9,8 @@ buffer sets plus the RAM tier's files):
     capture -> RAM lane: write own RAM-tier files (/dev/shm), release the buffers
             -> neighbour lane: push those files to the next node's server (TCP)
             -> persistent lane: copy them to the persistent directory every K commits
+                               (ranks other than 0 leave their replicated state to rank
+                               0's copy: data parallelism writes the model once)
 
 The neighbour and persistent lanes read the RAM-tier files, not the buffers, so a slow
 shared filesystem never holds a buffer. Failures of the neighbour and persistent tiers are
@@ -36,6 +38,8 @@ from resilience.tier_transport import push_checkpoint
 from resilience.tiers import TierConfig, own_root, prune
 
 log = logging.getLogger("resilience")
+
+REPLICATED = "replicated.bin"
 
 Emit = Callable[..., None]
 """``emit(event, **fields)``: a rank's event, for the supervisor's events.jsonl."""
@@ -143,6 +147,8 @@ class TierSaver:
 
     def __init__(self, config: TierConfig, place: RankPlace, emit: Emit, node_root: Path | None = None) -> None:
         self.config = config
+        self._share_replicated = config.persist_replicated_once
+        self._last_shared: tuple[int, mf.FileEntry] | None = None
         self.place = place
         self.emit = emit
         self._ram_base = node_root  # tests: another RAM root
@@ -265,7 +271,8 @@ class TierSaver:
         root = Path(self.config.persistent_dir)
         try:
             started = time.perf_counter()
-            mf.copy_checkpoint(job.path, root, job.step, self.place.rank, fsync=self.config.fsync)
+            share = self._share_with_rank0(root, job.step, _replicated_entry(job.path) if self._may_share() else None)
+            mf.copy_checkpoint(job.path, root, job.step, self.place.rank, fsync=self.config.fsync, share=share)
             self._persisted(job, root, started)
         except OSError as err:
             self._persist_failed(job, root, err)
@@ -279,8 +286,11 @@ class TierSaver:
         root = Path(self.config.persistent_dir)
         try:
             started = time.perf_counter()
+            replicated = job.snaps.get("replicated")
+            mine = mf.snapshot_entry(replicated) if replicated is not None and self._may_share() else None
+            share = self._share_with_rank0(root, job.step, mine)
             mf.write(root, self.config.job_id, job.step, self.place.world_size, self.place.rank, job.snaps,
-                     fsync=self.config.fsync)
+                     fsync=self.config.fsync, share=share)
             self._persisted(job, root, started)
         except OSError as err:
             self._persist_failed(job, root, err)
@@ -288,6 +298,36 @@ class TierSaver:
             self._release(job)
             if job.done is not None:
                 job.done.set()
+
+    def _may_share(self) -> bool:
+        return self._share_replicated and self.place.rank != 0
+
+    def _share_with_rank0(self, root: Path, step: int, mine: mf.FileEntry | None) -> dict[str, int]:
+        """{REPLICATED: 0}: this rank's replicated state is left to rank 0's persistent copy of
+        ``step`` (the reader checks it against ``mine``, this rank's checksum); {} to write it.
+
+        Nothing waits for rank 0. Instead each save checks the previous shared step: had rank 0's
+        copy another checksum, that step will not verify for this rank (a restore falls back
+        past it), and from then on this rank writes its own copy and says why, once.
+        """
+        if mine is None or not self._may_share():
+            return {}
+        if self._last_shared is not None:
+            shared_step, shared_entry = self._last_shared
+            try:
+                theirs = mf.read_manifest(mf.rank_dir(root, shared_step, 0), self.config.job_id).files.get(REPLICATED)
+            except mf.CheckpointInvalid:
+                theirs = shared_entry  # not there (failed, pruned, being replaced): nothing learned
+            if theirs != shared_entry:
+                self._share_replicated = False
+                self.emit("tier-warning", tier="persistent", step=shared_step,
+                          error=f"replicated state of rank {self.place.rank} differs from rank 0's",
+                          message="data-parallel ranks diverged, or state registered as replicated is per "
+                                  "rank: that step will not restore; this rank now writes its own copy")
+        if not self._share_replicated:
+            return {}
+        self._last_shared = (step, mine)
+        return {REPLICATED: 0}
 
     def _persisted(self, job: _Job, root: Path, started: float) -> None:
         job.ok = True
@@ -383,6 +423,13 @@ class TierSaver:
         for lane in (self._ram_lane, self._neighbour_lane, self._persistent_lane):
             if lane is not None:
                 lane.stop()
+
+
+def _replicated_entry(path: Path) -> mf.FileEntry | None:
+    try:
+        return mf.read_manifest(path).files.get(REPLICATED)
+    except mf.CheckpointInvalid:
+        return None  # then the whole directory is copied, and a reader judges it
 
 
 def _pin_memory() -> bool:

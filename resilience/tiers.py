@@ -61,6 +61,12 @@ class TierConfig:
     fsync: bool = True
     """fsync persistent files before their manifest (a crash of the file server must not leave
     a manifest that names unwritten data)."""
+    persist_replicated_once: bool = True
+    """In the persistent tier, ranks other than 0 write only their sharded state; their
+    manifests point at rank 0's replicated file and carry their own checksum for it, which a
+    restore verifies. Data parallelism then sends the model to the shared filesystem once, not
+    once per rank. A rank that finds its replicated state differs from rank 0's (checked at
+    its next save) writes its own copy from then on."""
 
     def __post_init__(self) -> None:
         job_ram_dir(self.job_id)  # validates the id

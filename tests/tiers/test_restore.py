@@ -117,7 +117,10 @@ def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tm
         shutil.copytree(src, dst)
     shutil.rmtree(ram_root / "job-tiers")
     newest = max(complete_steps(persistent, "tiers"))
-    _flip_byte(mf.rank_dir(persistent, newest, 1) / "replicated.bin")
+    rank1 = mf.rank_dir(persistent, newest, 1)
+    manifest = mf.read_manifest(rank1)
+    assert manifest.shared == {"replicated.bin": 0}  # the model went to the shared filesystem once
+    _flip_byte(manifest.path_of(rank1, "replicated.bin"))
     run, event, invalid = again("persistent-corrupt")
     assert event["tiers"] == {"0": "persistent", "1": "persistent"} and event["step"] < newest, dump(run)
     assert any(e["tier"] == "persistent" and e["step"] == newest and "checksum" in e["reason"] for e in invalid)

@@ -249,3 +249,73 @@ def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
     assert mf.steps_in(root) == [7, 6]  # flush mode left: retention again
     assert saver.flush_persistent(3, 1)[0] is None
     saver.close()
+
+
+# --- replicated state persisted once --------------------------------------------------------------
+
+def _rank_savers(tmp_path, world: int, ram: bool = True, **place):
+    events: list[tuple[str, dict]] = []
+    config = TierConfig(job_id="j", ram=ram, neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1,
+                        fsync=False)
+    savers = [TierSaver(config, RankPlace(r, world, r), lambda e, **f: events.append((e, f)),
+                        node_root=tmp_path / "ram", **place) for r in range(world)]
+    return savers, events
+
+
+def _state(rank: int, model_seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(model_seed)
+    return {"replicated": {"model": {"w": torch.randn(300, generator=g)}},
+            "sharded": {"opt": {"m": torch.full((50,), float(rank))}}}
+
+
+@pytest.mark.parametrize("ram", [True, False], ids=["from-ram-tier", "from-buffers"])
+def test_persistent_tier_holds_replicated_state_once_and_each_rank_reads_it_back(tmp_path, ram):
+    savers, events = _rank_savers(tmp_path, 3, ram=ram)
+    for saver in reversed(savers):  # ranks 1 and 2 start first: they wait for rank 0's copy
+        saver.save(4, _state(saver.place.rank))
+    for saver in savers:
+        saver.drain()
+        saver.close()
+    root = tmp_path / "p"
+    assert complete_steps(root, "j") == {4: 3}
+    assert sorted(p.name for p in mf.step_dir(root, 4).glob("rank-*/replicated.bin")) == ["replicated.bin"]
+    for rank in range(3):
+        path = mf.rank_dir(root, 4, rank)
+        m = mf.read_manifest(path, "j", 3)
+        assert m.shared == ({} if rank == 0 else {"replicated.bin": 0})
+        loaded = {k: snapshot.materialize(v, copy=True) for k, v in mf.load(path, m).items()}
+        assert torch.equal(loaded["replicated"]["model"]["w"], _state(rank)["replicated"]["model"]["w"])
+        assert torch.equal(loaded["sharded"]["opt"]["m"], _state(rank)["sharded"]["opt"]["m"])
+    assert not [e for e, _ in events if e == "tier-warning"]
+
+    # Rank 0's file is every rank's now: corrupting it is reported for the rank that shares it.
+    data = bytearray((mf.rank_dir(root, 4, 0) / "replicated.bin").read_bytes())
+    data[-10] ^= 0x01
+    (mf.rank_dir(root, 4, 0) / "replicated.bin").write_bytes(bytes(data))
+    m1 = mf.read_manifest(mf.rank_dir(root, 4, 1), "j", 3)
+    with pytest.raises(mf.CheckpointInvalid, match=r"rank-00000/replicated.bin \(shared by rank 1\): checksum mismatch"):
+        mf.load(mf.rank_dir(root, 4, 1), m1)
+    (mf.rank_dir(root, 4, 0) / "replicated.bin").unlink()
+    assert complete_steps(root, "j") == {}
+    with pytest.raises(mf.CheckpointInvalid, match=r"\(shared by rank 2\): missing"):
+        mf.read_manifest(mf.rank_dir(root, 4, 2), "j", 3)
+
+
+def test_a_rank_whose_replicated_state_differs_writes_its_own_from_its_next_save(tmp_path):
+    savers, events = _rank_savers(tmp_path, 2)
+    root = tmp_path / "p"
+    for step in (2, 4):
+        for saver in savers:
+            saver.save(step, _state(saver.place.rank, model_seed=saver.place.rank))  # diverged
+            saver.drain()
+    for saver in savers:
+        saver.close()
+    (warning,) = [f for e, f in events if e == "tier-warning"]
+    assert warning["step"] == 2 and warning["error"] == "replicated state of rank 1 differs from rank 0's"
+    shared = mf.read_manifest(mf.rank_dir(root, 2, 1))
+    assert shared.shared == {"replicated.bin": 0}
+    with pytest.raises(mf.CheckpointInvalid, match="checksum mismatch"):  # never a silent wrong load
+        mf.load(mf.rank_dir(root, 2, 1), shared)
+    own = mf.read_manifest(mf.rank_dir(root, 4, 1))
+    assert own.shared == {} and (mf.rank_dir(root, 4, 1) / "replicated.bin").exists()
+    mf.load(mf.rank_dir(root, 4, 1), own)
