@@ -52,6 +52,8 @@ class RankEnv:
     slot: str
     node: int
     local_rank: int
+    node_name: str = ""
+    """The node's Slurm name (``SRES_NODE_NAME``); empty for a local run's simulated nodes."""
     backend: str = "gloo"
     injections: tuple[faults.Injection, ...] = ()
     heartbeat_s: float = 0.5
@@ -71,6 +73,7 @@ class RankEnv:
             store_port=int(env["SRES_STORE_PORT"]),
             slot=env["SRES_SLOT"],
             node=int(env.get("SRES_NODE", "0")),
+            node_name=env.get("SRES_NODE_NAME", ""),
             local_rank=int(env.get("SRES_LOCAL_RANK", "0")),
             backend=env.get("SRES_BACKEND", "gloo"),
             injections=faults.parse_env(env.get("SRES_INJECT")),
@@ -111,7 +114,8 @@ class Agent:
         self._step_times: list[float] = []
         self._watch = _GenerationWatch()
         self._heartbeat = _Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
-        self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host)
+        self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host,
+                                      env.node_name)
 
     # --- the generation loop --------------------------------------------------------------
 

@@ -20,15 +20,17 @@ from resilience.membership import Plan
 from resilience.tier_restore import Restored, Restorer
 from resilience.tier_saver import FlushWatcher, RankPlace, TierSaver
 from resilience.tier_transport import NeighbourServer
-from resilience.tiers import TierConfig, neighbour_node, neighbour_root, record_job_config
+from resilience.tiers import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
 
 log = logging.getLogger("resilience")
 
 
 class TierAgent:
     def __init__(self, config: TierConfig, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", node_name: str = "") -> None:
         self.config, self.slot, self.node, self.rank = config, slot, node, rank
+        self.ram_node: NodeKey = node_name or node
+        """Where this node's RAM tier lives; ``node`` (the index) picks the neighbour."""
         self.store = store.clone()
         self._lock = threading.Lock()
         self.plan: Plan | None = None
@@ -37,18 +39,19 @@ class TierAgent:
             record_job_config(config)
         self.server = None
         if config.neighbour:
-            self.server = NeighbourServer(neighbour_root(config.job_id, node), config.job_id, config.keep_ram, host).start()
+            self.server = NeighbourServer(neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram,
+                                          host).start()
             store.set(membership.tier_address_key(slot), self.server.address)
-        self.saver = TierSaver(config, RankPlace(-1, 0, node), self.emit)
+        self.saver = TierSaver(config, RankPlace(-1, 0, self.ram_node), self.emit)
         self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
 
     @classmethod
     def create(cls, config: TierConfig | None, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
-               store_host: str = "127.0.0.1") -> "TierAgent | None":
+               store_host: str = "127.0.0.1", node_name: str = "") -> "TierAgent | None":
         if config is None or not config.enabled:
             return None
         host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else socket.gethostname()
-        return cls(config, store, slot, node, rank, host)
+        return cls(config, store, slot, node, rank, host, node_name)
 
     def emit(self, event: str, **fields: Any) -> None:
         try:
@@ -60,7 +63,7 @@ class TierAgent:
     def enter(self, plan: Plan, rank: int) -> None:
         """A new generation: the saver writes as this rank, copies go to the next node of the plan."""
         self.plan = plan
-        self.saver.place = RankPlace(rank, plan.world_size, self.node, self._neighbour_address)
+        self.saver.place = RankPlace(rank, plan.world_size, self.ram_node, self._neighbour_address)
 
     def _neighbour_address(self) -> str | None:
         plan = self.plan
@@ -84,7 +87,7 @@ class TierAgent:
     def restore(self, plan: Plan, group: dist.ProcessGroup, after_step: int) -> Restored | None:
         """Collective: the newest step the tiers hold after ``after_step``, loaded (None if none)."""
         self.saver.wait_ram(60.0)
-        restorer = Restorer(self.config, self.rank(), plan.world_size, self.node, group, self.emit)
+        restorer = Restorer(self.config, self.rank(), plan.world_size, self.ram_node, group, self.emit)
         result = restorer.restore(restorer.gather_offers(), after_step)
         if result is not None and self.rank() == 0:
             self.emit("restored", step=result.step, generation=plan.generation, source=result.source,

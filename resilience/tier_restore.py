@@ -24,7 +24,7 @@ from resilience import snapshot
 from resilience.sharded import is_shard_state
 from resilience.snapshot import Snapshot
 from resilience.tier_transport import recv_checkpoint, send_checkpoint
-from resilience.tiers import TierConfig, complete_steps, neighbour_root, own_root
+from resilience.tiers import NodeKey, TierConfig, complete_steps, neighbour_root, own_root
 
 TIERS = ("ram", "neighbour", "persistent")
 PERSISTENT_HOLDER = -1
@@ -89,7 +89,7 @@ def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
 
 # --- listing ---------------------------------------------------------------------------------------
 
-def list_offers(config: TierConfig, rank: int, node: int, include_persistent: bool,
+def list_offers(config: TierConfig, rank: int, node: NodeKey, include_persistent: bool,
                 report: Callable[[str, int, int, str], None], ram_base: Path | None = None) -> list[Offer]:
     """What this process can offer: its node's RAM-tier and neighbour copies (valid manifests
     of this job), and (``include_persistent``) the complete persistent checkpoints.
@@ -144,7 +144,7 @@ class Restored:
 class Restorer:
     """Runs a restore on every rank of a generation, falling back tier by tier."""
 
-    def __init__(self, config: TierConfig, rank: int, world: int, node: int, group: dist.ProcessGroup | None,
+    def __init__(self, config: TierConfig, rank: int, world: int, node: NodeKey, group: dist.ProcessGroup | None,
                  emit: Callable[..., None], ram_base: Path | None = None) -> None:
         self.config, self.rank, self.world, self.node, self.group = config, rank, world, node, group
         self.emit, self.ram_base = emit, ram_base

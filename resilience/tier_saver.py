@@ -35,7 +35,7 @@ from resilience import manifest as mf
 from resilience import snapshot
 from resilience.snapshot import Snapshot
 from resilience.tier_transport import push_checkpoint
-from resilience.tiers import TierConfig, own_root, prune
+from resilience.tiers import NodeKey, TierConfig, own_root, prune
 
 log = logging.getLogger("resilience")
 
@@ -51,7 +51,8 @@ class RankPlace:
 
     rank: int
     world_size: int
-    node: int
+    node: NodeKey
+    """This rank's node's part of the RAM tier (``tiers.NodeKey``)."""
     neighbour_address: Callable[[], str | None] = lambda: None
 
 

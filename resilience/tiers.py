@@ -2,8 +2,9 @@
 
 Three tiers, cheapest first (see ../ARCHITECTURE.md):
 
-- RAM: ``$SRES_RAM_ROOT/job-J/node-N/own/`` (default root ``/dev/shm/sres``): the committed
-  state of each rank of node N, outliving its processes;
+- RAM: ``$SRES_RAM_ROOT/job-J/node-N/own/`` (default root ``/dev/shm/sres``; N is a
+  ``NodeKey``: the Slurm node name, or a simulated node's index): the committed state of each
+  rank of node N, outliving its processes;
 - neighbour: ``job-J/node-M/neighbour/``: a copy of node N's files on the next node M, sent
   over the network, so that a replaced node restores from it;
 - persistent: a directory on a shared filesystem, written every K commits.
@@ -155,16 +156,24 @@ def job_ram_dir(job_id: str, root: Path | None = None) -> Path:
     return (root or ram_root()) / f"job-{job_id}"
 
 
-def node_dir(job_id: str, node: int, root: Path | None = None) -> Path:
-    """One (simulated) node's part of the RAM tier: wiping it is losing that node's memory."""
+NodeKey = int | str
+"""Names a node's part of the RAM tier: the Slurm node name under Slurm (``SRES_NODE_NAME``,
+so that a requeued job finds a host's copies whatever index the host has in the new
+allocation), the node index for the simulated nodes of a local run."""
+
+
+def node_dir(job_id: str, node: NodeKey, root: Path | None = None) -> Path:
+    """One node's part of the RAM tier: wiping it is losing that node's memory."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(node)) or str(node) in (".", ".."):
+        raise ValueError(f"not a node name: {node!r}")
     return job_ram_dir(job_id, root) / f"node-{node}"
 
 
-def own_root(job_id: str, node: int, root: Path | None = None) -> Path:
+def own_root(job_id: str, node: NodeKey, root: Path | None = None) -> Path:
     return node_dir(job_id, node, root) / "own"
 
 
-def neighbour_root(job_id: str, node: int, root: Path | None = None) -> Path:
+def neighbour_root(job_id: str, node: NodeKey, root: Path | None = None) -> Path:
     return node_dir(job_id, node, root) / "neighbour"
 
 

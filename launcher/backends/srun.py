@@ -94,7 +94,8 @@ class SrunBackend(LocalBackend):
         argv = ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={self.hosts[node]}",
                 "--overlap", "--kill-on-bad-exit=0", "--quiet", f"--job-name=sres-{slot}", *self.srun_args,
                 *command]
-        self._start(slot, argv, env)
+        # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
+        self._start(slot, argv, {**env, "SRES_NODE_NAME": self.hosts[node]})
 
     def poll(self, slot: str) -> int | None:
         rc = super().poll(slot)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,10 @@ def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster
                           sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--persistent-dir",
                                     str(tmp_path / "ckpt"), "--persist-every", str(PERSIST_EVERY)))
     job.wait_step(10)
+    # Each host's RAM tier is keyed by its Slurm name, so a requeue that hands the job some of
+    # the same hosts (in any order) finds their copies.
+    ram = Path(os.environ["SRES_RAM_ROOT"]) / f"job-{job.job_id}"
+    assert {p.name for p in ram.glob("node-*")} == {f"node-{h}" for h in job.hosts()}
     victim = job.hosts()[1]
     cluster.kill_node(victim)
     requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)

@@ -319,3 +319,19 @@ def test_a_rank_whose_replicated_state_differs_writes_its_own_from_its_next_save
     own = mf.read_manifest(mf.rank_dir(root, 4, 1))
     assert own.shared == {} and (mf.rank_dir(root, 4, 1) / "replicated.bin").exists()
     mf.load(mf.rank_dir(root, 4, 1), own)
+
+
+def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
+    from resilience.tier_restore import list_offers
+
+    config = TierConfig(job_id="j", neighbour=False, fsync=False)
+    saver = TierSaver(config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path)  # first allocation
+    saver.save(6, {"replicated": {"w": torch.ones(8)}})
+    saver.drain()
+    saver.close()
+    # The requeued job runs rank 0 on that host: it offers rank 2's copy from its own RAM tier.
+    offers = list_offers(config, rank=0, node="gpu-a17", include_persistent=False, report=print, ram_base=tmp_path)
+    assert offers == [Offer("ram", 0, 2, 6, 4)]
+    assert list_offers(config, rank=0, node="gpu-b02", include_persistent=False, report=print, ram_base=tmp_path) == []
+    with pytest.raises(ValueError, match="not a node name"):
+        own_root("j", "../etc", tmp_path)
