@@ -5,9 +5,9 @@ state (``replicated.bin``, ``sharded.bin``: a snapshot's skeleton and flat per-d
 buffers, 64-byte aligned so that a reader can map them without a copy) and
 ``manifest.json`` (step, job, world size, shard layout, per-file size and checksum).
 A manifest may say that one of its files lives in another rank's directory of the same step
-(``shared``): in the persistent tier, data-parallel ranks whose replicated state is byte for
-byte rank 0's (same checksum) store it once, in rank 0's directory; the reader checks that
-file against the sharing rank's own checksum.
+(``shared``): in the persistent tier, data-parallel ranks leave their replicated state to
+rank 0's directory, so it is stored once; the reader checks that file against the sharing
+rank's own checksum, so a rank whose state differed never loads rank 0's.
 
 The files are written into a temporary directory, the manifest last, and the directory is
 renamed into place: a checkpoint without a valid manifest is never complete, and a reader
@@ -204,22 +204,28 @@ def _header(snap: Snapshot) -> tuple[bytes, dict[str, int]]:
 
 
 def snapshot_entry(snap: Snapshot) -> FileEntry:
-    """The size and checksum ``snap``'s file would have, without writing it."""
+    """The size and checksum of ``snap``'s file, without writing it."""
     header, offsets = _header(snap)
-    keys = sorted(snap.buffers)
-    last = snap.buffers[keys[-1]] if keys else None
-    size = offsets[keys[-1]] + last.numel() * last.element_size() if last is not None else 16 + len(header)
-    return FileEntry(size, checksum(header, [snap.buffers[k] for k in keys]))
+    return FileEntry(_file_size(snap, header, offsets), checksum(header, [snap.buffers[k] for k in sorted(snap.buffers)]))
+
+
+def _file_size(snap: Snapshot, header: bytes, offsets: dict[str, int]) -> int:
+    """The end of the last buffer (the header's end when there is none)."""
+    if not snap.buffers:
+        return 16 + len(header)
+    last = max(snap.buffers)
+    return offsets[last] + snap.buffers[last].numel() * snap.buffers[last].element_size()
 
 
 def _write_snapshot(path: Path, snap: Snapshot, fsync: bool) -> FileEntry:
     header, offsets = _header(snap)
+    size = _file_size(snap, header, offsets)
     with open(path, "wb") as f:
         f.write(MAGIC + struct.pack("<Q", len(header)) + header)
         for key in sorted(snap.buffers):
             f.seek(offsets[key])
             f.write(_bytes_of(snap.buffers[key]))
-        size = f.tell()
+        f.truncate(size)  # an empty last buffer: a seek past the end alone does not extend the file
         if fsync:
             f.flush()
             os.fsync(f.fileno())

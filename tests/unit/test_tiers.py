@@ -174,6 +174,14 @@ def test_config_from_yaml_flags_win(tmp_path):
     assert TierConfig.from_environ({"SRES_TIERS": c.to_json()}) == c
 
 
+def test_an_empty_tensor_of_the_last_dtype_round_trips(tmp_path):
+    """Its buffer is empty and last in the file: the file still ends where the manifest says."""
+    state = {"w": torch.ones(3), "ids": torch.zeros(0, dtype=torch.int64)}
+    path = mf.write(tmp_path, "j", 1, 1, 0, {"replicated": snapshot.capture(state, 1)})
+    loaded = snapshot.materialize(mf.load(path, mf.read_manifest(path, "j", 1))["replicated"], copy=True)
+    assert torch.equal(loaded["w"], state["w"]) and loaded["ids"].shape == (0,) and loaded["ids"].dtype == torch.int64
+
+
 # --- the saver, without processes -----------------------------------------------------------------
 
 def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
