@@ -354,7 +354,10 @@ def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        manifest = read_manifest(src) if share else None
+        try:
+            manifest = read_manifest(src) if share else None
+        except CheckpointInvalid:
+            manifest = None  # copied as it is: a reader judges it, as it would have the original
         for entry in sorted(Path(src).iterdir(), key=lambda p: p.name == MANIFEST):
             if manifest is not None and (entry.name in share or entry.name == MANIFEST):
                 continue

@@ -272,8 +272,10 @@ class TierSaver:
         root = Path(self.config.persistent_dir)
         try:
             started = time.perf_counter()
-            share = self._share_with_rank0(root, job.step, _replicated_entry(job.path) if self._may_share() else None)
-            mf.copy_checkpoint(job.path, root, job.step, self.place.rank, fsync=self.config.fsync, share=share)
+            share = self._share_with_rank0(root)
+            written = mf.copy_checkpoint(job.path, root, job.step, self.place.rank, fsync=self.config.fsync,
+                                         share=share)
+            self._remember_shared(written, job.step)
             self._persisted(job, root, started)
         except OSError as err:
             self._persist_failed(job, root, err)
@@ -287,11 +289,9 @@ class TierSaver:
         root = Path(self.config.persistent_dir)
         try:
             started = time.perf_counter()
-            replicated = job.snaps.get("replicated")
-            mine = mf.snapshot_entry(replicated) if replicated is not None and self._may_share() else None
-            share = self._share_with_rank0(root, job.step, mine)
-            mf.write(root, self.config.job_id, job.step, self.place.world_size, self.place.rank, job.snaps,
-                     fsync=self.config.fsync, share=share)
+            written = mf.write(root, self.config.job_id, job.step, self.place.world_size, self.place.rank, job.snaps,
+                               fsync=self.config.fsync, share=self._share_with_rank0(root))
+            self._remember_shared(written, job.step)
             self._persisted(job, root, started)
         except OSError as err:
             self._persist_failed(job, root, err)
@@ -300,18 +300,16 @@ class TierSaver:
             if job.done is not None:
                 job.done.set()
 
-    def _may_share(self) -> bool:
-        return self._share_replicated and self.place.rank != 0
-
-    def _share_with_rank0(self, root: Path, step: int, mine: mf.FileEntry | None) -> dict[str, int]:
-        """{REPLICATED: 0}: this rank's replicated state is left to rank 0's persistent copy of
-        ``step`` (the reader checks it against ``mine``, this rank's checksum); {} to write it.
+    def _share_with_rank0(self, root: Path) -> dict[str, int]:
+        """{REPLICATED: 0}: this rank leaves its replicated state to rank 0's persistent copy of
+        the same step (its manifest keeps its own checksum, which the reader checks); {} to
+        write it.
 
         Nothing waits for rank 0. Instead each save checks the previous shared step: had rank 0's
         copy another checksum, that step will not verify for this rank (a restore falls back
         past it), and from then on this rank writes its own copy and says why, once.
         """
-        if mine is None or not self._may_share():
+        if not self._share_replicated or self.place.rank == 0:
             return {}
         if self._last_shared is not None:
             shared_step, shared_entry = self._last_shared
@@ -325,10 +323,16 @@ class TierSaver:
                           error=f"replicated state of rank {self.place.rank} differs from rank 0's",
                           message="data-parallel ranks diverged, or state registered as replicated is per "
                                   "rank: that step will not restore; this rank now writes its own copy")
-        if not self._share_replicated:
-            return {}
-        self._last_shared = (step, mine)
-        return {REPLICATED: 0}
+        return {REPLICATED: 0} if self._share_replicated else {}
+
+    def _remember_shared(self, written: Path, step: int) -> None:
+        """What the next save checks: this step's shared entry (None when nothing was shared)."""
+        try:
+            manifest = mf.Manifest.from_json((written / mf.MANIFEST).read_text(), written)
+        except (OSError, mf.CheckpointInvalid):
+            manifest = None
+        shared = manifest is not None and REPLICATED in manifest.shared
+        self._last_shared = (step, manifest.files[REPLICATED]) if shared else None
 
     def _persisted(self, job: _Job, root: Path, started: float) -> None:
         job.ok = True
@@ -424,13 +428,6 @@ class TierSaver:
         for lane in (self._ram_lane, self._neighbour_lane, self._persistent_lane):
             if lane is not None:
                 lane.stop()
-
-
-def _replicated_entry(path: Path) -> mf.FileEntry | None:
-    try:
-        return mf.read_manifest(path).files.get(REPLICATED)
-    except mf.CheckpointInvalid:
-        return None  # then the whole directory is copied, and a reader judges it
 
 
 def _pin_memory() -> bool:
