@@ -163,6 +163,21 @@ def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float],
     return out
 
 
+COLLATERAL_GRACE_S = 1.0
+"""How long reports of collateral errors alone wait for the process death that caused them."""
+
+
+def await_culprit(lost: Mapping[int, str], errors: Mapping[str, Report], collateral_since: float | None,
+                  now: float, grace_s: float = COLLATERAL_GRACE_S) -> bool:
+    """Whether to hold a fault that so far is only collateral errors (collectives that lost a
+    peer): a rank's SIGKILL reaches its peers' sockets as fast as it reaches us, and a survivor's
+    report can come first. Handled as an exception at once, it would cost a generation with no
+    one replaced, then a second fault for the real loss. Waits at most ``grace_s``. Pure."""
+    if lost or not errors or not all(r.collateral for r in errors.values()):
+        return False
+    return collateral_since is None or now - collateral_since < grace_s
+
+
 # --- the executor --------------------------------------------------------------------------------
 
 @dataclass
@@ -213,6 +228,7 @@ class Supervisor:
         self._respawns = 0
         self._start_t = 0.0
         self._reports: dict[str, Report] = {}
+        self._collateral_since: float | None = None
         self._reports_seen = (0, 0)
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
@@ -274,7 +290,11 @@ class Supervisor:
             if unrecoverable:
                 return self._fail(f"the state could not be recovered from peers: {unrecoverable[0].message}")
             errors = {s: r for s, r in reports.items() if r.kind == "error"}
-            if lost or errors:
+            if await_culprit(lost, errors, self._collateral_since, now):
+                if self._collateral_since is None:
+                    self._collateral_since = now
+            elif lost or errors:
+                self._collateral_since = None
                 outcome = self._handle_fault(lost, errors)
                 if outcome is not None:
                     return outcome

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError
-from launcher.supervisor import RunConfig, replace, silent_slots
+from launcher.supervisor import RunConfig, await_culprit, replace, silent_slots
 from resilience.faults import parse
-from resilience.membership import SlotInfo
+from resilience.membership import Report, SlotInfo
 
 SLOTS = {f"n{n}p{l}": SlotInfo(n, l) for n in range(4) for l in range(2)}
 MEMBERS = {n * 2 + l: f"n{n}p{l}" for n in range(3) for l in range(2)}  # node 3 is the spare
@@ -61,3 +61,14 @@ def test_run_config_refuses_bad_input(kwargs, words):
     base = dict(command=("python", "train.py"), nodes=4, log_dir=Path("/tmp/x"))
     with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("-", r"\-")):
         RunConfig(**{**base, **kwargs})
+
+
+def test_collateral_errors_alone_wait_briefly_for_the_death_that_caused_them():
+    peer_lost = {"n3p0": Report("error", 3, message="Connection closed by peer", collateral=True)}
+    assert await_culprit({}, peer_lost, None, now=5.0)  # first seen: wait
+    assert await_culprit({}, peer_lost, 5.0, now=5.9, grace_s=1.0)
+    assert not await_culprit({}, peer_lost, 5.0, now=6.1, grace_s=1.0)  # no death came: an exception
+    assert not await_culprit({2: "kill"}, peer_lost, 5.0, now=5.1)  # the death came: handle it
+    own = {**peer_lost, "n1p0": Report("error", 1, message="ValueError: bad batch")}
+    assert not await_culprit({}, own, None, now=5.0)  # a rank's own error is handled at once
+    assert not await_culprit({}, {}, None, now=5.0)
