@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
+from tests.running_cluster import running
+from tests.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")
@@ -19,21 +20,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
     Fails every test that uses it with one line when the machine cannot run Slurm:
     a Slurm test never passes without Slurm.
     """
-    try:
-        check_machine()
-    except ClusterUnavailable as err:
-        pytest.fail(f"Slurm test cluster unavailable: {err}", pytrace=False)
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), node_count=5, slurmd_timeout=10)
-    try:
-        cluster.up()
-    except (ClusterUnavailable, TimeoutError) as err:
-        cluster.down()
-        pytest.fail(f"Slurm test cluster did not start: {err}", pytrace=False)
-    yield cluster
-    pids = [p for p in cluster.daemon_pids()]
-    cluster.down()
-    alive = [p for p in pids if pid_alive(p)]
-    assert not alive, f"test cluster daemons still running after down(): {alive}"
+    with running(cluster, "Slurm test cluster"):
+        yield cluster
 
 
 @pytest.fixture

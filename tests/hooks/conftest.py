@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from slurm_plugins import wrappers
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
+from tests.running_cluster import running
+from tests.slurm_cluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = 3
@@ -89,10 +90,6 @@ def hook_conf(prefix: Path) -> str:
 
 @pytest.fixture(scope="session")
 def hook_cluster(tmp_path_factory: pytest.TempPathFactory):
-    try:
-        check_machine()
-    except ClusterUnavailable as err:
-        pytest.fail(f"Slurm test cluster unavailable: {err}", pytrace=False)
     root = tmp_path_factory.mktemp("hooks")
     cluster = SlurmCluster(root / "cluster", node_count=NODES, slurmd_timeout=10, extra_conf="")
     hooks = HookCluster(cluster, root)
@@ -102,15 +99,8 @@ def hook_cluster(tmp_path_factory: pytest.TempPathFactory):
     sres = f"{sys.executable} -m launcher.cli"
     wrappers.write_local(str(hooks.prefix), sres, yaml.safe_dump(hooks.base_config()),
                          {"PYTHONPATH": str(REPO), "SLURM_CONF": str(cluster.conf_path)})
-    try:
-        cluster.up()
-    except (ClusterUnavailable, TimeoutError) as err:
-        cluster.down()
-        pytest.fail(f"hook test cluster did not start: {err}", pytrace=False)
-    yield hooks
-    pids = cluster.daemon_pids()
-    cluster.down()
-    assert not [p for p in pids if pid_alive(p)], "hook cluster daemons survived down()"
+    with running(cluster, "hook test cluster"):
+        yield hooks
 
 
 @pytest.fixture
