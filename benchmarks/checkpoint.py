@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
-from resilience import manifest as mf  # noqa: E402
-from resilience import snapshot  # noqa: E402
-from resilience.tier_saver import RankPlace, TierSaver  # noqa: E402
-from resilience.tier_transport import NeighbourServer, push_checkpoint  # noqa: E402
+from resilience.tiers import manifest as mf  # noqa: E402
+from resilience.state import snapshot  # noqa: E402
+from resilience.tiers.saver import RankPlace, TierSaver  # noqa: E402
+from resilience.tiers.transport import NeighbourServer, push_checkpoint  # noqa: E402
 from resilience.tiers import TierConfig, own_root  # noqa: E402
 
 

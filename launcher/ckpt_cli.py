@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from resilience import manifest as mf
+from resilience.tiers import manifest as mf
 from resilience.tiers import TierConfig, TierConfigError, default_job_id
 
 

@@ -63,7 +63,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
                placement=None) -> int:
     """Build the run's config and backend, run the supervisor, and turn its outcome into an exit code."""
     from launcher.supervisor import RunConfig, Supervisor
-    from resilience import faults
+    from resilience.agent import faults
 
     try:
         # --inject on the command line wins; SRES_INJECT serves under sbatch.
@@ -83,7 +83,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     backend = liveness = None
     if launcher == "slurm":
         from launcher.backends.srun import SrunBackend, place
-        from resilience.liveness import LivenessServer
+        from resilience.contract.liveness import LivenessServer
 
         client = _client()
         if placement is None or len(placement.hosts) < nodes + spares:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from launcher.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
-from resilience import faults
+from resilience.agent import faults
 from resilience.examples.train_mlp import state_mb
 
 

@@ -25,9 +25,11 @@ from launcher.backends import Backend, NodeEvidence
 from launcher.backends.local import LocalBackend
 from launcher.errors import ConfigError, SresError
 from launcher.events import EventLog, summary
-from resilience import faults, membership, tiers
-from resilience.liveness import LivenessServer
-from resilience.membership import Plan, Report, SlotInfo
+from resilience.agent import faults
+from resilience.contract import membership
+from resilience import tiers
+from resilience.contract.liveness import LivenessServer
+from resilience.contract.membership import Plan, Report, SlotInfo
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@
 
 from resilience.api import Context, run
 from resilience.ddp import ddp
-from resilience.replication import Unrecoverable
+from resilience.state.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer
 
 __all__ = ["Context", "run", "ddp", "ShardedOptimizer", "Unrecoverable"]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch.distributed as dist
 
-from resilience import snapshot
+from resilience.state import snapshot
 
 
 _restored_modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -123,7 +123,7 @@ def run(train: Callable[[Context], None], **options: Any) -> None:
     only count steps: adopt the API first, get recovery by launching with ``sres run``.
     Options (e.g. ``backend="nccl"``) override what ``sres run`` configured.
     """
-    from resilience.inprocess import Agent, RankEnv
+    from resilience.agent.loop import Agent, RankEnv
 
     env = RankEnv.from_environ(os.environ, **options)
     if env is None:

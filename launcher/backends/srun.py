@@ -24,7 +24,7 @@ from launcher.backends import NewNode, NodeEvidence
 from launcher.backends.local import LocalBackend
 from launcher.errors import ConfigError, SlurmError, SresError
 from launcher.slurm import SlurmClient
-from resilience.liveness import LivenessServer
+from resilience.contract.liveness import LivenessServer
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 
-from resilience import manifest as mf
+from resilience.tiers import manifest as mf
 from resilience.tiers import TieredStorageReader, TieredStorageWriter
 
 ROWS, COLS = 12, 5

@@ -12,8 +12,8 @@ import pytest
 
 from launcher.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
-from resilience import manifest as mf
-from resilience import membership
+from resilience.tiers import manifest as mf
+from resilience.contract import membership
 from resilience.tiers import TierConfig, complete_steps
 from tests.tiers.conftest import dump, restored, sres_tiers
 
@@ -115,7 +115,7 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
 def test_ckpt_ls_and_verify_name_the_bad_file(tmp_path):
     import torch
 
-    from resilience import snapshot
+    from resilience.state import snapshot
 
     root = tmp_path / "ckpt"
     for step in (4, 8):

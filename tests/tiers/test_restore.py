@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from resilience import manifest as mf
+from resilience.tiers import manifest as mf
 from resilience.tiers import complete_steps, neighbour_root, own_root
 from tests.tiers.conftest import K, dump, progress_before_kill, restored, sres_tiers
 

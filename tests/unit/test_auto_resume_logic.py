@@ -15,7 +15,7 @@ from launcher.backends import NodeEvidence
 from launcher.errors import ConfigError
 from launcher.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict
-from resilience.liveness import LivenessServer, announce
+from resilience.contract.liveness import LivenessServer, announce
 
 
 def test_srun_line_splits_into_shape_step_options_and_command():
@@ -85,7 +85,7 @@ def test_liveness_sees_a_killed_process_at_once():
     server = LivenessServer()
     try:
         child = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; from resilience.liveness import announce; "
+            "import sys, time; from resilience.contract.liveness import announce; "
             f"s = announce('127.0.0.1', {server.port}, 'n0p0', '7'); print('up', flush=True); time.sleep(60)")],
             stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
         assert child.stdout.readline().strip() == "up"

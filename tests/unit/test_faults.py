@@ -1,6 +1,6 @@
 import pytest
 
-from resilience.faults import InjectSpecError, due, parse
+from resilience.agent.faults import InjectSpecError, due, parse
 
 
 def test_parse_every_kind():

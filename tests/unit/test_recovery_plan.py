@@ -2,7 +2,7 @@
 
 import pytest
 
-from resilience.replication import Holdings, Transfer, Unrecoverable, buddies, plan_recovery
+from resilience.state.replication import Holdings, Transfer, Unrecoverable, buddies, plan_recovery
 
 
 def test_fresh_start_has_nothing_to_move():

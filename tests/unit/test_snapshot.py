@@ -1,6 +1,6 @@
 import torch
 
-from resilience import snapshot
+from resilience.state import snapshot
 
 
 def states():

@@ -7,11 +7,11 @@ import threading
 import pytest
 import torch
 
-from resilience import manifest as mf
-from resilience import snapshot
+from resilience.tiers import manifest as mf
+from resilience.state import snapshot
 from resilience.sharded import partition, reshard
-from resilience.tier_restore import Offer, plan_restore
-from resilience.tier_saver import RankPlace, TierSaver
+from resilience.tiers.restore import Offer, plan_restore
+from resilience.tiers.saver import RankPlace, TierSaver
 from resilience.tiers import TierConfig, TierConfigError, cleanup_job, complete_steps, job_ram_dir, neighbour_node, own_root
 
 
@@ -226,7 +226,7 @@ def test_job_id_is_the_slurm_job_id_else_stable_per_log_dir(tmp_path):
 
 
 def test_kill_all_spec_targets_every_rank():
-    from resilience import faults
+    from resilience.agent import faults
 
     (inj,) = faults.parse(["kill-all:step=5"])
     assert inj.spec == "kill-all:step=5"
@@ -330,7 +330,7 @@ def test_a_rank_whose_replicated_state_differs_writes_its_own_from_its_next_save
 
 
 def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
-    from resilience.tier_restore import list_offers
+    from resilience.tiers.restore import list_offers
 
     config = TierConfig(job_id="j", neighbour=False, fsync=False)
     saver = TierSaver(config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path)  # first allocation

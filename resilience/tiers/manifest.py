@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from resilience.snapshot import Snapshot, checksum
+from resilience.state.snapshot import Snapshot, checksum
 
 FORMAT = 1
 MAGIC = b"SRESCKP1"

@@ -1,8 +1,8 @@
 """The tiers inside a rank process: what the in-process agent calls, in one place.
 
-Owns the saver (:mod:`resilience.tier_saver`), the neighbour-copy server
-(:mod:`resilience.tier_transport`), the flush watcher, and runs restores
-(:mod:`resilience.tier_restore`). Events go to the supervisor through the store.
+Owns the saver (:mod:`resilience.tiers.saver`), the neighbour-copy server
+(:mod:`resilience.tiers.transport`), the flush watcher, and runs restores
+(:mod:`resilience.tiers.restore`). Events go to the supervisor through the store.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from resilience import membership
-from resilience.membership import Plan
-from resilience.tier_restore import Restored, Restorer
-from resilience.tier_saver import FlushWatcher, RankPlace, TierSaver
-from resilience.tier_transport import NeighbourServer
-from resilience.tiers import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
+from resilience.contract import membership
+from resilience.contract.membership import Plan
+from resilience.tiers.restore import Restored, Restorer
+from resilience.tiers.saver import FlushWatcher, RankPlace, TierSaver
+from resilience.tiers.transport import NeighbourServer
+from resilience.tiers.layout import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
 
 log = logging.getLogger("resilience")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from resilience.snapshot import Snapshot, checksum, empty_like_layout, layout
+from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
 
 KEEP = 2  # snapshots kept per owner: the last commit and the one before (for rollback)
 

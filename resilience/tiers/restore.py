@@ -19,12 +19,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from resilience import manifest as mf
-from resilience import snapshot
+from resilience.tiers import manifest as mf
+from resilience.state import snapshot
 from resilience.sharded import is_shard_state
-from resilience.snapshot import Snapshot
-from resilience.tier_transport import recv_checkpoint, send_checkpoint
-from resilience.tiers import NodeKey, TierConfig, complete_steps, neighbour_root, own_root
+from resilience.state.snapshot import Snapshot
+from resilience.tiers.transport import recv_checkpoint, send_checkpoint
+from resilience.tiers.layout import NodeKey, TierConfig, complete_steps, neighbour_root, own_root
 
 TIERS = ("ram", "neighbour", "persistent")
 PERSISTENT_HOLDER = -1

@@ -1,4 +1,4 @@
-"""Tiered checkpoints: configuration, where each tier keeps a job's files, and their cleanup.
+"""Where each tier keeps a job's files, the tiers' configuration, and their cleanup.
 
 Three tiers, cheapest first (see ../ARCHITECTURE.md):
 
@@ -9,11 +9,10 @@ Three tiers, cheapest first (see ../ARCHITECTURE.md):
   over the network, so that a replaced node restores from it;
 - persistent: a directory on a shared filesystem, written every K commits.
 
-Each tier root holds ``step-S/rank-R/`` checkpoints (:mod:`resilience.manifest`). The
+Each tier root holds ``step-S/rank-R/`` checkpoints (:mod:`resilience.tiers.manifest`). The
 prolog/epilog hooks and the ranks agree on the locations without talking; ``cleanup_job``
-is what the epilog calls at job end. The save pipeline is :mod:`resilience.tier_saver`, the
-restore :mod:`resilience.tier_restore`, the DCP adapters :mod:`resilience.dcp_storage`
-(re-exported here: ``TieredStorageWriter``, ``TieredStorageReader``).
+is what the epilog calls at job end. The save pipeline is :mod:`resilience.tiers.saver`, the
+restore :mod:`resilience.tiers.restore`, the DCP adapters :mod:`resilience.tiers.dcp`.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from resilience import manifest as mf
+from resilience.tiers import manifest as mf
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
@@ -284,11 +283,3 @@ def _newest_complete_rank_step(root: Path, job_id: str) -> int | None:
                 continue
     return None
 
-
-def __getattr__(name: str) -> Any:
-    # The DCP adapters import torch.distributed.checkpoint: loaded on first use only.
-    if name in ("TieredStorageWriter", "TieredStorageReader"):
-        from resilience import dcp_storage
-
-        return getattr(dcp_storage, name)
-    raise AttributeError(name)

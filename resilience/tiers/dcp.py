@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch.futures import Future
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-from resilience import manifest as mf
-from resilience.tiers import job_ram_dir
+from resilience.tiers import manifest as mf
+from resilience.tiers.layout import job_ram_dir
 
 log = logging.getLogger("resilience")
 

@@ -67,7 +67,7 @@ def node_kill_key(node: int) -> str:
 
 
 def tier_address_key(slot: str) -> str:
-    """host:port of a rank process's neighbour-copy server (resilience.tier_transport)."""
+    """host:port of a rank process's neighbour-copy server (resilience.tiers.transport)."""
     return f"tier-addr/{slot}"
 
 

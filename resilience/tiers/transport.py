@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from resilience import manifest as mf
+from resilience.tiers import manifest as mf
 
 log = logging.getLogger("resilience")
 
@@ -99,7 +99,7 @@ class NeighbourServer:
             threading.Thread(target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        from resilience.tiers import prune
+        from resilience.tiers.layout import prune
 
         with conn:
             try:

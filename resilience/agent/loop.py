@@ -30,15 +30,18 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
-from resilience import faults, liveness, membership, snapshot, tiers
-from resilience.abort import GroupSockets, release
+from resilience.agent import faults
+from resilience.contract import liveness, membership
+from resilience.state import snapshot
+from resilience import tiers
+from resilience.agent.abort import GroupSockets, release
 from resilience.api import Context
-from resilience.membership import Plan, Report
-from resilience.replication import (
+from resilience.contract.membership import Plan, Report
+from resilience.state.replication import (
     BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
-from resilience.tier_agent import TierAgent
-from resilience.tier_restore import Restored
+from resilience.tiers.agent import TierAgent
+from resilience.tiers.restore import Restored
 
 log = logging.getLogger("resilience")
 
@@ -507,7 +510,7 @@ class _Heartbeat:
     (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
     the hang timeout, which turns a hang into an ordinary process fault. Between beats the
     thread polls for a newer plan: when one appears while this process still runs the old
-    generation, it releases the main thread (see :mod:`resilience.abort`).
+    generation, it releases the main thread (see :mod:`resilience.agent.abort`).
     """
 
     POLL_S = 0.1

@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from resilience import manifest as mf
-from resilience import snapshot
-from resilience.snapshot import Snapshot
-from resilience.tier_transport import push_checkpoint
-from resilience.tiers import NodeKey, TierConfig, own_root, prune
+from resilience.tiers import manifest as mf
+from resilience.state import snapshot
+from resilience.state.snapshot import Snapshot
+from resilience.tiers.transport import push_checkpoint
+from resilience.tiers.layout import NodeKey, TierConfig, own_root, prune
 
 log = logging.getLogger("resilience")
 
@@ -448,7 +448,7 @@ class FlushWatcher:
     """
 
     def __init__(self, store: Any, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25) -> None:
-        from resilience import membership
+        from resilience.contract import membership
 
         self.m = membership
         self.store = store
