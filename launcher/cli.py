@@ -42,7 +42,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_srun(args: argparse.Namespace) -> int:
-    from launcher.backends.srun import place
+    from launcher.placement.srun import place
     from launcher.errors import NotInAllocation
     from launcher.srun_args import parse
 
@@ -82,14 +82,14 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     )
     backend = liveness = None
     if launcher == "slurm":
-        from launcher.backends.srun import SrunBackend, place
+        from launcher.placement.srun import SrunPlacement, place
         from resilience.contract.liveness import LivenessServer
 
         client = _client()
         if placement is None or len(placement.hosts) < nodes + spares:
             placement = place(client, os.environ, nodes + spares)  # says clearly what is missing
         liveness = LivenessServer()
-        backend = SrunBackend(client, placement, log_dir, liveness,
+        backend = SrunPlacement(client, placement, log_dir, liveness,
                               srun_args=step_args, partition=partition, grow=not args.no_grow)
         hosts = ", ".join(backend.hosts[:nodes + spares])
         where = f"job {backend.job_id} ({hosts})"

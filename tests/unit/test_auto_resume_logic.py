@@ -11,7 +11,7 @@ import time
 import pytest
 
 from launcher import templates
-from launcher.backends import NodeEvidence
+from launcher.placement import NodeEvidence
 from launcher.errors import ConfigError
 from launcher.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from launcher.backends import NewNode, NodeEvidence
+from launcher.placement import NewNode, NodeEvidence
 from launcher.errors import SresError
 
 
-class LocalBackend:
+class LocalPlacement:
     store_host = "127.0.0.1"
     requeueable = False
 
@@ -44,7 +44,10 @@ class LocalBackend:
     def retire(self, node: int, why: str) -> None:
         pass
 
-    def acquire(self) -> NewNode | None:
+    def idle_node(self) -> NewNode | None:
+        return None
+
+    def grow(self) -> NewNode | None:
         return None
 
     def requeue(self, why: str) -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import nodes as node_discovery
-from launcher.backends import NewNode, NodeEvidence
-from launcher.backends.local import LocalBackend
+from launcher.placement import NewNode, NodeEvidence
+from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
 from launcher.slurm import SlurmClient
 from resilience.contract.liveness import LivenessServer
@@ -43,7 +43,7 @@ def slurmd_answers(address: str, port: int, timeout_s: float = 1.0) -> bool:
 
 
 @dataclass(frozen=True)
-class Placement:
+class JobHosts:
     """The job's healthy nodes in the order ranks use them: the supervisor's node first."""
 
     job_id: str
@@ -52,7 +52,7 @@ class Placement:
     batch_job: bool
 
 
-def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> Placement:
+def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
     """Ask Slurm which nodes the job holds now and order them for ranks."""
     alloc = node_discovery.discover(client, env=env)
     job = client.job(alloc.job_id)
@@ -63,13 +63,13 @@ def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> Placement
         raise ConfigError(f"job {alloc.job_id} has {len(hosts)} healthy node(s), {needed} needed (nodes + spares)"
                           + (f"; unhealthy: {bad}" if bad else ""))
     store_host = alloc.addresses.get(here) or here
-    return Placement(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
+    return JobHosts(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
 
 
-class SrunBackend(LocalBackend):
+class SrunPlacement(LocalPlacement):
     """Starts each rank with ``srun`` on a named node; watches, kills and replaces through Slurm."""
 
-    def __init__(self, client: SlurmClient, placement: Placement, log_dir: Path, liveness: LivenessServer,
+    def __init__(self, client: SlurmClient, placement: JobHosts, log_dir: Path, liveness: LivenessServer,
                  srun_args: Sequence[str] = (), partition: str | None = None, grow: bool = True,
                  probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout) -> None:
         super().__init__(log_dir, echo)
@@ -136,8 +136,8 @@ class SrunBackend(LocalBackend):
             # Slurm drops a dead node of a --no-kill job by itself once it declares it down.
             log.info("job %s keeps %s for now: %s", self.job_id, name, err)
 
-    def acquire(self) -> NewNode | None:
-        """A node for lost ranks: a healthy node the job holds and no rank uses, else expansion."""
+    def idle_node(self) -> NewNode | None:
+        """A healthy node the job holds and no rank uses (asked from Slurm now)."""
         t0 = time.monotonic()
         alloc = node_discovery.discover(self.client, self.job_id)
         for name in alloc.healthy:
@@ -147,9 +147,12 @@ class SrunBackend(LocalBackend):
                 index = len(self.hosts) - 1
             if index not in self._used and index not in self._retired:
                 return NewNode(index, name, "allocation", time.monotonic() - t0)
-        if not self.grow_allowed:
-            return None
-        if not self.client.idle_nodes(self.partition):
+        return None
+
+    def grow(self) -> NewNode | None:
+        """One idle node of the partition merged into the job (job expansion), unless --no-grow."""
+        t0 = time.monotonic()
+        if not self.grow_allowed or not self.client.idle_nodes(self.partition):
             return None
         try:
             added = self.client.grow(self.job_id, 1, self.partition)

@@ -1,4 +1,4 @@
-"""Where ranks run: ``local`` (simulated nodes on this machine) or ``srun`` (steps of a Slurm job).
+"""Where ranks run (a *placement*): ``local`` (simulated nodes on this machine) or ``srun`` (steps of a Slurm job).
 
 The supervisor decides; a backend carries out. Both offer the same operations, so the
 supervisor's fault handling is one piece of code whichever runs the ranks.
@@ -29,7 +29,7 @@ class NewNode:
     seconds: float
 
 
-class Backend(Protocol):
+class Placement(Protocol):
     echo_slot: str | None
     store_host: str
     requeueable: bool
@@ -42,5 +42,10 @@ class Backend(Protocol):
     def stop_all(self, timeout_s: float = 30.0) -> None: ...
     def evidence(self, node: int) -> NodeEvidence: ...
     def retire(self, node: int, why: str) -> None: ...
-    def acquire(self) -> NewNode | None: ...
+    def idle_node(self) -> NewNode | None:
+        """A healthy node the job holds and no rank uses, or None."""
+
+    def grow(self) -> NewNode | None:
+        """One more node from the scheduler (job expansion), or None when it cannot or may not."""
+
     def requeue(self, why: str) -> None: ...

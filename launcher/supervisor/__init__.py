@@ -1,0 +1,16 @@
+"""The supervisor: one per job, never a rank. observe -> policy (pure) -> executor.
+
+``config`` (RunConfig), ``observe`` (what was seen, one immutable Observation per tick),
+``policy`` (``decide(now, observation, state, config) -> actions``), ``actions`` (one frozen
+dataclass each), ``executor`` (performs them through the placement), ``recovery`` (recovery
+times, goodput), ``flush`` (persist now, before a requeue), ``loop`` (the Supervisor).
+"""
+
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.executor import Outcome
+from launcher.supervisor.loop import Supervisor
+from launcher.supervisor.observe import silent_slots
+from launcher.supervisor.policy import await_culprit, decide, node_verdict, replace
+
+__all__ = ["RunConfig", "Outcome", "Supervisor", "await_culprit", "decide", "node_verdict", "replace",
+           "silent_slots"]

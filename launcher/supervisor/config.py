@@ -1,0 +1,78 @@
+"""``RunConfig``: everything ``sres run`` was asked to do, frozen and validated when built."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from resilience import tiers
+from resilience.agent import faults
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything ``sres run`` was asked to do; validated when built."""
+
+    command: tuple[str, ...]
+    nodes: int
+    procs_per_node: int = 1
+    spares: int = 0
+    injections: tuple[faults.Injection, ...] = ()
+    log_dir: Path = Path("sres-logs")
+    backend: str = "gloo"
+    hang_timeout_s: float = 30.0
+    heartbeat_s: float = 0.5
+    reform_timeout_s: float = 60.0
+    startup_timeout_s: float = 120.0
+    max_restarts: int = 10
+    replication_factor: int = 2
+    node_fault_after: int = 2
+    """Process faults on one node after which the node itself counts as bad and is replaced."""
+    max_requeues: int = 3
+    """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job."""
+    restart_count: int = 0
+    preempt_signal: str = "USR2"
+    preempt_save_timeout_s: float = 60.0
+    tiers: tiers.TierConfig | None = None
+    """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ConfigError("no training command given: sres run --nodes N -- python train.py")
+        if self.nodes < 1:
+            raise ConfigError(f"--nodes must be at least 1 (got {self.nodes})")
+        if self.procs_per_node < 1:
+            raise ConfigError(f"--procs-per-node must be at least 1 (got {self.procs_per_node})")
+        if self.spares < 0:
+            raise ConfigError(f"--spares cannot be negative (got {self.spares})")
+        if self.max_restarts < 0:
+            raise ConfigError("--max-restarts cannot be negative")
+        if self.hang_timeout_s <= 2 * self.heartbeat_s:
+            raise ConfigError(f"--hang-timeout must exceed two heartbeats ({2 * self.heartbeat_s:g} s)")
+        if self.replication_factor < 1:
+            raise ConfigError("the replication factor must be at least 1")
+        if self.node_fault_after < 1:
+            raise ConfigError("--node-fault-after must be at least 1")
+        if self.max_requeues < 0:
+            raise ConfigError("--max-requeues cannot be negative")
+        if self.preempt_signal_name == "SIGUSR1":
+            raise ConfigError("--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM")
+        if not hasattr(signal, self.preempt_signal_name):
+            raise ConfigError(f"--preempt-signal {self.preempt_signal}: not a signal name")
+        if self.backend not in ("gloo", "nccl"):
+            raise ConfigError(f"unknown backend {self.backend!r}: gloo or nccl")
+        for inj in self.injections:
+            if inj.kind == "node" and not 0 <= (inj.node or 0) < self.nodes:
+                raise ConfigError(f"--inject {inj.spec}: there are nodes 0..{self.nodes - 1}")
+            if inj.kind != "node" and not 0 <= (inj.rank or 0) < self.world_size:
+                raise ConfigError(f"--inject {inj.spec}: there are ranks 0..{self.world_size - 1}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def preempt_signal_name(self) -> str:
+        return "SIG" + self.preempt_signal.upper().removeprefix("SIG")

@@ -1,0 +1,261 @@
+"""Performs the policy's actions: processes through the placement, Slurm through it, events.
+
+The executor owns the run's mutable books (the plan, spare and dead nodes, fault counters);
+:meth:`Executor.view` freezes them into the :class:`~launcher.supervisor.policy.RunState`
+that the policy decides on. Each action has one handler; a handler returns an
+:class:`Outcome` when the run ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch.distributed as dist
+
+from launcher.errors import SresError
+from launcher.events import EventLog, summary
+from launcher.placement import Placement
+from launcher.supervisor import actions as act
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.observe import SlotState
+from launcher.supervisor.policy import FaultState, RunState
+from launcher.supervisor.recovery import RecoveryWatch
+from resilience import tiers
+from resilience.contract import membership
+from resilience.contract.membership import Plan, Report, SlotInfo
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    reason: str = ""
+    events: list[dict] = field(default_factory=list)
+    requeued: bool = False
+
+
+@dataclass
+class Books:
+    """The run's mutable facts, changed only by the executor."""
+
+    slots: dict[str, SlotState] = field(default_factory=dict)
+    plan: Plan | None = None
+    spare_nodes: list[int] = field(default_factory=list)
+    dead_nodes: set[int] = field(default_factory=set)
+    process_faults: dict[int, int] = field(default_factory=dict)
+    origin: dict[int, str] = field(default_factory=dict)  # node -> how it joined after the start
+    faults: int = 0
+    restarts: int = 0
+    respawns: int = 0
+    collateral_since: float | None = None
+    fault: FaultState | None = None
+    first_culprit: Report | None = None
+
+
+class Executor:
+    def __init__(self, config: RunConfig, placement: Placement, store: dist.TCPStore, events: EventLog,
+                 env: Callable[[str, int, int], dict[str, str]], recovery: RecoveryWatch,
+                 flush: Callable[[float], int | None], clock: Callable[[], float], wall: Callable[[], float],
+                 sleep: Callable[[float], None], out: TextIO) -> None:
+        self.config, self.placement, self.store, self.events = config, placement, store, events
+        self.env, self.recovery, self.flush = env, recovery, flush
+        self.clock, self.wall, self.sleep, self.out = clock, wall, sleep, out
+        self.books = Books(spare_nodes=list(range(config.nodes, config.nodes + config.spares)))
+        self._handlers: dict[type, Callable[[Any], Outcome | None]] = {
+            act.KillSlot: self._kill_slot, act.KillNode: self._kill_node, act.DropSpare: self._drop_spare,
+            act.HoldForCulprit: self._hold, act.OpenFault: self._open_fault, act.Drain: self._drain,
+            act.UseIdleNode: self._use_idle_node, act.AcquireNode: self._acquire_node, act.Publish: self._publish,
+            act.Requeue: self._requeue, act.Finish: self._finish, act.Fail: self._fail,
+        }
+
+    def perform(self, action: act.Action) -> Outcome | None:
+        return self._handlers[type(action)](action)
+
+    def view(self) -> RunState:
+        b = self.books
+        return RunState(
+            members=dict(b.plan.members), slots={s: st.info for s, st in b.slots.items()},
+            hosts={st.info.node: self.placement.host(st.info.node) for st in b.slots.values()},
+            spare_nodes=tuple(b.spare_nodes), dead_nodes=frozenset(b.dead_nodes),
+            process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
+            requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault)
+
+    # --- processes -----------------------------------------------------------------------------
+
+    def spawn(self, slot: str, node: int, local: int) -> None:
+        self.placement.spawn(slot, node, self.config.command, self.env(slot, node, local))
+        now = self.clock()
+        self.books.slots[slot] = SlotState(SlotInfo(node, local), started=now, heartbeat_changed=now)
+
+    def spare_slots(self) -> set[str]:
+        return {f"n{node}p{local}" for node in self.books.spare_nodes for local in range(self.config.procs_per_node)}
+
+    def _kill_slot(self, a: act.KillSlot) -> None:
+        self.books.slots[a.slot].killed_as = a.as_
+        self.placement.kill(a.slot)
+
+    def _kill_node(self, a: act.KillNode) -> None:
+        b = self.books
+        b.dead_nodes.add(a.node)
+        if a.node in b.spare_nodes:
+            b.spare_nodes.remove(a.node)
+        for slot, state in b.slots.items():
+            if state.info.node == a.node and state.alive:
+                state.killed_as = "node"
+                self.placement.kill(slot)
+        if a.why is None:
+            # An injected kill: wait for it to land, so that one node loss is one fault.
+            deadline = self.clock() + 5
+            while any(self.placement.poll(s) is None for s, st in b.slots.items() if st.info.node == a.node) \
+                    and self.clock() < deadline:
+                self.sleep(0.005)
+
+    def _drop_spare(self, a: act.DropSpare) -> None:
+        if a.node in self.books.spare_nodes:
+            self.books.spare_nodes.remove(a.node)
+            self.events.emit("spare-lost", node=a.node, slot=a.slot)
+
+    # --- a fault -------------------------------------------------------------------------------
+
+    def _hold(self, a: act.HoldForCulprit) -> None:
+        self.books.collateral_since = a.since
+
+    def _open_fault(self, a: act.OpenFault) -> None:
+        b = self.books
+        b.collateral_since = None
+        t = self.wall()
+        progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
+        generation = b.plan.generation
+        for rank, how in sorted(a.lost.items()):
+            node = b.slots[b.plan.members[rank]].info.node
+            why = a.bad_nodes.get(node)
+            self.events.emit("fault", kind=how, rank=rank, node=node, host=self.placement.host(node),
+                             step=progress + 1, generation=generation, t=t, **({"why": why} if why else {}))
+            self.say(f"fault: {how} of rank {rank} (node {self.placement.host(node)}"
+                     f"{': ' + why if why else ''}) at step {progress + 1}")
+        if a.culprit is not None:
+            c = a.culprit
+            node = b.slots[b.plan.members[c.rank]].info.node
+            self.events.emit("fault", kind="exception", rank=c.rank, node=node, host=self.placement.host(node),
+                             step=progress + 1, generation=generation, message=c.message, t=t)
+            self.say(f"fault: exception in rank {c.rank}: {c.message}")
+            b.first_culprit = b.first_culprit or c
+        b.process_faults = dict(a.process_faults)
+        b.faults += 1
+        b.restarts += 1
+        node_fault = bool(a.bad_nodes) or any(how == "node" for how in a.lost.values())
+        self.recovery.fault("node" if node_fault else "process", t, progress, generation)
+        b.fault = FaultState(dict(a.lost), dict(a.bad_nodes))
+
+    def _drain(self, a: act.Drain) -> None:
+        b = self.books
+        if b.fault is not None:
+            b.fault = dataclasses.replace(b.fault, drained=b.fault.drained | {a.node})
+        host = self.placement.host(a.node)
+        t0 = self.clock()
+        try:
+            self.placement.retire(a.node, a.why)
+        except SresError as err:
+            self.events.emit("drain-failed", node=a.node, host=host, why=a.why, error=str(err))
+            self.say(f"warning: could not drain {host}: {err}")
+            return
+        self.events.emit("drained", node=a.node, host=host, why=a.why, seconds=self.clock() - t0)
+        self.say(f"drained {host}: sres: {a.why}")
+
+    def _use_idle_node(self, a: act.UseIdleNode) -> None:
+        self._add_node(self.placement.idle_node(), "idle-node")
+
+    def _acquire_node(self, a: act.AcquireNode) -> None:
+        self._add_node(self.placement.grow(), "new-node")
+
+    def _add_node(self, new, source: str) -> None:
+        b = self.books
+        if new is None:
+            b.fault = dataclasses.replace(b.fault, tried=b.fault.tried | {source})
+            return
+        for local in range(self.config.procs_per_node):
+            self.spawn(f"n{new.node}p{local}", new.node, local)
+        b.spare_nodes.append(new.node)
+        b.origin[new.node] = new.how
+        self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
+        self.say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")
+
+    def _publish(self, a: act.Publish) -> None:
+        b = self.books
+        for node in a.used_spares:
+            b.spare_nodes.remove(node)
+        for slot, node, local in a.spawn:
+            b.respawns += 1
+            self.spawn(slot, node, local)
+        for rank in a.replaced:
+            old_node = b.slots[b.plan.members[rank]].info.node
+            new_node = b.slots[a.members[rank]].info.node
+            how = b.origin.get(new_node, "spare") if old_node in b.dead_nodes else "respawn"
+            self.events.emit("replaced", rank=rank, slot=a.members[rank], node=new_node,
+                             host=self.placement.host(new_node), how=how)
+        self.publish(dict(a.members), a.replaced, a.reason)
+        b.fault = None
+
+    def publish(self, members: dict[int, str], replaced: tuple[int, ...], reason: str) -> None:
+        b = self.books
+        generation = b.plan.generation + 1 if b.plan else 1
+        plan = Plan(generation=generation, world_size=len(members), members=dict(members),
+                    slots={s: b.slots[s].info for s in members.values()},
+                    procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
+        membership.publish_plan(self.store, plan)
+        b.plan = plan
+        self.placement.echo_slot = members[0]
+        self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
+        if generation == 1:
+            self.recovery.started(self.wall())
+
+    # --- the end of a run ----------------------------------------------------------------------
+
+    def _requeue(self, a: act.Requeue) -> Outcome:
+        """``save``: every rank is alive (preemption), so the newest committed step is persisted
+        first; after a node loss the generation is broken and the last periodic save serves."""
+        c = self.config
+        saved = self.flush(c.preempt_save_timeout_s) if a.save else None
+        if a.save and saved is None:
+            self.say("warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
+                     "the restart resumes from the newest state the tiers still hold")
+        self.events.emit("requeue", why=a.why, restart_count=c.restart_count, saved_step=saved)
+        self.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1} of at most {c.max_requeues})")
+        self.store.set(membership.SHUTDOWN, "1")
+        try:
+            self.placement.requeue(a.why)
+        except SresError as err:
+            return self._fail(act.Fail(f"{a.why}; and the job cannot be requeued: {err}"))
+        return Outcome(False, f"requeued: {a.why}", self.events.events, requeued=True)
+
+    def _finish(self, a: act.Finish) -> Outcome:
+        self.recovery.check(self.books.plan.generation)
+        fields = self.recovery.finished(self.wall())
+        self.events.emit("finished", faults=self.books.faults, generations=self.books.plan.generation, **fields)
+        self.say(summary(self.events.events))
+        if self.config.tiers is not None:
+            tiers.remove_job(self.config.tiers.job_id)  # finished: nothing will restart from its RAM tier
+        return Outcome(True, events=self.events.events)
+
+    def _fail(self, a: act.Fail) -> Outcome:
+        self.events.emit("failed", reason=a.reason, faults=self.books.faults)
+        culprit = self.books.first_culprit
+        if culprit is not None and culprit.traceback:
+            self.out.write(f"first failure (rank {culprit.rank}):\n{culprit.traceback}")
+        for slot in self.books.slots:
+            self.placement.kill(slot)
+        self.say(f"error: {a.reason}")
+        return Outcome(False, a.reason, self.events.events)
+
+    def fail(self, reason: str) -> Outcome:
+        return self._fail(act.Fail(reason))
+
+    def say(self, text: str) -> None:
+        for line in text.splitlines():
+            self.out.write(f"sres: {line}\n")
+        self.out.flush()

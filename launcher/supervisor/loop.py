@@ -1,0 +1,172 @@
+"""The per-job supervisor: hosts the store, spawns ranks and spares, and runs the loop
+observe -> decide -> perform.
+
+It is never a rank, so losing rank 0 loses neither the store nor the decisions. A fault is
+seen from the supervisor's own watch (a process exit, at once; a silent heartbeat, after the
+hang timeout; a rank's report), never from a collective timeout. What to do about it is
+decided by :func:`~launcher.supervisor.policy.decide` (pure) and carried out by the
+:class:`~launcher.supervisor.executor.Executor`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TextIO
+
+import torch.distributed as dist
+
+from launcher.events import EventLog
+from launcher.placement import Placement
+from launcher.placement.local import LocalPlacement
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.executor import Executor, Outcome
+from launcher.supervisor.flush import flush_persistent
+from launcher.supervisor.observe import Observer
+from launcher.supervisor.policy import decide
+from launcher.supervisor.recovery import RecoveryWatch
+from resilience import tiers
+from resilience.contract import membership
+from resilience.contract.liveness import LivenessServer
+
+TICK_S = 0.02
+
+
+class Supervisor:
+    def __init__(self, config: RunConfig, backend: Placement | None = None, liveness: LivenessServer | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, out: TextIO = sys.stderr) -> None:
+        self.config = config
+        self.placement: Placement = backend or LocalPlacement(config.log_dir)
+        self.liveness = liveness or LivenessServer()
+        self.clock, self.wall, self.sleep = clock, wall, sleep
+        self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60))
+        self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
+        self.executor = Executor(config, self.placement, self.store, self.events, self._rank_env, self.recovery,
+                                 self.flush_persistent, clock, wall, sleep, out)
+        self.books = self.executor.books
+        self.observer = Observer(config, self.placement, self.store, self.books.slots)
+        self._rank_events_seen = 0
+
+    @property
+    def slots(self):
+        return self.books.slots
+
+    @property
+    def plan(self):
+        return self.books.plan
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        c = self.config
+        self.events.emit("start", nodes=c.nodes, procs_per_node=c.procs_per_node, spares=c.spares,
+                         world_size=c.world_size, command=list(c.command),
+                         injections=[i.spec for i in c.injections], restart_count=c.restart_count,
+                         hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)])
+        previous = self._catch_preemption()
+        for node in range(c.nodes + c.spares):
+            for local in range(c.procs_per_node):
+                self.executor.spawn(f"n{node}p{local}", node, local)
+        self.executor.publish({node * c.procs_per_node + local: f"n{node}p{local}"
+                               for node in range(c.nodes) for local in range(c.procs_per_node)},
+                              replaced=(), reason="start")
+        try:
+            return self._loop()
+        except KeyboardInterrupt:
+            return self.executor.fail("interrupted")
+        except BaseException as err:
+            # Our bug: the timeline still ends with a "failed" event, and the traceback shows.
+            self.executor.fail(f"internal error of the supervisor: {type(err).__name__}: {err}")
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(getattr(signal, c.preempt_signal_name), previous)
+            self.store.set(membership.SHUTDOWN, "1")
+            self.placement.stop_all(timeout_s=30.0)
+            self._collect_rank_events()
+            self.liveness.close()
+            self.events.close()
+
+    def _catch_preemption(self):
+        """The batch shell gets the preemption signal (``sbatch --signal=B:USR2@T``); so may ranks."""
+        def on_signal(signum: int, _frame) -> None:
+            self.observer.preempted = f"preempted ({signal.Signals(signum).name})"
+        try:
+            return signal.signal(getattr(signal, self.config.preempt_signal_name), on_signal)
+        except ValueError:  # not the main thread (an embedding program): ranks still relay it
+            return None
+
+    def _loop(self) -> Outcome:
+        while True:
+            outcome = self.tick()
+            if outcome is not None:
+                return outcome
+            self.recovery.check(self.books.plan.generation)
+            self._collect_rank_events()
+            self.sleep(TICK_S)
+
+    def tick(self) -> Outcome | None:
+        """Observe once and perform what the policy decides; a fault is handled to its end
+        (the policy is asked again after each step that changes the facts)."""
+        now = self.clock()
+        b = self.books
+        obs = self.observer.observe(now, b.plan.generation, b.plan.members, self.executor.spare_slots(),
+                                    b.dead_nodes)
+        if obs.lost:
+            obs = self.observer.with_evidence(obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes)
+        actions = decide(now, obs, self.executor.view(), self.config)
+        while actions:
+            for action in actions:
+                outcome = self.executor.perform(action)
+                if outcome is not None:
+                    return outcome
+            if b.fault is None:
+                return None
+            actions = decide(now, obs, self.executor.view(), self.config)
+        return None
+
+    # --- what ranks get ------------------------------------------------------------------------
+
+    def _rank_env(self, slot: str, node: int, local: int) -> dict[str, str]:
+        c = self.config
+        env = dict(os.environ)
+        env.update({
+            "SRES_STORE_HOST": self.placement.store_host, "SRES_STORE_PORT": str(self.store.port),
+            "SRES_LIVENESS_PORT": str(self.liveness.port), "SRES_SLOT": slot, "SRES_PREEMPT_SIGNAL": c.preempt_signal,
+            "SRES_NODE": str(node), "SRES_LOCAL_RANK": str(local), "SRES_BACKEND": c.backend,
+            "SRES_INJECT": ";".join(i.spec for i in c.injections), "SRES_HEARTBEAT_S": str(c.heartbeat_s),
+            "SRES_REFORM_TIMEOUT_S": str(c.reform_timeout_s), "SRES_REPLICATION_FACTOR": str(c.replication_factor),
+            "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if c.tiers is not None:
+            env[tiers.TIERS_ENV] = c.tiers.to_json()
+        return env
+
+    def _collect_rank_events(self) -> None:
+        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
+        records, self._rank_events_seen = membership.pop_events(self.store, self._rank_events_seen)
+        for record in records:
+            self.events.emit(record.pop("event"), **record)
+
+    def flush_persistent(self, timeout_s: float) -> int | None:
+        """Persist the newest committed state to the persistent tier now (preemption, requeue).
+
+        Returns that step once it is complete on every rank, or None (no persistent tier, or
+        see :func:`launcher.supervisor.flush.flush_persistent`). Callable from any thread.
+        """
+        if self.config.tiers is None or not self.config.tiers.persistent_dir or self.books.plan is None:
+            return None
+        return flush_persistent(self.store.clone(), self.books.plan.members, self.events, timeout_s,
+                                self.clock, self.sleep)
+
+    def _say(self, text: str) -> None:
+        self.executor.say(text)

@@ -1,0 +1,161 @@
+"""What the supervisor sees each tick, as one immutable :class:`Observation`.
+
+The :class:`Observer` reads the world (process exits through the placement, heartbeats,
+reports and requests on the store, node evidence from Slurm) and keeps the bookkeeping that
+reading needs (who is alive, when each heartbeat last moved); it decides nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch.distributed as dist
+
+from launcher.placement import NodeEvidence, Placement
+from launcher.supervisor.config import RunConfig
+from resilience.contract import membership
+from resilience.contract.membership import Report, SlotInfo
+
+
+@dataclass
+class SlotState:
+    """One rank process, as the supervisor knows it."""
+
+    info: SlotInfo
+    started: float
+    alive: bool = True
+    heartbeat: int = 0
+    heartbeat_changed: float = 0.0
+    killed_as: str | None = None  # "hang" | "node": why we killed it
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One tick's facts. ``lost``: member rank -> how it was lost; ``reports``: this
+    generation's reports by slot; ``evidence``: what can be seen of nodes that lost a rank."""
+
+    lost: Mapping[int, str] = field(default_factory=dict)
+    reports: Mapping[str, Report] = field(default_factory=dict)
+    hung: tuple[str, ...] = ()
+    node_kills: tuple[int, ...] = ()
+    spares_exited: tuple[tuple[int, str], ...] = ()
+    preempted: str | None = None
+    evidence: Mapping[int, NodeEvidence] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> dict[str, Report]:
+        return {s: r for s, r in self.reports.items() if r.kind == "error"}
+
+    @property
+    def unrecoverable(self) -> Report | None:
+        return next((r for r in self.reports.values() if r.kind == "unrecoverable"), None)
+
+    def all_done(self, members: Mapping[int, str]) -> bool:
+        return len(self.reports) == len(members) and all(r.kind == "done" for r in self.reports.values())
+
+
+class Observer:
+    """Reads the world for the supervisor; cheap enough to run every tick."""
+
+    def __init__(self, config: RunConfig, placement: Placement, store: dist.Store,
+                 slots: dict[str, SlotState]) -> None:
+        self.config, self.placement, self.store, self.slots = config, placement, store, slots
+        self.preempted: str | None = None
+        """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
+        self._reports: dict[str, Report] = {}
+        self._reports_seen = (0, 0)
+        self._next_heartbeat_check = 0.0
+        self._node_kills_seen = 0
+
+    def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
+                dead_nodes: Iterable[int]) -> Observation:
+        spares_exited = self._poll_exits(spare_slots)
+        hung = self._silent(now, members)
+        reports = self._read_reports(generation, members)
+        lost: dict[int, str] = {}
+        for rank, slot in members.items():
+            state = self.slots[slot]
+            if not state.alive and not (slot in reports and reports[slot].kind == "done"):
+                rc = self.placement.poll(slot)
+                lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
+        return Observation(lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
+                           node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted)
+
+    def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
+        """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
+        nodes = {node_of(rank) for rank in obs.lost} - dead_nodes
+        if not nodes:
+            return obs
+        return dataclasses.replace(obs, evidence={node: self.placement.evidence(node) for node in sorted(nodes)})
+
+    def _poll_exits(self, spare_slots: set[str]) -> tuple[tuple[int, str], ...]:
+        exited = []
+        for slot, state in self.slots.items():
+            if state.alive and self.placement.poll(slot) is not None:
+                state.alive = False
+                if slot in spare_slots:
+                    exited.append((state.info.node, slot))
+        return tuple(exited)
+
+    def _read_reports(self, generation: int, members: Mapping[int, str]) -> dict[str, Report]:
+        # One counter per generation says how many reports exist: read them only when it moves.
+        if generation != self._reports_seen[1]:
+            self._reports = {}
+        count = self.store.add(membership.report_ready_key(generation), 0)
+        if (count, generation) != self._reports_seen:
+            for slot in members.values():
+                key = membership.report_key(generation, slot)
+                if slot not in self._reports and self.store.check([key]):
+                    self._reports[slot] = Report.from_json(self.store.get(key))
+            self._reports_seen = (count, generation)
+        return dict(self._reports)
+
+    def _silent(self, now: float, members: Mapping[int, str]) -> list[str]:
+        # Every half period is enough to see a silence of hang_timeout; every tick would cost
+        # store round trips that compete with the ranks for CPU (measured: 9% on 2 cores).
+        if now < self._next_heartbeat_check:
+            return []
+        self._next_heartbeat_check = now + self.config.heartbeat_s / 2
+        if self.preempted is None and self.store.check([membership.PREEMPT]):
+            self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
+        alive = [s for s, st in self.slots.items() if st.alive]
+        for slot in alive:
+            value = self.store.add(membership.heartbeat_key(slot), 0)
+            state = self.slots[slot]
+            if value != state.heartbeat:
+                state.heartbeat, state.heartbeat_changed = value, now
+        member_slots = set(members.values())
+        return silent_slots(
+            {s: self.slots[s].heartbeat_changed for s in alive if s in member_slots},
+            {s: self.slots[s].started for s in alive},
+            {s: self.slots[s].heartbeat > 0 for s in alive},
+            now, self.config.hang_timeout_s, self.config.startup_timeout_s,
+        )
+
+    def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
+        """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""
+        count = self.store.add(membership.NODE_KILLS, 0)
+        if count == self._node_kills_seen:
+            return ()
+        self._node_kills_seen = count
+        out = []
+        for node in sorted({self.slots[s].info.node for s in members.values()} - dead_nodes):
+            key = membership.node_kill_key(node)
+            if self.store.check([key]):
+                self.store.delete_key(key)
+                out.append(node)
+        return tuple(out)
+
+
+def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float], seen: Mapping[str, bool],
+                 now: float, hang_timeout_s: float, startup_timeout_s: float) -> list[str]:
+    """Slots whose heartbeat stopped: a hung process. Pure."""
+    out = []
+    for slot, changed in last_change.items():
+        limit = hang_timeout_s if seen.get(slot) else startup_timeout_s
+        since = changed if seen.get(slot) else started[slot]
+        if now - since > limit:
+            out.append(slot)
+    return out

@@ -1,0 +1,234 @@
+"""The supervisor's decisions, as pure functions: observation + state -> actions.
+
+:func:`decide` is the one entry point; it takes ``now``, what was just seen and a frozen
+view of the run, and returns the actions for the executor. While a fault is being handled it
+is called again after each action that changes the facts (a node added, a source found
+empty), so each call only looks at the state, never at the world. The order in which lost
+nodes are replaced is data (:data:`REPLACEMENT_ORDER`), not control flow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from launcher.errors import ConfigError
+from launcher.placement import NodeEvidence
+from launcher.supervisor.actions import (
+    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, OpenFault, Publish,
+    Requeue, UseIdleNode,
+)
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.observe import Observation, silent_slots  # noqa: F401 - part of the policy's API
+from resilience.contract.membership import Report, SlotInfo
+
+COLLATERAL_GRACE_S = 1.0
+"""How long reports of collateral errors alone wait for the process death that caused them."""
+
+
+@dataclass(frozen=True)
+class FaultState:
+    """A fault being handled: what it lost and which replacement sources came up empty."""
+
+    lost: Mapping[int, str]
+    bad_nodes: Mapping[int, str]
+    drained: frozenset[int] = frozenset()
+    tried: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the policy may know of the run: a frozen view the supervisor builds per decision."""
+
+    members: Mapping[int, str]
+    slots: Mapping[str, SlotInfo]
+    hosts: Mapping[int, str]
+    spare_nodes: tuple[int, ...] = ()
+    dead_nodes: frozenset[int] = frozenset()
+    process_faults: Mapping[int, int] = field(default_factory=dict)
+    restarts: int = 0
+    respawns: int = 0
+    requeueable: bool = False
+    collateral_since: float | None = None
+    fault: FaultState | None = None
+
+    def node_of(self, rank: int) -> int:
+        return self.slots[self.members[rank]].node
+
+
+def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    """The actions for this tick. Pure."""
+    if state.fault is not None:
+        return replace_lost(state, config)
+    actions: list[Action] = [DropSpare(node, slot) for node, slot in obs.spares_exited]
+    actions += [KillSlot(slot, "hang") for slot in obs.hung]
+    actions += [KillNode(node) for node in obs.node_kills]
+    if obs.preempted:
+        return actions + [requeue_or_fail(obs.preempted, config, save=True)]
+    if obs.unrecoverable is not None:
+        return actions + [Fail(f"the state could not be recovered from peers: {obs.unrecoverable.message}")]
+    if await_culprit(obs.lost, obs.errors, state.collateral_since, now):
+        return actions + [HoldForCulprit(state.collateral_since if state.collateral_since is not None else now)]
+    if obs.lost or obs.errors:
+        return actions + open_fault(obs, state, config)
+    if obs.all_done(state.members):
+        return actions + [Finish()]
+    return actions
+
+
+def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    """Classify a fault: which nodes must go (killed, later drained), who is the culprit."""
+    counts = dict(state.process_faults)
+    bad: dict[int, str] = {}
+    for node in sorted({state.node_of(r) for r in obs.lost} - state.dead_nodes):  # injected kills: already dead
+        counts[node] = counts.get(node, 0) + 1
+        why = node_verdict(obs.evidence.get(node, NodeEvidence()), counts[node], config.node_fault_after)
+        if why is not None:
+            bad[node] = why
+    lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
+    culprit = None if lost else min(obs.errors.values(), key=lambda r: (r.collateral, r.seq))
+    actions: list[Action] = [OpenFault(lost, bad, culprit, counts)]
+    actions += [KillNode(node, why) for node, why in sorted(bad.items())]
+    if state.restarts + 1 > config.max_restarts:
+        actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))
+    return actions
+
+
+REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "requeue", "fail")
+"""Where the ranks of a lost node go, cheapest first: a warm spare of the run, a healthy node
+the job holds and no rank uses, a node the scheduler adds, a requeue of the job, failure."""
+
+
+def replace_lost(state: RunState, config: RunConfig) -> list[Action]:
+    """The next step of an open fault: the first replacement source in order that may serve."""
+    fault = state.fault
+    assert fault is not None
+    homeless = sorted({state.node_of(r) for r in fault.lost} & (state.dead_nodes | set(fault.bad_nodes)))
+    for source in REPLACEMENT_ORDER:
+        if source in fault.tried:
+            continue
+        actions = _SOURCES[source](state, config, homeless)
+        if actions is not None:
+            return actions
+    raise AssertionError("the replacement order ends with a source that always serves")
+
+
+def _use_spares(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+    """A warm spare needs nothing from Slurm: publish first, drain after."""
+    if len(homeless) > len(state.spare_nodes):
+        return None
+    fault = state.fault
+    respawned = iter(range(state.respawns + 1, state.respawns + 1 + len(fault.lost)))
+    decision = replace(state.members, state.slots, {r: state.node_of(r) in homeless for r in fault.lost},
+                       set(homeless), state.spare_nodes, spare_slot=lambda node, local: f"n{node}p{local}",
+                       respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}")
+    return [Publish(decision.members, tuple(sorted(fault.lost)), "fault", decision.spawn, decision.used_spare_nodes),
+            *_drains(state)]
+
+
+def _use_idle_node(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+    # A cold node or an expansion needs the bad node out of the job first (shrink, then grow).
+    return [*_drains(state), UseIdleNode()]
+
+
+def _acquire_node(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+    return [*_drains(state), AcquireNode()]
+
+
+def _requeue(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+    if not state.requeueable:
+        return None
+    return [*_drains(state), requeue_or_fail(f"{_no_node(state, homeless)}, nor an idle node to grow into", config)]
+
+
+def _fail(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+    return [*_drains(state), Fail(f"{_no_node(state, homeless)} (start with --spares)")]
+
+
+_SOURCES: dict[str, Callable[[RunState, RunConfig, list[int]], list[Action] | None]] = {
+    "spare": _use_spares, "idle-node": _use_idle_node, "new-node": _acquire_node,
+    "requeue": _requeue, "fail": _fail,
+}
+
+
+def _drains(state: RunState) -> list[Action]:
+    fault = state.fault
+    return [Drain(node, why) for node, why in sorted(fault.bad_nodes.items()) if node not in fault.drained]
+
+
+def _no_node(state: RunState, homeless: list[int]) -> str:
+    return f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
+
+
+def requeue_or_fail(why: str, config: RunConfig, save: bool = False) -> Action:
+    """The job cannot go on here: requeue it (it resumes from its saved state) unless it
+    already used its requeues."""
+    if config.restart_count >= config.max_requeues:
+        return Fail(f"{why}; the job was already requeued {config.restart_count} time(s) "
+                    f"(--max-requeues {config.max_requeues})")
+    return Requeue(why, save)
+
+
+# --- the pure pieces the rules are made of ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Replacement:
+    members: dict[int, str]
+    spawn: tuple[tuple[str, int, int], ...] = ()  # (slot, node, local_rank) to start cold
+    used_spare_nodes: tuple[int, ...] = ()
+
+
+def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Mapping[int, bool],
+            dead_nodes: set[int], spare_nodes: Sequence[int], spare_slot: Callable[[int, int], str],
+            respawn_slot: Callable[[int, int], str]) -> Replacement:
+    """Give every lost rank a process. Pure.
+
+    ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
+    fault) restarts on its own node; ranks of a dead node move, keeping their ranks and local
+    ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
+    """
+    new = dict(members)
+    spawn: list[tuple[str, int, int]] = []
+    spares = list(spare_nodes)
+    used: list[int] = []
+    moved: dict[int, int] = {}
+    for rank in sorted(lost):
+        info = slots[members[rank]]
+        if info.node in dead_nodes:
+            if info.node not in moved:
+                if not spares:
+                    raise ConfigError(f"node {info.node} was lost and no spare node is left (start with --spares)")
+                moved[info.node] = spares.pop(0)
+                used.append(moved[info.node])
+            new[rank] = spare_slot(moved[info.node], info.local_rank)
+        else:
+            slot = respawn_slot(info.node, info.local_rank)
+            new[rank] = slot
+            spawn.append((slot, info.node, info.local_rank))
+    return Replacement(new, tuple(spawn), tuple(used))
+
+
+def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str | None:
+    """Why a node that just lost a rank must leave the job, or None for a process fault. Pure.
+
+    The returned text becomes the drain reason (after ``sres:``), so it says what was seen.
+    """
+    if not evidence.slurmd_answers:
+        return "slurmd not responding"
+    if not evidence.slurm_usable:
+        detail = f" ({evidence.slurm_reason})" if evidence.slurm_reason else ""
+        return f"slurm reports {evidence.slurm_state or 'node unusable'}{detail}"
+    if process_faults >= limit:
+        return f"repeated failure: {process_faults} process faults on this node"
+    return None
+
+
+def await_culprit(lost: Mapping[int, str], errors: Mapping[str, Report], collateral_since: float | None,
+                  now: float, grace_s: float = COLLATERAL_GRACE_S) -> bool:
+    """Whether to hold a fault that so far is only collateral errors (collectives that lost a
+    peer): a rank's SIGKILL reaches its peers' sockets as fast as it reaches us, and a survivor's
+    report can come first. Handled as an exception at once, it would cost a generation with no
+    one replaced, then a second fault for the real loss. Waits at most ``grace_s``. Pure."""
+    if lost or not errors or not all(r.collateral for r in errors.values()):
+        return False
+    return collateral_since is None or now - collateral_since < grace_s

@@ -1,0 +1,80 @@
+"""How long each recovery took, and the run's goodput: read back from the ranks' store keys.
+
+Rank 0 records when a generation formed, when its state arrived and when its first step
+completed; the faults that led to that generation then get one ``recovered`` event each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from launcher.events import EventLog
+from resilience.contract import membership
+from resilience.contract.membership import Report
+
+
+@dataclass
+class PendingFault:
+    kind: str
+    t: float
+    progress: int
+    generation: int
+
+
+class RecoveryWatch:
+    def __init__(self, store: dist.Store, events: EventLog, slots: Callable[[], Iterable[str]],
+                 say: Callable[[str], None]) -> None:
+        self.store, self.events, self.slots, self.say = store, events, slots, say
+        self.pending: list[PendingFault] = []
+        self._start_t = 0.0
+
+    def started(self, wall_t: float) -> None:
+        self._start_t = wall_t
+
+    def fault(self, kind: str, t: float, progress: int, generation: int) -> None:
+        self.pending.append(PendingFault(kind, t, progress, generation))
+
+    def check(self, generation: int) -> None:
+        """Emit ``recovered`` for the pending faults once generation G's first step is done."""
+        if not self.pending:
+            return
+        keys = [membership.first_step_key(generation), membership.recovery_key(generation)]
+        if not self.store.check(keys):
+            return
+        first_step_t = float(self.store.get(keys[0]))
+        info = json.loads(self.store.get(keys[1]))
+        for fault in self.pending:
+            seconds = first_step_t - fault.t
+            self.events.emit("recovered", generation=generation, step=info["step"], source=info["source"],
+                             bytes=info["bytes"], seconds=seconds, steps_lost=max(0, fault.progress - info["step"]),
+                             release_s=self._release_seconds(fault), reform_s=info["formed_t"] - fault.t,
+                             transfer_s=info["recovered_t"] - info["formed_t"],
+                             first_step_s=first_step_t - info["recovered_t"])
+            self.say(f"recovered: generation {generation} resumed after step {info['step']} from {info['source']} "
+                     f"in {seconds:.2f} s")
+        self.pending.clear()
+
+    def _release_seconds(self, fault: PendingFault) -> float | None:
+        """From the fault to the last survivor leaving the faulted generation (its report)."""
+        times = []
+        for slot in self.slots():
+            key = membership.report_key(fault.generation, slot)
+            if self.store.check([key]):
+                times.append(Report.from_json(self.store.get(key)).t)
+        return max(times) - fault.t if times else None
+
+    def finished(self, end_t: float) -> dict[str, Any]:
+        """Fields of the ``finished`` event: steps done, goodput, wall time."""
+        steps = int(self.store.get(membership.PROGRESS)) + 1 if self.store.check([membership.PROGRESS]) else 0
+        goodput = None
+        first = membership.first_step_key(1)
+        if self.store.check([membership.STATS, first]) and steps > 1:
+            median = json.loads(self.store.get(membership.STATS))["median_step_s"]
+            window = end_t - float(self.store.get(first))
+            goodput = min(1.0, (steps - 1) * median / window) if window > 0 else None
+        return {"steps": steps, "goodput": goodput, "wall_s": end_t - self._start_t}
