@@ -1,0 +1,132 @@
+"""The supervisor's policy as a table: observation + state -> actions. Pure: no processes, no clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.placement import NodeEvidence
+from launcher.supervisor import RunConfig, decide
+from launcher.supervisor.actions import (
+    AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, OpenFault, Publish, Requeue,
+    UseIdleNode,
+)
+from launcher.supervisor.observe import Observation
+from launcher.supervisor.policy import REPLACEMENT_ORDER, FaultState, RunState
+from resilience.contract.membership import Report, SlotInfo
+
+# Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
+SLOTS = {f"n{n}p0": SlotInfo(n, 0) for n in range(4)}
+MEMBERS = {n: f"n{n}p0" for n in range(3)}
+HOSTS = {n: f"gpu{n}" for n in range(4)}
+CONFIG = RunConfig(command=("train",), nodes=3, spares=1, log_dir=Path("/nonexistent"), max_restarts=5,
+                   max_requeues=3, node_fault_after=2)
+NOW = 100.0
+DEAD = NodeEvidence(slurmd_answers=False)
+
+
+def state(**kw) -> RunState:
+    base = dict(members=MEMBERS, slots=SLOTS, hosts=HOSTS, spare_nodes=(3,))
+    return RunState(**{**base, **kw})
+
+
+def report(kind="error", rank=1, seq=1, collateral=False, message="boom") -> Report:
+    return Report(kind, rank, seq=seq, message=message, collateral=collateral)
+
+
+def fault(lost, bad=None, **kw) -> FaultState:
+    return FaultState(lost=lost, bad_nodes=bad or {}, **kw)
+
+
+CASES = {
+    # --- no fault ------------------------------------------------------------------------------
+    "quiet": (Observation(), state(), CONFIG, []),
+    "every rank done": (Observation(reports={s: report("done", r) for r, s in MEMBERS.items()}), state(), CONFIG,
+                        [Finish()]),
+    "a hung rank is killed as hung": (Observation(hung=("n1p0",)), state(), CONFIG, [KillSlot("n1p0", "hang")]),
+    "an injected node kill": (Observation(node_kills=(2,)), state(), CONFIG, [KillNode(2)]),
+    "a spare's process died": (Observation(spares_exited=((3, "n3p0"),)), state(), CONFIG, [DropSpare(3, "n3p0")]),
+    "preemption requeues, saving first": (Observation(preempted="preempted (SIGUSR2)"), state(), CONFIG,
+                                          [Requeue("preempted (SIGUSR2)", save=True)]),
+    "preemption past --max-requeues fails": (
+        Observation(preempted="preempted"), state(), RunConfig(**{**CONFIG.__dict__, "restart_count": 3}),
+        [Fail("preempted; the job was already requeued 3 time(s) (--max-requeues 3)")]),
+    "state lost everywhere": (Observation(reports={"n0p0": report("unrecoverable", 0, message="no step")}), state(),
+                              CONFIG, [Fail("the state could not be recovered from peers: no step")]),
+    # --- collateral errors wait for their culprit ------------------------------------------------
+    "collateral only: hold": (Observation(reports={"n0p0": report(rank=0, collateral=True)}), state(), CONFIG,
+                              [HoldForCulprit(NOW)]),
+    "collateral only, still in grace": (Observation(reports={"n0p0": report(rank=0, collateral=True)}),
+                                        state(collateral_since=NOW - 0.5), CONFIG, [HoldForCulprit(NOW - 0.5)]),
+    "collateral only, grace over: a fault": (
+        Observation(reports={"n0p0": report(rank=0, collateral=True)}), state(collateral_since=NOW - 2), CONFIG,
+        [OpenFault({}, {}, report(rank=0, collateral=True), {})]),
+    "own error before collateral: the own one is the culprit": (
+        Observation(reports={"n0p0": report(rank=0, seq=1, collateral=True), "n2p0": report(rank=2, seq=2)}),
+        state(), CONFIG, [OpenFault({}, {}, report(rank=2, seq=2), {})]),
+    # --- classifying lost ranks -------------------------------------------------------------------
+    "process fault on a healthy node": (
+        Observation(lost={1: "kill"}, evidence={1: NodeEvidence()}), state(), CONFIG,
+        [OpenFault({1: "kill"}, {}, None, {1: 1})]),
+    "second process fault on a node: the node goes": (
+        Observation(lost={1: "exit 3"}, evidence={1: NodeEvidence()}), state(process_faults={1: 1}), CONFIG,
+        [OpenFault({1: "node"}, {1: "repeated failure: 2 process faults on this node"}, None, {1: 2}),
+         KillNode(1, "repeated failure: 2 process faults on this node")]),
+    "slurmd does not answer: the node goes": (
+        Observation(lost={1: "kill"}, evidence={1: DEAD}), state(), CONFIG,
+        [OpenFault({1: "node"}, {1: "slurmd not responding"}, None, {1: 1}), KillNode(1, "slurmd not responding")]),
+    "a node already dead (injected) is not judged again": (
+        Observation(lost={1: "node"}), state(dead_nodes=frozenset({1})), CONFIG, [OpenFault({1: "node"}, {}, None, {})]),
+    "too many restarts": (
+        Observation(lost={1: "kill"}, evidence={1: NodeEvidence()}), state(restarts=5), CONFIG,
+        [OpenFault({1: "kill"}, {}, None, {1: 1}), Fail("gave up after 5 restart(s)")]),
+    # --- replacing what a fault lost, in REPLACEMENT_ORDER -------------------------------------
+    "process fault: respawn on its own node": (
+        Observation(), state(fault=fault({1: "kill"}), respawns=4), CONFIG,
+        [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, (1,), "fault", (("n1p0r5", 1, 0),), ())]),
+    "node fault: a warm spare first, drain after": (
+        Observation(), state(dead_nodes=frozenset({1}), fault=fault({1: "node"}, {1: "slurmd not responding"})),
+        CONFIG, [Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, (1,), "fault", (), (3,)),
+                 Drain(1, "slurmd not responding")]),
+    "injected node kill with a spare: nothing to drain": (
+        Observation(), state(dead_nodes=frozenset({1}), fault=fault({1: "node"})), CONFIG,
+        [Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, (1,), "fault", (), (3,))]),
+    "no spare: drain, then an idle node of the job": (
+        Observation(), state(spare_nodes=(), dead_nodes=frozenset({1}), fault=fault({1: "node"}, {1: "x"})), CONFIG,
+        [Drain(1, "x"), UseIdleNode()]),
+    "no idle node: grow the job": (
+        Observation(), state(spare_nodes=(), dead_nodes=frozenset({1}),
+                             fault=fault({1: "node"}, {1: "x"}, drained=frozenset({1}), tried=frozenset({"idle-node"}))),
+        CONFIG, [AcquireNode()]),
+    "nothing to grow into: requeue": (
+        Observation(), state(spare_nodes=(), dead_nodes=frozenset({1}), requeueable=True,
+                             fault=fault({1: "node"}, tried=frozenset({"idle-node", "new-node"}))), CONFIG,
+        [Requeue("node gpu1 was lost and no spare node is left, nor an idle node to grow into")]),
+    "not requeueable (local run, salloc): fail": (
+        Observation(), state(spare_nodes=(), dead_nodes=frozenset({1}),
+                             fault=fault({1: "node"}, tried=frozenset({"idle-node", "new-node"}))), CONFIG,
+        [Fail("node gpu1 was lost and no spare node is left (start with --spares)")]),
+}
+
+
+@pytest.mark.parametrize("obs, st, config, expected", CASES.values(), ids=CASES.keys())
+def test_policy_table(obs, st, config, expected):
+    assert decide(NOW, obs, st, config) == expected
+
+
+def test_every_replacement_source_is_covered_by_the_table():
+    served = {type(a[-1]).__name__ for *_, a in CASES.values() if a}
+    assert {"Publish", "UseIdleNode", "AcquireNode", "Requeue", "Fail"} <= served
+    assert REPLACEMENT_ORDER[0] == "spare" and REPLACEMENT_ORDER[-1] == "fail"
+
+
+def test_two_lost_nodes_need_two_spares():
+    members = {0: "n0p0", 1: "n1p0"}
+    slots = {f"n{n}p0": SlotInfo(n, 0) for n in range(4)}
+    st = RunState(members=members, slots=slots, hosts={}, spare_nodes=(2,), dead_nodes=frozenset({0, 1}),
+                  fault=fault({0: "node", 1: "node"}))
+    assert decide(NOW, Observation(), st, CONFIG) == [UseIdleNode()]
+    st = RunState(**{**st.__dict__, "spare_nodes": (2, 3)})
+    assert decide(NOW, Observation(), st, CONFIG) == [
+        Publish({0: "n2p0", 1: "n3p0"}, (0, 1), "fault", (), (2, 3))]

@@ -1,0 +1,192 @@
+"""The Supervisor's loop against a placement of our own: no processes, no sleeping (time injected).
+
+The store is a real TCPStore (the supervisor hosts it); "ranks" are entries of the fake
+placement, and the test plays their part: it writes their reports into the store and makes
+them die, from inside the injected sleep.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from launcher.events import read_events
+from launcher.placement import NewNode, NodeEvidence
+from launcher.supervisor import RunConfig, Supervisor
+from resilience.contract import membership
+from resilience.contract.membership import Plan, Report
+
+
+class FakePlacement:
+    """Processes are exit codes; the node evidence and extra nodes are set by the test."""
+
+    store_host = "127.0.0.1"
+
+    def __init__(self, requeueable: bool = False, idle: Sequence[int] = (), growable: Sequence[int] = ()) -> None:
+        self.echo_slot: str | None = None
+        self.requeueable = requeueable
+        self.rc: dict[str, int | None] = {}
+        self.spawned: list[tuple[str, int]] = []
+        self.evidence_of: dict[int, NodeEvidence] = {}
+        self.retired: list[tuple[int, str]] = []
+        self.requeued: list[str] = []
+        self._idle, self._growable = list(idle), list(growable)
+
+    def host(self, node: int) -> str:
+        return f"gpu{node}"
+
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
+        assert env["SRES_SLOT"] == slot and env["SRES_NODE"] == str(node)
+        self.rc[slot] = None
+        self.spawned.append((slot, node))
+
+    def poll(self, slot: str) -> int | None:
+        return self.rc[slot]
+
+    def kill(self, slot: str) -> None:
+        if self.rc[slot] is None:
+            self.rc[slot] = -9
+
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        for slot in self.rc:
+            self.kill(slot)
+
+    def evidence(self, node: int) -> NodeEvidence:
+        return self.evidence_of.get(node, NodeEvidence())
+
+    def retire(self, node: int, why: str) -> None:
+        self.retired.append((node, why))
+
+    def idle_node(self) -> NewNode | None:
+        return NewNode(self._idle.pop(0), "idle", "allocation", 0.0) if self._idle else None
+
+    def grow(self) -> NewNode | None:
+        node = self._growable.pop(0) if self._growable else None
+        return None if node is None else NewNode(node, f"gpu{node}", "expansion", 0.1)
+
+    def requeue(self, why: str) -> None:
+        self.requeued.append(why)
+
+
+class Script:
+    """Fake time, and the ranks' side: ``at(tick, action)`` runs when that tick sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.tick = 0
+        self.todo: dict[int, list[Callable[[], None]]] = {}
+        self.supervisor: Supervisor | None = None
+
+    def at(self, tick: int, action: Callable[[], None]) -> None:
+        self.todo.setdefault(tick, []).append(action)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.tick += 1
+        for action in self.todo.pop(self.tick, []):
+            action()
+        assert self.tick < 2000, "the loop did not end"
+
+    def clock(self) -> float:
+        return self.now
+
+    def finish_generation(self) -> None:
+        """Every member of the newest plan reports done."""
+        store = self.supervisor.store
+        g = self.supervisor.plan.generation
+        plan = Plan.from_json(store.get(membership.plan_key(g)))
+        for rank, slot in plan.members.items():
+            membership.report(store, g, slot, Report("done", rank))
+
+
+def run(tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw):
+    config = RunConfig(command=("train",), nodes=nodes, spares=spares, log_dir=tmp_path, **kw)
+    supervisor = Supervisor(config, placement, clock=script.clock, wall=script.clock, sleep=script.sleep,
+                            out=io.StringIO())
+    script.supervisor = supervisor
+    outcome = supervisor.run()
+    return outcome, read_events(tmp_path / "events.jsonl")
+
+
+def kinds(events):
+    return [e["event"] for e in events]
+
+
+def test_a_process_fault_respawns_the_rank_on_its_node(tmp_path):
+    placement, script = FakePlacement(), Script()
+    script.at(3, lambda: placement.rc.update({"n1p0": -9}))
+    script.at(10, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script)
+    assert outcome.ok
+    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "finished"]
+    fault = events[2]
+    assert (fault["kind"], fault["rank"], fault["host"]) == ("kill", 1, "gpu1")
+    assert events[3]["slot"] == "n1p0r1" and events[3]["how"] == "respawn"
+    assert ("n1p0r1", 1) in placement.spawned and placement.retired == []
+
+
+def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
+    placement, script = FakePlacement(), Script()
+    placement.evidence_of[2] = NodeEvidence(slurmd_answers=False)
+    script.at(3, lambda: placement.rc.update({"n2p0": -9}))
+    script.at(10, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script, spares=1)
+    assert outcome.ok
+    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "finished"]
+    assert events[2]["kind"] == "node" and events[2]["why"] == "slurmd not responding"
+    assert (events[3]["slot"], events[3]["how"]) == ("n3p0", "spare")
+    assert placement.retired == [(2, "slurmd not responding")]
+
+
+def test_without_a_spare_the_job_grows_after_the_drain(tmp_path):
+    placement, script = FakePlacement(growable=[3]), Script()
+    placement.evidence_of[0] = NodeEvidence(slurmd_answers=False)
+    script.at(3, lambda: placement.rc.update({"n0p0": -9}))
+    script.at(10, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script)
+    assert outcome.ok
+    assert kinds(events) == ["start", "generation", "fault", "drained", "node-added", "replaced", "generation",
+                             "finished"]
+    assert events[4]["how"] == "expansion" and events[5]["how"] == "expansion" and events[5]["slot"] == "n3p0"
+
+
+def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
+    placement, script = FakePlacement(requeueable=True), Script()
+    placement.evidence_of[1] = NodeEvidence(slurmd_answers=False)
+    script.at(3, lambda: placement.rc.update({"n1p0": -9}))
+    outcome, events = run(tmp_path, placement, script)
+    assert outcome.requeued and not outcome.ok
+    assert kinds(events)[-2:] == ["drained", "requeue"]
+    assert placement.requeued == ["node gpu1 was lost and no spare node is left, nor an idle node to grow into"]
+
+
+def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
+    placement, script = FakePlacement(), Script()
+    store_beats = lambda: [script.supervisor.store.add(membership.heartbeat_key(f"n{n}p0"), 1) for n in (0, 2)]
+    for tick in range(1, 400):  # ranks 0 and 2 beat; rank 1 beat once, then froze
+        script.at(tick, store_beats)
+    script.at(1, lambda: script.supervisor.store.add(membership.heartbeat_key("n1p0"), 1))
+    script.at(600, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script, hang_timeout_s=3.0)
+    assert outcome.ok
+    fault = next(e for e in events if e["event"] == "fault")
+    assert (fault["kind"], fault["rank"]) == ("hang", 1)
+    # noticed after the timeout, in fake time: a tick is 0.02 s
+    assert 3.0 <= fault["t"] - 1000.0 <= 3.0 + 0.5
+
+
+def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
+    placement, script = FakePlacement(), Script()
+
+    def reports():
+        store = script.supervisor.store
+        membership.report(store, 1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
+        membership.report(store, 1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
+    script.at(3, reports)
+    script.at(10, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script)
+    assert outcome.ok
+    fault = next(e for e in events if e["event"] == "fault")
+    assert (fault["kind"], fault["rank"], fault["message"]) == ("exception", 2, "ValueError: bad batch")
+    assert [e["generation"] for e in events if e["event"] == "generation"] == [1, 2]
