@@ -161,13 +161,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
         p.set_defaults(**{action.dest: value.lower() in ("1", "true", "yes") if action.nargs == 0 else value})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sres", description="Fault-tolerant PyTorch training on Slurm (slurm-resilience)."
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done, to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def _add_doctor_command(sub) -> None:
     p = sub.add_parser("doctor", help="check this machine: Slurm, backend, torch, /dev/shm, SPANK plugin",
                        description="Report what this machine has for resilient training and how to fix what is missing. "
                                    "Exits 1 when something needed is missing.")
@@ -178,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm command (default 10)")
     p.set_defaults(func=_cmd_doctor)
 
+
+def _add_run_command(sub) -> None:
     p = sub.add_parser(
         "run", help="run a training command on N nodes (simulated, or the Slurm job's) with in-process recovery",
         description="Start N nodes x P ranks plus S warm spare nodes; the supervisor hosts the coordination store, "
@@ -198,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD...: the training command")
     p.set_defaults(func=_cmd_run)
 
+
+def _add_srun_command(sub) -> None:
     p = sub.add_parser(
         "srun", help="srun with auto-resume, inside an allocation: what 'srun --auto-resume=N' runs",
         description="Run srun's command as ranks supervised by sres inside the current Slurm allocation: on a fault "
@@ -211,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--auto-resume=N (faults to recover from, default 1), --spares S, srun options, the command")
     p.set_defaults(func=_cmd_srun)
 
+
+def _add_template_command(sub) -> None:
     p = sub.add_parser("template", help="print a ready sbatch script (auto-resume, spares, requeue, preemption)",
                        description="Print one of the sbatch templates with its variables filled in; without NAME, "
                                    "list them. Example: sres template train.sbatch --set nodes=8 --set spares=1 "
@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-variables", action="store_true", help="list the template's variables and defaults")
     p.set_defaults(func=_cmd_template)
 
+
+def _add_demo_command(sub) -> None:
     p = sub.add_parser("demo", help="kill a node mid-training, recover from peers, compare with a fault-free run",
                        description="Train a ~64 MiB MLP on 4 simulated nodes + 1 warm spare twice, without and with "
                                    "a node killed mid-run; print both final losses, whether the final state is bitwise "
@@ -229,6 +231,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", default="sres-runs", help="parent folder of the demo's logs (default sres-runs)")
     p.set_defaults(func=_cmd_demo)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sres", description="Fault-tolerant PyTorch training on Slurm (slurm-resilience)."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done, to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    _add_doctor_command(sub)
+    _add_run_command(sub)
+    _add_srun_command(sub)
+    _add_template_command(sub)
+    _add_demo_command(sub)
     from slurm_plugins.cli import add_parser as add_hooks_parser
     add_hooks_parser(sub)
     ckpt_cli.add_parser(sub)

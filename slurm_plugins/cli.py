@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 
 def _cmd_hook(args: argparse.Namespace) -> int:
@@ -82,8 +81,3 @@ def add_parser(subparsers) -> None:
 
     spank_build.add_parser(sub)
 
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - `sres hooks` is the way in
-    from launcher.cli import main as sres_main
-
-    return sres_main(["hooks", *(argv if argv is not None else sys.argv[1:])])
