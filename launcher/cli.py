@@ -50,18 +50,18 @@ def _cmd_srun(args: argparse.Namespace) -> int:
         raise NotInAllocation("sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset): "
                               "use it in an sbatch script or under salloc")
     request = parse(args.srun_args[1:] if args.srun_args[:1] == ["--"] else args.srun_args)
-    placement = place(_client(), os.environ, 1)
-    held = len(placement.hosts)
+    job_hosts = place(_client(), os.environ, 1)
+    held = len(job_hosts.hosts)
     nodes = request.nodes if request.nodes is not None else held - (request.spares or 0)
     spares = request.spares if request.spares is not None else max(0, held - nodes)
     return _supervise(args, request.command, nodes, request.procs_per_node, spares, request.retries, "slurm",
-                      step_args=request.step_args, partition=request.partition, placement=placement)
+                      step_args=request.step_args, partition=request.partition, job_hosts=job_hosts)
 
 
 def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, procs_per_node: int, spares: int,
                max_restarts: int, launcher: str, step_args: tuple[str, ...], partition: str | None,
-               placement=None) -> int:
-    """Build the run's config and backend, run the supervisor, and turn its outcome into an exit code."""
+               job_hosts=None) -> int:
+    """Build the run's config and placement, run the supervisor, and turn its outcome into an exit code."""
     from launcher.supervisor import RunConfig, Supervisor
     from resilience.agent import faults
 
@@ -80,24 +80,24 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         max_requeues=args.max_requeues, restart_count=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
     )
-    backend = liveness = None
+    placement = liveness = None
     if launcher == "slurm":
         from launcher.placement.srun import SrunPlacement, place
         from resilience.contract.liveness import LivenessServer
 
         client = _client()
-        if placement is None or len(placement.hosts) < nodes + spares:
-            placement = place(client, os.environ, nodes + spares)  # says clearly what is missing
+        if job_hosts is None or len(job_hosts.hosts) < nodes + spares:
+            job_hosts = place(client, os.environ, nodes + spares)  # says clearly what is missing
         liveness = LivenessServer()
-        backend = SrunPlacement(client, placement, log_dir, liveness,
+        placement = SrunPlacement(client, job_hosts, log_dir, liveness,
                               srun_args=step_args, partition=partition, grow=not args.no_grow)
-        hosts = ", ".join(backend.hosts[:nodes + spares])
-        where = f"job {backend.job_id} ({hosts})"
+        hosts = ", ".join(placement.hosts[:nodes + spares])
+        where = f"job {placement.job_id} ({hosts})"
     else:
         where = "this machine"
     print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) on {where}; "
           f"log dir {config.log_dir}", file=sys.stderr)
-    outcome = Supervisor(config, backend, liveness).run()
+    outcome = Supervisor(config, placement, liveness).run()
     if outcome.requeued:
         return 0  # Slurm ends this batch script now; the job runs again from its saved state
     return 0 if outcome.ok else 1

@@ -1,10 +1,11 @@
 """SlurmClient: every interaction of this project with Slurm goes through here.
 
 The client holds the policy (our drain-reason prefix, never undraining an admin's drain,
-the job-expansion sequence and its 22.05 quirks); a backend holds the mechanism. Two
-backends share one typed interface: pyslurm when it was built for the cluster's Slurm, else
-the command line. Tests of Slurm behaviour run against the real local cluster
-(tests/slurm_cluster.py), never against a mocked backend.
+the job-expansion sequence and its 22.05 quirks); a *driver* holds the mechanism. Two
+drivers share one typed interface: pyslurm when it was built for the cluster's Slurm, else
+the command line (the user-facing spelling is still ``--backend``/``SRES_SLURM_BACKEND``).
+Tests of Slurm behaviour run against the real local cluster (tests/slurm_cluster.py), never
+against a mocked driver.
 """
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ from typing import Protocol
 
 from launcher import hostlist
 from launcher.errors import ConfigError, SlurmCommandError, SlurmError
-from launcher.slurm_cli import DEFAULT_TIMEOUT_S, CliBackend, CommandLine, Runner
-from launcher.slurm_pyslurm import PyslurmBackend, pyslurm_version, slurm_major_minor
+from launcher.slurm_cli import DEFAULT_TIMEOUT_S, CliDriver, CommandLine, Runner
+from launcher.slurm_pyslurm import PyslurmDriver, pyslurm_version, slurm_major_minor
 from launcher.slurm_types import REASON_PREFIX, Job, Node
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SlurmClient", "SlurmBackend", "Node", "Job", "REASON_PREFIX", "BackendChoice"]
+__all__ = ["SlurmClient", "SlurmDriver", "Node", "Job", "REASON_PREFIX", "DriverChoice"]
 
 
-class SlurmBackend(Protocol):
-    """What a backend must do; the client builds every operation from these."""
+class SlurmDriver(Protocol):
+    """What a driver must do; the client builds every operation from these."""
 
     name: str
 
@@ -48,8 +49,8 @@ class SlurmBackend(Protocol):
 
 
 @dataclass(frozen=True)
-class BackendChoice:
-    """Which backend was picked and why: ``sres doctor`` prints this."""
+class DriverChoice:
+    """Which driver was picked and why: ``sres doctor`` prints this."""
 
     name: str
     why: str
@@ -58,9 +59,9 @@ class BackendChoice:
 class SlurmClient:
     """Typed, policy-carrying access to Slurm. Build one with :meth:`create`."""
 
-    def __init__(self, backend: SlurmBackend, choice: BackendChoice | None = None) -> None:
-        self.backend = backend
-        self.choice = choice or BackendChoice(backend.name, "given")
+    def __init__(self, driver: SlurmDriver, choice: DriverChoice | None = None) -> None:
+        self.driver = driver
+        self.choice = choice or DriverChoice(driver.name, "given")
 
     @classmethod
     def create(
@@ -71,36 +72,36 @@ class SlurmClient:
         env: Mapping[str, str] | None = None,
         runner: Runner | None = None,
     ) -> "SlurmClient":
-        """Pick a backend: ``"auto"`` (pyslurm if it matches the cluster, else the command
+        """Pick a driver: ``"auto"`` (pyslurm if it matches the cluster, else the command
         line), ``"cli"`` or ``"pyslurm"`` (an error if it cannot be used)."""
         if backend not in ("auto", "cli", "pyslurm"):
             raise ConfigError(f"unknown Slurm backend {backend!r}: use auto, cli or pyslurm")
         if timeout_s <= 0:
             raise ConfigError("the Slurm command timeout must be positive")
         command = CommandLine(timeout_s=timeout_s, env=env, **({"runner": runner} if runner else {}))
-        cli = CliBackend(command)
+        cli = CliDriver(command)
         if backend == "cli":
-            return cls(cli, BackendChoice("cli", "asked for"))
+            return cls(cli, DriverChoice("cli", "asked for"))
         module, why = _matching_pyslurm(cli)
         if module is not None:
-            return cls(PyslurmBackend(module, cli), BackendChoice("pyslurm", why))
+            return cls(PyslurmDriver(module, cli), DriverChoice("pyslurm", why))
         if backend == "pyslurm":
             raise ConfigError(f"the pyslurm backend cannot be used: {why}")
-        return cls(cli, BackendChoice("cli", why))
+        return cls(cli, DriverChoice("cli", why))
 
     # --- reading -----------------------------------------------------------------------
 
     def version(self) -> str:
-        return self.backend.version()
+        return self.driver.version()
 
     def ping(self) -> str:
         """Raises if the controller does not answer."""
-        return self.backend.ping()
+        return self.driver.ping()
 
     def nodes(self, partition: str | None = None, names: Iterable[str] | None = None) -> list[Node]:
         wanted = set(names) if names is not None else None
         return [
-            n for n in self.backend.nodes()
+            n for n in self.driver.nodes()
             if (partition is None or partition in n.partitions) and (wanted is None or n.name in wanted)
         ]
 
@@ -110,7 +111,7 @@ class SlurmClient:
         raise SlurmError(f"Slurm knows no node {name}")
 
     def job(self, job_id: str | int) -> Job:
-        return self.backend.job(str(job_id))
+        return self.driver.job(str(job_id))
 
     def idle_nodes(self, partition: str | None = None) -> list[str]:
         """Nodes that could take a new allocation now: idle, responding, not drained."""
@@ -122,7 +123,7 @@ class SlurmClient:
         """Drain with reason ``sres: <why>``, so that we (and admins) can tell our drains apart."""
         names = _names(nodes)
         reason = _our_reason(why, "drain")
-        self.backend.set_node_state(names, "DRAIN", reason)
+        self.driver.set_node_state(names, "DRAIN", reason)
         log.info("drained %s: %s", hostlist.compress(names), reason)
 
     def reboot(self, nodes: str | Iterable[str], why: str) -> None:
@@ -134,7 +135,7 @@ class SlurmClient:
         """
         names = _names(nodes)
         reason = _our_reason(why, "reboot")
-        self.backend.reboot(names, reason)
+        self.driver.reboot(names, reason)
         log.info("reboot requested for %s: %s", hostlist.compress(names), reason)
 
     def resume(self, nodes: str | Iterable[str]) -> list[str]:
@@ -149,21 +150,21 @@ class SlurmClient:
         if skipped:
             log.info("not resuming %s: not drained by sres", hostlist.compress(skipped))
         if ours:
-            self.backend.set_node_state(ours, "RESUME")
+            self.driver.set_node_state(ours, "RESUME")
         return ours
 
     # --- jobs --------------------------------------------------------------------------
 
     def submit(self, sbatch_args: Sequence[str]) -> str:
         """``sbatch --parsable ARGS``; returns the job id."""
-        return self.backend.submit(sbatch_args)
+        return self.driver.submit(sbatch_args)
 
     def cancel(self, job_id: str | int, signal: str | None = None) -> None:
-        self.backend.cancel(str(job_id), signal)
+        self.driver.cancel(str(job_id), signal)
 
     def requeue(self, job_id: str | int, hold: bool = False) -> None:
         """Requeue a job or one array task (``"123_4"``)."""
-        self.backend.requeue(str(job_id), hold)
+        self.driver.requeue(str(job_id), hold)
 
     def shrink(self, job_id: str | int, keep: Iterable[str]) -> Job:
         """Drop every node of a running job except ``keep``; return the job as it is after.
@@ -184,7 +185,7 @@ class SlurmClient:
                 f"cannot shrink job {job_id} without its batch host {job.batch_host}: Slurm never removes it"
             )
         try:
-            self.backend.update_job(job_id, NodeList=hostlist.compress(keep))
+            self.driver.update_job(job_id, NodeList=hostlist.compress(keep))
         except SlurmCommandError as err:
             if self.job(job_id).nodes != job.nodes:
                 raise
@@ -215,7 +216,7 @@ class SlurmClient:
         before = self.job(job_id)
         if not before.running:
             raise SlurmError(f"job {job_id} is {before.state}: only a running job can grow")
-        expansion = self.backend.allocate_expansion(
+        expansion = self.driver.allocate_expansion(
             job_id, count, partition or before.partition or None, before.nodes, timeout_s
         )
 
@@ -223,14 +224,14 @@ class SlurmClient:
             return [n for n in self.job(job_id).nodes if n not in before.nodes]
 
         try:
-            self.backend.update_job(expansion, NumNodes="0")
+            self.driver.update_job(expansion, NumNodes="0")
             if len(added()) < count:
                 try:
-                    self.backend.update_job(job_id, NumNodes="ALL")
+                    self.driver.update_job(job_id, NumNodes="ALL")
                 except SlurmCommandError as err:
                     log.debug("merge into job %s reported %s; checking its node list", job_id, err)
         finally:
-            _cancel_quietly(self.backend, expansion)
+            _cancel_quietly(self.driver, expansion)
         new_nodes = added()
         if len(new_nodes) < count:
             raise SlurmError(f"job {job_id} gained {len(new_nodes)} of {count} node(s) through expansion")
@@ -252,17 +253,17 @@ def _our_reason(why: str, action: str) -> str:
     return why if why.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {why}"
 
 
-def _cancel_quietly(backend: SlurmBackend, job_id: str) -> None:
+def _cancel_quietly(driver: SlurmDriver, job_id: str) -> None:
     """The expansion job normally ends by itself once merged; make sure it holds nothing."""
     try:
-        job = backend.job(job_id)
+        job = driver.job(job_id)
         if not job.finished:
-            backend.cancel(job_id)
+            driver.cancel(job_id)
     except SlurmError as err:
         log.debug("expansion job %s: %s", job_id, err)
 
 
-def _matching_pyslurm(cli: CliBackend) -> tuple[object | None, str]:
+def _matching_pyslurm(cli: CliDriver) -> tuple[object | None, str]:
     """Return (pyslurm module, why) if it is usable with this cluster, else (None, why not)."""
     try:
         module = importlib.import_module("pyslurm")
@@ -285,5 +286,5 @@ def _fmt(version: tuple[int, int] | None) -> str:
 
 
 def default_client() -> SlurmClient:
-    """The client for this process: backend from ``SRES_SLURM_BACKEND`` (default auto)."""
+    """The client for this process: driver from ``SRES_SLURM_BACKEND`` (default auto)."""
     return SlurmClient.create(os.environ.get("SRES_SLURM_BACKEND", "auto"))

@@ -1,4 +1,4 @@
-"""The command-line Slurm backend: ``sinfo --json``, ``scontrol -o``, ``sbatch``, ``salloc``.
+"""The command-line Slurm driver: ``sinfo --json``, ``scontrol -o``, ``sbatch``, ``salloc``.
 
 It works with any Slurm that has the commands, which is why it is the default. Facts of
 Slurm 22.05 that shape it (checked on the test cluster, see ../shared/slurm-testbed.md):
@@ -65,7 +65,7 @@ class CommandLine:
         return result.stdout
 
 
-class CliBackend:
+class CliDriver:
     """Slurm through its command-line tools."""
 
     name = "cli"

@@ -1,4 +1,4 @@
-"""The pyslurm Slurm backend: queries and node updates through Slurm's C API.
+"""The pyslurm Slurm driver: queries and node updates through Slurm's C API.
 
 Used only when pyslurm imports and was built for the cluster's Slurm major.minor (pyslurm
 X.Y.z targets Slurm X.Y). It saves a process start per query, which matters when a
@@ -6,7 +6,7 @@ supervisor polls node states every second on a large cluster.
 
 pyslurm 22.5's dictionary API (``pyslurm.node``, ``pyslurm.job``, ``slurm_requeue``) has no
 job-update call, and none of its versions wraps ``salloc``'s expansion dependency; those
-operations (shrink, grow, submit, cancel) go through the command-line backend, which is the
+operations (shrink, grow, submit, cancel) go through the command-line driver, which is the
 reason this class wraps one instead of standing alone.
 """
 
@@ -18,7 +18,7 @@ from types import ModuleType
 
 from launcher import hostlist
 from launcher.errors import SlurmError
-from launcher.slurm_cli import CliBackend
+from launcher.slurm_cli import CliDriver
 from launcher.slurm_types import Job, Node, split_state
 
 
@@ -42,12 +42,12 @@ def slurm_major_minor(version: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-class PyslurmBackend:
+class PyslurmDriver:
     """Slurm through pyslurm (22.5-style dictionary API), command line for the rest."""
 
     name = "pyslurm"
 
-    def __init__(self, module: ModuleType, cli: CliBackend) -> None:
+    def __init__(self, module: ModuleType, cli: CliDriver) -> None:
         self.pyslurm = module
         self.cli = cli
 

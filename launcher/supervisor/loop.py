@@ -38,11 +38,11 @@ TICK_S = 0.02
 
 
 class Supervisor:
-    def __init__(self, config: RunConfig, backend: Placement | None = None, liveness: LivenessServer | None = None,
+    def __init__(self, config: RunConfig, placement: Placement | None = None, liveness: LivenessServer | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, out: TextIO = sys.stderr) -> None:
         self.config = config
-        self.placement: Placement = backend or LocalPlacement(config.log_dir)
+        self.placement: Placement = placement or LocalPlacement(config.log_dir)
         self.liveness = liveness or LivenessServer()
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)

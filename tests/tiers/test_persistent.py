@@ -97,7 +97,7 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
         assert flush_s < 30
     finally:
         for slot in list(supervisor.slots):
-            supervisor.backend.kill(slot)  # preempted: every process dies
+            supervisor.placement.kill(slot)  # preempted: every process dies
         runner.join(60)
     events = read_events(tmp_path / "first" / "events.jsonl")
     assert [e["step"] for e in events if e["event"] == "flushed"] == [step]
