@@ -52,11 +52,12 @@ class HoldForCulprit:
 class OpenFault:
     """Record a fault (events, counters) and start replacing what it lost.
 
-    ``lost``: member rank -> how it was lost ("kill", "exit N", "hang", "node");
+    ``t``: when it was seen; ``lost``: member rank -> how it was lost ("kill", "exit N", "hang", "node");
     ``bad_nodes``: node -> why it must leave the job; ``culprit``: the first own error when
     no process was lost; ``process_faults``: the per-node fault counts after this fault.
     """
 
+    t: float
     lost: Mapping[int, str]
     bad_nodes: Mapping[int, str] = field(default_factory=dict)
     culprit: Report | None = None

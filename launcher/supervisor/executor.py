@@ -128,7 +128,7 @@ class Executor:
     def _open_fault(self, a: act.OpenFault) -> None:
         b = self.books
         b.collateral_since = None
-        t = self.wall()
+        t = a.t
         progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
         generation = b.plan.generation
         for rank, how in sorted(a.lost.items()):

@@ -52,7 +52,7 @@ class Supervisor:
         self.executor = Executor(config, self.placement, self.store, self.events, self._rank_env, self.recovery,
                                  self.flush_persistent, clock, wall, sleep, out)
         self.books = self.executor.books
-        self.observer = Observer(config, self.placement, self.store, self.books.slots)
+        self.observer = Observer(config, self.placement, self.store, self.books.slots, wall)
         self._rank_events_seen = 0
 
     @property

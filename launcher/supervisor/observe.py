@@ -36,6 +36,8 @@ class Observation:
     """One tick's facts. ``lost``: member rank -> how it was lost; ``reports``: this
     generation's reports by slot; ``evidence``: what can be seen of nodes that lost a rank."""
 
+    seen_t: float = 0.0
+    """Wall-clock time of this look: a fault's time, from which its recovery is measured."""
     lost: Mapping[int, str] = field(default_factory=dict)
     reports: Mapping[str, Report] = field(default_factory=dict)
     hung: tuple[str, ...] = ()
@@ -60,8 +62,8 @@ class Observer:
     """Reads the world for the supervisor; cheap enough to run every tick."""
 
     def __init__(self, config: RunConfig, placement: Placement, store: dist.Store,
-                 slots: dict[str, SlotState]) -> None:
-        self.config, self.placement, self.store, self.slots = config, placement, store, slots
+                 slots: dict[str, SlotState], wall: Callable[[], float]) -> None:
+        self.config, self.placement, self.store, self.slots, self.wall = config, placement, store, slots, wall
         self.preempted: str | None = None
         """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
         self._reports: dict[str, Report] = {}
@@ -71,6 +73,7 @@ class Observer:
 
     def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
                 dead_nodes: Iterable[int]) -> Observation:
+        seen_t = self.wall()
         spares_exited = self._poll_exits(spare_slots)
         hung = self._silent(now, members)
         reports = self._read_reports(generation, members)
@@ -80,7 +83,7 @@ class Observer:
             if not state.alive and not (slot in reports and reports[slot].kind == "done"):
                 rc = self.placement.poll(slot)
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
-        return Observation(lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
+        return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
                            node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted)
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:

@@ -87,7 +87,7 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
             bad[node] = why
     lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
     culprit = None if lost else min(obs.errors.values(), key=lambda r: (r.collateral, r.seq))
-    actions: list[Action] = [OpenFault(lost, bad, culprit, counts)]
+    actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts)]
     actions += [KillNode(node, why) for node, why in sorted(bad.items())]
     if state.restarts + 1 > config.max_restarts:
         actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))

@@ -61,26 +61,26 @@ CASES = {
                                         state(collateral_since=NOW - 0.5), CONFIG, [HoldForCulprit(NOW - 0.5)]),
     "collateral only, grace over: a fault": (
         Observation(reports={"n0p0": report(rank=0, collateral=True)}), state(collateral_since=NOW - 2), CONFIG,
-        [OpenFault({}, {}, report(rank=0, collateral=True), {})]),
+        [OpenFault(0.0, {}, {}, report(rank=0, collateral=True), {})]),
     "own error before collateral: the own one is the culprit": (
         Observation(reports={"n0p0": report(rank=0, seq=1, collateral=True), "n2p0": report(rank=2, seq=2)}),
-        state(), CONFIG, [OpenFault({}, {}, report(rank=2, seq=2), {})]),
+        state(), CONFIG, [OpenFault(0.0, {}, {}, report(rank=2, seq=2), {})]),
     # --- classifying lost ranks -------------------------------------------------------------------
     "process fault on a healthy node": (
         Observation(lost={1: "kill"}, evidence={1: NodeEvidence()}), state(), CONFIG,
-        [OpenFault({1: "kill"}, {}, None, {1: 1})]),
+        [OpenFault(0.0, {1: "kill"}, {}, None, {1: 1})]),
     "second process fault on a node: the node goes": (
         Observation(lost={1: "exit 3"}, evidence={1: NodeEvidence()}), state(process_faults={1: 1}), CONFIG,
-        [OpenFault({1: "node"}, {1: "repeated failure: 2 process faults on this node"}, None, {1: 2}),
+        [OpenFault(0.0, {1: "node"}, {1: "repeated failure: 2 process faults on this node"}, None, {1: 2}),
          KillNode(1, "repeated failure: 2 process faults on this node")]),
     "slurmd does not answer: the node goes": (
         Observation(lost={1: "kill"}, evidence={1: DEAD}), state(), CONFIG,
-        [OpenFault({1: "node"}, {1: "slurmd not responding"}, None, {1: 1}), KillNode(1, "slurmd not responding")]),
+        [OpenFault(0.0, {1: "node"}, {1: "slurmd not responding"}, None, {1: 1}), KillNode(1, "slurmd not responding")]),
     "a node already dead (injected) is not judged again": (
-        Observation(lost={1: "node"}), state(dead_nodes=frozenset({1})), CONFIG, [OpenFault({1: "node"}, {}, None, {})]),
+        Observation(lost={1: "node"}), state(dead_nodes=frozenset({1})), CONFIG, [OpenFault(0.0, {1: "node"}, {}, None, {})]),
     "too many restarts": (
         Observation(lost={1: "kill"}, evidence={1: NodeEvidence()}), state(restarts=5), CONFIG,
-        [OpenFault({1: "kill"}, {}, None, {1: 1}), Fail("gave up after 5 restart(s)")]),
+        [OpenFault(0.0, {1: "kill"}, {}, None, {1: 1}), Fail("gave up after 5 restart(s)")]),
     # --- replacing what a fault lost, in REPLACEMENT_ORDER -------------------------------------
     "process fault: respawn on its own node": (
         Observation(), state(fault=fault({1: "kill"}), respawns=4), CONFIG,
