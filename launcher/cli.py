@@ -133,22 +133,36 @@ def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
 
 
+def _run_default(field: str):
+    """RunConfig's default for a field: the command line repeats no default."""
+    from launcher.supervisor.config import RunConfig
+
+    return RunConfig.__dataclass_fields__[field].default
+
+
 def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
                    help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
                         "also SRES_INJECT='SPEC;SPEC'")
     p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default $SRES_LOG_DIR, else "
                                      "sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend")
-    p.add_argument("--hang-timeout", type=float, default=30.0, help="seconds without heartbeat before a rank is declared hung (default 30)")
-    p.add_argument("--reform-timeout", type=float, default=60.0, help="seconds to wait for every rank of a new generation (default 60)")
-    p.add_argument("--replication-factor", type=int, default=2, help="copies of each sharded state shard (default 2)")
-    p.add_argument("--node-fault-after", type=int, default=2,
-                   help="process faults on one node after which the node is drained and replaced (default 2)")
-    p.add_argument("--max-requeues", type=int, default=3,
-                   help="in a Slurm batch job: requeue at most this many times (SLURM_RESTART_COUNT; default 3)")
-    p.add_argument("--preempt-signal", default="USR2",
-                   help="signal that means 'save and requeue' (default USR2; USR1 is refused: NCCL may use it)")
+    d = _run_default
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=d("backend"), help="torch.distributed backend")
+    p.add_argument("--hang-timeout", type=float, default=d("hang_timeout_s"),
+                   help=f"seconds without heartbeat before a rank is declared hung (default {d('hang_timeout_s'):g})")
+    p.add_argument("--reform-timeout", type=float, default=d("reform_timeout_s"),
+                   help=f"seconds to wait for every rank of a new generation (default {d('reform_timeout_s'):g})")
+    p.add_argument("--replication-factor", type=int, default=d("replication_factor"),
+                   help=f"copies of each sharded state shard (default {d('replication_factor')})")
+    p.add_argument("--node-fault-after", type=int, default=d("node_fault_after"),
+                   help=f"process faults on one node after which the node is drained and replaced "
+                        f"(default {d('node_fault_after')})")
+    p.add_argument("--max-requeues", type=int, default=d("max_requeues"),
+                   help=f"in a Slurm batch job: requeue at most this many times (SLURM_RESTART_COUNT; "
+                        f"default {d('max_requeues')})")
+    p.add_argument("--preempt-signal", default=d("preempt_signal"),
+                   help=f"signal that means 'save and requeue' (default {d('preempt_signal')}; USR1 is refused: "
+                        "NCCL may use it)")
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
     ckpt_cli.add_run_arguments(p)
@@ -189,7 +203,8 @@ def _add_run_command(sub) -> None:
                         "(default: slurm inside an allocation, else local)")
     p.add_argument("--srun-arg", action="append", default=[], metavar="ARG",
                    help="with --launcher slurm: an option for every rank's srun step (repeatable), e.g. --gpus-per-task=1")
-    p.add_argument("--max-restarts", type=int, default=10, help="give up after this many faults (default 10)")
+    p.add_argument("--max-restarts", type=int, default=_run_default("max_restarts"),
+                   help=f"give up after this many faults (default {_run_default('max_restarts')})")
     _add_supervision_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD...: the training command")
     p.set_defaults(func=_cmd_run)

@@ -13,7 +13,8 @@
     resilience.run(train)
 """
 
-from resilience.api import Context, run
+from resilience.api import run
+from resilience.context import Context
 from resilience.ddp import ddp
 from resilience.state.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer

@@ -44,7 +44,7 @@ def ddp(module: torch.nn.Module, **kwargs: Any) -> torch.nn.parallel.Distributed
     broadcast of the parameters is skipped for such a module (``init_sync=False``): it cost
     1.1-1.5 s per re-formation at 528 MiB on the test machine.
     """
-    from resilience.api import _restored_modules
+    from resilience.context import _restored_modules
 
     kwargs.setdefault("gradient_as_bucket_view", True)
     if module in _restored_modules:

@@ -25,6 +25,7 @@ from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
 from launcher.slurm import SlurmClient
 from resilience.contract.liveness import LivenessServer
+from resilience.contract.rank_env import node_name_environ
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class SrunPlacement(LocalPlacement):
                 "--overlap", "--kill-on-bad-exit=0", "--quiet", f"--job-name=sres-{slot}", *self.srun_args,
                 *command]
         # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
-        self._start(slot, argv, {**env, "SRES_NODE_NAME": self.hosts[node]})
+        self._start(slot, argv, {**env, **node_name_environ(self.hosts[node])})
 
     def poll(self, slot: str) -> int | None:
         rc = super().poll(slot)

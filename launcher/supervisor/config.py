@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from resilience import tiers
+from resilience.tiers import TierConfig
 from resilience.agent import faults
+from resilience.contract import rank_env
 
 
 @dataclass(frozen=True)
@@ -21,21 +22,21 @@ class RunConfig:
     spares: int = 0
     injections: tuple[faults.Injection, ...] = ()
     log_dir: Path = Path("sres-logs")
-    backend: str = "gloo"
+    backend: str = rank_env.BACKEND
     hang_timeout_s: float = 30.0
-    heartbeat_s: float = 0.5
-    reform_timeout_s: float = 60.0
+    heartbeat_s: float = rank_env.HEARTBEAT_S
+    reform_timeout_s: float = rank_env.REFORM_TIMEOUT_S
     startup_timeout_s: float = 120.0
     max_restarts: int = 10
-    replication_factor: int = 2
+    replication_factor: int = rank_env.REPLICATION_FACTOR
     node_fault_after: int = 2
     """Process faults on one node after which the node itself counts as bad and is replaced."""
     max_requeues: int = 3
     """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job."""
     restart_count: int = 0
-    preempt_signal: str = "USR2"
+    preempt_signal: str = rank_env.PREEMPT_SIGNAL
     preempt_save_timeout_s: float = 60.0
-    tiers: tiers.TierConfig | None = None
+    tiers: TierConfig | None = None
     """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
 
     def __post_init__(self) -> None:

@@ -9,11 +9,8 @@ that the policy decides on. Each action has one handler; a handler returns an
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import torch.distributed as dist

@@ -30,9 +30,9 @@ from launcher.supervisor.flush import flush_persistent
 from launcher.supervisor.observe import Observer
 from launcher.supervisor.policy import decide
 from launcher.supervisor.recovery import RecoveryWatch
-from resilience import tiers
 from resilience.contract import membership
 from resilience.contract.liveness import LivenessServer
+from resilience.contract.rank_env import RankEnv
 
 TICK_S = 0.02
 
@@ -137,19 +137,12 @@ class Supervisor:
 
     def _rank_env(self, slot: str, node: int, local: int) -> dict[str, str]:
         c = self.config
-        env = dict(os.environ)
-        env.update({
-            "SRES_STORE_HOST": self.placement.store_host, "SRES_STORE_PORT": str(self.store.port),
-            "SRES_LIVENESS_PORT": str(self.liveness.port), "SRES_SLOT": slot, "SRES_PREEMPT_SIGNAL": c.preempt_signal,
-            "SRES_NODE": str(node), "SRES_LOCAL_RANK": str(local), "SRES_BACKEND": c.backend,
-            "SRES_INJECT": ";".join(i.spec for i in c.injections), "SRES_HEARTBEAT_S": str(c.heartbeat_s),
-            "SRES_REFORM_TIMEOUT_S": str(c.reform_timeout_s), "SRES_REPLICATION_FACTOR": str(c.replication_factor),
-            "SRES_LOG_DIR": str(Path(c.log_dir).resolve()), "LOCAL_RANK": str(local),
-            "PYTHONUNBUFFERED": "1",
-        })
-        if c.tiers is not None:
-            env[tiers.TIERS_ENV] = c.tiers.to_json()
-        return env
+        rank = RankEnv(store_host=self.placement.store_host, store_port=self.store.port, slot=slot, node=node,
+                       local_rank=local, backend=c.backend, injections=c.injections, heartbeat_s=c.heartbeat_s,
+                       reform_timeout_s=c.reform_timeout_s, replication_factor=c.replication_factor,
+                       liveness_port=self.liveness.port, preempt_signal=c.preempt_signal,
+                       log_dir=str(Path(c.log_dir).resolve()), tiers=c.tiers)
+        return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def _collect_rank_events(self) -> None:
         """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""

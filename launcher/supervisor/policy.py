@@ -19,7 +19,7 @@ from launcher.supervisor.actions import (
     Requeue, UseIdleNode,
 )
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.observe import Observation, silent_slots  # noqa: F401 - part of the policy's API
+from launcher.supervisor.observe import Observation
 from resilience.contract.membership import Report, SlotInfo
 
 COLLATERAL_GRACE_S = 1.0

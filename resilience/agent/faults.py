@@ -27,15 +27,16 @@ import re
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
+from resilience.errors import ResilienceError
 
 KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-all")
 
 
-class InjectSpecError(ValueError):
+class InjectSpecError(ResilienceError, ValueError):
     """An ``--inject`` spec that cannot be parsed; the message names the spec."""
 
 
-class InjectedFault(RuntimeError):
+class InjectedFault(ResilienceError, RuntimeError):
     """The exception that ``raise:`` injects."""
 
 

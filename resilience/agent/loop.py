@@ -15,28 +15,26 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import signal
 import statistics
-import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
-from resilience.agent import faults
+from resilience.agent import blame, faults
 from resilience.contract import liveness, membership
 from resilience.state import snapshot
-from resilience import tiers
-from resilience.agent.abort import GroupSockets, release
-from resilience.api import Context
+from resilience.agent.abort import GroupSockets
+from resilience.agent.heartbeat import GenerationWatch, Heartbeat
+from resilience.context import Context
 from resilience.contract.membership import Plan, Report
+from resilience.contract.rank_env import RankEnv
 from resilience.state.replication import (
     BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
@@ -44,53 +42,6 @@ from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
 
 log = logging.getLogger("resilience")
-
-
-@dataclass(frozen=True)
-class RankEnv:
-    """How ``sres run`` configured this process (environment variables, read once)."""
-
-    store_host: str
-    store_port: int
-    slot: str
-    node: int
-    local_rank: int
-    node_name: str = ""
-    """The node's Slurm name (``SRES_NODE_NAME``); empty for a local run's simulated nodes."""
-    backend: str = "gloo"
-    injections: tuple[faults.Injection, ...] = ()
-    heartbeat_s: float = 0.5
-    reform_timeout_s: float = 60.0
-    collective_timeout_s: float = 600.0
-    replication_factor: int = 2
-    liveness_port: int = 0
-    step_id: str = ""
-    tiers: tiers.TierConfig | None = None
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str], **options: Any) -> "RankEnv | None":
-        if "SRES_STORE_PORT" not in env:
-            return None
-        values = dict(
-            store_host=env.get("SRES_STORE_HOST", "127.0.0.1"),
-            store_port=int(env["SRES_STORE_PORT"]),
-            slot=env["SRES_SLOT"],
-            node=int(env.get("SRES_NODE", "0")),
-            node_name=env.get("SRES_NODE_NAME", ""),
-            local_rank=int(env.get("SRES_LOCAL_RANK", "0")),
-            backend=env.get("SRES_BACKEND", "gloo"),
-            injections=faults.parse_env(env.get("SRES_INJECT")),
-            heartbeat_s=float(env.get("SRES_HEARTBEAT_S", "0.5")),
-            reform_timeout_s=float(env.get("SRES_REFORM_TIMEOUT_S", "60")),
-            replication_factor=int(env.get("SRES_REPLICATION_FACTOR", "2")),
-            liveness_port=int(env.get("SRES_LIVENESS_PORT", "0")),
-            step_id=env.get("SLURM_STEP_ID", ""),
-            tiers=tiers.TierConfig.from_environ(env),
-        )
-        values.update({k: v for k, v in options.items() if k in cls.__dataclass_fields__})
-        if "tiers" in options:
-            values["tiers"] = tiers.TierConfig.from_option(options["tiers"], values["tiers"], env)
-        return cls(**values)
 
 
 class Agent:
@@ -115,8 +66,8 @@ class Agent:
         self._commits_this_generation = 0
         self._last_commit_t: float | None = None
         self._step_times: list[float] = []
-        self._watch = _GenerationWatch()
-        self._heartbeat = _Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
+        self._watch = GenerationWatch()
+        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
         self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host,
                                       env.node_name)
 
@@ -150,11 +101,11 @@ class Agent:
         Without a handler the signal would kill the rank. The heartbeat thread, not the
         handler, talks to the store (a handler may run in the middle of a store call).
         """
-        name = os.environ.get("SRES_PREEMPT_SIGNAL", "USR2").upper().removeprefix("SIG")
+        name = self.env.preempt_signal_name
         try:
-            signal.signal(getattr(signal, f"SIG{name}"), lambda *_: self._heartbeat.preempted.set())
-        except (AttributeError, ValueError):  # unknown name, or not the main thread
-            log.warning("cannot catch SIG%s here: preemption reaches this rank unannounced", name)
+            signal.signal(getattr(signal, name), lambda *_: self._heartbeat.preempted.set())
+        except ValueError:  # not the main thread
+            log.warning("cannot catch %s here: preemption reaches this rank unannounced", name)
 
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
@@ -163,7 +114,7 @@ class Agent:
                                 node=self.env.node, kinds=("kill", "node")))
         if not membership.join(self.store, plan):
             return False  # a later fault superseded this generation: go to the newest plan
-        failure: tuple[str, str, str, bool] | None = None
+        failure: Report | None = None
         try:
             self._form(plan)
             recovery, restored = self._recover(plan)
@@ -176,19 +127,23 @@ class Agent:
                 self.tiers.saver.drain(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
         except Unrecoverable as err:
-            failure = ("unrecoverable", str(err), traceback.format_exc(), False)
+            failure = Report("unrecoverable", self.rank, message=str(err), traceback=traceback.format_exc(),
+                             error_type=blame.error_type(err))
         except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
-            failure = ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), _collateral(err))
+            where = blame.origin(err, released=self._watch.released())
+            failure = Report("error", self.rank, message=f"{type(err).__name__}: {err}",
+                             traceback=traceback.format_exc(), collateral=where != blame.OWN, origin=where,
+                             error_type=blame.error_type(err))
         finally:
             ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
         if failure is not None:
             # Report first: the supervisor orders reports, and the first one names the cause.
-            self._report(*failure)
+            self._report(failure)
             self._teardown()
             return False
         if self.rank == 0 and self._step_times:
             self.store.set(membership.STATS, json.dumps({"median_step_s": statistics.median(self._step_times)}))
-        self._report("done", "")
+        self._report(Report("done", self.rank))
         self._teardown()
         return True
 
@@ -414,12 +369,11 @@ class Agent:
 
     # --- leaving a generation -------------------------------------------------------------------
 
-    def _report(self, kind: str, message: str, tb: str = "", collateral: bool = False) -> None:
+    def _report(self, report: Report) -> None:
         try:
-            membership.report(self.store, self.plan.generation, self.env.slot,
-                              Report(kind, self.rank, message=message, traceback=tb, collateral=collateral))
+            membership.report(self.store, self.plan.generation, self.env.slot, report)
         except Exception as err:  # noqa: BLE001 - the supervisor still sees the process state
-            log.warning("could not report %s to the supervisor: %s", kind, err)
+            log.warning("could not report %s to the supervisor: %s", report.kind, err)
 
     def _teardown(self) -> None:
         """Leave the generation's process groups so that peers blocked on us are released.
@@ -455,108 +409,3 @@ def _warm_up() -> None:
     states = snapshot.materialize(snapshot.capture({"model": model.state_dict(), "opt": opt.state_dict()}, 0))
     model.load_state_dict(states["model"])
     opt.load_state_dict(states["opt"])
-
-
-def _collateral(err: BaseException) -> bool:
-    """A failure caused by another rank's fault (a collective that lost its peer)."""
-    text = str(err)
-    markers = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out", "timed out",
-               "NCCL", "closed", "DistBackendError")
-    return isinstance(err, getattr(dist, "DistBackendError", ())) or any(m in text for m in markers)
-
-
-class _GenerationWatch:
-    """The generation this process is in, and how to leave it in a hurry.
-
-    Shared by the main thread (enter/leave) and the heartbeat thread, which releases the
-    main thread from a blocked collective as soon as the supervisor publishes a newer plan.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.generation = 0
-        self._backend = "gloo"
-        self._sockets: GroupSockets | None = None
-        self._groups: list[dist.ProcessGroup] = []
-        self._released_at: float | None = None
-
-    def enter(self, generation: int, backend: str, sockets: GroupSockets, groups: list) -> None:
-        with self._lock:
-            self.generation, self._backend, self._sockets, self._groups = generation, backend, sockets, groups
-            self._released_at = None
-
-    def leave(self) -> None:
-        with self._lock:
-            self._sockets, self._groups, self._released_at = None, [], None
-
-    def release_now(self) -> bool:
-        with self._lock:
-            if self._released_at is not None or self._sockets is None:
-                return False
-            self._released_at = time.monotonic()
-            release(self._backend, self._sockets, self._groups)
-            return True
-
-    def stuck_for(self) -> float:
-        """Seconds since this generation was released while the main thread is still in it."""
-        with self._lock:
-            return 0.0 if self._released_at is None else time.monotonic() - self._released_at
-
-
-class _Heartbeat:
-    """Tells the supervisor this process is alive, and watches for the end of its generation.
-
-    The heartbeat is a counter bumped on the thread's own store connection. A hung process
-    (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
-    the hang timeout, which turns a hang into an ordinary process fault. Between beats the
-    thread polls for a newer plan: when one appears while this process still runs the old
-    generation, it releases the main thread (see :mod:`resilience.agent.abort`).
-    """
-
-    POLL_S = 0.1
-    RELEASE_GRACE_S = 2.0
-    """A rank still inside a released generation after this long exits (seen once in CI: a gloo
-    wait that spun at 100% CPU after its sockets were shut down). The supervisor sees a
-    process fault and restarts it; its state comes from peers. Progress is guaranteed."""
-
-    def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: _GenerationWatch) -> None:
-        self.store = store.clone()
-        self.key = membership.heartbeat_key(slot)
-        self.period_s = period_s
-        self.watch = watch
-        self._stop = threading.Event()
-        self.preempted = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _beat(self) -> None:
-        next_beat = 0.0
-        while not self._stop.is_set():
-            try:
-                now = time.monotonic()
-                if now >= next_beat:
-                    self.store.add(self.key, 1)
-                    next_beat = now + self.period_s
-                if self.preempted.is_set():
-                    self.store.set(membership.PREEMPT, self.key)
-                    self.preempted.clear()
-                generation = self.watch.generation
-                if generation and self.store.check([membership.plan_key(generation + 1)]):
-                    if self.watch.release_now():
-                        log.info("generation %d ended: released this rank", generation)
-                if self.watch.stuck_for() > self.RELEASE_GRACE_S:
-                    sys.stderr.write(f"sres: rank stuck in ended generation {generation} for "
-                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted\n")
-                    sys.stderr.flush()
-                    os._exit(75)
-            except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
-                if not self._stop.is_set():
-                    os._exit(3)
-                return
-            self._stop.wait(self.POLL_S)

@@ -169,7 +169,12 @@ class Report:
     message: str = ""
     traceback: str = ""
     collateral: bool = False
+    """The error came from a peer's fault (see ``origin``): the supervisor looks for the culprit."""
     t: float = 0.0
+    origin: str = "own"
+    """``own`` (this rank's code), ``peer`` (a collective failed) or ``released`` (the generation ended)."""
+    error_type: str = ""
+    """The exception's class, e.g. ``RuntimeError`` or ``torch.distributed.DistBackendError``."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -22,11 +22,12 @@ import torch
 import torch.distributed as dist
 
 from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
+from resilience.errors import ResilienceError
 
 KEEP = 2  # snapshots kept per owner: the last commit and the one before (for rollback)
 
 
-class Unrecoverable(RuntimeError):
+class Unrecoverable(ResilienceError, RuntimeError):
     """Some rank's state exists on no live process: peers cannot restore it."""
 
 

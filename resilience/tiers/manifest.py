@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from resilience.state.snapshot import Snapshot, checksum
+from resilience.errors import ResilienceError
 
 FORMAT = 1
 MAGIC = b"SRESCKP1"
@@ -39,7 +40,7 @@ MANIFEST = "manifest.json"
 ALIGN = 64
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ResilienceError, RuntimeError):
     """Base of the checkpoint errors."""
 
 

@@ -1,0 +1,123 @@
+"""The heartbeat thread of a rank, and the generation it watches.
+
+The heartbeat tells the supervisor this process is alive; between beats it watches for a
+newer plan and, when one appears while the main thread is still inside the old generation,
+releases the main thread from its blocked collective (see :mod:`resilience.agent.abort`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+import torch.distributed as dist
+
+from resilience.agent.abort import GroupSockets, release
+from resilience.contract import membership
+
+log = logging.getLogger("resilience")
+
+
+class GenerationWatch:
+    """The generation this process is in, and how to leave it in a hurry.
+
+    Shared by the main thread (enter/leave) and the heartbeat thread, which releases the
+    main thread from a blocked collective as soon as the supervisor publishes a newer plan.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.generation = 0
+        self._backend = "gloo"
+        self._sockets: GroupSockets | None = None
+        self._groups: list[dist.ProcessGroup] = []
+        self._released_at: float | None = None
+
+    def enter(self, generation: int, backend: str, sockets: GroupSockets, groups: list) -> None:
+        with self._lock:
+            self.generation, self._backend, self._sockets, self._groups = generation, backend, sockets, groups
+            self._released_at = None
+
+    def leave(self) -> None:
+        with self._lock:
+            self._sockets, self._groups, self._released_at = None, [], None
+
+    def release_now(self) -> bool:
+        with self._lock:
+            if self._released_at is not None or self._sockets is None:
+                return False
+            self._released_at = time.monotonic()
+            release(self._backend, self._sockets, self._groups)
+            return True
+
+    def released(self) -> bool:
+        """Whether the heartbeat thread ended this generation under the main thread."""
+        with self._lock:
+            return self._released_at is not None
+
+    def stuck_for(self) -> float:
+        """Seconds since this generation was released while the main thread is still in it."""
+        with self._lock:
+            return 0.0 if self._released_at is None else time.monotonic() - self._released_at
+
+
+class Heartbeat:
+    """Tells the supervisor this process is alive, and watches for the end of its generation.
+
+    The heartbeat is a counter bumped on the thread's own store connection. A hung process
+    (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
+    the hang timeout, which turns a hang into an ordinary process fault. Between beats the
+    thread polls for a newer plan: when one appears while this process still runs the old
+    generation, it releases the main thread (see :mod:`resilience.agent.abort`).
+    """
+
+    POLL_S = 0.1
+    RELEASE_GRACE_S = 2.0
+    """A rank still inside a released generation after this long exits (seen once in CI: a gloo
+    wait that spun at 100% CPU after its sockets were shut down). The supervisor sees a
+    process fault and restarts it; its state comes from peers. Progress is guaranteed."""
+
+    def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: GenerationWatch) -> None:
+        self.store = store.clone()
+        self.key = membership.heartbeat_key(slot)
+        self.period_s = period_s
+        self.watch = watch
+        self._stop = threading.Event()
+        self.preempted = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self.store.add(self.key, 1)
+                    next_beat = now + self.period_s
+                if self.preempted.is_set():
+                    self.store.set(membership.PREEMPT, self.key)
+                    self.preempted.clear()
+                generation = self.watch.generation
+                if generation and self.store.check([membership.plan_key(generation + 1)]):
+                    if self.watch.release_now():
+                        log.info("generation %d ended: released this rank", generation)
+                if self.watch.stuck_for() > self.RELEASE_GRACE_S:
+                    sys.stderr.write(f"sres: rank stuck in ended generation {generation} for "
+                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted\n")
+                    sys.stderr.flush()
+                    os._exit(75)
+            except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
+                if not self._stop.is_set():
+                    os._exit(3)
+                return
+            self._stop.wait(self.POLL_S)

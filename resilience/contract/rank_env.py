@@ -1,0 +1,146 @@
+"""The supervisor -> rank contract: how a rank process is told who it is and where to go.
+
+:class:`RankEnv` is the only place that spells the ``SRES_*`` variables a rank is started
+with: the supervisor builds one per process and passes ``to_environ()``; the rank reads it
+back with ``from_environ()``. The defaults below are the defaults of the whole project (the
+``sres`` command line and ``RunConfig`` import them).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from resilience.agent import faults
+from resilience.errors import OptionError, RankEnvError
+from resilience.tiers.layout import TIERS_ENV, TierConfig
+
+HEARTBEAT_S = 0.5
+"""How often a rank bumps its heartbeat; the supervisor's hang timeout must exceed two."""
+REFORM_TIMEOUT_S = 60.0
+"""How long a new generation waits for every member while forming its process group."""
+COLLECTIVE_TIMEOUT_S = 600.0
+"""The process group's timeout once formed (faults are seen long before, by the supervisor)."""
+REPLICATION_FACTOR = 2
+"""Copies of each sharded state shard: its owner's and ``factor - 1`` buddies' on other nodes."""
+PREEMPT_SIGNAL = "USR2"
+"""The signal that means "save and requeue" (USR1 is NCCL's)."""
+BACKEND = "gloo"
+"""The torch.distributed backend."""
+
+# field -> variable. Slurm's own SLURM_STEP_ID and the conventional LOCAL_RANK are read too.
+_VARS = {
+    "store_host": "SRES_STORE_HOST", "store_port": "SRES_STORE_PORT", "slot": "SRES_SLOT",
+    "node": "SRES_NODE", "local_rank": "SRES_LOCAL_RANK", "node_name": "SRES_NODE_NAME",
+    "backend": "SRES_BACKEND", "injections": "SRES_INJECT", "heartbeat_s": "SRES_HEARTBEAT_S",
+    "reform_timeout_s": "SRES_REFORM_TIMEOUT_S", "replication_factor": "SRES_REPLICATION_FACTOR",
+    "liveness_port": "SRES_LIVENESS_PORT", "preempt_signal": "SRES_PREEMPT_SIGNAL", "log_dir": "SRES_LOG_DIR",
+    "tiers": TIERS_ENV,
+}
+RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers")
+"""What ``resilience.run(train, **options)`` may override of what the supervisor configured."""
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """How the supervisor configured this rank process; validated when built."""
+
+    store_host: str
+    store_port: int
+    slot: str
+    node: int = 0
+    local_rank: int = 0
+    node_name: str = ""
+    """The node's Slurm name; empty for a local run's simulated nodes."""
+    backend: str = BACKEND
+    injections: tuple[faults.Injection, ...] = ()
+    heartbeat_s: float = HEARTBEAT_S
+    reform_timeout_s: float = REFORM_TIMEOUT_S
+    collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
+    replication_factor: int = REPLICATION_FACTOR
+    liveness_port: int = 0
+    preempt_signal: str = PREEMPT_SIGNAL
+    log_dir: str = ""
+    step_id: str = ""
+    """Slurm's step id of this process (``SLURM_STEP_ID``, set by srun, not by us)."""
+    tiers: TierConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not self.slot:
+            raise RankEnvError(f"{_VARS['slot']} is empty: this process was not started by sres")
+        if not 0 < self.store_port < 65536:
+            raise RankEnvError(f"{_VARS['store_port']}={self.store_port}: not a TCP port")
+        if self.backend not in ("gloo", "nccl"):
+            raise RankEnvError(f"backend {self.backend!r}: gloo or nccl")
+        if min(self.heartbeat_s, self.reform_timeout_s, self.collective_timeout_s) <= 0:
+            raise RankEnvError("heartbeat_s, reform_timeout_s and collective_timeout_s must be positive")
+        if self.replication_factor < 1:
+            raise RankEnvError(f"replication_factor {self.replication_factor}: at least 1")
+        if not hasattr(signal, "SIG" + self.preempt_signal.upper().removeprefix("SIG")):
+            raise RankEnvError(f"preempt signal {self.preempt_signal!r}: not a signal name")
+
+    @property
+    def preempt_signal_name(self) -> str:
+        return "SIG" + self.preempt_signal.upper().removeprefix("SIG")
+
+    def to_environ(self) -> dict[str, str]:
+        """The variables that give a rank process this configuration (``LOCAL_RANK`` too)."""
+        env = {}
+        for name, var in _VARS.items():
+            value = getattr(self, name)
+            if name == "injections":
+                value = ";".join(i.spec for i in value)
+            elif name == "tiers":
+                if value is None:
+                    continue
+                value = value.to_json()
+            env[var] = str(value)
+        env["LOCAL_RANK"] = str(self.local_rank)
+        return env
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str], **options: Any) -> "RankEnv | None":
+        """This process's configuration, or None when no supervisor started it (plain torchrun).
+
+        ``options`` (from ``resilience.run``) override the supervisor's; an unknown one is refused.
+        """
+        check_options(options)
+        if _VARS["store_port"] not in env:
+            return None
+        try:
+            values = _parse(env)
+        except (KeyError, ValueError) as err:
+            raise RankEnvError(f"bad rank environment from sres: {type(err).__name__}: {err}") from None
+        values.update({k: v for k, v in options.items() if k != "tiers"})
+        if "tiers" in options:
+            values["tiers"] = TierConfig.from_option(options["tiers"], values["tiers"], env)
+        return cls(**values)
+
+
+def node_name_environ(name: str) -> dict[str, str]:
+    """The variable a placement adds when it knows the node's Slurm name."""
+    return {_VARS["node_name"]: name}
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    if unknown:
+        raise OptionError(f"resilience.run(): unknown option {unknown[0]!r} (known: {', '.join(RUN_OPTIONS)})")
+
+
+def _parse(env: Mapping[str, str]) -> dict[str, Any]:
+    v = _VARS
+    return dict(
+        store_host=env.get(v["store_host"], "127.0.0.1"), store_port=int(env[v["store_port"]]), slot=env[v["slot"]],
+        node=int(env.get(v["node"], "0")), local_rank=int(env.get(v["local_rank"], "0")),
+        node_name=env.get(v["node_name"], ""), backend=env.get(v["backend"], BACKEND),
+        injections=faults.parse_env(env.get(v["injections"])),
+        heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
+        reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
+        replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
+        liveness_port=int(env.get(v["liveness_port"], "0")),
+        preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL), log_dir=env.get(v["log_dir"], ""),
+        step_id=env.get("SLURM_STEP_ID", ""), tiers=TierConfig.from_environ(env),
+    )

@@ -1,0 +1,90 @@
+"""Whose fault an exception is (resilience.agent.blame), from real exceptions, never from text."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from resilience.agent import blame, faults
+from resilience.contract.membership import Report
+from resilience.errors import ResilienceError
+from resilience.state.replication import Unrecoverable
+from resilience.tiers.layout import TierConfigError
+from resilience.tiers.manifest import CheckpointInvalid
+
+
+def caught(fn) -> BaseException:
+    try:
+        fn()
+    except BaseException as err:  # noqa: BLE001
+        return err
+    raise AssertionError("no exception")
+
+
+def test_a_users_own_error_is_own_even_when_it_names_a_connection():
+    err = caught(lambda: (_ for _ in ()).throw(RuntimeError("Connection closed by peer")))
+    assert blame.origin(err, released=False) == blame.OWN
+
+
+def test_an_injected_raise_is_own():
+    injection = faults.parse(["raise:rank=0:step=1"])[0]
+    err = caught(lambda: faults.perform(injection))
+    assert blame.origin(err, released=False) == blame.OWN
+
+
+def test_an_error_raised_inside_torch_distributed_is_a_peers():
+    err = caught(lambda: dist.all_reduce(torch.ones(1)))  # no group: raised by distributed_c10d itself
+    assert blame.origin(err, released=False) == blame.PEER
+
+
+def test_a_dist_error_is_a_peers_by_its_type():
+    assert blame.origin(dist.DistBackendError("x"), released=False) == blame.PEER
+
+
+def test_any_error_after_the_generation_was_released_is_collateral():
+    assert blame.origin(ValueError("anything"), released=True) == blame.RELEASED
+
+
+def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
+    """Rank 1 dies; rank 0's all_reduce raises gloo's plain RuntimeError, seen as a peer's fault."""
+    script = textwrap.dedent("""
+        import os, socket, sys, time
+        import torch, torch.distributed as dist
+        from resilience.agent import blame
+        rank, port = int(sys.argv[1]), int(sys.argv[2])
+        store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(4))
+        if rank == 1:
+            os._exit(9)
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as err:
+            print(type(err).__name__, blame.origin(err, released=False))
+    """)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(port)], stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.DEVNULL) for r in range(2)]
+    out = procs[0].communicate(timeout=60)[0]
+    procs[1].wait(timeout=60)
+    assert out.split() == ["RuntimeError", "peer"]
+
+
+def test_reports_carry_the_origin_and_type_and_old_reports_still_read():
+    rep = Report("error", 2, message="RuntimeError: x", collateral=True, origin="peer", error_type="RuntimeError")
+    assert Report.from_json(rep.to_json()) == rep
+    old = Report.from_json('{"kind": "error", "rank": 1, "message": "m", "collateral": false}')
+    assert old.origin == "own" and old.error_type == ""
+
+
+@pytest.mark.parametrize("error", [Unrecoverable, CheckpointInvalid, TierConfigError, faults.InjectSpecError])
+def test_every_error_of_the_rank_side_has_one_base(error):
+    assert issubclass(error, ResilienceError)
