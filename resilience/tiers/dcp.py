@@ -28,6 +28,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import job_ram_dir
+from resilience.tiers.registry import PERSISTENT, RAM
 
 log = logging.getLogger("resilience")
 
@@ -46,9 +47,9 @@ def _locations(job_id: str, persistent_dir: str | os.PathLike | None, ram: bool,
                ram_root: Path | None) -> list[tuple[str, Path]]:
     out = []
     if ram:
-        out.append(("ram", job_ram_dir(job_id, ram_root) / DCP_DIR))
+        out.append((RAM.name, job_ram_dir(job_id, ram_root) / DCP_DIR))
     if persistent_dir is not None:
-        out.append(("persistent", Path(persistent_dir) / DCP_DIR))
+        out.append((PERSISTENT.name, Path(persistent_dir) / DCP_DIR))
     return out
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from resilience.tiers import manifest as mf
+from resilience.errors import ResilienceError
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
@@ -36,7 +37,7 @@ JOB_CONFIG = "tiers.json"
 """Written into the job's RAM directory: tells ``cleanup_job`` where the persistent copy is."""
 
 
-class TierConfigError(ValueError):
+class TierConfigError(ResilienceError, ValueError):
     """A tier configuration that cannot work; the message says which setting."""
 
 
@@ -199,8 +200,13 @@ def record_job_config(config: TierConfig, root: Path | None = None) -> None:
 def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
     """step -> world size of every checkpoint under ``root`` whose manifests exist for all its
     ranks (a cheap check: manifests and file sizes, not checksums), newest first."""
+    return complete_steps_of(root, mf.steps_in(root), job_id)
+
+
+def complete_steps_of(root: Path, steps: list[int], job_id: str | None = None) -> dict[int, int]:
+    """:func:`complete_steps` among ``steps`` only."""
     out: dict[int, int] = {}
-    for step in mf.steps_in(root):
+    for step in steps:
         ranks = mf.ranks_in(root, step)
         try:
             manifests = [mf.read_manifest(mf.rank_dir(root, step, r), job_id) for r in ranks]
@@ -213,13 +219,22 @@ def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
 
 
 def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None) -> None:
-    """Remove all but the newest ``keep`` steps under ``root`` (only rank ``owner``'s part when
-    given); never a pinned step (one another tier is still reading)."""
+    """Remove the steps under ``root`` older than the newest ``keep`` complete ones (only rank
+    ``owner``'s part when given); never a pinned step (one another tier is still reading).
+
+    Counting complete copies, not directories: a newer step whose write failed or is still
+    going on must not push out the only good copy. With fewer than ``keep`` complete copies
+    nothing is removed.
+    """
     steps = mf.steps_in(root)
     if owner is not None:
         steps = [s for s in steps if mf.rank_dir(root, s, owner).exists()]
-    for step in steps[keep:]:
-        if step in pinned:
+    complete = [s for s in steps if _complete(root, s, owner)]
+    if keep < 1 or len(complete) < keep:
+        return
+    oldest_kept = complete[keep - 1]
+    for step in steps:
+        if step >= oldest_kept or step in pinned:
             continue
         target = mf.rank_dir(root, step, owner) if owner is not None else mf.step_dir(root, step)
         shutil.rmtree(target, ignore_errors=True)
@@ -227,6 +242,17 @@ def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | No
             mf.step_dir(root, step).rmdir()  # gone when its last rank left
         except OSError:
             pass
+
+
+def _complete(root: Path, step: int, owner: int | None) -> bool:
+    """Rank ``owner``'s copy has a valid manifest, or (no owner) every rank's has."""
+    if owner is None:
+        return step in complete_steps_of(root, [step])
+    try:
+        mf.read_manifest(mf.rank_dir(root, step, owner))
+        return True
+    except mf.CheckpointInvalid:
+        return False
 
 
 def remove_job(job_id: str, root: Path | None = None) -> None:

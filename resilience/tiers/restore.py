@@ -23,21 +23,12 @@ from resilience.tiers import manifest as mf
 from resilience.state import snapshot
 from resilience.sharded import is_shard_state
 from resilience.state.snapshot import Snapshot
+from resilience.tiers import registry
+from resilience.tiers.base import SHARED_HOLDER, Offer, Where
+from resilience.tiers.layout import NodeKey, TierConfig
 from resilience.tiers.transport import recv_checkpoint, send_checkpoint
-from resilience.tiers.layout import NodeKey, TierConfig, complete_steps, neighbour_root, own_root
 
-TIERS = ("ram", "neighbour", "persistent")
-PERSISTENT_HOLDER = -1
-"""Holder of a persistent-tier offer: every rank reads the shared directory itself."""
-
-
-@dataclass(frozen=True)
-class Offer:
-    tier: str
-    holder: int
-    owner: int
-    step: int
-    world_size: int
+__all__ = ["Offer", "Restored", "Restorer", "TierPlan", "list_offers", "plan_restore"]
 
 
 @dataclass(frozen=True)
@@ -76,50 +67,28 @@ def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
             mine = [o for o in here if o.owner == owner]
             if not mine:
                 break
-            best = min(mine, key=lambda o: (TIERS.index(o.tier), o.holder != owner, o.holder))
+            best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder))
             sources.append(Source(owner, best.tier, best.holder))
         else:
             return TierPlan(step, world, tuple(sources))
         for other in sorted({o.world_size for o in usable if o.step == step and o.world_size != world}):
-            persistent = {o.owner for o in usable if o.step == step and o.world_size == other and o.tier == "persistent"}
-            if persistent == set(range(other)):
-                return TierPlan(step, other, tuple(Source(r, "persistent", PERSISTENT_HOLDER) for r in range(other)))
+            for shared in (t.name for t in registry.TIERS if t.shared):
+                owners = {o.owner for o in usable if o.step == step and o.world_size == other and o.tier == shared}
+                if owners == set(range(other)):
+                    return TierPlan(step, other, tuple(Source(r, shared, SHARED_HOLDER) for r in range(other)))
     return None
 
 
 # --- listing ---------------------------------------------------------------------------------------
 
-def list_offers(config: TierConfig, rank: int, node: NodeKey, include_persistent: bool,
+def list_offers(config: TierConfig, rank: int, node: NodeKey, include_shared: bool,
                 report: Callable[[str, int, int, str], None], ram_base: Path | None = None) -> list[Offer]:
-    """What this process can offer: its node's RAM-tier and neighbour copies (valid manifests
-    of this job), and (``include_persistent``) the complete persistent checkpoints.
+    """What this process can offer: every tier's valid copies of this job on its node, and
+    (``include_shared``: one rank lists them for all) the complete shared-tier checkpoints.
     ``report(tier, owner, step, why)`` is called for every copy refused."""
-    offers: list[Offer] = []
-    roots = []
-    if config.ram:
-        roots = [("ram", own_root(config.job_id, node, ram_base)), ("neighbour", neighbour_root(config.job_id, node, ram_base))]
-    for tier, root in roots:
-        for step in mf.steps_in(root):
-            for owner in mf.ranks_in(root, step):
-                try:
-                    m = mf.read_manifest(mf.rank_dir(root, step, owner), config.job_id)
-                except mf.CheckpointInvalid as err:
-                    report(tier, owner, step, str(err))
-                    continue
-                offers.append(Offer(tier, rank, owner, step, m.world_size))
-    if include_persistent and config.persistent_dir:
-        root = Path(config.persistent_dir)
-        complete = complete_steps(root, config.job_id)
-        for step in mf.steps_in(root):
-            if step in complete:
-                offers += [Offer("persistent", PERSISTENT_HOLDER, r, step, complete[step]) for r in range(complete[step])]
-                continue
-            for owner in mf.ranks_in(root, step):
-                try:
-                    mf.read_manifest(mf.rank_dir(root, step, owner))
-                except mf.CheckpointInvalid as err:
-                    report("persistent", owner, step, str(err))
-    return offers
+    where = Where(config, node, ram_base)
+    return [offer for tier in registry.TIERS if include_shared or not tier.shared
+            for offer in tier.offers(where, rank, report)]
 
 
 # --- executing (collective over the state group) -----------------------------------------------------
@@ -138,7 +107,7 @@ class Restored:
     @property
     def source(self) -> str:
         """The most expensive tier that served some rank."""
-        return max(self.tiers.values(), key=TIERS.index, default="ram")
+        return max(self.tiers.values(), key=registry.cost, default=registry.NAMES[0])
 
 
 class Restorer:
@@ -148,6 +117,7 @@ class Restorer:
                  emit: Callable[..., None], ram_base: Path | None = None) -> None:
         self.config, self.rank, self.world, self.node, self.group = config, rank, world, node, group
         self.emit, self.ram_base = emit, ram_base
+        self.where = Where(config, node, ram_base)
         self._reported: set[tuple[str, int, int]] = set()
 
     def _report(self, tier: str, owner: int, step: int, why: str) -> None:
@@ -193,20 +163,21 @@ class Restorer:
         error = None
         loaded: dict[str, Snapshot] = {}
         for src in plan.sources:
-            local = src.tier == "persistent" or src.holder == src.owner
+            local = registry.tier(src.tier).shared or src.holder == src.owner
             if local and src.owner == self.rank:
                 try:
                     loaded = self._load(src.tier, plan.step, src.owner)
                 except mf.CheckpointInvalid as err:
                     error = (src.tier, src.owner, plan.step, str(err))
             elif not local and src.holder == self.rank:
-                moved += send_checkpoint(self._path(src.tier, plan.step, src.owner), src.owner, self.group)
+                moved += send_checkpoint(registry.tier(src.tier).path(self.where, plan.step, src.owner), src.owner,
+                                         self.group)
             elif not local and src.owner == self.rank:
-                # The copy lands in this node's own RAM tier: restored there too.
-                target = mf.rank_dir(own_root(self.config.job_id, self.node, self.ram_base), plan.step, src.owner)
+                # The copy lands in this node's own (cheapest) tier: restored there too.
+                here = registry.TIERS[0]
                 try:
-                    moved += recv_checkpoint(target, src.holder, self.group)
-                    loaded = self._load("ram", plan.step, src.owner, tier_name=src.tier)
+                    moved += recv_checkpoint(here.path(self.where, plan.step, src.owner), src.holder, self.group)
+                    loaded = self._load(here.name, plan.step, src.owner, tier_name=src.tier)
                 except mf.CheckpointInvalid as err:
                     error = (src.tier, src.owner, plan.step, str(err))
         if error is not None:
@@ -216,33 +187,26 @@ class Restorer:
             states.update(snapshot.materialize(snap, copy=False))
         return None, (states, loaded), moved
 
-    def _path(self, tier: str, step: int, owner: int) -> Path:
-        if tier == "persistent":
-            return mf.rank_dir(Path(self.config.persistent_dir), step, owner)
-        root = own_root if tier == "ram" else neighbour_root
-        return mf.rank_dir(root(self.config.job_id, self.node, self.ram_base), step, owner)
-
     def _load(self, tier: str, step: int, owner: int, world: int | None = None, tier_name: str | None = None,
               kinds: tuple[str, ...] | None = None) -> dict[str, Snapshot]:
-        path = self._path(tier, step, owner)
         try:
-            m = mf.read_manifest(path, self.config.job_id, world or self.world)
-            if m.step != step or m.rank != owner:
-                raise mf.CheckpointInvalid(f"{path / mf.MANIFEST}: says step {m.step} rank {m.rank}")
-            return mf.load(path, m, verify=True, copy=tier == "persistent", kinds=kinds)
+            return registry.tier(tier).read(self.where, step, owner, world or self.world, kinds)
         except mf.CheckpointInvalid as err:
-            raise mf.CheckpointInvalid(f"{tier_name or tier} tier: {err}") from None
+            if tier_name is None:
+                raise
+            # received from another tier's holder: name the tier that served it
+            raise mf.CheckpointInvalid(f"{tier_name} tier: {str(err).removeprefix(f'{tier} tier: ')}") from None
 
     def _reshard(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
-        """Another world size: read every shard of the persistent checkpoint."""
+        """Another world size: read every shard of the (shared-tier) checkpoint."""
         shards: list[dict[str, Any]] = []
         replicated: dict[str, Any] = {}
         for owner in range(plan.world_size):
             try:  # replicated state is the same on every rank: read rank 0's only
-                snaps = self._load("persistent", plan.step, owner, world=plan.world_size,
+                snaps = self._load(plan.tier_of(owner), plan.step, owner, world=plan.world_size,
                                    kinds=None if owner == 0 else ("sharded",))
             except mf.CheckpointInvalid as err:
-                return ("persistent", owner, plan.step, str(err)), None, 0
+                return (plan.tier_of(owner), owner, plan.step, str(err)), None, 0
             if owner == 0 and "replicated" in snaps:
                 replicated = snapshot.materialize(snaps["replicated"], copy=False)
             shards.append(snapshot.materialize(snaps["sharded"], copy=False) if "sharded" in snaps else {})

@@ -35,7 +35,9 @@ from resilience.tiers import manifest as mf
 from resilience.state import snapshot
 from resilience.state.snapshot import Snapshot
 from resilience.tiers.transport import push_checkpoint
-from resilience.tiers.layout import NodeKey, TierConfig, own_root, prune
+from resilience.tiers.base import Where
+from resilience.tiers.layout import NodeKey, TierConfig, own_root
+from resilience.tiers.registry import NEIGHBOUR, PERSISTENT, RAM
 
 log = logging.getLogger("resilience")
 
@@ -153,17 +155,18 @@ class TierSaver:
         self.place = place
         self.emit = emit
         self._ram_base = node_root  # tests: another RAM root
+        self._where = Where(config, place.node, node_root)
         self._free: list[dict[str, Snapshot]] = []
         self._buffers_made = 0
         self._pin_lock = threading.Lock()
         self._pinned: dict[int, int] = {}
         self.last_written = -1
         self.persisted: set[int] = set()
-        self._neighbour_streak = _Streak("neighbour", emit)
-        self._persistent_streak = _Streak("persistent", emit)
-        self._ram_lane = _Lane("ram", self._write_ram)
-        self._neighbour_lane = _Lane("neighbour", self._push_neighbour) if config.neighbour else None
-        self._persistent_lane = _Lane("persistent", self._write_persistent) if config.persistent_dir else None
+        self._neighbour_streak = _Streak(NEIGHBOUR.name, emit)
+        self._persistent_streak = _Streak(PERSISTENT.name, emit)
+        self._ram_lane = _Lane(RAM.name, self._write_ram)
+        self._neighbour_lane = _Lane(NEIGHBOUR.name, self._push_neighbour) if config.neighbour else None
+        self._persistent_lane = _Lane(PERSISTENT.name, self._write_persistent) if config.persistent_dir else None
         self.commits = 0
         self._carry_force = False
         self._hold_from: int | None = None
@@ -229,7 +232,7 @@ class TierSaver:
             else:
                 return
         except OSError as err:
-            self.emit("tier-warning", tier="ram", step=job.step, error=f"{type(err).__name__}: {err}",
+            self.emit("tier-warning", tier=RAM.name, step=job.step, error=f"{type(err).__name__}: {err}",
                       message="RAM tier save failed")
             return
         finally:
@@ -254,7 +257,7 @@ class TierSaver:
             pinned = set(self._pinned)
             if self._hold_from is not None:
                 pinned |= {s for s in mf.steps_in(self._own_root()) if s >= self._hold_from}
-            prune(self._own_root(), self.config.keep_ram, pinned, owner=place.rank)
+            RAM.prune(self._where, self.config.keep_ram, pinned, owner=place.rank)
 
     def _push_neighbour(self, job: _Job) -> None:
         try:
@@ -269,7 +272,7 @@ class TierSaver:
             self._unpin(job.step)
 
     def _write_persistent(self, job: _Job) -> None:
-        root = Path(self.config.persistent_dir)
+        root = PERSISTENT.root(self._where)
         try:
             started = time.perf_counter()
             share = self._share_with_rank0(root)
@@ -286,7 +289,7 @@ class TierSaver:
 
     def _write_persistent_from(self, job: _Job) -> None:
         """Persistent tier without a RAM tier: write straight from the buffers."""
-        root = Path(self.config.persistent_dir)
+        root = PERSISTENT.root(self._where)
         try:
             started = time.perf_counter()
             written = mf.write(root, self.config.job_id, job.step, self.place.world_size, self.place.rank, job.snaps,
@@ -319,7 +322,7 @@ class TierSaver:
                 theirs = shared_entry  # not there (failed, pruned, being replaced): nothing learned
             if theirs != shared_entry:
                 self._share_replicated = False
-                self.emit("tier-warning", tier="persistent", step=shared_step,
+                self.emit("tier-warning", tier=PERSISTENT.name, step=shared_step,
                           error=f"replicated state of rank {self.place.rank} differs from rank 0's",
                           message="data-parallel ranks diverged, or state registered as replicated is per "
                                   "rank: that step will not restore; this rank now writes its own copy")
@@ -339,8 +342,8 @@ class TierSaver:
         self.persisted.add(job.step)
         self._persistent_streak.succeeded(job.step)
         if self.place.rank == 0:
-            self.emit("checkpoint-saved", tier="persistent", step=job.step, seconds=time.perf_counter() - started)
-        prune(root, self.config.keep_persistent, owner=self.place.rank)
+            self.emit("checkpoint-saved", tier=PERSISTENT.name, step=job.step, seconds=time.perf_counter() - started)
+        PERSISTENT.prune(self._where, self.config.keep_persistent, owner=self.place.rank)
 
     def _persist_failed(self, job: _Job, root: Path, err: OSError) -> None:
         # Leave nothing half-written behind (a full disk must not stay full of our debris).
@@ -391,7 +394,7 @@ class TierSaver:
         try:
             if self._persistent_lane is None:
                 return None, "no persistent tier configured"
-            if step in self.persisted and mf.rank_dir(Path(self.config.persistent_dir), step, self.place.rank).exists():
+            if step in self.persisted and PERSISTENT.path(self._where, step, self.place.rank).exists():
                 return step, ""
             path = mf.rank_dir(self._own_root(), step, self.place.rank)
             while not (path / mf.MANIFEST).exists():

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from resilience.tiers import manifest as mf
+from resilience.tiers.layout import prune
 
 log = logging.getLogger("resilience")
 
@@ -99,8 +100,6 @@ class NeighbourServer:
             threading.Thread(target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        from resilience.tiers.layout import prune
-
         with conn:
             try:
                 reader = conn.makefile("rb")

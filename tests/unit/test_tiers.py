@@ -338,8 +338,8 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
     saver.drain()
     saver.close()
     # The requeued job runs rank 0 on that host: it offers rank 2's copy from its own RAM tier.
-    offers = list_offers(config, rank=0, node="gpu-a17", include_persistent=False, report=print, ram_base=tmp_path)
+    offers = list_offers(config, rank=0, node="gpu-a17", include_shared=False, report=print, ram_base=tmp_path)
     assert offers == [Offer("ram", 0, 2, 6, 4)]
-    assert list_offers(config, rank=0, node="gpu-b02", include_persistent=False, report=print, ram_base=tmp_path) == []
+    assert list_offers(config, rank=0, node="gpu-b02", include_shared=False, report=print, ram_base=tmp_path) == []
     with pytest.raises(ValueError, match="not a node name"):
         own_root("j", "../etc", tmp_path)

@@ -1,0 +1,111 @@
+"""One checkpoint tier: what it offers for a job, and writing, reading and pruning a rank's copy.
+
+Every tier keeps checkpoints in the same on-disk form (``step-S/rank-R/``, manifest last:
+:mod:`resilience.tiers.manifest`); a tier is *where* they live and *who* can read them.
+The restore plan, the saver and the epilog use tiers only through this interface, so a new
+tier is one module and one line in :mod:`resilience.tiers.registry`; the contract tests
+(tests/unit/test_tier_contract.py) then run against it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from resilience.state.snapshot import Snapshot
+from resilience.tiers import manifest as mf
+from resilience.tiers.layout import NodeKey, TierConfig, prune
+
+Report = Callable[[str, int, int, str], None]
+"""``report(tier, owner, step, why)``: a copy was refused (becomes a ``checkpoint-invalid`` event)."""
+
+SHARED_HOLDER = -1
+"""Holder of an offer of a shared tier: every rank reads it itself."""
+
+
+@dataclass(frozen=True)
+class Where:
+    """A rank's view of the tiers: its job's configuration, its node, the RAM root."""
+
+    config: TierConfig
+    node: NodeKey = 0
+    ram_base: Path | None = None
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A complete copy of ``owner``'s checkpoint at ``step`` that ``holder`` can serve."""
+
+    tier: str
+    holder: int
+    owner: int
+    step: int
+    world_size: int
+
+
+class Tier(ABC):
+    """Where a job's checkpoints can live. Subclasses say where (``root``) and may change how
+    offers are listed; the rest is the same for every tier."""
+
+    name: ClassVar[str]
+    """The tier's name in events and plans: a contract (``ram``, ``neighbour``, ``persistent``)."""
+    shared: ClassVar[bool] = False
+    """Every rank reads it directly (a shared filesystem), instead of a node's process serving it."""
+
+    @abstractmethod
+    def root(self, where: Where) -> Path | None:
+        """The directory of this job's checkpoints as seen from ``where``; None when the tier is off."""
+
+    def path(self, where: Where, step: int, owner: int) -> Path:
+        return mf.rank_dir(self._root(where), step, owner)
+
+    def offers(self, where: Where, holder: int, report: Report) -> list[Offer]:
+        """Copies of this job held here with a valid manifest; every other copy is reported."""
+        root = self.root(where)
+        if root is None:
+            return []
+        out = []
+        for step in mf.steps_in(root):
+            for owner in mf.ranks_in(root, step):
+                try:
+                    m = mf.read_manifest(mf.rank_dir(root, step, owner), where.config.job_id)
+                except mf.CheckpointInvalid as err:
+                    report(self.name, owner, step, str(err))
+                    continue
+                out.append(Offer(self.name, holder, owner, step, m.world_size))
+        return out
+
+    def write(self, where: Where, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],
+              share: Mapping[str, int] | None = None) -> Path:
+        """Write ``rank``'s snapshots as this tier's copy of ``step`` (manifest last, atomic)."""
+        return mf.write(self._root(where), where.config.job_id, step, world_size, rank, snaps,
+                        fsync=self.shared and where.config.fsync, share=share)
+
+    def read(self, where: Where, step: int, owner: int, world_size: int,
+             kinds: Collection[str] | None = None) -> dict[str, Snapshot]:
+        """``owner``'s snapshots at ``step``, every checksum verified; a bad copy raises
+        CheckpointInvalid naming this tier and the file."""
+        path = self.path(where, step, owner)
+        try:
+            m = mf.read_manifest(path, where.config.job_id, world_size)
+            if m.step != step or m.rank != owner:
+                raise mf.CheckpointInvalid(f"{path / mf.MANIFEST}: says step {m.step} rank {m.rank}")
+            # A shared filesystem's pages are not this node's memory: copy them in.
+            return mf.load(path, m, verify=True, copy=self.shared, kinds=tuple(kinds) if kinds else None)
+        except mf.CheckpointInvalid as err:
+            raise mf.CheckpointInvalid(f"{self.name} tier: {err}") from None
+
+    def prune(self, where: Where, keep: int, pinned: Collection[int] = (), owner: int | None = None) -> None:
+        """Keep the newest ``keep`` complete copies (and anything newer); never a pinned step."""
+        root = self.root(where)
+        if root is not None:
+            prune(root, keep, set(pinned), owner)
+
+    def _root(self, where: Where) -> Path:
+        root = self.root(where)
+        if root is None:
+            raise mf.CheckpointError(f"the {self.name} tier is off for job {where.config.job_id}")
+        return root
