@@ -117,7 +117,7 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     saver = TierSaver(config, RankPlace(0, 1, 0), lambda *a, **k: None, node_root=ram_base)
     steps = iter(range(10**6))
     saver.save(next(steps), {"replicated": state})  # the first save allocates its buffers
-    saver.drain()
+    saver.wait_idle()
     floor = torch.empty(size // 4, dtype=torch.float32)
 
     def plain_copy() -> None:
@@ -132,7 +132,7 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     copies, saves = [], []
     for _ in range(repeat):
         copies.append(median_time(plain_copy, 1))
-        saves.append(median_time(lambda: saver.save(next(steps), {"replicated": state}), 1, after=saver.drain))
+        saves.append(median_time(lambda: saver.save(next(steps), {"replicated": state}), 1, after=saver.wait_idle))
     out["memory copy"], out["tiered save"] = statistics.median(copies), statistics.median(saves)
     floor = None  # 2 GiB back before the restores
     saver.close()
@@ -197,7 +197,7 @@ def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[b
                     saver.wait_ram()
                 started = time.perf_counter()
                 for saver in savers:
-                    saver.drain()
+                    saver.wait_idle()
                 times.append(time.perf_counter() - started)
                 sizes.append(sum(f.stat().st_size for f in mf.step_dir(root, step).rglob("*") if f.is_file()))
         finally:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from launcher.events import EventLog
 from resilience.contract import membership
+from resilience.tiers.registry import PERSISTENT
 
 
 def flush_persistent(store: dist.Store, ranks: Iterable[int], events: EventLog, timeout_s: float,
@@ -28,7 +29,7 @@ def flush_persistent(store: dist.Store, ranks: Iterable[int], events: EventLog, 
     if answers and target is not None and all(a["step"] is not None for a in answers):
         answers = _round(store, ranks, target, deadline, clock, sleep)
         if answers and all(a["step"] == target for a in answers):
-            events.emit("flushed", step=target, tier="persistent")
+            events.emit("flushed", step=target, tier=PERSISTENT.name)
             return target
     errors = sorted({a["error"] for a in answers or () if a["error"]}) or ["timeout"]
     events.emit("flush-failed", errors=errors)

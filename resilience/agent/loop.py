@@ -122,9 +122,9 @@ class Agent:
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self)
             self._live = ctx
             train(ctx)
-            self._drain_background()
+            self._wait_background()
             if self.tiers is not None:
-                self.tiers.saver.drain(self.env.collective_timeout_s)
+                self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
         except Unrecoverable as err:
             failure = Report("unrecoverable", self.rank, message=str(err), traceback=traceback.format_exc(),
@@ -169,7 +169,7 @@ class Agent:
     def _recover(self, plan: Plan) -> tuple[RecoveryPlan, dict[str, Any] | None]:
         """Agree on the step, move missing state between ranks; return what to load."""
         started, formed_t = time.perf_counter(), time.time()
-        self._drain_background(raise_errors=False)
+        self._wait_background(raise_errors=False)
         live_step, live = self._take_live()
         own = self.own["replicated"].steps() or ((live_step,) if live is not None else ())
         mine = Holdings(self.rank, own=own, shards=self.own["sharded"].steps(),
@@ -301,7 +301,7 @@ class Agent:
     def before_commit(self) -> None:
         # The previous commit's copy and buddy round must finish before the optimizer
         # changes the state they read.
-        self._drain_background()
+        self._wait_background()
         self._in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:
@@ -354,7 +354,7 @@ class Agent:
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             self._capture_error = err
 
-    def _drain_background(self, raise_errors: bool = True) -> None:
+    def _wait_background(self, raise_errors: bool = True) -> None:
         if self._capture is not None:
             self._capture.join()
             self._capture = None
@@ -383,7 +383,7 @@ class Agent:
         ``destroy_process_group``, and a peer blocked in a collective with us would wait.
         """
         self._watch.release_now()  # peers blocked on us fail now, not at a timeout
-        self._drain_background(raise_errors=False)
+        self._wait_background(raise_errors=False)
         self._watch.leave()
         self.replicator = None
         self.state_group = None

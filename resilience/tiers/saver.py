@@ -363,7 +363,7 @@ class TierSaver:
             else:
                 self._pinned[step] = n
 
-    # --- flush and drain -------------------------------------------------------------------------
+    # --- flush and wait --------------------------------------------------------------------------
 
     def flush_hold(self, timeout_s: float) -> tuple[int | None, str]:
         """First half of a flush: enter flush mode and return the newest step in this rank's
@@ -416,7 +416,7 @@ class TierSaver:
             with self._pin_lock:
                 self._hold_from = None
 
-    def drain(self, timeout_s: float | None = None) -> bool:
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Wait until every lane is idle (end of training, tests, benchmarks)."""
         ok = self._ram_lane.wait_idle(timeout_s)
         for lane in (self._neighbour_lane, self._persistent_lane):

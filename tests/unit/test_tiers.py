@@ -191,7 +191,7 @@ def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
     for step in range(7):
         state = {"model": {"w": torch.full((1000,), float(step))}}
         saver.save(step, {"replicated": state, "sharded": {}})
-        saver.drain()
+        saver.wait_idle()
     root = own_root("j", 0, tmp_path / "ram")
     assert mf.steps_in(root) == [6, 5]
     assert sorted(complete_steps(tmp_path / "p", "j")) == [3, 6]
@@ -211,7 +211,7 @@ def test_save_blocks_only_for_the_copy(tmp_path):
         saver.wait_ram()
     assert saver._buffers_made <= 2
     gate.set()
-    saver.drain()
+    saver.wait_idle()
     assert max(complete_steps(tmp_path / "p", "j")) == 5
     saver.close()
 
@@ -253,7 +253,7 @@ def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
     later.join()
     assert complete_steps(tmp_path / "p", "j") == {6: 1}
     saver.save(7, {"replicated": {"w": torch.zeros(10)}})
-    saver.drain()
+    saver.wait_idle()
     assert mf.steps_in(root) == [7, 6]  # flush mode left: retention again
     assert saver.flush_persistent(3, 1)[0] is None
     saver.close()
@@ -282,7 +282,7 @@ def test_persistent_tier_holds_replicated_state_once_and_each_rank_reads_it_back
     for saver in reversed(savers):  # ranks 1 and 2 start first: they wait for rank 0's copy
         saver.save(4, _state(saver.place.rank))
     for saver in savers:
-        saver.drain()
+        saver.wait_idle()
         saver.close()
     root = tmp_path / "p"
     assert complete_steps(root, "j") == {4: 3}
@@ -315,7 +315,7 @@ def test_a_rank_whose_replicated_state_differs_writes_its_own_from_its_next_save
     for step in (2, 4):
         for saver in savers:
             saver.save(step, _state(saver.place.rank, model_seed=saver.place.rank))  # diverged
-            saver.drain()
+            saver.wait_idle()
     for saver in savers:
         saver.close()
     (warning,) = [f for e, f in events if e == "tier-warning"]
@@ -335,7 +335,7 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
     config = TierConfig(job_id="j", neighbour=False, fsync=False)
     saver = TierSaver(config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path)  # first allocation
     saver.save(6, {"replicated": {"w": torch.ones(8)}})
-    saver.drain()
+    saver.wait_idle()
     saver.close()
     # The requeued job runs rank 0 on that host: it offers rank 2's copy from its own RAM tier.
     offers = list_offers(config, rank=0, node="gpu-a17", include_shared=False, report=print, ram_base=tmp_path)
