@@ -28,13 +28,13 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
 from resilience.agent import blame, faults
-from resilience.contract import liveness, membership
-from resilience.state import snapshot
 from resilience.agent.abort import GroupSockets
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.context import Context
+from resilience.contract import liveness, membership
 from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
+from resilience.state import snapshot
 from resilience.state.replication import (
     BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
