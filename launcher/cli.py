@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import ckpt_cli, doctor
+from launcher import ckpt_cli, doctor, elastic_cli
 from launcher.errors import ConfigError, SresError
 from launcher.slurm import SlurmClient
 
@@ -79,6 +79,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         replication_factor=args.replication_factor, node_fault_after=args.node_fault_after,
         max_requeues=args.max_requeues, restart_count=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
+        elastic=elastic_cli.elastic_config(args),
     )
     placement = liveness = None
     if launcher == "slurm":
@@ -166,6 +167,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
     ckpt_cli.add_run_arguments(p)
+    elastic_cli.add_run_arguments(p)
     # Each option also reads SRES_<NAME> (srun --auto-resume passes no sres options; sbatch scripts export these).
     for action in p._actions:  # noqa: SLF001 - argparse keeps no public list
         name = next((o for o in action.option_strings if o.startswith("--")), None)
@@ -262,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     from slurm_plugins.cli import add_parser as add_hooks_parser
     add_hooks_parser(sub)
     ckpt_cli.add_parser(sub)
+    elastic_cli.add_parsers(sub)
     return parser
 
 

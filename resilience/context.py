@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from resilience.elastic import ElasticSampler
 from resilience.state import snapshot
 
 
@@ -36,7 +37,7 @@ class Context:
     """What ``train`` sees of the job: ranks, the recovered step, registration and commits."""
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, generation: int, step: int,
-                 restored: dict[str, Any] | None = None, runtime: _Runtime | None = None) -> None:
+                 restored: dict[str, Any] | None = None, runtime: _Runtime | None = None, log_dir: str = "") -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -47,6 +48,9 @@ class Context:
         self._runtime = runtime
         self._objects: dict[str, Any] = {}
         self._current: int | None = None
+        self.log_dir = log_dir
+        """The run's log dir (empty outside ``sres run``): committed steps' samples are recorded there."""
+        self._sampler: Any = None
 
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).
@@ -57,6 +61,8 @@ class Context:
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")) and not isinstance(obj, dict):
                 raise TypeError(f"register({name}=...): needs state_dict/load_state_dict or a dict, got {type(obj).__name__}")
             self._objects[name] = obj
+            if isinstance(obj, ElasticSampler):
+                self._sampler = obj
             if name in self._restored:
                 _load(obj, self._restored.pop(name))
                 if isinstance(obj, _torch_module()):
@@ -82,6 +88,24 @@ class Context:
         if self._runtime is not None:
             self._runtime.after_commit(step, self)
         self.step = step
+        if self._sampler is not None and self.log_dir:
+            self._sampler.record(self.log_dir, step, self.rank, self.world_size, self.generation)
+
+    @property
+    def batch(self) -> Any:
+        """The registered ElasticSampler's :class:`~resilience.elastic.BatchPlan` at this world
+        size (global batch used, micro-batches, LR scale), or None without a sampler."""
+        return self._sampler.plan(self.world_size) if self._sampler is not None else None
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per rank and step (gradient accumulation); 1 without a sampler."""
+        return self.batch.accumulation if self._sampler is not None else 1
+
+    @property
+    def lr_scale(self) -> float:
+        """Multiply the learning rate by this (the global batch could not be kept); 1 without a sampler."""
+        return self.batch.lr_scale if self._sampler is not None else 1.0
 
     @property
     def has_sharded(self) -> bool:

@@ -25,7 +25,7 @@ class NodeEvidence:
 class NewNode:
     node: int
     host: str
-    how: str  # "allocation" (a healthy node the job already held) | "expansion" (the job grew)
+    how: str  # "allocation" (a healthy node the job already held) | "expansion" (the job grew) | "local"
     seconds: float
 
 
@@ -47,5 +47,9 @@ class Placement(Protocol):
 
     def grow(self) -> NewNode | None:
         """One more node from the scheduler (job expansion), or None when it cannot or may not."""
+
+    def new_node(self, index: int) -> NewNode | None:
+        """A node for a growing world (``index``: the next unused node number, where the
+        placement numbers nodes freely), or None when there is none."""
 
     def requeue(self, why: str) -> None: ...

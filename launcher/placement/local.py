@@ -50,6 +50,9 @@ class LocalPlacement:
     def grow(self) -> NewNode | None:
         return None
 
+    def new_node(self, index: int) -> NewNode | None:
+        return NewNode(index, self.host(index), "local", 0.0)  # one more simulated node
+
     def requeue(self, why: str) -> None:
         raise SresError("a local run cannot be requeued: it is not a Slurm job")
 

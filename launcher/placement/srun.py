@@ -163,6 +163,10 @@ class SrunPlacement(LocalPlacement):
         self.hosts.append(added[0])
         return NewNode(len(self.hosts) - 1, added[0], "expansion", time.monotonic() - t0)
 
+    def new_node(self, index: int) -> NewNode | None:
+        """A healthy unused node of the job, else one gained by expansion (satellites: issue 13)."""
+        return self.idle_node() or self.grow()
+
     def requeue(self, why: str) -> None:
         if not self.requeueable:
             raise SresError(f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it")

@@ -95,6 +95,72 @@ class Publish:
 
 
 @dataclass(frozen=True)
+class WaitForNode:
+    """No node can take the lost ranks and the world may not shrink: hold the fault open
+    (a grow request or a returning node may serve) until ``since + resize_timeout_s``."""
+
+    since: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Reply to a control request (``sres resize/grow/shrink/status``)."""
+
+    request: int
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class ReportStatus:
+    """Reply to ``sres status`` with the run's world, nodes, generation, step and last resize."""
+
+    request: int
+
+
+@dataclass(frozen=True)
+class BeginResize:
+    """Start moving the world to ``nodes`` nodes at the next step boundary."""
+
+    nodes: int
+    why: str  # "request" | "capacity"
+    request: int | None = None
+
+
+@dataclass(frozen=True)
+class AddNodes:
+    """Start ``count`` more nodes' rank processes for a growing world (they warm up, then join)."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Ask every rank to leave the generation at the next step boundary (all at the same step)."""
+
+
+@dataclass(frozen=True)
+class AbandonResize:
+    why: str
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Publish a generation of another size: ``members`` (rank -> slot), renumbered in order.
+
+    ``release``: nodes that leave the run (their processes end); ``to_spares``: healthy nodes
+    that leave the world but stay as warm spares (a shrink to an allowed size after a loss).
+    """
+
+    members: Mapping[int, str]
+    why: str  # "fault" | "request" | "capacity"
+    from_world: int
+    release: tuple[int, ...] = ()
+    to_spares: tuple[int, ...] = ()
+    joined: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Requeue:
     """Requeue the Slurm job; ``save``: every rank is alive, persist the newest commit first."""
 
@@ -113,4 +179,5 @@ class Fail:
 
 
 Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | AcquireNode
-          | Publish | Requeue | Finish | Fail)
+          | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause | AbandonResize | Resize
+          | Requeue | Finish | Fail)

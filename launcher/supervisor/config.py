@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
 from resilience.tiers import TierConfig
 from resilience.agent import faults
 from resilience.contract import rank_env
+from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class RunConfig:
     preempt_save_timeout_s: float = 60.0
     tiers: TierConfig | None = None
     """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    """How far the world may shrink and grow; bounds filled in for ``nodes`` when built."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -64,6 +67,10 @@ class RunConfig:
             raise ConfigError(f"--preempt-signal {self.preempt_signal}: not a signal name")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError(f"unknown backend {self.backend!r}: gloo or nccl")
+        try:
+            object.__setattr__(self, "elastic", self.elastic.for_run(self.nodes))
+        except ElasticConfigError as err:
+            raise ConfigError(str(err)) from None
         for inj in self.injections:
             if inj.kind == "node" and not 0 <= (inj.node or 0) < self.nodes:
                 raise ConfigError(f"--inject {inj.spec}: there are nodes 0..{self.nodes - 1}")

@@ -23,6 +23,7 @@ from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
 from launcher.supervisor.policy import FaultState, RunState
 from launcher.supervisor.recovery import RecoveryWatch
+from launcher.supervisor.resize import ResizeState, node_slots
 from resilience import tiers
 from resilience.contract import membership
 from resilience.contract.membership import Plan, Report, SlotInfo
@@ -52,14 +53,18 @@ class Books:
     collateral_since: float | None = None
     fault: FaultState | None = None
     first_culprit: Report | None = None
+    resize: ResizeState | None = None
+    last_resize: dict | None = None
 
 
 class Executor:
     def __init__(self, config: RunConfig, placement: Placement, store: dist.TCPStore, events: EventLog,
                  env: Callable[[str, int, int], dict[str, str]], recovery: RecoveryWatch,
                  flush: Callable[[float], int | None], clock: Callable[[], float], wall: Callable[[], float],
-                 sleep: Callable[[float], None], out: TextIO) -> None:
+                 sleep: Callable[[float], None], out: TextIO,
+                 answer: Callable[..., None] = lambda request, ok, message, **extra: None) -> None:
         self.config, self.placement, self.store, self.events = config, placement, store, events
+        self.answer = answer
         self.env, self.recovery, self.flush = env, recovery, flush
         self.clock, self.wall, self.sleep, self.out = clock, wall, sleep, out
         self.books = Books(spare_nodes=list(range(config.nodes, config.nodes + config.spares)))
@@ -67,6 +72,9 @@ class Executor:
             act.KillSlot: self._kill_slot, act.KillNode: self._kill_node, act.DropSpare: self._drop_spare,
             act.HoldForCulprit: self._hold, act.OpenFault: self._open_fault, act.Drain: self._drain,
             act.UseIdleNode: self._use_idle_node, act.AcquireNode: self._acquire_node, act.Publish: self._publish,
+            act.WaitForNode: self._wait_for_node, act.Answer: self._answer, act.ReportStatus: self._status,
+            act.BeginResize: self._begin_resize, act.AddNodes: self._add_nodes, act.Pause: self._pause,
+            act.AbandonResize: self._abandon_resize, act.Resize: self._resize,
             act.Requeue: self._requeue, act.Finish: self._finish, act.Fail: self._fail,
         }
 
@@ -80,7 +88,8 @@ class Executor:
             hosts={st.info.node: self.placement.host(st.info.node) for st in b.slots.values()},
             spare_nodes=tuple(b.spare_nodes), dead_nodes=frozenset(b.dead_nodes),
             process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
-            requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault)
+            requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
+            resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.heartbeat > 0))
 
     # --- processes -----------------------------------------------------------------------------
 
@@ -210,6 +219,89 @@ class Executor:
         self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
         if generation == 1:
             self.recovery.started(self.wall())
+
+    # --- resizing ---------------------------------------------------------------------------------
+
+    def _wait_for_node(self, a: act.WaitForNode) -> None:
+        b = self.books
+        if b.fault.waiting_since is None:
+            timeout = self.config.elastic.resize_timeout_s
+            self.events.emit("waiting", why="no spare node, and the world may not shrink further",
+                             timeout_s=timeout, world_size=len(b.plan.members) - len(b.fault.lost))
+            self.say(f"waiting up to {timeout:g} s for a node (sres grow adds one)")
+        b.fault = dataclasses.replace(b.fault, waiting_since=a.since)
+
+    def _answer(self, a: act.Answer) -> None:
+        self.events.emit("request", request=a.request, ok=a.ok, message=a.message)
+        self.say(f"request {a.request}: {a.message}")
+        self.answer(a.request, a.ok, a.message)
+
+    def _status(self, a: act.ReportStatus) -> None:
+        self.answer(a.request, True, "running", status=self.status())
+
+    def status(self) -> dict:
+        b = self.books
+        nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
+        progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
+        return {"world_size": b.plan.world_size, "nodes": [self.placement.host(n) for n in nodes],
+                "spares": [self.placement.host(n) for n in b.spare_nodes], "generation": b.plan.generation,
+                "step": progress, "faults": b.faults, "last_resize": b.last_resize,
+                "resizing_to": b.resize.nodes if b.resize is not None else None,
+                "min_nodes": self.config.elastic.min_nodes, "max_nodes": self.config.elastic.max_nodes}
+
+    def _begin_resize(self, a: act.BeginResize) -> None:
+        self.books.resize = ResizeState(a.nodes, a.why, self.clock(), a.request)
+
+    def _add_nodes(self, a: act.AddNodes) -> None:
+        b = self.books
+        added = []
+        for _ in range(a.count):
+            index = 1 + max(st.info.node for st in b.slots.values())
+            new = self.placement.new_node(index)
+            if new is None:
+                break
+            for slot in node_slots(new.node, self.config.procs_per_node):
+                self.spawn(slot, new.node, int(slot.rsplit("p", 1)[1]))
+            b.origin[new.node] = new.how
+            added.append(new.node)
+            self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
+            self.say(f"added node {new.host} ({new.how})")
+        if b.fault is not None:
+            b.spare_nodes += added  # a node loss waits for them: they take the lost ranks
+        elif b.resize is not None:
+            b.resize = dataclasses.replace(b.resize, added=True, joining=b.resize.joining + tuple(added))
+
+    def _pause(self, a: act.Pause) -> None:
+        b = self.books
+        membership.request_pause(self.store, b.plan.generation, b.resize.why)
+        b.resize = dataclasses.replace(b.resize, pausing_since=self.clock())
+
+    def _abandon_resize(self, a: act.AbandonResize) -> None:
+        b = self.books
+        for node in b.resize.joining:
+            for slot in node_slots(node, self.config.procs_per_node):
+                self.placement.kill(slot)
+        self.events.emit("resize-abandoned", to_nodes=b.resize.nodes, why=a.why)
+        self.say(f"resize to {b.resize.nodes} node(s) abandoned: {a.why}")
+        b.resize = None
+
+    def _resize(self, a: act.Resize) -> None:
+        b = self.books
+        t0 = b.resize.pausing_since if b.resize is not None and b.resize.pausing_since is not None else self.clock()
+        for node in a.release:
+            for slot in node_slots(node, self.config.procs_per_node):
+                self.placement.kill(slot)
+        b.spare_nodes += list(a.to_spares)
+        b.resize = None
+        b.fault = None
+        started_t = self.wall() - (self.clock() - t0)
+        self.publish(dict(a.members), (), f"resize-{a.why}")
+        b.last_resize = {"from_world": a.from_world, "to_world": len(a.members), "why": a.why,
+                         "generation": b.plan.generation, "t": started_t}
+        self.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation)
+        self.say(f"resizing: world {a.from_world} -> {len(a.members)} ({a.why})"
+                 + (f", released {', '.join(self.placement.host(n) for n in a.release)}" if a.release else "")
+                 + (f", {', '.join(self.placement.host(n) for n in a.to_spares)} kept as spare" if a.to_spares else ""))
 
     # --- the end of a run ----------------------------------------------------------------------
 

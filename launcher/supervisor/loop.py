@@ -10,6 +10,7 @@ decided by :func:`~launcher.supervisor.policy.decide` (pure) and carried out by 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -24,7 +25,9 @@ import torch.distributed as dist
 from launcher.events import EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
+from launcher.supervisor.actions import WaitForNode
 from launcher.supervisor.config import RunConfig
+from launcher.supervisor.control import ControlServer
 from launcher.supervisor.executor import Executor, Outcome
 from launcher.supervisor.flush import flush_persistent
 from launcher.supervisor.observe import Observer
@@ -49,10 +52,11 @@ class Supervisor:
         self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
+        self.control = ControlServer(Path(config.log_dir))
         self.executor = Executor(config, self.placement, self.store, self.events, self._rank_env, self.recovery,
-                                 self.flush_persistent, clock, wall, sleep, out)
+                                 self.flush_persistent, clock, wall, sleep, out, answer=self.control.answer)
         self.books = self.executor.books
-        self.observer = Observer(config, self.placement, self.store, self.books.slots, wall)
+        self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
         self._rank_events_seen = 0
 
     @property
@@ -89,6 +93,7 @@ class Supervisor:
         finally:
             if previous is not None:
                 signal.signal(getattr(signal, c.preempt_signal_name), previous)
+            self.control.close()
             self.store.set(membership.SHUTDOWN, "1")
             self.placement.stop_all(timeout_s=30.0)
             self._collect_rank_events()
@@ -123,12 +128,13 @@ class Supervisor:
         if obs.lost:
             obs = self.observer.with_evidence(obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes)
         actions = decide(now, obs, self.executor.view(), self.config)
+        obs = dataclasses.replace(obs, requests=())  # answered once
         while actions:
             for action in actions:
                 outcome = self.executor.perform(action)
                 if outcome is not None:
                     return outcome
-            if b.fault is None:
+            if b.fault is None or any(isinstance(a, WaitForNode) for a in actions):
                 return None
             actions = decide(now, obs, self.executor.view(), self.config)
         return None
@@ -141,7 +147,7 @@ class Supervisor:
                        local_rank=local, backend=c.backend, injections=c.injections, heartbeat_s=c.heartbeat_s,
                        reform_timeout_s=c.reform_timeout_s, replication_factor=c.replication_factor,
                        liveness_port=self.liveness.port, preempt_signal=c.preempt_signal,
-                       log_dir=str(Path(c.log_dir).resolve()), tiers=c.tiers)
+                       log_dir=str(Path(c.log_dir).resolve()), tiers=c.tiers, elastic=c.elastic)
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def _collect_rank_events(self) -> None:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from launcher.placement import NodeEvidence, Placement
 from launcher.supervisor.config import RunConfig
+from launcher.supervisor.control import Request
 from resilience.contract import membership
 from resilience.contract.membership import Report, SlotInfo
 
@@ -45,6 +46,8 @@ class Observation:
     spares_exited: tuple[tuple[int, str], ...] = ()
     preempted: str | None = None
     evidence: Mapping[int, NodeEvidence] = field(default_factory=dict)
+    requests: tuple[Request, ...] = ()
+    """Control requests (``sres resize/grow/shrink/status``) that arrived since the last tick."""
 
     @property
     def errors(self) -> dict[str, Report]:
@@ -57,13 +60,19 @@ class Observation:
     def all_done(self, members: Mapping[int, str]) -> bool:
         return len(self.reports) == len(members) and all(r.kind == "done" for r in self.reports.values())
 
+    def all_paused(self, members: Mapping[int, str]) -> bool:
+        """Every rank left the generation at the agreed step boundary (a resize)."""
+        return len(self.reports) == len(members) and all(r.kind == "paused" for r in self.reports.values())
+
 
 class Observer:
     """Reads the world for the supervisor; cheap enough to run every tick."""
 
     def __init__(self, config: RunConfig, placement: Placement, store: dist.Store,
-                 slots: dict[str, SlotState], wall: Callable[[], float]) -> None:
+                 slots: dict[str, SlotState], wall: Callable[[], float],
+                 requests: Callable[[], tuple[Request, ...]] = tuple) -> None:
         self.config, self.placement, self.store, self.slots, self.wall = config, placement, store, slots, wall
+        self._requests = requests
         self.preempted: str | None = None
         """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
         self._reports: dict[str, Report] = {}
@@ -84,7 +93,8 @@ class Observer:
                 rc = self.placement.poll(slot)
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
         return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
-                           node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted)
+                           node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted,
+                           requests=self._requests())
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""

@@ -16,10 +16,11 @@ from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, OpenFault, Publish,
-    Requeue, UseIdleNode,
+    Requeue, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
+from launcher.supervisor.resize import ResizeState, advance, on_requests, shrink_after_loss
 from resilience.contract.membership import Report, SlotInfo
 
 COLLATERAL_GRACE_S = 1.0
@@ -34,6 +35,7 @@ class FaultState:
     bad_nodes: Mapping[int, str]
     drained: frozenset[int] = frozenset()
     tried: frozenset[str] = frozenset()
+    waiting_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,25 @@ class RunState:
     requeueable: bool = False
     collateral_since: float | None = None
     fault: FaultState | None = None
+    resize: ResizeState | None = None
+    warm: frozenset[str] = frozenset()
+    """Slots whose process has started its heartbeat (imported, warmed up, waiting for a plan)."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
 
+    @property
+    def nodes(self) -> list[int]:
+        """The nodes that hold ranks now."""
+        return sorted({self.slots[s].node for s in self.members.values()})
+
 
 def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     """The actions for this tick. Pure."""
+    waiting = state.fault is not None and state.fault.waiting_since is not None
+    answers = on_requests(obs.requests, state.nodes, state.resize, state.fault is not None, waiting, config)
     if state.fault is not None:
-        return replace_lost(state, config)
+        return answers + replace_lost(now, state, config)
     actions: list[Action] = [DropSpare(node, slot) for node, slot in obs.spares_exited]
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
     actions += [KillNode(node) for node in obs.node_kills]
@@ -73,7 +85,10 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
         return actions + open_fault(obs, state, config)
     if obs.all_done(state.members):
         return actions + [Finish()]
-    return actions
+    if state.resize is not None:
+        actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
+                           config)
+    return actions + answers
 
 
 def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
@@ -94,12 +109,14 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     return actions
 
 
-REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "requeue", "fail")
+REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "shrink", "wait", "requeue", "fail")
 """Where the ranks of a lost node go, cheapest first: a warm spare of the run, a healthy node
-the job holds and no rank uses, a node the scheduler adds, a requeue of the job, failure."""
+the job holds and no rank uses, a node the scheduler adds, nowhere (the world shrinks, when
+``--on-no-spare shrink`` allows), a node that may come (``wait``, up to ``--resize-timeout``),
+a requeue of the job, failure."""
 
 
-def replace_lost(state: RunState, config: RunConfig) -> list[Action]:
+def replace_lost(now: float, state: RunState, config: RunConfig) -> list[Action]:
     """The next step of an open fault: the first replacement source in order that may serve."""
     fault = state.fault
     assert fault is not None
@@ -107,13 +124,13 @@ def replace_lost(state: RunState, config: RunConfig) -> list[Action]:
     for source in REPLACEMENT_ORDER:
         if source in fault.tried:
             continue
-        actions = _SOURCES[source](state, config, homeless)
+        actions = _SOURCES[source](now, state, config, homeless)
         if actions is not None:
             return actions
     raise AssertionError("the replacement order ends with a source that always serves")
 
 
-def _use_spares(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
     """A warm spare needs nothing from Slurm: publish first, drain after."""
     if len(homeless) > len(state.spare_nodes):
         return None
@@ -126,28 +143,46 @@ def _use_spares(state: RunState, config: RunConfig, homeless: list[int]) -> list
             *_drains(state)]
 
 
-def _use_idle_node(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+def _use_idle_node(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
     # A cold node or an expansion needs the bad node out of the job first (shrink, then grow).
     return [*_drains(state), UseIdleNode()]
 
 
-def _acquire_node(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+def _acquire_node(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
     return [*_drains(state), AcquireNode()]
 
 
-def _requeue(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
-    if not state.requeueable:
+def _shrink(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+    if not homeless or any(state.node_of(r) not in homeless for r in state.fault.lost):
+        return None  # a process fault restarts in place; the world shrinks only without a node to run on
+    resize = shrink_after_loss(state.members, state.slots, homeless, config)
+    return None if resize is None else [resize, *_drains(state)]
+
+
+def _wait(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+    if config.elastic.on_no_spare not in ("shrink", "wait"):
         return None
-    return [*_drains(state), requeue_or_fail(f"{_no_node(state, homeless)}, nor an idle node to grow into", config)]
+    since = state.fault.waiting_since if state.fault.waiting_since is not None else now
+    if now - since >= config.elastic.resize_timeout_s:
+        return None
+    return [*_drains(state), WaitForNode(since)]
 
 
-def _fail(state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
-    return [*_drains(state), Fail(f"{_no_node(state, homeless)} (start with --spares)")]
+def _requeue(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
+    if not state.requeueable or config.elastic.on_no_spare == "fail":
+        return None
+    return [*_drains(state), requeue_or_fail(f"{_no_node(state, homeless, config)}, nor an idle node to grow into",
+                                             config)]
 
 
-_SOURCES: dict[str, Callable[[RunState, RunConfig, list[int]], list[Action] | None]] = {
-    "spare": _use_spares, "idle-node": _use_idle_node, "new-node": _acquire_node,
-    "requeue": _requeue, "fail": _fail,
+def _fail(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
+    hint = " (start with --spares)" if config.elastic.on_no_spare is None else ""
+    return [*_drains(state), Fail(f"{_no_node(state, homeless, config)}{hint}")]
+
+
+_SOURCES: dict[str, Callable[[float, RunState, RunConfig, list[int]], list[Action] | None]] = {
+    "spare": _use_spares, "idle-node": _use_idle_node, "new-node": _acquire_node, "shrink": _shrink,
+    "wait": _wait, "requeue": _requeue, "fail": _fail,
 }
 
 
@@ -156,8 +191,13 @@ def _drains(state: RunState) -> list[Action]:
     return [Drain(node, why) for node, why in sorted(fault.bad_nodes.items()) if node not in fault.drained]
 
 
-def _no_node(state: RunState, homeless: list[int]) -> str:
-    return f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
+def _no_node(state: RunState, homeless: list[int], config: RunConfig) -> str:
+    text = f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
+    if state.fault.waiting_since is not None:
+        left = len(state.nodes) - len(homeless)
+        text += (f"; the world may not shrink to {left} node(s) (--min-nodes {config.elastic.min_nodes}) and no "
+                 f"node came within --resize-timeout {config.elastic.resize_timeout_s:g} s")
+    return text
 
 
 def requeue_or_fail(why: str, config: RunConfig, save: bool = False) -> Action:

@@ -26,11 +26,21 @@ class PendingFault:
     generation: int
 
 
+@dataclass
+class PendingResize:
+    from_world: int
+    to_world: int
+    why: str
+    t: float
+    generation: int
+
+
 class RecoveryWatch:
     def __init__(self, store: dist.Store, events: EventLog, slots: Callable[[], Iterable[str]],
                  say: Callable[[str], None]) -> None:
         self.store, self.events, self.slots, self.say = store, events, slots, say
         self.pending: list[PendingFault] = []
+        self.resizes: list[PendingResize] = []
         self._start_t = 0.0
 
     def started(self, wall_t: float) -> None:
@@ -39,15 +49,20 @@ class RecoveryWatch:
     def fault(self, kind: str, t: float, progress: int, generation: int) -> None:
         self.pending.append(PendingFault(kind, t, progress, generation))
 
+    def resized(self, from_world: int, to_world: int, why: str, t: float, generation: int) -> None:
+        self.resizes.append(PendingResize(from_world, to_world, why, t, generation))
+
     def check(self, generation: int) -> None:
-        """Emit ``recovered`` for the pending faults once generation G's first step is done."""
-        if not self.pending:
+        """Emit ``recovered`` for the pending faults and ``resize`` for a resize once generation
+        G's first step is done."""
+        if not self.pending and not self.resizes:
             return
         keys = [membership.first_step_key(generation), membership.recovery_key(generation)]
         if not self.store.check(keys):
             return
         first_step_t = float(self.store.get(keys[0]))
         info = json.loads(self.store.get(keys[1]))
+        self._emit_resizes(generation, first_step_t, info)
         for fault in self.pending:
             seconds = first_step_t - fault.t
             self.events.emit("recovered", generation=generation, step=info["step"], source=info["source"],
@@ -57,7 +72,20 @@ class RecoveryWatch:
                              first_step_s=first_step_t - info["recovered_t"])
             self.say(f"recovered: generation {generation} resumed after step {info['step']} from {info['source']} "
                      f"in {seconds:.2f} s")
-        self.pending.clear()
+        self.pending = []
+
+    def _emit_resizes(self, generation: int, first_step_t: float, info: dict) -> None:
+        batch_key = membership.batch_key(generation)
+        batch = json.loads(self.store.get(batch_key)) if self.store.check([batch_key]) else {}
+        for r in self.resizes:
+            seconds = first_step_t - r.t
+            self.events.emit("resize", from_world=r.from_world, to_world=r.to_world, why=r.why, generation=generation,
+                             step=info["step"], seconds=seconds, transfer_s=info["recovered_t"] - info["formed_t"],
+                             accumulation=batch.get("accumulation"), global_batch=batch.get("global_batch"),
+                             lr_scale=batch.get("lr_scale"))
+            kept = "" if not batch else f", global batch {batch['global_batch']} x{batch['lr_scale']:g} lr"
+            self.say(f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}")
+        self.resizes.clear()
 
     def _release_seconds(self, fault: PendingFault) -> float | None:
         """From the fault to the last survivor leaving the faulted generation (its report)."""

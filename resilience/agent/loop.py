@@ -44,6 +44,11 @@ from resilience.tiers.restore import Restored
 log = logging.getLogger("resilience")
 
 
+class Paused(BaseException):
+    """Leaving the generation at a step boundary for a resize (a BaseException, so that user
+    code's ``except Exception`` does not swallow it)."""
+
+
 class Agent:
     """Lives as long as the process; carries snapshots from one generation to the next."""
 
@@ -119,13 +124,16 @@ class Agent:
             self._form(plan)
             recovery, restored = self._recover(plan)
             ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
-                          generation=plan.generation, step=recovery.step, restored=restored, runtime=self)
+                          generation=plan.generation, step=recovery.step, restored=restored, runtime=self,
+                          log_dir=self.env.log_dir)
             self._live = ctx
             train(ctx)
             self._wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
+        except Paused:
+            failure = self._leave_at_boundary()
         except Unrecoverable as err:
             failure = Report("unrecoverable", self.rank, message=str(err), traceback=traceback.format_exc(),
                              error_type=blame.error_type(err))
@@ -146,6 +154,18 @@ class Agent:
         self._report(Report("done", self.rank))
         self._teardown()
         return True
+
+    def _leave_at_boundary(self) -> Report:
+        """Every rank stopped before the same step: finish background copies, meet once more
+        (no collective of this generation is left in flight), then leave."""
+        try:
+            self._wait_background()
+            dist.barrier(group=self.state_group)
+        except Exception as err:  # noqa: BLE001 - a fault during the pause: reported as one
+            where = blame.origin(err, released=self._watch.released())
+            return Report("error", self.rank, message=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(),
+                          collateral=where != blame.OWN, origin=where, error_type=blame.error_type(err))
+        return Report("paused", self.rank)
 
     # --- forming a generation -----------------------------------------------------------------
 
@@ -275,6 +295,8 @@ class Agent:
     # --- hooks called by Context ----------------------------------------------------------------
 
     def before_step(self, step: int) -> None:
+        if membership.pause_before(self.store, self.plan.generation, step):
+            raise Paused(step)
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill", "node", "raise", "hang", "kill-all")))
 
@@ -334,6 +356,11 @@ class Agent:
         if self.rank == 0:
             self.store.set(membership.PROGRESS, str(step))
             if self._commits_this_generation == 1:
+                batch = ctx.batch
+                if batch is not None:
+                    self.store.set(membership.batch_key(self.plan.generation), json.dumps({
+                        "global_batch": batch.global_batch, "accumulation": batch.accumulation,
+                        "lr_scale": batch.lr_scale, "kept": batch.kept}))
                 self.store.set(membership.first_step_key(self.plan.generation), repr(time.time()))
 
     def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:

@@ -58,6 +58,38 @@ def first_step_key(generation: int) -> str:
     return f"first-step/{generation}"
 
 
+def pause_key(generation: int) -> str:
+    """Set by the supervisor: leave generation G at the next step boundary (a resize)."""
+    return f"pause/{generation}"
+
+
+def pause_step_key(generation: int) -> str:
+    """The first step no rank of generation G may start: fixed by the first rank that saw the pause."""
+    return f"pause-step/{generation}"
+
+
+def batch_key(generation: int) -> str:
+    """JSON of the global batch, accumulation and LR scale that generation G trains with."""
+    return f"batch/{generation}"
+
+
+def request_pause(store: dist.Store, generation: int, why: str) -> None:
+    store.set(pause_key(generation), why)
+
+
+def pause_before(store: dist.Store, generation: int, step: int) -> bool:
+    """Whether a rank about to start ``step`` must leave generation G (a pause was asked).
+
+    Ranks of a synchronous step are never more than one step apart, so the first rank that
+    sees the request fixes the boundary at the step after its own: no rank has started that
+    one yet, and every rank stops before it. One store round trip per step.
+    """
+    if not store.check([pause_key(generation)]):
+        return False
+    stop = int(store.compare_set(pause_step_key(generation), "", str(step + 1)))
+    return step >= stop
+
+
 def fired_key(index: int) -> str:
     return f"inject-fired/{index}"
 
@@ -163,7 +195,7 @@ class Plan:
 class Report:
     """What a rank says at the end of its part in a generation."""
 
-    kind: str  # "done" | "error" | "unrecoverable"
+    kind: str  # "done" | "error" | "unrecoverable" | "paused" (left at a step boundary for a resize)
     rank: int
     seq: int = 0
     message: str = ""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilience.agent import faults
+from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig, ElasticConfigError
 from resilience.errors import OptionError, RankEnvError
 from resilience.tiers.layout import TIERS_ENV, TierConfig
 
@@ -37,9 +38,10 @@ _VARS = {
     "backend": "SRES_BACKEND", "injections": "SRES_INJECT", "heartbeat_s": "SRES_HEARTBEAT_S",
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S", "replication_factor": "SRES_REPLICATION_FACTOR",
     "liveness_port": "SRES_LIVENESS_PORT", "preempt_signal": "SRES_PREEMPT_SIGNAL", "log_dir": "SRES_LOG_DIR",
-    "tiers": TIERS_ENV,
+    "tiers": TIERS_ENV, "elastic": ELASTIC_ENV,
 }
-RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers")
+RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers",
+               "elastic")
 """What ``resilience.run(train, **options)`` may override of what the supervisor configured."""
 
 
@@ -66,6 +68,8 @@ class RankEnv:
     step_id: str = ""
     """Slurm's step id of this process (``SLURM_STEP_ID``, set by srun, not by us)."""
     tiers: TierConfig | None = None
+    elastic: ElasticConfig | None = None
+    """The run's resize policy; ranks use its batch keys (``batch_policy``, ``lr_scaling``)."""
 
     def __post_init__(self) -> None:
         if not self.slot:
@@ -92,7 +96,7 @@ class RankEnv:
             value = getattr(self, name)
             if name == "injections":
                 value = ";".join(i.spec for i in value)
-            elif name == "tiers":
+            elif name in ("tiers", "elastic"):
                 if value is None:
                     continue
                 value = value.to_json()
@@ -113,10 +117,33 @@ class RankEnv:
             values = _parse(env)
         except (KeyError, ValueError) as err:
             raise RankEnvError(f"bad rank environment from sres: {type(err).__name__}: {err}") from None
-        values.update({k: v for k, v in options.items() if k != "tiers"})
+        values.update({k: v for k, v in options.items() if k not in ("tiers", "elastic")})
         if "tiers" in options:
             values["tiers"] = TierConfig.from_option(options["tiers"], values["tiers"], env)
+        if "elastic" in options:
+            values["elastic"] = elastic_option(options["elastic"], values["elastic"])
         return cls(**values)
+
+
+def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConfig:
+    """``resilience.run(elastic={...})`` over what ``sres run`` configured. Only the batch keys
+    act inside a rank; the supervisor has already decided the bounds, so a bound given here
+    that differs from the run's is refused rather than silently ignored."""
+    if isinstance(option, ElasticConfig):
+        option = {f: getattr(option, f) for f in ("batch_policy", "lr_scaling")}
+    if not isinstance(option, Mapping):
+        raise OptionError(f"resilience.run(elastic=...): a dict of keys, got {type(option).__name__}")
+    base = configured or ElasticConfig()
+    try:
+        merged = ElasticConfig.from_mapping({**{k: getattr(base, k) for k in ElasticConfig.__dataclass_fields__},
+                                             **option}, "resilience.run(elastic=...)")
+    except ElasticConfigError as err:
+        raise OptionError(str(err)) from None
+    for key in sorted(set(option) - {"batch_policy", "lr_scaling"}):
+        if configured is not None and getattr(merged, key) != getattr(configured, key):
+            raise OptionError(f"resilience.run(elastic=...): {key} is decided by the supervisor; give it to sres run "
+                              f"(--{key.removesuffix('_s').replace('_', '-')}) or its --elastic-config file")
+    return merged
 
 
 def node_name_environ(name: str) -> dict[str, str]:
@@ -143,4 +170,5 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         liveness_port=int(env.get(v["liveness_port"], "0")),
         preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL), log_dir=env.get(v["log_dir"], ""),
         step_id=env.get("SLURM_STEP_ID", ""), tiers=TierConfig.from_environ(env),
+        elastic=ElasticConfig.from_json(env[ELASTIC_ENV]) if env.get(ELASTIC_ENV) else None,
     )

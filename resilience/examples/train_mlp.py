@@ -10,6 +10,7 @@ parameters of a run without them. Each rank writes its final state digest to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,13 +38,46 @@ def batch_for(step: int, rank: int, width: int, batch: int, seed: int) -> tuple[
     return x, torch.sin(x)
 
 
+def sample(index: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``index`` of the synthetic dataset of the elastic mode."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * index + 1)
+    x = torch.randn(width, generator=g)
+    return x, torch.sin(x)
+
+
+def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilience.ElasticSampler, step: int,
+                 width: int, seed: int) -> torch.Tensor:
+    """One step of the global batch in micro-batches; gradients are the global batch's mean
+    whatever the world size (each rank's micro-losses are summed over its share, resilience.ddp
+    averages over ranks)."""
+    micro = sampler.indices(step, ctx.rank, ctx.world_size)
+    per_rank = ctx.batch.per_rank
+    total = torch.zeros(())
+    for i, indices in enumerate(micro):
+        xs, ys = zip(*(sample(j, width, seed) for j in indices))
+        sync = contextlib.nullcontext() if i == len(micro) - 1 or not hasattr(ddp, "no_sync") else ddp.no_sync()
+        with sync:
+            per_sample = torch.nn.functional.mse_loss(ddp(torch.stack(xs)), torch.stack(ys), reduction="none").mean(1)
+            loss = per_sample.sum() / per_rank
+            loss.backward()
+        total += loss.detach()
+    return total
+
+
+@torch.no_grad()
+def eval_loss(model: torch.nn.Module, width: int, seed: int, count: int = 64) -> float:
+    """Mean loss over the first ``count`` samples: comparable across runs of any world size."""
+    xs, ys = zip(*(sample(j, width, seed) for j in range(count)))
+    return torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys)).item()
+
+
 def state_mb(width: int, depth: int) -> float:
     """Parameters plus AdamW's two moments, in MiB."""
     params = (depth + 1) * (width * width + width)
     return params * 4 * 3 / 2**20
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--width", type=int, default=256)
@@ -56,7 +90,15 @@ def main() -> None:
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
     parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digest here")
-    args = parser.parse_args()
+    parser.add_argument("--dataset", type=int, default=0,
+                        help="elastic mode: a dataset of this many samples through resilience.ElasticSampler")
+    parser.add_argument("--global-batch", type=int, default=24, help="elastic mode: samples per step, all ranks")
+    parser.add_argument("--micro-batch", type=int, default=4, help="elastic mode: samples per micro-batch")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(1)
 
     def train(ctx: resilience.Context) -> None:
@@ -68,14 +110,23 @@ def main() -> None:
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         ctx.register(model=model, optimizer=opt)
+        sampler = None
+        if args.dataset:
+            sampler = resilience.ElasticSampler(args.dataset, args.global_batch, args.micro_batch, args.seed)
+            ctx.register(sampler=sampler)
+            for group in opt.param_groups:
+                group["lr"] = args.lr * ctx.lr_scale
         ddp = resilience.ddp(model) if dist.is_initialized() else model
         loss = torch.tensor(float("nan"))
         step_times: list[float] = []
         last = time.perf_counter()
         for step in ctx.steps(args.steps):
-            x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
-            loss = torch.nn.functional.mse_loss(ddp(x), y)
-            loss.backward()
+            if sampler is not None:
+                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed)
+            else:
+                x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
+                loss = torch.nn.functional.mse_loss(ddp(x), y)
+                loss.backward()
             with ctx.commit():
                 opt.step()
                 opt.zero_grad()
@@ -90,9 +141,10 @@ def main() -> None:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
                 "rank": ctx.rank, "digest": ctx.state_digest(), "loss": loss.item(), "step": ctx.step,
-                "generation": ctx.generation, "pid": os.getpid(),
+                "generation": ctx.generation, "pid": os.getpid(), "world_size": ctx.world_size,
                 # Steady state: the first steps of a generation pay for warm-up and re-entry.
                 "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
+                "eval_loss": eval_loss(model, args.width, args.seed) if sampler is not None else None,
             }))
 
     resilience.run(train)

@@ -1,0 +1,194 @@
+"""Controlling a running job: ``sres resize/grow/shrink/status`` talk to its supervisor.
+
+The supervisor listens on a loopback TCP port and writes ``control.json`` (address) and
+``control.token`` (a random secret, mode 0600) into the run's log dir: only a user who can
+read the token (the run's own user, or root) is obeyed. A request is one JSON line; it is
+queued for the supervisor's loop, where the policy answers it like any other observation,
+and the answer goes back as one JSON line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import queue
+import secrets
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import SresError
+
+ADDRESS_FILE = "control.json"
+TOKEN_FILE = "control.token"
+OPS = ("status", "resize", "grow", "shrink")
+ANSWER_TIMEOUT_S = 30.0
+
+
+class ControlError(SresError):
+    """A control request that could not be delivered or was refused."""
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    op: str
+    nodes: int | None = None
+    by: int | None = None
+
+    def target(self, current: int) -> int:
+        """The node count this request asks for, given the current one."""
+        if self.op == "resize":
+            return int(self.nodes)
+        return current + (self.by if self.op == "grow" else -self.by)
+
+
+@dataclass
+class _Pending:
+    request: Request
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: dict[str, Any] = field(default_factory=dict)
+
+
+class ControlServer:
+    """Accepts requests on a thread; the supervisor's loop takes them with :meth:`take` and
+    replies with :meth:`answer`."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = Path(log_dir)
+        self.token = secrets.token_hex(16)
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._pending: dict[int, _Pending] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        token_path = self.log_dir / TOKEN_FILE
+        token_path.unlink(missing_ok=True)
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.token)
+        address = {"host": "127.0.0.1", "port": self._sock.getsockname()[1], "pid": os.getpid()}
+        (self.log_dir / ADDRESS_FILE).write_text(json.dumps(address))
+        self._thread = threading.Thread(target=self._serve, name="sres-control", daemon=True)
+        self._thread.start()
+
+    def take(self) -> tuple[Request, ...]:
+        out = []
+        while True:
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                return tuple(out)
+            self._pending[pending.request.id] = pending
+            out.append(pending.request)
+
+    def answer(self, request: int, ok: bool, message: str, **extra: Any) -> None:
+        pending = self._pending.pop(request, None)
+        if pending is not None:
+            pending.answer = {"ok": ok, "message": message, **extra}
+            pending.done.set()
+
+    def close(self, message: str = "the run has ended") -> None:
+        self._sock.close()
+        for pending in list(self._pending.values()):
+            self.answer(pending.request.id, False, message)
+        (self.log_dir / ADDRESS_FILE).unlink(missing_ok=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._one, args=(conn,), daemon=True, name="sres-control-conn").start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(ANSWER_TIMEOUT_S)
+            try:
+                reply = self._handle(json.loads(conn.makefile("r").readline() or "{}"))
+            except (OSError, ValueError) as err:
+                reply = {"ok": False, "message": f"bad request: {err}"}
+            try:
+                conn.sendall((json.dumps(reply) + "\n").encode())
+            except OSError:
+                pass
+
+    def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if not hmac.compare_digest(str(msg.get("token", "")), self.token):
+            return {"ok": False, "message": "refused: wrong token for this run (only the run's user may control it)"}
+        op = msg.get("op")
+        if op not in OPS:
+            return {"ok": False, "message": f"unknown request {op!r}: one of {', '.join(OPS)}"}
+        with self._lock:
+            self._next += 1
+            request = Request(self._next, op, _count(msg.get("nodes")), _count(msg.get("by")))
+        if op == "resize" and request.nodes is None or op in ("grow", "shrink") and not request.by:
+            return {"ok": False, "message": f"{op}: needs a positive count"}
+        pending = _Pending(request)
+        self._queue.put(pending)
+        if not pending.done.wait(ANSWER_TIMEOUT_S):
+            return {"ok": False, "message": f"the supervisor did not answer within {ANSWER_TIMEOUT_S:g} s"}
+        return pending.answer
+
+
+def _count(value: Any) -> int | None:
+    if value is None:
+        return None
+    count = int(value)
+    if count < 1:
+        raise ValueError(f"{value}: a count must be at least 1")
+    return count
+
+
+# --- the client side (sres resize/grow/shrink/status) -----------------------------------------------
+
+def find_run(run: str) -> Path:
+    """A run's log dir from what the user typed: the dir itself, or its name under sres-runs/."""
+    for candidate in (Path(run), Path("sres-runs") / run, Path("sres-runs") / f"run-{run}"):
+        if (candidate / "events.jsonl").exists() or (candidate / ADDRESS_FILE).exists():
+            return candidate
+    raise ControlError(f"no run at {run!r}: give its log dir (printed at start) or its name under sres-runs/")
+
+
+def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: Any) -> dict[str, Any]:
+    """One request to a running job's supervisor; raises ControlError with one line when it
+    cannot be delivered (finished or unknown run, no permission)."""
+    log_dir = find_run(run)
+    ended = _ended(log_dir)
+    address_path = log_dir / ADDRESS_FILE
+    if ended or not address_path.exists():
+        raise ControlError(f"run {log_dir} has {ended or 'ended'}: nothing to control")
+    try:
+        token = (log_dir / TOKEN_FILE).read_text().strip()
+    except PermissionError:
+        raise ControlError(f"cannot read {log_dir / TOKEN_FILE}: only the run's user may control it") from None
+    except OSError as err:
+        raise ControlError(f"cannot read the run's token: {err}") from None
+    address = json.loads(address_path.read_text())
+    try:
+        with socket.create_connection((address["host"], address["port"]), timeout=timeout_s) as conn:
+            conn.sendall((json.dumps({"token": token, "op": op, **fields}) + "\n").encode())
+            line = conn.makefile("r").readline()
+    except OSError as err:
+        raise ControlError(f"run {log_dir}: its supervisor does not answer ({err}); has it ended?") from None
+    if not line:
+        raise ControlError(f"run {log_dir}: its supervisor closed the connection; has it ended?")
+    return json.loads(line)
+
+
+def _ended(log_dir: Path) -> str | None:
+    events = log_dir / "events.jsonl"
+    if not events.exists():
+        return None
+    for line in reversed(events.read_text().splitlines()):
+        try:
+            kind = json.loads(line).get("event")
+        except ValueError:
+            continue
+        if kind in ("finished", "failed", "requeue"):
+            return {"finished": "finished", "failed": "failed", "requeue": "been requeued"}[kind]
+    return None

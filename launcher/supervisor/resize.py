@@ -1,0 +1,121 @@
+"""The elastic rules of the policy: shrinking after a node loss, and resizes on request. Pure.
+
+A resize that is not forced by a fault happens at a step boundary: new nodes' processes
+start and warm up first (:class:`AddNodes`), then every rank is asked to leave the generation
+before the same step (:class:`Pause`), then the plan of the new size is published
+(:class:`Resize`). A shrink after a node loss needs no pause: the generation is already broken.
+Ranks are renumbered in their old order, new nodes' ranks come last, so ranks stay grouped by
+node (buddies are found by node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher.supervisor.actions import (
+    AbandonResize, Action, AddNodes, Answer, BeginResize, Pause, ReportStatus, Resize,
+)
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.control import Request
+from resilience.contract.membership import SlotInfo
+
+
+@dataclass(frozen=True)
+class ResizeState:
+    """A resize under way (not forced by a fault)."""
+
+    nodes: int
+    """The node count it moves to."""
+    why: str
+    since: float
+    request: int | None = None
+    added: bool = False
+    joining: tuple[int, ...] = ()
+    """Nodes started for it (growth), taking ranks when the plan of the new size is published."""
+    pausing_since: float | None = None
+
+
+def renumber(members: Mapping[int, str], keep: set[str], new_slots: Sequence[str] = ()) -> dict[int, str]:
+    """Ranks for the kept slots in their old rank order, then the new slots. Pure."""
+    kept = [members[r] for r in sorted(members) if members[r] in keep]
+    return dict(enumerate([*kept, *new_slots]))
+
+
+def node_slots(node: int, procs_per_node: int) -> list[str]:
+    return [f"n{node}p{local}" for local in range(procs_per_node)]
+
+
+def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: ResizeState | None, fault_open: bool,
+                waiting: bool, config: RunConfig) -> list[Action]:
+    """Answer control requests: status, or a resize the policy allows (one at a time).
+
+    While a node loss waits for a node (``--on-no-spare wait``), ``grow`` starts nodes that
+    the lost ranks then move to.
+    """
+    out: list[Action] = []
+    for req in requests:
+        if req.op == "status":
+            out.append(ReportStatus(req.id))
+            continue
+        current = len(nodes)
+        target = req.target(current)
+        why = config.elastic.why_not(target, config.nodes)
+        if waiting and req.op == "grow":
+            out.append(Answer(req.id, True, f"starting {req.by} node(s) for the lost ranks"))
+            out.append(AddNodes(req.by))
+        elif resize is not None:
+            out.append(Answer(req.id, False, f"a resize to {resize.nodes} node(s) is under way; try again after it"))
+        elif fault_open:
+            out.append(Answer(req.id, False, "the run is recovering from a fault; try again after it"))
+        elif target == current:
+            out.append(Answer(req.id, True, f"the run already has {current} node(s)"))
+        elif why is not None:
+            out.append(Answer(req.id, False, f"refused: {why}"))
+        else:
+            out.append(Answer(req.id, True, f"resizing from {current} to {target} node(s) at the next step boundary"))
+            out.append(BeginResize(target, "request", req.id))
+            resize = ResizeState(target, "request", 0.0)  # one resize per tick
+    return out
+
+
+def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: Mapping[str, SlotInfo],
+            warm: frozenset[str], all_paused: bool, config: RunConfig) -> list[Action]:
+    """The next step of a resize under way."""
+    nodes = sorted({slots[s].node for s in members.values()})
+    grow = resize.nodes - len(nodes)
+    new_slots: list[str] = []
+    if grow > 0:
+        if not resize.added:
+            return [AddNodes(grow)]
+        if len(resize.joining) < grow:
+            return [AbandonResize(f"only {len(resize.joining)} of {grow} node(s) could be started")]
+        new_slots = [s for node in resize.joining for s in node_slots(node, config.procs_per_node)]
+        if not all(s in warm for s in new_slots):
+            if now - resize.since > config.startup_timeout_s:
+                return [AbandonResize(f"the new node(s) did not start within {config.startup_timeout_s:g} s")]
+            return []
+    if resize.pausing_since is None:
+        return [Pause()]
+    if not all_paused and now - resize.pausing_since < config.elastic.drain_grace_s:
+        return []
+    release = tuple(nodes[len(nodes) + grow:]) if grow < 0 else ()
+    keep = {s for s in members.values() if slots[s].node not in release}
+    return [Resize(renumber(members, keep, new_slots), resize.why, len(members), release=release,
+                   joined=resize.joining)]
+
+
+def shrink_after_loss(members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int],
+                      config: RunConfig) -> Resize | None:
+    """Re-form without the lost nodes when the policy allows it (``--on-no-spare shrink``), at
+    the largest allowed size; healthy nodes beyond that size become spares. None otherwise."""
+    elastic = config.elastic
+    if elastic.on_no_spare != "shrink":
+        return None
+    nodes = sorted({slots[s].node for s in members.values()} - set(homeless))
+    target = elastic.largest_allowed(len(nodes), config.nodes)
+    if target is None or not nodes:
+        return None
+    to_spares = tuple(nodes[target:])
+    keep = {s for s in members.values() if slots[s].node in nodes[:target]}
+    return Resize(renumber(members, keep), "fault", len(members), to_spares=to_spares)
