@@ -36,7 +36,8 @@ from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
 from resilience.state import snapshot
 from resilience.state.replication import (
-    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, plan_recovery, recv_snapshot, send_snapshot, send_state,
+    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_recovery,
+    recv_snapshot, send_snapshot, send_state,
 )
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
@@ -60,6 +61,7 @@ class Agent:
         self.own = {"replicated": SnapshotRing(), "sharded": SnapshotRing()}
         self.replicas: dict[int, SnapshotRing] = {}
         self.sharded = False
+        self._shard_world, self._shard_rank = 0, -1  # where the held shards were made (Holdings)
         self.plan: Plan | None = None
         self.rank = -1
         self.state_group: dist.ProcessGroup | None = None
@@ -193,7 +195,8 @@ class Agent:
         live_step, live = self._take_live()
         own = self.own["replicated"].steps() or ((live_step,) if live is not None else ())
         mine = Holdings(self.rank, own=own, shards=self.own["sharded"].steps(),
-                        replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded)
+                        replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded,
+                        shard_world=self._shard_world, shard_rank=self._shard_rank)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
         recovery, tiered = self._plan(plan, gathered)
@@ -211,13 +214,18 @@ class Agent:
                 snap = recv_snapshot(t.src, self.state_group)
                 moved += snap.nbytes
                 self.own[t.part].put(snap)
-                self.sharded = self.sharded or t.part == "sharded"
+                if t.part == "sharded":
+                    self.sharded = True
+                    self._shard_world, self._shard_rank = plan.world_size, self.rank
         for ring in self.own.values():
             ring.drop_after(recovery.step)
+        resharded = self._reshard(recovery) if recovery.reshard else {}
         if tiered is not None and not tiered.snaps:
             restored = dict(tiered.states)  # resharded from another world size
         else:
             restored = self._restored_state(recovery.step, live_step, live)
+            if restored is not None:
+                restored.update(resharded)
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
         moved_total = [0] * plan.world_size
@@ -231,6 +239,26 @@ class Agent:
                 "formed_t": formed_t, "recovered_t": time.time(),
             }))
         return recovery, restored
+
+    def _reshard(self, recovery: RecoveryPlan) -> dict[str, Any]:
+        """The world changed since the shards were made: every old shard is broadcast by a
+        holder, each rank rebuilds its own from all of them (``ShardedOptimizer`` takes
+        ``{"shards": [...]}``). Every rank keeps them all as replicas until its first commit in
+        this world, so a fault before then reshards again."""
+        shards: dict[int, snapshot.Snapshot] = {}
+        for owner, holder in recovery.reshard:
+            mine = None
+            if holder == self.rank:
+                own = self.own["sharded"].get(recovery.step) if self._shard_rank == owner else None
+                mine = own if own is not None else self.replicas[owner].get(recovery.step)
+            shards[owner] = broadcast_snapshot(mine, holder, self.state_group)
+        self.own["sharded"].clear()
+        self.replicas.clear()
+        for owner, snap in shards.items():
+            self.replicas.setdefault(owner, SnapshotRing()).put(snap)
+        self._shard_rank = -1
+        states = [snapshot.materialize(shards[o], copy=True) for o in sorted(shards)]
+        return {name: {"shards": [s[name] for s in states]} for name in states[0]}
 
     def _plan(self, plan: Plan, gathered: list[Holdings | None]) -> tuple[RecoveryPlan, Restored | None]:
         """The peers' recovery plan, or a restore from the tiers when they have a newer step.
@@ -256,6 +284,8 @@ class Agent:
             ring.clear()
             if kind in tiered.snaps:
                 ring.put(tiered.snaps[kind])
+        if "sharded" in tiered.snaps:
+            self._shard_world, self._shard_rank = plan.world_size, self.rank
         self.sharded = "sharded" in tiered.snaps or any(
             isinstance(v, dict) and "shards" in v for v in tiered.states.values())
         return RecoveryPlan(tiered.step), tiered
@@ -334,6 +364,11 @@ class Agent:
         if self.sharded:
             # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
             # (The tiers take their own copy in the same background thread.)
+            if (self._shard_world, self._shard_rank) != (self.plan.world_size, self.rank):
+                # The first commit in this world (or as this rank): older shards are of another layout.
+                self.own["sharded"].clear()
+                self.replicas.clear()
+                self._shard_world, self._shard_rank = self.plan.world_size, self.rank
             states = ctx.states()
             if self.replicator is None:
                 plan = self.plan

@@ -42,6 +42,10 @@ class Holdings:
     """Steps of this rank's own sharded state."""
     replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     sharded: bool = False
+    shard_world: int = 0
+    """World size in which the sharded state held here (own and replicas) was made; 0: none."""
+    shard_rank: int = -1
+    """The rank whose shard ``shards`` are (this rank's own before a resize renumbered it)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class Transfer:
 class RecoveryPlan:
     step: int  # -1: nothing committed yet, start from scratch
     transfers: tuple[Transfer, ...] = ()
+    reshard: tuple[tuple[int, int], ...] = ()
+    """After a resize: (owner in the old world, holder now) for every old shard; each holder
+    broadcasts it and every rank rebuilds its own shard of the new world from all of them."""
 
     def source(self, rank: int) -> str:
         return "peer" if any(t.dst == rank for t in self.transfers) else "self"
@@ -83,6 +90,10 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
     candidates = sorted(set().union(*(h.own for h in holdings.values())), reverse=True)
     if not candidates:
         return RecoveryPlan(-1)
+    old_world = max((h.shard_world for h in holdings.values()), default=0)
+    if sharded and old_world and (old_world != world or any(
+            h.shard_world and h.shard_rank != r for r, h in holdings.items())):
+        return _plan_reshard(candidates, holdings, old_world, factor)
     missing = ""
     for step in candidates:
         donors = sorted(r for r, h in holdings.items() if step in h.own)
@@ -104,6 +115,31 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
         else:
             return RecoveryPlan(step, tuple(transfers))
     raise Unrecoverable(missing or "no committed step is held by the survivors")
+
+
+def _replicated_transfers(step: int, holdings: Mapping[int, Holdings], world: int) -> list[Transfer]:
+    donors = sorted(r for r, h in holdings.items() if step in h.own)
+    return [Transfer(donors[rank % len(donors)], rank, "replicated", donors[rank % len(donors)])
+            for rank in range(world) if step not in holdings.get(rank, Holdings(rank)).own]
+
+
+def _plan_reshard(candidates: list[int], holdings: Mapping[int, Holdings], old_world: int,
+                  factor: int) -> RecoveryPlan:
+    """The world changed since the shards were made: the newest step at which every old shard
+    is held by someone (its owner or a buddy); all of them move to every rank."""
+    world = len(holdings)
+    for step in candidates:
+        sources = []
+        for owner in range(old_world):
+            holders = sorted(r for r, h in holdings.items()
+                             if (h.shard_rank == owner and step in h.shards) or step in h.replicas.get(owner, ()))
+            if not holders:
+                break
+            sources.append((owner, holders[0]))
+        else:
+            return RecoveryPlan(step, tuple(_replicated_transfers(step, holdings, world)), tuple(sources))
+    raise Unrecoverable(f"resizing from {old_world} ranks: some shard is on no live process at any step held "
+                        f"(replication factor {factor})")
 
 
 class SnapshotRing:
@@ -156,6 +192,27 @@ def send_state(step: int, skeleton: bytes, tensors: list[torch.Tensor], sizes: d
         dist.send(flat, dst, group=group)
         sent += flat.numel() * flat.element_size()
     return sent
+
+
+def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
+    """``src``'s snapshot on every rank of ``group`` (``snap`` is given on ``src`` only), checksum verified."""
+    if snap is not None:
+        meta = pickle.dumps((snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, snap.regions())))
+        size = torch.tensor([len(meta)], dtype=torch.int64)
+    else:
+        size = torch.empty(1, dtype=torch.int64)
+    dist.broadcast(size, src, group=group)
+    buf = torch.frombuffer(bytearray(meta), dtype=torch.uint8) if snap is not None else \
+        torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(buf, src, group=group)
+    step, skeleton, sizes, expected = pickle.loads(buf.numpy().tobytes())
+    out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
+    regions = out.regions()
+    for region in regions:
+        dist.broadcast(region, src, group=group)
+    if snap is None and checksum(skeleton, regions) != expected:
+        raise Unrecoverable(f"shard broadcast by rank {src} for step {step} fails its checksum")
+    return out
 
 
 def recv_snapshot(src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
