@@ -1,0 +1,132 @@
+"""The elastic rules of the policy and their configuration, as tables. Pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import ConfigError
+from launcher.supervisor import RunConfig, decide
+from launcher.supervisor.actions import (
+    AbandonResize, AddNodes, Answer, BeginResize, Drain, Fail, Pause, ReportStatus, Resize, WaitForNode,
+)
+from launcher.supervisor.control import Request
+from launcher.supervisor.observe import Observation
+from launcher.supervisor.policy import FaultState, RunState
+from launcher.supervisor.resize import ResizeState
+from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
+from resilience.contract.membership import Report, SlotInfo
+
+SLOTS = {f"n{n}p0": SlotInfo(n, 0) for n in range(6)}
+MEMBERS = {n: f"n{n}p0" for n in range(4)}
+HOSTS = {n: f"node{n}" for n in range(6)}
+NOW = 100.0
+
+
+def config(**elastic) -> RunConfig:
+    return RunConfig(command=("train",), nodes=4, log_dir=Path("/nonexistent"), elastic=ElasticConfig(**elastic))
+
+
+def state(**kw) -> RunState:
+    return RunState(**{**dict(members=MEMBERS, slots=SLOTS, hosts=HOSTS), **kw})
+
+
+LOST_1 = FaultState(lost={1: "node"}, bad_nodes={}, drained=frozenset(), tried=frozenset({"idle-node", "new-node"}))
+DEAD_1 = frozenset({1})
+PAUSED = {s: Report("paused", r) for r, s in MEMBERS.items()}
+
+CASES = {
+    "a node lost, no spare: shrink to 3, renumbered in order": (
+        Observation(), state(dead_nodes=DEAD_1, fault=LOST_1), config(min_nodes=2),
+        [Resize({0: "n0p0", 1: "n2p0", 2: "n3p0"}, "fault", 4)]),
+    "shrink to the largest allowed size; the healthy rest become spares": (
+        Observation(), state(dead_nodes=DEAD_1, fault=LOST_1), config(min_nodes=2, resize_sizes=(2, 4)),
+        [Resize({0: "n0p0", 1: "n2p0"}, "fault", 4, to_spares=(3,))]),
+    "below --min-nodes: wait": (
+        Observation(), state(dead_nodes=DEAD_1, fault=LOST_1), config(min_nodes=4, max_nodes=5, on_no_spare="shrink"),
+        [WaitForNode(NOW)]),
+    "the wait is over: fail with what happened": (
+        Observation(), state(dead_nodes=DEAD_1, fault=FaultState(**{**LOST_1.__dict__, "waiting_since": 40.0})),
+        config(min_nodes=4, max_nodes=5, on_no_spare="wait", resize_timeout_s=60),
+        [Fail("node node1 was lost and no spare node is left; the world may not shrink to 3 node(s) "
+              "(--min-nodes 4) and no node came within --resize-timeout 60 s")]),
+    "not elastic: fail as before": (
+        Observation(), state(dead_nodes=DEAD_1, fault=LOST_1), config(),
+        [Fail("node node1 was lost and no spare node is left (start with --spares)")]),
+    "a bad node is drained after the shrink": (
+        Observation(), state(fault=FaultState(lost={1: "node"}, bad_nodes={1: "slurmd not responding"},
+                                              tried=frozenset({"idle-node", "new-node"}))),
+        config(min_nodes=2), [Resize({0: "n0p0", 1: "n2p0", 2: "n3p0"}, "fault", 4),
+                              Drain(1, "slurmd not responding")]),
+    # --- requests ----------------------------------------------------------------------------------
+    "status": (Observation(requests=(Request(1, "status"),)), state(), config(), [ReportStatus(1)]),
+    "grow above --max-nodes: refused": (
+        Observation(requests=(Request(1, "grow", by=1),)), state(), config(),
+        [Answer(1, False, "refused: 5 node(s) is above --max-nodes 4")]),
+    "shrink to a size --resize-sizes does not allow: refused": (
+        Observation(requests=(Request(1, "shrink", by=1),)), state(), config(min_nodes=2, resize_sizes=(2, 4)),
+        [Answer(1, False, "refused: 3 node(s) is not an allowed size (--resize-sizes 2,4)")]),
+    "grow accepted": (
+        Observation(requests=(Request(1, "grow", by=1),)), state(), config(max_nodes=6),
+        [Answer(1, True, "resizing from 4 to 5 node(s) at the next step boundary"), BeginResize(5, "request", 1)]),
+    "one resize at a time": (
+        Observation(requests=(Request(2, "resize", nodes=6),)), state(resize=ResizeState(5, "request", 90.0)),
+        config(max_nodes=6), [AddNodes(1), Answer(2, False, "a resize to 5 node(s) is under way; try again after it")]),
+    "grow while a lost node waits: the new node takes its ranks": (
+        Observation(requests=(Request(3, "grow", by=1),)),
+        state(dead_nodes=DEAD_1, fault=FaultState(**{**LOST_1.__dict__, "waiting_since": 95.0})),
+        config(min_nodes=4, max_nodes=5, on_no_spare="wait"),
+        [Answer(3, True, "starting 1 node(s) for the lost ranks"), AddNodes(1), WaitForNode(95.0)]),
+    # --- a resize under way ------------------------------------------------------------------------
+    "grow: start the node first": (
+        Observation(), state(resize=ResizeState(5, "request", 90.0)), config(max_nodes=6), [AddNodes(1)]),
+    "grow: wait for the new node to warm up": (
+        Observation(), state(resize=ResizeState(5, "request", 90.0, added=True, joining=(4,))), config(max_nodes=6),
+        []),
+    "grow: warm, pause at a step boundary": (
+        Observation(), state(resize=ResizeState(5, "request", 90.0, added=True, joining=(4,)),
+                             warm=frozenset({"n4p0"})), config(max_nodes=6), [Pause()]),
+    "grow: everyone paused, the new ranks come last": (
+        Observation(reports=PAUSED),
+        state(resize=ResizeState(5, "request", 90.0, added=True, joining=(4,), pausing_since=99.0),
+              warm=frozenset({"n4p0"})), config(max_nodes=6),
+        [Resize({0: "n0p0", 1: "n1p0", 2: "n2p0", 3: "n3p0", 4: "n4p0"}, "request", 4, joined=(4,))]),
+    "grow: no node could be started": (
+        Observation(), state(resize=ResizeState(5, "request", 90.0, added=True)), config(max_nodes=6),
+        [AbandonResize("only 0 of 1 node(s) could be started")]),
+    "shrink: pause, then release the last node": (
+        Observation(reports=PAUSED), state(resize=ResizeState(3, "request", 90.0, pausing_since=99.0)),
+        config(min_nodes=2), [Resize({0: "n0p0", 1: "n1p0", 2: "n2p0"}, "request", 4, release=(3,))]),
+    "shrink: ranks slower than --drain-grace are released anyway": (
+        Observation(), state(resize=ResizeState(3, "request", 50.0, pausing_since=60.0)),
+        config(min_nodes=2, drain_grace_s=30), [Resize({0: "n0p0", 1: "n1p0", 2: "n2p0"}, "request", 4,
+                                                       release=(3,))]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_elastic_policy(name):
+    obs, st, cfg, expected = CASES[name]
+    assert decide(NOW, obs, st, cfg) == expected
+
+
+@pytest.mark.parametrize("elastic, nodes, message", [
+    (dict(min_nodes=3, max_nodes=2), 2, "max_nodes 2 is below min_nodes 3"),
+    (dict(min_nodes=5), 4, "outside min_nodes 5 .. max_nodes 5"),
+    (dict(resize_step=2, resize_sizes=(2, 4)), 4, "exclude each other"),
+    (dict(resize_sizes=(2, 8), max_nodes=8), 4, "not one of resize_sizes 2,8"),
+    (dict(on_no_spare="pray"), 4, "on_no_spare 'pray'"),
+    (dict(drain_grace_s=-1.0), 4, "drain_grace_s must be a number of seconds >= 0"),
+])
+def test_conflicting_settings_are_one_line(elastic, nodes, message):
+    with pytest.raises((ConfigError, ElasticConfigError), match=message):
+        RunConfig(command=("t",), nodes=nodes, elastic=ElasticConfig(**elastic))
+
+
+def test_defaults_are_not_elastic_and_shrink_when_allowed():
+    assert not config().elastic.elastic and config().elastic.on_no_spare is None
+    assert config(min_nodes=2).elastic.on_no_spare == "shrink"
+    assert ElasticConfig.from_mapping({"resize_sizes": "2,4", "min_nodes": "2"}).resize_sizes == (2, 4)
+    with pytest.raises(ElasticConfigError, match="unknown key 'max_node'"):
+        ElasticConfig.from_mapping({"max_node": 3})
