@@ -64,6 +64,11 @@ def summary(events: list[dict[str, Any]]) -> str:
             lines.append(f"  drained {event['host']}: sres: {event['why']}")
         elif event["event"] == "node-added":
             lines.append(f"  added {event['host']} ({event['how']}, {event['seconds']:.2f} s)")
+        elif event["event"] == "resize":
+            batch = (f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
+                     if event.get("global_batch") is not None else "")
+            lines.append(f"  resized {event['from_world']} -> {event['to_world']} ranks ({event['why']}) "
+                         f"after step {event['step']}: first step in {event['seconds']:.2f} s{batch}")
     for rec in recovered:
         lines.append(f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
                      f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "

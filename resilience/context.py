@@ -37,7 +37,8 @@ class Context:
     """What ``train`` sees of the job: ranks, the recovered step, registration and commits."""
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, generation: int, step: int,
-                 restored: dict[str, Any] | None = None, runtime: _Runtime | None = None, log_dir: str = "") -> None:
+                 restored: dict[str, Any] | None = None, runtime: _Runtime | None = None, log_dir: str = "",
+                 batch_settings: tuple[str, str] | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -50,7 +51,9 @@ class Context:
         self._current: int | None = None
         self.log_dir = log_dir
         """The run's log dir (empty outside ``sres run``): committed steps' samples are recorded there."""
-        self._sampler: Any = None
+        self._sampler: ElasticSampler | None = None
+        self._batch_settings = batch_settings
+        """The run's (batch policy, LR scaling), for a sampler not given its own."""
 
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).
@@ -63,6 +66,8 @@ class Context:
             self._objects[name] = obj
             if isinstance(obj, ElasticSampler):
                 self._sampler = obj
+                if self._batch_settings is not None:
+                    obj.use_run_defaults(*self._batch_settings)
             if name in self._restored:
                 _load(obj, self._restored.pop(name))
                 if isinstance(obj, _torch_module()):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,19 +98,23 @@ class ElasticSampler:
 
     def __init__(self, dataset_len: int, global_batch: int, micro_batch: int, seed: int = 0, *,
                  policy: str | None = None, lr_scaling: str | None = None) -> None:
-        """``policy``/``lr_scaling`` default to the run's (``sres run --batch-policy/--lr-scaling``),
-        else ``keep-closest`` and ``linear``."""
-        run = _run_batch_settings()
-        policy = policy or run.get("batch_policy", "keep-closest")
-        lr_scaling = lr_scaling or run.get("lr_scaling", "linear")
+        """``policy``/``lr_scaling`` not given: the run's (``sres run --batch-policy/--lr-scaling``,
+        applied by ``ctx.register``), else ``keep-closest`` and ``linear``."""
         if dataset_len < 1:
             raise BatchError(f"dataset_len {dataset_len}: at least 1")
-        batch_plan(global_batch, micro_batch, 1, policy, lr_scaling)  # validates the settings
+        batch_plan(global_batch, micro_batch, 1, policy or "keep-closest", lr_scaling or "linear")  # validates
         self.dataset_len, self.global_batch, self.micro_batch, self.seed = dataset_len, global_batch, micro_batch, seed
-        self.policy, self.lr_scaling = policy, lr_scaling
+        self._given = (policy, lr_scaling)
+        self.policy, self.lr_scaling = policy or "keep-closest", lr_scaling or "linear"
         self.segments: list[tuple[int, int, int]] = [(0, 0, global_batch)]
         """(first step, stream position of that step, global batch from then on)."""
         self._perm: tuple[int, torch.Tensor] | None = None
+
+    def use_run_defaults(self, policy: str, lr_scaling: str) -> None:
+        """The run's batch settings, for what the constructor was not given (``ctx.register``)."""
+        self.policy = self._given[0] or policy
+        self.lr_scaling = self._given[1] or lr_scaling
+        self.plan(1)  # validates
 
     # --- what a step uses -----------------------------------------------------------------------
 
@@ -187,15 +191,9 @@ class ElasticSampler:
         folder = Path(log_dir) / SAMPLES_DIR
         folder.mkdir(parents=True, exist_ok=True)
         line = {"step": step, "generation": generation, "world_size": world_size, "rank": rank,
-                "start": start, "end": end, "dataset_len": self.dataset_len, "seed": self.seed}
+                "start": start, "end": end, "dataset_len": self.dataset_len, "seed": self.seed, "t": time.time()}
         with (folder / f"rank-{rank}.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
-
-
-def _run_batch_settings() -> dict[str, str]:
-    """The batch keys of the run's elastic config (``SRES_ELASTIC``), when under ``sres run``."""
-    text = os.environ.get("SRES_ELASTIC")
-    return {k: v for k, v in json.loads(text).items() if k in ("batch_policy", "lr_scaling")} if text else {}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from launcher.errors import SresError
 from launcher.events import EventLog, summary
-from launcher.placement import Placement
+from launcher.placement import NewNode, Placement
 from launcher.supervisor import actions as act
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
@@ -102,7 +102,7 @@ class Executor:
         return {f"n{node}p{local}" for node in self.books.spare_nodes for local in range(self.config.procs_per_node)}
 
     def _kill_slot(self, a: act.KillSlot) -> None:
-        self.books.slots[a.slot].killed_as = a.as_
+        self.books.slots[a.slot].killed_as, self.books.slots[a.slot].killed_t = a.as_, self.wall()
         self.placement.kill(a.slot)
 
     def _kill_node(self, a: act.KillNode) -> None:
@@ -112,7 +112,7 @@ class Executor:
             b.spare_nodes.remove(a.node)
         for slot, state in b.slots.items():
             if state.info.node == a.node and state.alive:
-                state.killed_as = "node"
+                state.killed_as, state.killed_t = "node", self.wall()
                 self.placement.kill(slot)
         if a.why is None:
             # An injected kill: wait for it to land, so that one node loss is one fault.
@@ -152,6 +152,8 @@ class Executor:
             self.say(f"fault: exception in rank {c.rank}: {c.message}")
             b.first_culprit = b.first_culprit or c
         b.process_faults = dict(a.process_faults)
+        if b.resize is not None:
+            b.resize = dataclasses.replace(b.resize, pausing_since=None)  # pause again in the next generation
         b.faults += 1
         b.restarts += 1
         node_fault = bool(a.bad_nodes) or any(how == "node" for how in a.lost.values())
@@ -179,15 +181,19 @@ class Executor:
     def _acquire_node(self, a: act.AcquireNode) -> None:
         self._add_node(self.placement.grow(), "new-node")
 
-    def _add_node(self, new, source: str) -> None:
+    def _add_node(self, new: NewNode | None, source: str) -> None:
         b = self.books
         if new is None:
             b.fault = dataclasses.replace(b.fault, tried=b.fault.tried | {source})
             return
+        self._start_node(new)
+        b.spare_nodes.append(new.node)
+
+    def _start_node(self, new: NewNode) -> None:
+        """Start a node's rank processes; they warm up and wait for a plan that includes them."""
         for local in range(self.config.procs_per_node):
             self.spawn(f"n{new.node}p{local}", new.node, local)
-        b.spare_nodes.append(new.node)
-        b.origin[new.node] = new.how
+        self.books.origin[new.node] = new.how
         self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
         self.say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")
 
@@ -260,12 +266,8 @@ class Executor:
             new = self.placement.new_node(index)
             if new is None:
                 break
-            for slot in node_slots(new.node, self.config.procs_per_node):
-                self.spawn(slot, new.node, int(slot.rsplit("p", 1)[1]))
-            b.origin[new.node] = new.how
+            self._start_node(new)
             added.append(new.node)
-            self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
-            self.say(f"added node {new.host} ({new.how})")
         if b.fault is not None:
             b.spare_nodes += added  # a node loss waits for them: they take the lost ranks
         elif b.resize is not None:
@@ -287,12 +289,14 @@ class Executor:
 
     def _resize(self, a: act.Resize) -> None:
         b = self.books
-        t0 = b.resize.pausing_since if b.resize is not None and b.resize.pausing_since is not None else self.clock()
+        pausing = b.resize.pausing_since if b.resize is not None and a.why != "fault" else None
+        t0 = pausing if pausing is not None else self.clock()  # the pause, or now: the decision to shrink
         for node in a.release:
             for slot in node_slots(node, self.config.procs_per_node):
                 self.placement.kill(slot)
         b.spare_nodes += list(a.to_spares)
-        b.resize = None
+        if a.why != "fault":
+            b.resize = None  # done; a resize asked for during a fault goes on from the new world
         b.fault = None
         started_t = self.wall() - (self.clock() - t0)
         self.publish(dict(a.members), (), f"resize-{a.why}")

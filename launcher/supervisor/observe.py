@@ -30,6 +30,8 @@ class SlotState:
     heartbeat: int = 0
     heartbeat_changed: float = 0.0
     killed_as: str | None = None  # "hang" | "node": why we killed it
+    killed_t: float | None = None
+    """Wall-clock time we killed it: the fault's time (survivors may report before we look again)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Observer:
             if not state.alive and not (slot in reports and reports[slot].kind == "done"):
                 rc = self.placement.poll(slot)
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
+                if state.killed_t is not None:
+                    seen_t = min(seen_t, state.killed_t)
         return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
                            node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted,
                            requests=self._requests())

@@ -67,11 +67,15 @@ class RunState:
 
 
 def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
-    """The actions for this tick. Pure."""
+    """The actions for this tick. Pure. Control requests are answered whatever else happens."""
     waiting = state.fault is not None and state.fault.waiting_since is not None
     answers = on_requests(obs.requests, state.nodes, state.resize, state.fault is not None, waiting, config)
     if state.fault is not None:
         return answers + replace_lost(now, state, config)
+    return _decide(now, obs, state, config) + answers
+
+
+def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     actions: list[Action] = [DropSpare(node, slot) for node, slot in obs.spares_exited]
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
     actions += [KillNode(node) for node in obs.node_kills]
@@ -88,7 +92,7 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
     if state.resize is not None:
         actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
                            config)
-    return actions + answers
+    return actions
 
 
 def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Action]:

@@ -62,6 +62,10 @@ class Agent:
         self.replicas: dict[int, SnapshotRing] = {}
         self.sharded = False
         self._shard_world, self._shard_rank = 0, -1  # where the held shards were made (Holdings)
+        elastic = env.elastic
+        self._batch_settings = (elastic.batch_policy, elastic.lr_scaling) if elastic is not None else None
+        self._resizable = elastic is not None and elastic.elastic
+        """Only a run whose world may change asks the store for a pause before each step."""
         self.plan: Plan | None = None
         self.rank = -1
         self.state_group: dist.ProcessGroup | None = None
@@ -127,7 +131,7 @@ class Agent:
             recovery, restored = self._recover(plan)
             ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self,
-                          log_dir=self.env.log_dir)
+                          log_dir=self.env.log_dir, batch_settings=self._batch_settings)
             self._live = ctx
             train(ctx)
             self._wait_background()
@@ -325,7 +329,7 @@ class Agent:
     # --- hooks called by Context ----------------------------------------------------------------
 
     def before_step(self, step: int) -> None:
-        if membership.pause_before(self.store, self.plan.generation, step):
+        if self._resizable and membership.pause_before(self.store, self.plan.generation, step):
             raise Paused(step)
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill", "node", "raise", "hang", "kill-all")))
