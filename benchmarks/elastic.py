@@ -5,10 +5,12 @@ For one state size (parameters + AdamW state per rank, ~256 MiB by default), 4 s
   spare     a node SIGKILLed with a warm spare (the world stays 4): seconds from the fault to
             the first step after it (the baseline a shrink is held to).
   shrink    the same kill with no spare and --min-nodes 3: the world re-forms at 3.
-  grow      `sres grow --by 1` on that run: seconds from the pause (every rank leaves at the
-            same step boundary; the new node was started and warmed up before) to the first
-            step at 4 ranks. Also the time from the request, which includes starting the node.
-  release   `sres shrink --by 1` afterwards: pause to first step at 3 ranks.
+  grow      `sres grow --by 1` on that run: seconds from the pause (asked once the new node
+            was started and warmed up, while training went on) to the first step at 4 ranks,
+            split into the wait for the step boundary (training goes on meanwhile: ranks finish
+            the step they are in and one more), re-form, state transfer and first step. Also
+            the time from the request, which includes starting the node.
+  release   `sres shrink --by 1` afterwards: the same, to the first step at 3 ranks.
 Throughput is samples per second between consecutive committed steps (median), per world size.
 
     python benchmarks/elastic.py [--repeat 3] [--width 2048 --depth 4]
@@ -92,6 +94,9 @@ def throughput(log_dir: Path) -> dict[int, float]:
     return {w: statistics.median(r) for w, r in rates.items()}
 
 
+SPLIT = ("seconds", "boundary_s", "reform_s", "transfer_s", "first_step_s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -101,32 +106,43 @@ def main() -> int:
     args = parser.parse_args()
     mb = state_mb(args.width, args.depth)
     print(f"== {mb:.0f} MiB of state per rank, 4 simulated nodes, global batch {GLOBAL_BATCH}", flush=True)
-    spare, shrink, grow, grow_req, release, tput = [], [], [], [], [], []
+    rows: dict[str, list[dict]] = {"spare": [], "shrink": [], "grow": [], "release": []}
+    grow_req, tput = [], []
     with tempfile.TemporaryDirectory(prefix="sres-bench-elastic-") as tmp:
         work = Path(tmp)
         for i in range(args.repeat):
             d = run(work, "spare", args.width, args.depth, 14, "--spares", "1", "--inject", "node:1:step=6")
-            spare.append(next(e for e in read_events(d / "events.jsonl") if e["event"] == "recovered")["seconds"])
+            rec = next(e for e in read_events(d / "events.jsonl") if e["event"] == "recovered")
+            rows["spare"].append({**rec, "boundary_s": None})
             d = run(work, "elastic", args.width, args.depth, args.steps, "--min-nodes", "3", "--inject",
                     "node:1:step=6", control=resize_then_back)
             resizes = [e for e in read_events(d / "events.jsonl") if e["event"] == "resize"]
-            shrink.append(next(e["seconds"] for e in resizes if e["why"] == "fault"))
-            grow.append(next(e["seconds"] for e in resizes if e["to_world"] == 4))
-            release.append(next(e["seconds"] for e in resizes if e["why"] == "request" and e["to_world"] == 3))
+            rows["shrink"].append(next(e for e in resizes if e["why"] == "fault"))
+            rows["grow"].append(next(e for e in resizes if e["to_world"] == 4))
+            rows["release"].append(next(e for e in resizes if e["why"] == "request" and e["to_world"] == 3))
             grow_req.append(float((d / "grow-request-s").read_text()))
             tput.append(throughput(d))
-            print(f"  trial {i + 1}: spare {spare[-1]:.3f} s, shrink {shrink[-1]:.3f} s, grow {grow[-1]:.3f} s "
-                  f"(request {grow_req[-1]:.2f} s), release {release[-1]:.3f} s; samples/s "
+            print(f"  trial {i + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.3f} s" for k, v in rows.items())
+                  + f", grow from the request {grow_req[-1]:.2f} s; samples/s "
                   + ", ".join(f"{w} ranks {v:.1f}" for w, v in sorted(tput[-1].items())), flush=True)
     med = statistics.median
-    print(f"\nResize at {mb:.0f} MiB per rank, median of {args.repeat} (min-max)")
-    print(f"{'':34} {'seconds':>8} {'range':>15}")
-    for label, values in (("spare replacement (baseline)", spare), ("shrink 4->3 after a node loss", shrink),
-                          ("grow 3->4 (pause to first step)", grow), ("grow 3->4 (from the request)", grow_req),
-                          ("shrink 4->3 on request", release)):
-        print(f"{label:34} {med(values):>8.3f} {min(values):>7.3f}-{max(values):<7.3f}")
-    print(f"\nshrink after a loss vs spare replacement: {med(shrink) / med(spare):.2f}x")
-    print(f"\nThroughput (samples/s, median of steps between commits)")
+
+    def cell(events: list[dict], key: str) -> str:
+        values = [e[key] for e in events if e.get(key) is not None]
+        return f"{med(values):.3f} ({min(values):.2f}-{max(values):.2f})" if values else "-"
+
+    print(f"\nResize at {mb:.0f} MiB per rank, median of {args.repeat} (min-max), seconds")
+    print("| | total | wait for the step boundary | re-form | transfer | first step |")
+    print("|---|---|---|---|---|---|")
+    labels = {"spare": "spare replacement after a node loss (baseline)", "shrink": "shrink 4->3 after a node loss",
+              "grow": "grow 3->4 on request (from the pause)", "release": "shrink 4->3 on request (from the pause)"}
+    for name, label in labels.items():
+        print(f"| {label} | " + " | ".join(cell(rows[name], k) for k in SPLIT) + " |")
+    print(f"\ngrow from the request (includes starting the node's processes): {med(grow_req):.2f} s "
+          f"({min(grow_req):.2f}-{max(grow_req):.2f})")
+    shrink, spare = med(e["seconds"] for e in rows["shrink"]), med(e["seconds"] for e in rows["spare"])
+    print(f"shrink after a loss vs spare replacement: {shrink / spare:.2f}x")
+    print("\nThroughput (samples/s, median of steps between commits)")
     for world in (4, 3):
         values = [t[world] for t in tput if world in t]
         if values:

@@ -89,7 +89,7 @@ class Executor:
             spare_nodes=tuple(b.spare_nodes), dead_nodes=frozenset(b.dead_nodes),
             process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
             requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
-            resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.heartbeat > 0))
+            resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready))
 
     # --- processes -----------------------------------------------------------------------------
 

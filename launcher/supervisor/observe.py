@@ -30,6 +30,8 @@ class SlotState:
     heartbeat: int = 0
     heartbeat_changed: float = 0.0
     killed_as: str | None = None  # "hang" | "node": why we killed it
+    ready: bool = False
+    """Warmed up and waiting for a plan (its ``ready/<slot>`` key)."""
     killed_t: float | None = None
     """Wall-clock time we killed it: the fault's time (survivors may report before we look again)."""
 
@@ -143,6 +145,8 @@ class Observer:
             state = self.slots[slot]
             if value != state.heartbeat:
                 state.heartbeat, state.heartbeat_changed = value, now
+            if not state.ready and value > 0:
+                state.ready = self.store.check([membership.ready_key(slot)])
         member_slots = set(members.values())
         return silent_slots(
             {s: self.slots[s].heartbeat_changed for s in alive if s in member_slots},

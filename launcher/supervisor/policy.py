@@ -55,7 +55,7 @@ class RunState:
     fault: FaultState | None = None
     resize: ResizeState | None = None
     warm: frozenset[str] = frozenset()
-    """Slots whose process has started its heartbeat (imported, warmed up, waiting for a plan)."""
+    """Slots whose process has warmed up and waits for a plan (imports and first-use costs paid)."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node

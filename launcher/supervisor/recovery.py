@@ -79,8 +79,14 @@ class RecoveryWatch:
         batch = json.loads(self.store.get(batch_key)) if self.store.check([batch_key]) else {}
         for r in self.resizes:
             seconds = first_step_t - r.t
+            # A requested resize waits for every rank to leave at the step boundary (training goes on).
+            left = self._reports_t(generation - 1)
+            boundary = max(left) - r.t if left and r.why != "fault" else None
             self.events.emit("resize", from_world=r.from_world, to_world=r.to_world, why=r.why, generation=generation,
-                             step=info["step"], seconds=seconds, transfer_s=info["recovered_t"] - info["formed_t"],
+                             step=info["step"], seconds=seconds, boundary_s=boundary,
+                             reform_s=info["formed_t"] - r.t - (boundary or 0.0),
+                             transfer_s=info["recovered_t"] - info["formed_t"],
+                             first_step_s=first_step_t - info["recovered_t"],
                              accumulation=batch.get("accumulation"), global_batch=batch.get("global_batch"),
                              lr_scale=batch.get("lr_scale"))
             kept = "" if not batch else f", global batch {batch['global_batch']} x{batch['lr_scale']:g} lr"
@@ -89,12 +95,17 @@ class RecoveryWatch:
 
     def _release_seconds(self, fault: PendingFault) -> float | None:
         """From the fault to the last survivor leaving the faulted generation (its report)."""
+        times = self._reports_t(fault.generation)
+        return max(times) - fault.t if times else None
+
+    def _reports_t(self, generation: int) -> list[float]:
+        """When each rank reported leaving ``generation``."""
         times = []
         for slot in self.slots():
-            key = membership.report_key(fault.generation, slot)
+            key = membership.report_key(generation, slot)
             if self.store.check([key]):
                 times.append(Report.from_json(self.store.get(key)).t)
-        return max(times) - fault.t if times else None
+        return times
 
     def finished(self, end_t: float) -> dict[str, Any]:
         """Fields of the ``finished`` event: steps done, goodput, wall time."""

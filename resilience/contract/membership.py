@@ -36,6 +36,11 @@ def heartbeat_key(slot: str) -> str:
     return f"hb/{slot}"
 
 
+def ready_key(slot: str) -> str:
+    """Set once by a rank process after its warm-up, when it starts waiting for a plan."""
+    return f"ready/{slot}"
+
+
 def report_key(generation: int, slot: str) -> str:
     return f"report/{generation}/{slot}"
 
