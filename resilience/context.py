@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from resilience.elastic import ElasticSampler
+from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.state import snapshot
 
 
@@ -97,7 +97,7 @@ class Context:
             self._sampler.record(self.log_dir, step, self.rank, self.world_size, self.generation)
 
     @property
-    def batch(self) -> Any:
+    def batch(self) -> BatchPlan | None:
         """The registered ElasticSampler's :class:`~resilience.elastic.BatchPlan` at this world
         size (global batch used, micro-batches, LR scale), or None without a sampler."""
         return self._sampler.plan(self.world_size) if self._sampler is not None else None

@@ -250,6 +250,7 @@ class Agent:
         holder, each rank rebuilds its own from all of them (``ShardedOptimizer`` takes
         ``{"shards": [...]}``). Every rank keeps them all as replicas until its first commit in
         this world, so a fault before then reshards again."""
+        self.sharded = True  # a rank that just joined has held no shard yet
         shards: dict[int, snapshot.Snapshot] = {}
         for owner, holder in recovery.reshard:
             mine = None
