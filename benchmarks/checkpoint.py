@@ -19,6 +19,9 @@ For each state size (float32 tensors shaped like a model: parameters + AdamW's t
     torch.load     of the torch.save file in --dir (page cache warm, then cold: the file's pages
                    dropped with posix_fadvise, as on a node that did not write it)
 
+  checksum: GB/s of the checksum every transfer and file carries (xxh3), and of the wrapping
+  sum it replaced
+
   persistent tier of W data-parallel ranks (--dp-ranks W, one TierSaver per rank in this
   process): bytes written to --dir per save and the time until every rank's copy is complete,
   each rank writing its full state (the baseline) vs ranks > 0 leaving their replicated
@@ -209,6 +212,24 @@ def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[b
     return out
 
 
+def checksum_speed(mib: int, repeat: int) -> dict[str, float]:
+    """GB/s of the checkpoint checksum (xxh3, order-sensitive) and of the wrapping sum it
+    replaced, over the same float32 buffer; median of ``repeat``."""
+    from resilience.state.snapshot import checksum, sum_checksum
+
+    data = torch.randn(mib * 2**20 // 4)
+    out = {}
+    for name, fn in (("xxh3 (order-sensitive)", checksum), ("wrapping sum (before)", sum_checksum)):
+        fn(b"", [data])
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn(b"", [data])
+            times.append(time.perf_counter() - t0)
+        out[name] = mib / 1024 * 2**30 / 1e9 / statistics.median(times)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="512,2048", help="state sizes in MiB (default 512,2048)")
@@ -236,6 +257,9 @@ def main() -> None:
         print(f"| {name} | {dp[once][0] / 2**20:.0f} | {dp[once][1]:.2f} |")
     print(f"\nreplicated state once: {dp[False][0] / dp[True][0]:.1f}x fewer bytes, "
           f"{dp[False][1] / dp[True][1]:.1f}x faster to a complete persistent checkpoint\n")
+    speeds = checksum_speed(512, args.repeat)
+    print("checksum of every transfer and checkpoint file, 512 MiB, one thread: "
+          + ", ".join(f"{name} {gbs:.1f} GB/s" for name, gbs in speeds.items()) + "\n")
     if not results:
         return
     sizes = list(results)

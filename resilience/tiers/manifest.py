@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from resilience.state.snapshot import Snapshot, checksum
+from resilience.state.snapshot import Snapshot, checksum, matches
 from resilience.errors import ResilienceError
 
 FORMAT = 1
@@ -170,11 +170,21 @@ def write_manifest(path: Path, manifest: Manifest, name: str = MANIFEST, fsync: 
 
 def file_entry(path: Path) -> FileEntry:
     """Size and checksum of any file (the DCP adapters checksum DCP's own files this way)."""
+    data = _file_words(path)
+    return FileEntry(data.numel(), checksum(b"", [data]))
+
+
+def file_matches(path: Path, entry: FileEntry) -> bool:
+    """Whether a file has the size and checksum of ``entry`` (of this version or an older one)."""
+    data = _file_words(path)
+    whole = data.numel() // 8 * 8  # how versions before xxHash cut a file (sum_checksum)
+    return data.numel() == entry.size and matches(entry.checksum, b"", [data[:whole].view(torch.int64), data[whole:]])
+
+
+def _file_words(path: Path) -> torch.Tensor:
     import numpy as np
 
-    data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-    whole = data.numel() // 8 * 8
-    return FileEntry(data.numel(), checksum(b"", [data[:whole].view(torch.int64), data[whole:]]))
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
 def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
@@ -290,7 +300,7 @@ def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False
             continue
         where = manifest.path_of(path, name)
         snap, header, buffers = _read_snapshot(where, copy)
-        if verify and checksum(header, buffers) != entry.checksum:
+        if verify and not matches(entry.checksum, header, buffers):
             why = "file corrupt" if name not in manifest.shared else \
                 f"file corrupt, or it is not rank {manifest.rank}'s state"
             raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: checksum mismatch ({why})")
