@@ -99,7 +99,7 @@ class Executor:
         self.books.slots[slot] = SlotState(SlotInfo(node, local), started=now, heartbeat_changed=now)
 
     def spare_slots(self) -> set[str]:
-        return {f"n{node}p{local}" for node in self.books.spare_nodes for local in range(self.config.procs_per_node)}
+        return {slot for node in self.books.spare_nodes for slot in node_slots(node, self.config.procs_per_node)}
 
     def _kill_slot(self, a: act.KillSlot) -> None:
         self.books.slots[a.slot].killed_as, self.books.slots[a.slot].killed_t = a.as_, self.wall()
@@ -191,8 +191,8 @@ class Executor:
 
     def _start_node(self, new: NewNode) -> None:
         """Start a node's rank processes; they warm up and wait for a plan that includes them."""
-        for local in range(self.config.procs_per_node):
-            self.spawn(f"n{new.node}p{local}", new.node, local)
+        for local, slot in enumerate(node_slots(new.node, self.config.procs_per_node)):
+            self.spawn(slot, new.node, local)
         self.books.origin[new.node] = new.how
         self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
         self.say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")

@@ -85,6 +85,8 @@ def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: 
     nodes = sorted({slots[s].node for s in members.values()})
     grow = resize.nodes - len(nodes)
     new_slots: list[str] = []
+    if grow == 0:  # a fault meanwhile shrank the world to this size
+        return [AbandonResize(f"the world already has {len(nodes)} node(s)")]
     if grow > 0:
         if not resize.added:
             return [AddNodes(grow)]

@@ -130,3 +130,8 @@ def test_defaults_are_not_elastic_and_shrink_when_allowed():
     assert ElasticConfig.from_mapping({"resize_sizes": "2,4", "min_nodes": "2"}).resize_sizes == (2, 4)
     with pytest.raises(ElasticConfigError, match="unknown key 'max_node'"):
         ElasticConfig.from_mapping({"max_node": 3})
+
+
+def test_a_resize_a_fault_already_made_is_dropped():
+    st = state(members={0: "n0p0", 1: "n2p0", 2: "n3p0"}, resize=ResizeState(3, "request", 90.0))
+    assert decide(NOW, Observation(), st, config(min_nodes=2)) == [AbandonResize("the world already has 3 node(s)")]
