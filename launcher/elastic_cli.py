@@ -49,8 +49,7 @@ def elastic_config(args: argparse.Namespace) -> ElasticConfig:
     flags = {key: getattr(args, flag) for flag, key in _FLAGS.items() if getattr(args, flag, None) is not None}
     try:
         base = ElasticConfig.from_yaml(args.elastic_config) if args.elastic_config else ElasticConfig()
-        values = {k: getattr(base, k) for k in ElasticConfig.__dataclass_fields__}
-        return ElasticConfig.from_mapping({**values, **flags}, "elastic settings")
+        return base.updated(flags, "elastic settings")
     except ElasticConfigError as err:
         raise ConfigError(_flag_names(str(err))) from None
 

@@ -77,10 +77,10 @@ class RecoveryWatch:
     def _emit_resizes(self, generation: int, first_step_t: float, info: dict) -> None:
         batch_key = membership.batch_key(generation)
         batch = json.loads(self.store.get(batch_key)) if self.store.check([batch_key]) else {}
+        left = self._reports_t(generation - 1) if self.resizes else []
         for r in self.resizes:
             seconds = first_step_t - r.t
             # A requested resize waits for every rank to leave at the step boundary (training goes on).
-            left = self._reports_t(generation - 1)
             boundary = max(left) - r.t if left and r.why != "fault" else None
             self.events.emit("resize", from_world=r.from_world, to_world=r.to_world, why=r.why, generation=generation,
                              step=info["step"], seconds=seconds, boundary_s=boundary,

@@ -138,6 +138,10 @@ class ElasticConfig:
             raise ElasticConfigError(f"{where}: {err}") from None
         return cls(**out)
 
+    def updated(self, values: Mapping[str, Any], where: str) -> "ElasticConfig":
+        """This config with ``values`` (same keys and conversions as :meth:`from_mapping`) over it."""
+        return type(self).from_mapping({**{f.name: getattr(self, f.name) for f in fields(self)}, **values}, where)
+
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ElasticConfig":
         import yaml

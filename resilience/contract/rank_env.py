@@ -133,10 +133,8 @@ def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConf
         option = {f: getattr(option, f) for f in ("batch_policy", "lr_scaling")}
     if not isinstance(option, Mapping):
         raise OptionError(f"resilience.run(elastic=...): a dict of keys, got {type(option).__name__}")
-    base = configured or ElasticConfig()
     try:
-        merged = ElasticConfig.from_mapping({**{k: getattr(base, k) for k in ElasticConfig.__dataclass_fields__},
-                                             **option}, "resilience.run(elastic=...)")
+        merged = (configured or ElasticConfig()).updated(option, "resilience.run(elastic=...)")
     except ElasticConfigError as err:
         raise OptionError(str(err)) from None
     for key in sorted(set(option) - {"batch_policy", "lr_scaling"}):
