@@ -31,6 +31,7 @@ from resilience.agent import blame, faults
 from resilience.agent.abort import GroupSockets
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.context import Context
+from resilience.ddp import deterministic_by_default
 from resilience.contract import liveness, membership
 from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
@@ -87,6 +88,8 @@ class Agent:
     def run(self, train: Callable[[Context], None]) -> None:
         self._heartbeat.start()
         self._relay_preemption()
+        if self.env.deterministic_ddp:
+            deterministic_by_default()
         _warm_up()
         # Everything imported so far lives as long as the process: keep it out of the
         # collector's way, so that the collection at each teardown scans only new objects

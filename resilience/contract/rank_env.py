@@ -41,7 +41,7 @@ _VARS = {
     "tiers": TIERS_ENV, "elastic": ELASTIC_ENV,
 }
 RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers",
-               "elastic")
+               "elastic", "deterministic_ddp")
 """What ``resilience.run(train, **options)`` may override of what the supervisor configured."""
 
 
@@ -70,6 +70,10 @@ class RankEnv:
     tiers: TierConfig | None = None
     elastic: ElasticConfig | None = None
     """The run's resize policy; ranks use its batch keys (``batch_policy``, ``lr_scaling``)."""
+    deterministic_ddp: bool = True
+    """Give every DDP built in ``train`` a bucket-independent all-reduce (``resilience.ddp``'s),
+    so a recovered run ends bitwise equal; only ``resilience.run(train, deterministic_ddp=False)``
+    turns it off (a choice of the training code, not of the launcher)."""
 
     def __post_init__(self) -> None:
         if not self.slot:

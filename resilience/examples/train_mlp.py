@@ -23,6 +23,18 @@ import torch.distributed as dist
 import resilience
 
 
+DDP_KINDS = ("resilience", "exact", "torch")
+
+
+def wrap(model: torch.nn.Module, kind: str) -> torch.nn.Module:
+    """The model as each kind of data parallelism sees it (exact mode also alone: it quantizes)."""
+    if kind == "exact":
+        return resilience.ddp(model, exact=True)
+    if not dist.is_initialized():
+        return model
+    return resilience.ddp(model) if kind == "resilience" else torch.nn.parallel.DistributedDataParallel(model)
+
+
 def build_model(width: int, depth: int, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
@@ -46,10 +58,11 @@ def sample(index: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilience.ElasticSampler, step: int,
-                 width: int, seed: int) -> torch.Tensor:
+                 width: int, seed: int, exact: bool = False) -> torch.Tensor:
     """One step of the global batch in micro-batches; gradients are the global batch's mean
-    whatever the world size (each rank's micro-losses are summed over its share, resilience.ddp
-    averages over ranks)."""
+    whatever the world size. DDP averages over ranks, so each rank's micro-losses are summed
+    over its share; exact mode averages over micro-batches, so each is a plain mean (a divisor
+    that changes with the world size would change the bits)."""
     micro = sampler.indices(step, ctx.rank, ctx.world_size)
     per_rank = ctx.batch.per_rank
     total = torch.zeros(())
@@ -58,7 +71,7 @@ def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilie
         sync = contextlib.nullcontext() if i == len(micro) - 1 or not hasattr(ddp, "no_sync") else ddp.no_sync()
         with sync:
             per_sample = torch.nn.functional.mse_loss(ddp(torch.stack(xs)), torch.stack(ys), reduction="none").mean(1)
-            loss = per_sample.sum() / per_rank
+            loss = per_sample.mean() if exact else per_sample.sum() / per_rank
             loss.backward()
         total += loss.detach()
     return total
@@ -86,6 +99,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
+    parser.add_argument("--ddp", choices=DDP_KINDS, default="resilience",
+                        help="resilience.ddp (default), resilience.ddp(exact=True), or plain torch DDP")
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
@@ -116,13 +131,13 @@ def main() -> None:
             ctx.register(sampler=sampler)
             for group in opt.param_groups:
                 group["lr"] = args.lr * ctx.lr_scale
-        ddp = resilience.ddp(model) if dist.is_initialized() else model
+        ddp = wrap(model, args.ddp)
         loss = torch.tensor(float("nan"))
         step_times: list[float] = []
         last = time.perf_counter()
         for step in ctx.steps(args.steps):
             if sampler is not None:
-                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed)
+                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed, exact=args.ddp == "exact")
             else:
                 x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
                 loss = torch.nn.functional.mse_loss(ddp(x), y)

@@ -1,0 +1,188 @@
+"""Data parallelism whose result does not depend on the world size: ``resilience.ddp(model, exact=True)``.
+
+Each backward pass (a micro-batch) is turned into integers as soon as it ends
+(:mod:`resilience.fixed_point`), accumulated in int64, and summed across ranks in int64 at the
+step's last backward (the one outside ``no_sync()``, as with DDP). The optimizer receives the
+mean over every micro-batch of the step, on every rank: the same bits whether 1 rank did all
+of them or 4 ranks did a quarter each, and whatever re-formations happened in between. Runs
+are then comparable bit for bit across elastic resizes, not only across faults.
+
+What the user keeps in mind: every backward counts as one micro-batch of equal weight (give
+the loss of each micro-batch its own mean; do not divide by the number of accumulation steps,
+which changes with the world size), and the micro-batches themselves must be the same at
+every world size (``ElasticSampler`` makes them so when the micro-batch divides each rank's
+share of the global batch).
+
+Written for gloo and NCCL: the collectives are one small int64 MAX and one int64 SUM per
+step, on the parameters' device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from resilience import fixed_point
+from resilience.errors import ResilienceError
+
+log = logging.getLogger(__name__)
+
+ON_OVERFLOW = ("raise", "skip")
+
+_hooks: "weakref.WeakKeyDictionary[torch.nn.Module, list[Any]]" = weakref.WeakKeyDictionary()
+"""Gradient hooks of the newest exact wrapper of each module: a module wrapped again (after a
+re-entry that kept it) must not feed two wrappers."""
+
+
+class GradientNotRepresentable(ResilienceError, ArithmeticError):
+    """A step's gradient holds inf/NaN, or spans more than the int64 sum holds."""
+
+
+class ExactDataParallel(torch.nn.Module):
+    """Averages gradients over every micro-batch of a step, bitwise independent of the world size.
+
+    ``on_overflow``: ``raise`` (default) stops with :class:`GradientNotRepresentable` naming the
+    tensor; ``skip`` drops the step's gradients on every rank (the optimizer then skips
+    the step, as AMP's GradScaler does) and counts it in ``skipped_steps``.
+    """
+
+    def __init__(self, module: torch.nn.Module, *, process_group: Any = None, bits: int = fixed_point.BITS,
+                 on_overflow: str = "raise", broadcast_buffers: bool = True) -> None:
+        super().__init__()
+        if on_overflow not in ON_OVERFLOW:
+            raise ValueError(f"on_overflow={on_overflow!r}: one of {', '.join(ON_OVERFLOW)}")
+        if not 8 <= bits <= fixed_point.SUM_BITS - 8:
+            raise ValueError(f"bits={bits}: between 8 and {fixed_point.SUM_BITS - 8}")
+        self.module = module
+        self.process_group = process_group
+        self.bits, self.on_overflow, self.broadcast_buffers = bits, on_overflow, broadcast_buffers
+        self.skipped_steps = 0
+        self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad and p.numel()]
+        device = self._named[0][1].device if self._named else torch.device("cpu")
+        self._buffer = torch.zeros(sum(p.numel() for _, p in self._named) + 1, dtype=torch.int64, device=device)
+        self._slots, offset = [], 0
+        for _, p in self._named:
+            self._slots.append(fixed_point.Slot(self._buffer[offset:offset + p.numel()].view(p.shape)))
+            offset += p.numel()
+        self._sync, self._queued, self._count = True, False, 0
+        self._attach_hooks()
+        if self._world() > 1:
+            self._broadcast_initial_state()
+
+    # --- what DDP users call ----------------------------------------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.broadcast_buffers and self._world() > 1:
+            for buf in self.module.buffers():
+                dist.broadcast(buf, src=self._global_rank(0), group=self.process_group)
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate locally; the next one outside sums the step."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    # --- the mechanism --------------------------------------------------------------------------
+
+    def _attach_hooks(self) -> None:
+        for handle in _hooks.pop(self.module, []):
+            handle.remove()
+        me = weakref.ref(self)
+
+        def on_grad(_: torch.Tensor) -> None:
+            wrapper = me()
+            if wrapper is not None and not wrapper._queued:
+                wrapper._queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(wrapper._after_backward)
+
+        _hooks[self.module] = [p.register_post_accumulate_grad_hook(on_grad) for _, p in self._named]
+
+    def _after_backward(self) -> None:
+        """End of a backward pass: fold this micro-batch into the integer sums."""
+        self._queued = False
+        self._count += 1
+        grads = [p.grad for _, p in self._named]
+        zero = torch.zeros((), dtype=torch.float64, device=self._buffer.device)
+        maxima = torch.stack([g.detach().abs().amax().double() if g is not None else zero for g in grads]).tolist()
+        for slot, (_, p), grad, max_abs in zip(self._slots, self._named, grads, maxima):
+            if grad is not None:
+                slot.add(grad, max_abs, self._count, self.bits)
+                p.grad = None
+        if self._sync:
+            self._reduce()
+
+    def _reduce(self) -> None:
+        """Sum the step across ranks and hand the mean to ``p.grad`` (or raise / skip)."""
+        world = self._world()
+        header = torch.tensor([s.header() for s in self._slots] + [[self._count, 0, 0, 0]], dtype=torch.int64,
+                              device=self._buffer.device)
+        if world > 1:
+            dist.all_reduce(header, op=dist.ReduceOp.MAX, group=self.process_group)
+        rows = header.tolist()
+        plan = fixed_point.plan_sum(rows[:-1], bound_count=world * rows[-1][0])
+        try:
+            if plan.problem:
+                self._refuse(plan)
+                return
+            for slot, low in zip(self._slots, plan.lows):
+                if low is not None:
+                    slot.align(low)
+            self._buffer[-1] = self._count
+            if world > 1:
+                dist.all_reduce(self._buffer, op=dist.ReduceOp.SUM, group=self.process_group)
+            count = int(self._buffer[-1])
+            for slot, (_, p), low, seen in zip(self._slots, self._named, plan.lows, plan.seen):
+                if low is not None:
+                    p.grad = fixed_point.dequantize(slot.total, low, count, p.dtype)
+                elif seen:
+                    p.grad = torch.zeros_like(p)
+        finally:
+            self._buffer.zero_()
+            for slot in self._slots:
+                slot.reset()
+            self._count = 0
+
+    def _refuse(self, plan: fixed_point.SumPlan) -> None:
+        name = self._named[plan.culprit][0] if plan.culprit is not None else "?"
+        what = ("holds inf or NaN" if plan.problem == fixed_point.NONFINITE else
+                f"spans more than an int64 sum holds at bits={self.bits} (micro-batches differ too much in scale)")
+        message = f"exact gradient sum: the step's gradient of {name!r} {what}"
+        if self.on_overflow == "raise":
+            raise GradientNotRepresentable(message + "; on_overflow='skip' skips such steps instead")
+        self.skipped_steps += 1
+        if self._rank() == 0:
+            log.warning("%s: step skipped (%d so far)", message, self.skipped_steps)
+
+    # --- process group ----------------------------------------------------------------------------
+
+    def _world(self) -> int:
+        return dist.get_world_size(self.process_group) if dist.is_initialized() else 1
+
+    def _rank(self) -> int:
+        return dist.get_rank(self.process_group) if dist.is_initialized() else 0
+
+    def _global_rank(self, group_rank: int) -> int:
+        if self.process_group is None:
+            return group_rank
+        return dist.get_global_rank(self.process_group, group_rank)
+
+    @torch.no_grad()
+    def _broadcast_initial_state(self) -> None:
+        """Rank 0's parameters and buffers everywhere, as DDP does; skipped for a module that
+        ``ctx.register`` just loaded from a commit (already identical on every rank)."""
+        from resilience.context import _restored_modules
+
+        if self.module in _restored_modules:
+            return
+        for tensor in [*self.module.parameters(), *self.module.buffers()]:
+            dist.broadcast(tensor, src=self._global_rank(0), group=self.process_group)
