@@ -73,7 +73,7 @@ def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilie
             per_sample = torch.nn.functional.mse_loss(ddp(torch.stack(xs)), torch.stack(ys), reduction="none").mean(1)
             loss = per_sample.mean() if exact else per_sample.sum() / per_rank
             loss.backward()
-        total += loss.detach()
+        total += loss.detach() / len(micro) if exact else loss.detach()  # the rank's mean loss, either way
     return total
 
 
@@ -101,6 +101,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
     parser.add_argument("--ddp", choices=DDP_KINDS, default="resilience",
                         help="resilience.ddp (default), resilience.ddp(exact=True), or plain torch DDP")
+    parser.add_argument("--no-deterministic-ddp", action="store_true",
+                        help="resilience.run(train, deterministic_ddp=False): leave plain DDP's bucket all-reduce alone")
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
@@ -162,7 +164,7 @@ def main() -> None:
                 "eval_loss": eval_loss(model, args.width, args.seed) if sampler is not None else None,
             }))
 
-    resilience.run(train)
+    resilience.run(train, **({"deterministic_ddp": False} if args.no_deterministic_ddp else {}))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +78,22 @@ def sharded_reference(tmp_path_factory) -> dict[int, str]:
     digests = run.digests()
     assert len(digests) == 4 and len(set(digests.values())) == 4  # each rank holds its own shard
     return digests
+
+
+def sres(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> threading.Thread:
+    """Run ``then()`` on a thread once an event of the run matches ``predicate``."""
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        path = log_dir / "events.jsonl"
+        while time.monotonic() < deadline:
+            if path.exists() and any(predicate(e) for e in read_events(path)):
+                then()
+                return
+            time.sleep(0.2)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread

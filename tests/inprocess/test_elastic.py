@@ -6,41 +6,18 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from launcher.events import read_events
 from resilience.elastic import coverage
-from tests.inprocess.conftest import sres_run
+from tests.inprocess.conftest import sres, sres_run, when_event
 
 DATA = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "4")
 STEPS = 60
 LOSS_RTOL = 1e-4
 """Final eval loss of a resized run vs a fixed-size run with the same global batch: the same
 samples and steps, only the gradient sums are grouped differently (measured: ~1e-7)."""
-
-
-def sres(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=60)
-
-
-def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> threading.Thread:
-    """Run ``then()`` on a thread once an event of the run matches ``predicate``."""
-    def watch() -> None:
-        deadline = time.monotonic() + timeout_s
-        path = log_dir / "events.jsonl"
-        while time.monotonic() < deadline:
-            if path.exists() and any(predicate(e) for e in read_events(path)):
-                then()
-                return
-            time.sleep(0.2)
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
 
 
 def eval_losses(log_dir: Path) -> set[float]:
