@@ -65,11 +65,15 @@ class ExactDataParallel(torch.nn.Module):
         self.skipped_steps = 0
         self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad and p.numel()]
         device = self._named[0][1].device if self._named else torch.device("cpu")
-        self._buffer = torch.zeros(sum(p.numel() for _, p in self._named) + 1, dtype=torch.int64, device=device)
-        self._slots, offset = [], 0
-        for _, p in self._named:
-            self._slots.append(fixed_point.Slot(self._buffer[offset:offset + p.numel()].view(p.shape)))
-            offset += p.numel()
+        sizes = [p.numel() for _, p in self._named]
+        self._offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        # One int64 sum per parameter, and the step's micro-batch count last: one all-reduce.
+        self._buffer = torch.zeros(self._offsets[-1] + 1, dtype=torch.int64, device=device)
+        self._narrow = torch.empty_like(self._buffer, dtype=torch.int32)
+        self._slots = [fixed_point.Slot(self._buffer[a:b].view(p.shape))
+                       for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])]
+        largest = max(sizes, default=0)
+        self._scratch = (torch.empty(largest, device=device), torch.empty(largest, dtype=torch.int64, device=device))
         self._sync, self._queued, self._count = True, False, 0
         self._attach_hooks()
         if self._world() > 1:
@@ -116,7 +120,7 @@ class ExactDataParallel(torch.nn.Module):
         maxima = torch.stack([g.detach().abs().amax().double() if g is not None else zero for g in grads]).tolist()
         for slot, (_, p), grad, max_abs in zip(self._slots, self._named, grads, maxima):
             if grad is not None:
-                slot.add(grad, max_abs, self._count, self.bits)
+                slot.add(grad, max_abs, self._count, self.bits, self._scratch)
                 p.grad = None
         if self._sync:
             self._reduce()
@@ -138,12 +142,15 @@ class ExactDataParallel(torch.nn.Module):
                 if low is not None:
                     slot.align(low)
             self._buffer[-1] = self._count
+            sums = self._buffer
+            if plan.narrow:
+                sums = self._narrow.copy_(self._buffer)  # the same integers in half the bytes
             if world > 1:
-                dist.all_reduce(self._buffer, op=dist.ReduceOp.SUM, group=self.process_group)
-            count = int(self._buffer[-1])
-            for slot, (_, p), low, seen in zip(self._slots, self._named, plan.lows, plan.seen):
+                dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.process_group)
+            count = int(sums[-1])
+            for (_, p), a, b, low, seen in zip(self._named, self._offsets, self._offsets[1:], plan.lows, plan.seen):
                 if low is not None:
-                    p.grad = fixed_point.dequantize(slot.total, low, count, p.dtype)
+                    p.grad = fixed_point.dequantize(sums[a:b].view(p.shape), low, count, p.dtype)
                 elif seen:
                     p.grad = torch.zeros_like(p)
         finally:

@@ -26,10 +26,10 @@ import resilience
 DDP_KINDS = ("resilience", "exact", "torch")
 
 
-def wrap(model: torch.nn.Module, kind: str) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, kind: str, bits: int | None = None) -> torch.nn.Module:
     """The model as each kind of data parallelism sees it (exact mode also alone: it quantizes)."""
     if kind == "exact":
-        return resilience.ddp(model, exact=True)
+        return resilience.ddp(model, exact=True, **({"bits": bits} if bits else {}))
     if not dist.is_initialized():
         return model
     return resilience.ddp(model) if kind == "resilience" else torch.nn.parallel.DistributedDataParallel(model)
@@ -101,6 +101,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
     parser.add_argument("--ddp", choices=DDP_KINDS, default="resilience",
                         help="resilience.ddp (default), resilience.ddp(exact=True), or plain torch DDP")
+    parser.add_argument("--exact-bits", type=int, default=None, help="exact mode: bits kept per micro-batch")
     parser.add_argument("--no-deterministic-ddp", action="store_true",
                         help="resilience.run(train, deterministic_ddp=False): leave plain DDP's bucket all-reduce alone")
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
@@ -133,7 +134,7 @@ def main() -> None:
             ctx.register(sampler=sampler)
             for group in opt.param_groups:
                 group["lr"] = args.lr * ctx.lr_scale
-        ddp = wrap(model, args.ddp)
+        ddp = wrap(model, args.ddp, args.exact_bits)
         loss = torch.tensor(float("nan"))
         step_times: list[float] = []
         last = time.perf_counter()

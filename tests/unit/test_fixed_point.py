@@ -58,11 +58,14 @@ def test_any_grouping_and_order_gives_the_same_bits(seed, count, ranks, shuffle)
 
 def test_elements_near_the_largest_are_kept_exactly():
     grad = torch.tensor([1.0, -0.75, 2.0 ** -8 + 2.0 ** -30, 3.0 * 2.0 ** -40, 0.0])
-    slot = Slot(torch.zeros(5, dtype=torch.int64))
-    slot.add(grad, 1.0, 1)
-    back = fixed_point.dequantize(slot.total, slot.low, 1, torch.float32)
+    wide, default = Slot(torch.zeros(5, dtype=torch.int64)), Slot(torch.zeros(5, dtype=torch.int64))
+    wide.add(grad, 1.0, 1, bits=32)
+    back = fixed_point.dequantize(wide.total, wide.low, 1, torch.float32)
     assert torch.equal(back[:3], grad[:3])  # within 2**-8 of the largest: every float32 bit kept
     assert back[3] == 0.0  # below 2**-32 of the largest: rounded away
+    default.add(grad, 1.0, 1)  # 24 bits
+    back = fixed_point.dequantize(default.total, default.low, 1, torch.float32)
+    assert torch.equal(back[:2], grad[:2]) and back[2] == 2.0 ** -8  # 2**-30 is below the unit, 2**-23
 
 
 def test_a_sum_that_cannot_fit_is_refused_not_wrapped():
@@ -70,7 +73,7 @@ def test_a_sum_that_cannot_fit_is_refused_not_wrapped():
     assert not fixed_point.fits(10, 10 - 32, 2 ** 31)
     slot = Slot(torch.zeros(3, dtype=torch.int64))
     slot.add(torch.tensor([1.0, 0.5, 0.0]), 1.0, 1)
-    slot.add(torch.tensor([2.0 ** -40, 0.0, 0.0]), 2.0 ** -40, 2)  # 2**41 apart: more than 62 - 32 bits
+    slot.add(torch.tensor([2.0 ** -40, 0.0, 0.0]), 2.0 ** -40, 2)  # 2**41 apart: more than 62 - 24 bits
     assert slot.problem == fixed_point.RANGE
     slot.add(torch.tensor([math.inf, 0.0, 0.0]), math.inf, 3)
     plan = plan_sum([slot.header()], bound_count=3)
@@ -136,3 +139,8 @@ def test_bad_settings_are_refused():
         ExactDataParallel(TwoLayers(), on_overflow="ignore")
     with pytest.raises(ValueError, match="bits=4"):
         ExactDataParallel(TwoLayers(), bits=4)
+
+
+def test_a_step_whose_sums_fit_31_bits_travels_as_int32():
+    assert plan_sum([[0, 24, 0, 1]], bound_count=16).narrow  # 24 bits + log2(16)
+    assert not plan_sum([[0, 24, 0, 1], [3, 30, 0, 1]], bound_count=16).narrow  # a spread of 2**9 on top
