@@ -17,7 +17,9 @@ from resilience.api import run
 from resilience.context import Context
 from resilience.ddp import ddp
 from resilience.elastic import ElasticSampler
+from resilience.exact import ExactDataParallel, GradientNotRepresentable
 from resilience.state.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer
 
-__all__ = ["Context", "run", "ddp", "ElasticSampler", "ShardedOptimizer", "Unrecoverable"]
+__all__ = ["Context", "run", "ddp", "ElasticSampler", "ExactDataParallel", "GradientNotRepresentable",
+           "ShardedOptimizer", "Unrecoverable"]

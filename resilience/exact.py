@@ -1,7 +1,7 @@
 """Data parallelism whose result does not depend on the world size: ``resilience.ddp(model, exact=True)``.
 
 Each backward pass (a micro-batch) is turned into integers as soon as it ends
-(:mod:`resilience.fixed_point`), accumulated in int64, and summed across ranks in int64 at the
+(:mod:`resilience.fixed_point`), accumulated as integers, and summed across ranks as integers at the
 step's last backward (the one outside ``no_sync()``, as with DDP). The optimizer receives the
 mean over every micro-batch of the step, on every rank: the same bits whether 1 rank did all
 of them or 4 ranks did a quarter each, and whatever re-formations happened in between. Runs
@@ -13,7 +13,7 @@ which changes with the world size), and the micro-batches themselves must be the
 every world size (``ElasticSampler`` makes them so when the micro-batch divides each rank's
 share of the global batch).
 
-Written for gloo and NCCL: the collectives are one small int64 MAX and one int64 SUM per
+Written for gloo and NCCL: the collectives are one small int64 MAX and one int32 or int64 SUM per
 step, on the parameters' device.
 """
 
@@ -67,13 +67,13 @@ class ExactDataParallel(torch.nn.Module):
         device = self._named[0][1].device if self._named else torch.device("cpu")
         sizes = [p.numel() for _, p in self._named]
         self._offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-        # One int64 sum per parameter, and the step's micro-batch count last: one all-reduce.
-        self._buffer = torch.zeros(self._offsets[-1] + 1, dtype=torch.int64, device=device)
-        self._narrow = torch.empty_like(self._buffer, dtype=torch.int32)
-        self._slots = [fixed_point.Slot(self._buffer[a:b].view(p.shape))
+        # This rank's sums (integer-valued float64), and the step's integers as they travel:
+        # one all-reduce for every parameter, with the step's micro-batch count last.
+        self._sums = torch.zeros(self._offsets[-1], dtype=torch.float64, device=device)
+        self._wires = {dtype: torch.empty(0, dtype=dtype, device=device) for dtype in (torch.int32, torch.int64)}
+        self._slots = [fixed_point.Slot(self._sums[a:b].view(p.shape))
                        for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])]
-        largest = max(sizes, default=0)
-        self._scratch = (torch.empty(largest, device=device), torch.empty(largest, dtype=torch.int64, device=device))
+        self._scratch = torch.empty(max(sizes, default=0), device=device)
         self._sync, self._queued, self._count = True, False, 0
         self._attach_hooks()
         if self._world() > 1:
@@ -116,8 +116,10 @@ class ExactDataParallel(torch.nn.Module):
         self._queued = False
         self._count += 1
         grads = [p.grad for _, p in self._named]
-        zero = torch.zeros((), dtype=torch.float64, device=self._buffer.device)
-        maxima = torch.stack([g.detach().abs().amax().double() if g is not None else zero for g in grads]).tolist()
+        zero = torch.zeros((), dtype=torch.float64, device=self._sums.device)
+        # max |g| without a temporary |g|: aminmax reads the gradient once.
+        maxima = torch.stack([torch.stack(g.detach().aminmax()).abs().amax().double() if g is not None else zero
+                              for g in grads]).tolist()
         for slot, (_, p), grad, max_abs in zip(self._slots, self._named, grads, maxima):
             if grad is not None:
                 slot.add(grad, max_abs, self._count, self.bits, self._scratch)
@@ -129,7 +131,7 @@ class ExactDataParallel(torch.nn.Module):
         """Sum the step across ranks and hand the mean to ``p.grad`` (or raise / skip)."""
         world = self._world()
         header = torch.tensor([s.header() for s in self._slots] + [[self._count, 0, 0, 0]], dtype=torch.int64,
-                              device=self._buffer.device)
+                              device=self._sums.device)
         if world > 1:
             dist.all_reduce(header, op=dist.ReduceOp.MAX, group=self.process_group)
         rows = header.tolist()
@@ -138,31 +140,33 @@ class ExactDataParallel(torch.nn.Module):
             if plan.problem:
                 self._refuse(plan)
                 return
-            for slot, low in zip(self._slots, plan.lows):
-                if low is not None:
-                    slot.align(low)
-            self._buffer[-1] = self._count
-            sums = self._buffer
-            if plan.narrow:
-                sums = self._narrow.copy_(self._buffer)  # the same integers in half the bytes
+            wire = self._wire(torch.int32 if plan.narrow else torch.int64)
+            for slot, a, b, low in zip(self._slots, self._offsets, self._offsets[1:], plan.lows):
+                slot.export(wire[a:b].view(slot.total.shape), low if low is not None else 0)
+            wire[-1] = self._count
             if world > 1:
-                dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.process_group)
-            count = int(sums[-1])
+                dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.process_group)
+            count = int(wire[-1])
             for (_, p), a, b, low, seen in zip(self._named, self._offsets, self._offsets[1:], plan.lows, plan.seen):
                 if low is not None:
-                    p.grad = fixed_point.dequantize(sums[a:b].view(p.shape), low, count, p.dtype)
+                    p.grad = fixed_point.dequantize(wire[a:b].view(p.shape), low, count, p.dtype)
                 elif seen:
                     p.grad = torch.zeros_like(p)
-        finally:
-            self._buffer.zero_()
+        finally:  # the next micro-batch's first add overwrites the sums: no zeroing pass
             for slot in self._slots:
                 slot.reset()
             self._count = 0
 
+    def _wire(self, dtype: torch.dtype) -> torch.Tensor:
+        """The all-reduced integers: int32 when every sum fits (half the bytes), else int64."""
+        if self._wires[dtype].numel() != self._offsets[-1] + 1:
+            self._wires[dtype] = torch.empty(self._offsets[-1] + 1, dtype=dtype, device=self._sums.device)
+        return self._wires[dtype]
+
     def _refuse(self, plan: fixed_point.SumPlan) -> None:
         name = self._named[plan.culprit][0] if plan.culprit is not None else "?"
         what = ("holds inf or NaN" if plan.problem == fixed_point.NONFINITE else
-                f"spans more than an int64 sum holds at bits={self.bits} (micro-batches differ too much in scale)")
+                f"spans more than the integer sums hold at bits={self.bits} (micro-batches differ too much in scale)")
         message = f"exact gradient sum: the step's gradient of {name!r} {what}"
         if self.on_overflow == "raise":
             raise GradientNotRepresentable(message + "; on_overflow='skip' skips such steps instead")

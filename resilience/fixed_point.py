@@ -6,7 +6,7 @@ rebuilt after a fault) changes the last bits of every parameter. Integer additio
 associative. Each micro-batch's gradient is therefore turned into integers at a resolution
 that depends only on that micro-batch's own gradient (``BITS`` binary digits below the
 largest element of the tensor), integers of different resolutions are aligned by exact
-left shifts, and everything is summed in int64, locally and across ranks. The integer sum,
+left shifts, and everything is summed as integers, locally and across ranks. The integer sum,
 and so the gradient handed to the optimizer, is a function of the step's micro-batches
 alone.
 
@@ -35,7 +35,10 @@ import torch
 BITS = 24
 """Binary digits kept below the largest element of each micro-batch's gradient, per tensor."""
 SUM_BITS = 62
-"""Magnitude bits of the int64 sums (one below the sign bit, so a sum can never wrap)."""
+"""Magnitude bits of the int64 sums across ranks (one below the sign bit: a sum never wraps)."""
+LOCAL_BITS = 53
+"""Magnitude bits of a rank's own sum, kept as integer-valued float64 (exact below 2**53): a
+micro-batch is then added in one pass, without converting it to int64 first."""
 EMPTY = -(1 << 40)
 """Header value of a tensor with no non-zero gradient yet (below every real exponent)."""
 OK, RANGE, NONFINITE = 0, 1, 2
@@ -52,9 +55,9 @@ def width(high: int, low: int, count: int) -> int:
     return high - low + max(0, math.ceil(math.log2(max(count, 1))))
 
 
-def fits(high: int, low: int, count: int) -> bool:
-    """Whether such a sum fits in int64."""
-    return width(high, low, count) <= SUM_BITS
+def fits(high: int, low: int, count: int, bits: int = SUM_BITS) -> bool:
+    """Whether such a sum fits in ``bits`` magnitude bits."""
+    return width(high, low, count) <= bits
 
 
 def quantize(grad: torch.Tensor, unit: int, shift: int = 0, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -89,7 +92,7 @@ class Slot:
     """One tensor's integer sum over this rank's micro-batches of the current step."""
 
     total: torch.Tensor
-    """int64, the tensor's shape; a view into the buffer that is all-reduced."""
+    """Integer-valued float64, the tensor's shape; exact while below ``2**LOCAL_BITS``."""
     low: int | None = None
     """Exponent of one unit of ``total``; None while nothing non-zero was added."""
     high: int | None = None
@@ -99,10 +102,10 @@ class Slot:
     """Whether any micro-batch produced a gradient for this tensor (even an all-zero one)."""
 
     def add(self, grad: torch.Tensor, max_abs: float, count: int, bits: int = BITS,
-            scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+            scratch: torch.Tensor | None = None) -> None:
         """Add one micro-batch's gradient (``max_abs`` its largest magnitude); ``count`` is
-        the number of micro-batches of this rank so far, this one included. ``scratch``:
-        flat float32 and int64 buffers of at least this tensor's size."""
+        the number of micro-batches of this rank so far, this one included. ``scratch``: a
+        flat float32 buffer of at least this tensor's size."""
         self.seen = True
         if not math.isfinite(max_abs):
             self.problem = NONFINITE
@@ -112,17 +115,17 @@ class Slot:
         unit = e - bits
         low = unit if self.low is None else min(self.low, unit)
         high = e if self.high is None else max(self.high, e)
-        if not fits(high, low, count):
+        if not fits(high, low, count, LOCAL_BITS):
             self.problem = RANGE
             return
-        n = self.total.numel()
-        q = quantize(grad, unit, unit - low, scratch[0][:n].view(grad.shape) if scratch else None)
+        out = scratch[:grad.numel()].view(grad.shape) if scratch is not None else None
+        q = quantize(grad, unit, unit - low, out)
         if self.low is None:
             self.total.copy_(q)
         else:
             if low < self.low:
-                self.total.mul_(1 << (self.low - low))
-            self.total.add_(scratch[1][:n].view(grad.shape).copy_(q) if scratch else q.to(torch.int64))
+                self.total.mul_(2.0 ** (self.low - low))
+            self.total.add_(q)  # integers below 2**53: float64 adds them exactly
         self.low, self.high = low, high
 
     def header(self) -> list[int]:
@@ -132,12 +135,15 @@ class Slot:
             return [EMPTY, EMPTY, self.problem, int(self.seen)]
         return [self.high, -self.low, self.problem, int(self.seen)]
 
-    def align(self, low: int) -> None:
-        """Express ``total`` in units of ``2**low`` (the finest of every rank); exact, as
-        :func:`plan_sum` checked that it fits."""
-        if self.low is not None and self.low > low:
-            self.total.mul_(1 << (self.low - low))
-        self.low = low
+    def export(self, out: torch.Tensor, low: int) -> None:
+        """Write ``total`` into the integer tensor ``out`` in units of ``2**low`` (the finest
+        of every rank): exact, as :func:`plan_sum` checked that the sums fit ``out``'s type."""
+        if self.low is None:
+            out.zero_()
+            return
+        out.copy_(self.total)
+        if self.low > low:
+            out.mul_(1 << (self.low - low))
 
     def reset(self) -> None:
         self.low = self.high = None

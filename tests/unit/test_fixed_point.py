@@ -31,16 +31,17 @@ def micro_batch_grads(seed: int, count: int, numel: int = 257) -> list[torch.Ten
 
 def summed_in_groups(grads: list[torch.Tensor], groups: list[list[int]]) -> torch.Tensor:
     """What ExactDataParallel computes when each group of micro-batches is one rank's share."""
-    slots = [Slot(torch.zeros(grads[0].shape, dtype=torch.int64)) for _ in groups]
+    slots = [Slot(torch.zeros(grads[0].shape, dtype=torch.float64)) for _ in groups]
     for slot, members in zip(slots, groups):
         for n, index in enumerate(members, start=1):
             slot.add(grads[index], grads[index].abs().max().item(), n)
     reduced = [max(column) for column in zip(*(s.header() for s in slots))]  # the MAX all-reduce
     plan = plan_sum([reduced], bound_count=len(groups) * max(len(m) for m in groups))
     assert plan.problem == fixed_point.OK
-    for slot in slots:
-        slot.align(plan.lows[0])
-    total = sum(s.total for s in slots)  # the SUM all-reduce
+    wires = [torch.empty(grads[0].shape, dtype=torch.int64) for _ in slots]
+    for slot, wire in zip(slots, wires):
+        slot.export(wire, plan.lows[0])
+    total = sum(wires)  # the SUM all-reduce
     return fixed_point.dequantize(total, plan.lows[0], len(grads), torch.float32)
 
 
@@ -58,7 +59,7 @@ def test_any_grouping_and_order_gives_the_same_bits(seed, count, ranks, shuffle)
 
 def test_elements_near_the_largest_are_kept_exactly():
     grad = torch.tensor([1.0, -0.75, 2.0 ** -8 + 2.0 ** -30, 3.0 * 2.0 ** -40, 0.0])
-    wide, default = Slot(torch.zeros(5, dtype=torch.int64)), Slot(torch.zeros(5, dtype=torch.int64))
+    wide, default = Slot(torch.zeros(5, dtype=torch.float64)), Slot(torch.zeros(5, dtype=torch.float64))
     wide.add(grad, 1.0, 1, bits=32)
     back = fixed_point.dequantize(wide.total, wide.low, 1, torch.float32)
     assert torch.equal(back[:3], grad[:3])  # within 2**-8 of the largest: every float32 bit kept
@@ -71,9 +72,9 @@ def test_elements_near_the_largest_are_kept_exactly():
 def test_a_sum_that_cannot_fit_is_refused_not_wrapped():
     assert fixed_point.fits(10, 10 - 32, 2 ** 20)
     assert not fixed_point.fits(10, 10 - 32, 2 ** 31)
-    slot = Slot(torch.zeros(3, dtype=torch.int64))
+    slot = Slot(torch.zeros(3, dtype=torch.float64))
     slot.add(torch.tensor([1.0, 0.5, 0.0]), 1.0, 1)
-    slot.add(torch.tensor([2.0 ** -40, 0.0, 0.0]), 2.0 ** -40, 2)  # 2**41 apart: more than 62 - 24 bits
+    slot.add(torch.tensor([2.0 ** -40, 0.0, 0.0]), 2.0 ** -40, 2)  # 2**41 apart: more than a rank's 53 - 24 bits
     assert slot.problem == fixed_point.RANGE
     slot.add(torch.tensor([math.inf, 0.0, 0.0]), math.inf, 3)
     plan = plan_sum([slot.header()], bound_count=3)
