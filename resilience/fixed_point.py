@@ -81,10 +81,10 @@ def dequantize(total: torch.Tensor, low: int, count: int, dtype: torch.dtype) ->
     ``2**low``: the same integers give the same bits (float32 straight from the integers
     when the scale is a normal float32, else through float64)."""
     factor = 2.0 ** low / count
-    work = dtype if dtype == torch.float32 and -100 < low < 100 else torch.float64
-    grad = torch.empty(total.shape, dtype=work, device=total.device)
-    grad.copy_(total).mul_(factor)
-    return grad if work == dtype else grad.to(dtype)
+    if dtype == torch.float32 and -100 < low < 100:
+        # One pass: the kernel converts each integer to float32 and scales it.
+        return torch.mul(total, factor, out=torch.empty(total.shape, dtype=dtype, device=total.device))
+    return (total.double() * factor).to(dtype)
 
 
 @dataclass
