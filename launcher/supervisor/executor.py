@@ -336,8 +336,10 @@ class Executor:
         return Outcome(True, events=self.events.events)
 
     def _fail(self, a: act.Fail) -> Outcome:
-        self.events.emit("failed", reason=a.reason, faults=self.books.faults)
         culprit = self.books.first_culprit
+        blame = {} if culprit is None else {"rank": culprit.rank, "error_type": culprit.error_type,
+                                            "traceback": culprit.traceback}
+        self.events.emit("failed", reason=a.reason, faults=self.books.faults, **blame)
         if culprit is not None and culprit.traceback:
             self.out.write(f"first failure (rank {culprit.rank}):\n{culprit.traceback}")
         for slot in self.books.slots:

@@ -1,0 +1,228 @@
+"""submitit from Python with the guarantees of ``sres run``/``sres srun``: ``ResilientExecutor``.
+
+A contract (code outside the project imports these names)::
+
+    from launcher.submitit import ResilientExecutor
+    ex = ResilientExecutor(folder="logs/%j")            # Slurm when sbatch is here, else this machine
+    ex.update_parameters(nodes=4, spares=1, timeout_min=60, slurm_partition="gpu", max_restarts=3)
+    job = ex.submit(train, *args)                       # train(ctx, *args), as under sres run
+    print(job.result())                                 # what rank 0's train returned
+    print(job.events())                                 # the run's events.jsonl, as dicts
+
+It is submitit's own machinery (pickles, folders, ``job.result()``, ``job.cancel()``), with one
+process per job that runs the sres supervisor (``launcher.submitit_job``): on Slurm the batch
+script runs ``sres srun`` over the allocation (nodes + spares), locally ``sres run`` with
+simulated nodes. Every rank runs the submitted function under ``resilience.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from submitit.core import core, utils
+from submitit.local.local import LocalExecutor, LocalJob, start_controller
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
+
+from launcher.events import read_events
+from launcher.submitit_job import run_dir
+
+CLUSTERS = ("slurm", "local")
+SHAPE = ("nodes", "spares", "tasks_per_node", "max_restarts")
+"""The run's shape, ours to interpret (submitit would give them to sbatch)."""
+SHARED = ("timeout_min", "name", "stderr_to_stdout")
+"""submitit's generic parameters that both backends take."""
+LOCAL_TIMEOUT_MIN = 60.0
+"""The local controller's time limit when none is given (submitit's own default is 2 min)."""
+
+
+def sres_options() -> dict[str, argparse.Action]:
+    """Keyword -> option of ``sres srun`` that a submitted job may set (``inject``, ``hang_timeout``,
+    ``persistent_dir``, ...): every option ``sres run`` and ``sres srun`` share, but the log dir."""
+    from launcher.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    run, srun = (sub.choices[name] for name in ("run", "srun"))
+    shared = {a.dest for a in srun._actions} & {a.dest for a in run._actions}
+    return {a.dest: a for a in srun._actions
+            if a.dest in shared and a.option_strings and a.dest not in ("help", "log_dir")}
+
+
+def option_argv(values: dict[str, Any]) -> list[str]:
+    """sres command-line options for ``values`` (keyword -> value), refusing unknown keywords."""
+    options = sres_options()
+    argv: list[str] = []
+    for key, value in values.items():
+        if key not in options:
+            raise ValueError(f"unknown parameter {key!r}: not a submitit or sres option")
+        flag = options[key].option_strings[-1]
+        if isinstance(options[key], argparse._StoreTrueAction):
+            argv += [flag] if value else []
+        elif isinstance(options[key], argparse._AppendAction):
+            for item in [value] if isinstance(value, str) else value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+class _Events:
+    """``job.events()``: the run's events.jsonl (empty before the supervisor starts)."""
+
+    paths: utils.JobPaths
+    job_id: str
+
+    def events(self) -> list[dict]:
+        path = run_dir(self.paths.folder, self.job_id) / "events.jsonl"
+        return read_events(path) if path.exists() else []
+
+
+class ResilientLocalJob(_Events, LocalJob):
+    pass
+
+
+class SlurmStateWatcher(SlurmInfoWatcher):
+    """Job states from slurmctld through our Slurm client (``scontrol show job``), so that
+    ``job.state``/``job.done()`` work on clusters without accounting, where submitit's sacct
+    call fails and every job stays UNKNOWN forever. A job slurmctld has forgotten (older
+    than MinJobAge) is asked of sacct, and is ``GONE`` (finished) when that fails too."""
+
+    def update(self) -> None:
+        from launcher.errors import SlurmError
+        from launcher.slurm import SlurmClient
+
+        pending = self._registered - self._finished
+        if not pending:
+            return
+        self._num_calls += 1
+        client = SlurmClient.create("auto", timeout_s=30.0)
+        forgotten = []
+        for job_id in pending:
+            try:
+                self._info_dict[job_id] = {"JobID": job_id, "State": client.job(job_id).state}
+            except SlurmError:
+                forgotten.append(job_id)
+        if forgotten:
+            self._info_dict.update({j: {"JobID": j, "State": "GONE"} for j in forgotten})
+            super().update()  # sacct, where accounting exists, knows the real end state
+        self._last_status_check = core._time.time()
+        self._finished |= {j for j in pending if self.is_done(j, mode="cache")}
+
+
+class ResilientSlurmJob(_Events, SlurmJob):
+    watcher = SlurmStateWatcher(delay_s=60)
+
+
+class _SresCommand:
+    """What both backends run per job: the supervisor, told the run's shape and sres options."""
+
+    folder: Path
+    python: str
+    sres_argv: list[str]
+
+    @property
+    def _submitit_command_str(self) -> str:
+        argv = [self.python, "-u", "-m", "launcher.submitit_job", str(self.folder), "--", *self.sres_argv]
+        return " ".join(shlex.quote(a) if a != self.python else a for a in argv)
+
+
+class _LocalBackend(_SresCommand, LocalExecutor):
+    """submitit's local controller with one task: ``sres run`` and its simulated nodes."""
+
+    job_class = ResilientLocalJob
+
+    def _submit_command(self, command: str) -> ResilientLocalJob:
+        # LocalExecutor's own builds a plain LocalJob and one task per rank; ranks are sres's here.
+        process = start_controller(
+            folder=self.folder, command=command, tasks_per_node=1, cuda_devices="",
+            timeout_min=self.parameters.get("timeout_min", LOCAL_TIMEOUT_MIN),
+            signal_delay_s=self.parameters.get("signal_delay_s", 30),
+            stderr_to_stdout=self.parameters.get("stderr_to_stdout", False), setup=self.parameters.get("setup", ()))
+        return ResilientLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
+
+    def _num_tasks(self) -> int:
+        return 1
+
+
+class _SlurmBackend(_SresCommand, SlurmExecutor):
+    """submitit's Slurm executor whose batch script runs ``sres srun`` once, on the batch host."""
+
+    job_class = ResilientSlurmJob
+
+    def _num_tasks(self) -> int:
+        return 1  # one result: rank 0's, written by whichever process is rank 0 at the end
+
+
+def slurm_available() -> bool:
+    return shutil.which("sbatch") is not None
+
+
+class ResilientExecutor(core.Executor):
+    """submitit executor whose jobs recover in-process from faults, with peers' state.
+
+    ``cluster``: ``"slurm"``, ``"local"``, or None for Slurm when ``sbatch`` is on PATH, else
+    local (as submitit's AutoExecutor decides). Parameters: the run's shape (``nodes``,
+    ``spares``, ``tasks_per_node``, ``max_restarts``), every option of ``sres run``/``sres srun``
+    by its long name (``inject``, ``hang_timeout``, ``persistent_dir``, ``min_nodes``, ...),
+    submitit's ``timeout_min``/``name``, and ``slurm_*`` parameters for sbatch (ignored locally).
+    """
+
+    def __init__(self, folder: str | Path, cluster: str | None = None, max_num_timeout: int = 3,
+                 python: str | None = None) -> None:
+        super().__init__(folder)
+        cluster = cluster or ("slurm" if slurm_available() else "local")
+        if cluster not in CLUSTERS:
+            raise ValueError(f"cluster={cluster!r}: one of {', '.join(CLUSTERS)} (or None to choose)")
+        self.cluster = cluster
+        backend = _SlurmBackend if cluster == "slurm" else _LocalBackend
+        self._executor = backend(folder, max_num_timeout=max_num_timeout, python=python)
+        self._shape: dict[str, int] = {"nodes": 1, "spares": 0, "tasks_per_node": 1, "max_restarts": 3}
+        self._sres: dict[str, Any] = {}
+        self._apply()
+
+    @property
+    def job_class(self) -> type[core.Job]:  # type: ignore[override]
+        return self._executor.job_class
+
+    def _internal_update_parameters(self, **kwargs: Any) -> None:
+        shape = {k: kwargs.pop(k) for k in SHAPE if k in kwargs}
+        for key, value in shape.items():
+            if not isinstance(value, int) or value < (1 if key in ("nodes", "tasks_per_node") else 0):
+                raise ValueError(f"{key}={value!r}: a whole number, at least {1 if key != 'spares' else 0}")
+        backend = {k: kwargs.pop(k) for k in SHARED if k in kwargs}
+        slurm = {k.removeprefix("slurm_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("slurm_")}
+        sres = {**self._sres, **kwargs}
+        option_argv(sres)  # refuses an unknown parameter before anything changes
+        self._shape.update(shape)
+        self._sres = sres
+        if self.cluster == "slurm":
+            if "timeout_min" in backend:
+                slurm["time"] = int(backend.pop("timeout_min"))
+            if "name" in backend:
+                slurm["job_name"] = backend.pop("name")
+            self._executor.update_parameters(**slurm, **backend)
+        else:
+            self._executor.update_parameters(**backend)
+        self._apply()
+
+    def _apply(self) -> None:
+        """Hand the backend its sres command line and, on Slurm, the allocation it needs."""
+        s = self._shape
+        options = option_argv(self._sres)
+        if self.cluster == "slurm":
+            self._executor.update_parameters(nodes=s["nodes"] + s["spares"], ntasks_per_node=s["tasks_per_node"],
+                                             use_srun=False)
+            self._executor.sres_argv = ["srun", *options, "--", f"--auto-resume={s['max_restarts']}",
+                                        "--spares", str(s["spares"]), "-N", str(s["nodes"]),
+                                        "--ntasks-per-node", str(s["tasks_per_node"])]
+        else:
+            self._executor.sres_argv = ["run", "--launcher", "local", "--nodes", str(s["nodes"]),
+                                        "--procs-per-node", str(s["tasks_per_node"]), "--spares", str(s["spares"]),
+                                        "--max-restarts", str(s["max_restarts"]), *options, "--"]
+
+    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]) -> list[core.Job]:
+        return self._executor._internal_process_submissions(delayed_submissions)

@@ -1,0 +1,76 @@
+"""submitit from Python on this machine: ``ResilientExecutor(cluster="local")`` runs the same job
+as ``sres run`` (simulated nodes, real processes, gloo, real SIGKILLs) behind submitit's API."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import submitit
+
+from launcher.submitit import ResilientExecutor
+from launcher.submitit_job import run_dir
+from resilience.examples.submit_mlp import train
+from tests.slurm_cluster import pid_alive, processes_with_env
+
+STEPS = 20
+
+
+def always_raises(ctx, message: str) -> None:
+    raise ValueError(message)
+
+
+def executor(tmp_path, **parameters) -> ResilientExecutor:
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=3, spares=1, timeout_min=10, no_tiers=True, hang_timeout=3, **parameters)
+    return ex
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory) -> str:
+    job = executor(tmp_path_factory.mktemp("submitit-reference")).submit(train, STEPS)
+    return job.result()
+
+
+def test_a_node_killed_mid_run_gives_the_fault_free_result(tmp_path, fault_free):
+    job = executor(tmp_path, inject=["node:1:step=8"]).submit(train, STEPS)
+    assert job.result() == fault_free  # rank 0's final state digest, bitwise
+    kinds = [e["event"] for e in job.events()]
+    assert "fault" in kinds and "recovered" in kinds and kinds[-1] == "finished"
+    (fault,) = [e for e in job.events() if e["event"] == "fault"]
+    assert (fault["kind"], fault["node"]) == ("node", 1)
+    assert job.state == "FINISHED" and job.done()
+
+
+def test_a_function_that_always_raises_fails_once_with_its_traceback(tmp_path):
+    job = executor(tmp_path, max_restarts=1).submit(always_raises, "the user's own error")
+    with pytest.raises(submitit.core.utils.FailedJobError) as err:
+        job.result()
+    text = str(err.value)
+    assert "ValueError: the user's own error" in text and "in always_raises" in text  # the original traceback
+    assert "sres: " in text  # and sres's one-line reason
+    assert [e["event"] for e in job.events()].count("failed") == 1
+
+
+def test_cancel_leaves_nothing_running(tmp_path):
+    job = executor(tmp_path).submit(train, 10_000, 256, 0.05)
+    deadline = time.monotonic() + 60
+    while not any(e["event"] == "generation" for e in job.events()):
+        assert time.monotonic() < deadline, "the run never formed"
+        time.sleep(0.2)
+    job.cancel()
+    log_dir = run_dir(job.paths.folder, job.job_id).resolve()
+    deadline = time.monotonic() + 30
+    while left := [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir}") if pid_alive(p)]:
+        assert time.monotonic() < deadline, f"still running after cancel: {left}"
+        time.sleep(0.2)
+
+
+def test_unknown_or_bad_parameters_are_refused_at_once(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    with pytest.raises(ValueError, match="unknown parameter 'hang_timout'"):
+        ex.update_parameters(hang_timout=3)
+    with pytest.raises(ValueError, match="spares=-1"):
+        ex.update_parameters(spares=-1)
+    with pytest.raises(ValueError, match="cluster='pbs'"):
+        ResilientExecutor(folder=tmp_path, cluster="pbs")
