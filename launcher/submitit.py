@@ -36,6 +36,9 @@ SHAPE = ("nodes", "spares", "tasks_per_node", "max_restarts")
 """The run's shape, ours to interpret (submitit would give them to sbatch)."""
 SHARED = ("timeout_min", "name", "stderr_to_stdout")
 """submitit's generic parameters that both backends take."""
+SIGNAL_DELAY_S = 120
+"""Seconds before the time limit that Slurm signals the batch host (``--signal=B:USR2@120``):
+time for the supervisor to persist the newest commit and requeue."""
 LOCAL_TIMEOUT_MIN = 60.0
 """The local controller's time limit when none is given (submitit's own default is 2 min)."""
 
@@ -153,6 +156,11 @@ class _SlurmBackend(_SresCommand, SlurmExecutor):
 
     job_class = ResilientSlurmJob
 
+    @property
+    def _submitit_command_str(self) -> str:
+        # exec: the preemption signal (B:USR2) then reaches the supervisor, not a bash that dies of it.
+        return "exec " + super()._submitit_command_str
+
     def _num_tasks(self) -> int:
         return 1  # one result: rank 0's, written by whichever process is rank 0 at the end
 
@@ -178,10 +186,13 @@ class ResilientExecutor(core.Executor):
         if cluster not in CLUSTERS:
             raise ValueError(f"cluster={cluster!r}: one of {', '.join(CLUSTERS)} (or None to choose)")
         self.cluster = cluster
+        self.max_num_timeout = max_num_timeout
         backend = _SlurmBackend if cluster == "slurm" else _LocalBackend
         self._executor = backend(folder, max_num_timeout=max_num_timeout, python=python)
         self._shape: dict[str, int] = {"nodes": 1, "spares": 0, "tasks_per_node": 1, "max_restarts": 3}
         self._sres: dict[str, Any] = {}
+        self._sbatch_extra: dict[str, Any] = {}
+        self._signal_delay_s = SIGNAL_DELAY_S
         self._apply()
 
     @property
@@ -195,6 +206,8 @@ class ResilientExecutor(core.Executor):
                 raise ValueError(f"{key}={value!r}: a whole number, at least {1 if key != 'spares' else 0}")
         backend = {k: kwargs.pop(k) for k in SHARED if k in kwargs}
         slurm = {k.removeprefix("slurm_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("slurm_")}
+        self._sbatch_extra.update(slurm.pop("additional_parameters", {}))
+        self._signal_delay_s = slurm.pop("signal_delay_s", self._signal_delay_s)
         sres = {**self._sres, **kwargs}
         option_argv(sres)  # refuses an unknown parameter before anything changes
         self._shape.update(shape)
@@ -212,10 +225,16 @@ class ResilientExecutor(core.Executor):
     def _apply(self) -> None:
         """Hand the backend its sres command line and, on Slurm, the allocation it needs."""
         s = self._shape
-        options = option_argv(self._sres)
+        # Requeues on Slurm are sres's (persist the newest commit, scontrol requeue): capped by
+        # max_num_timeout unless max_requeues is given.
+        options = option_argv({"max_requeues": self.max_num_timeout, **self._sres} if self.cluster == "slurm"
+                              else self._sres)
         if self.cluster == "slurm":
+            signal = self._sres.get("preempt_signal", "USR2").upper().removeprefix("SIG")
+            sbatch = {"no_kill": True, "requeue": True, "signal": f"B:{signal}@{self._signal_delay_s}",
+                      **self._sbatch_extra}
             self._executor.update_parameters(nodes=s["nodes"] + s["spares"], ntasks_per_node=s["tasks_per_node"],
-                                             use_srun=False)
+                                             use_srun=False, additional_parameters=sbatch)
             self._executor.sres_argv = ["srun", *options, "--", f"--auto-resume={s['max_restarts']}",
                                         "--spares", str(s["spares"]), "-N", str(s["nodes"]),
                                         "--ntasks-per-node", str(s["tasks_per_node"])]

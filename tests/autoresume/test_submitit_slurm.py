@@ -1,0 +1,102 @@
+"""submitit on the real local Slurm cluster (accounting disabled): ``ResilientExecutor`` jobs
+survive a real node death, preemption and cancellation, and report results and failures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+import submitit
+
+from launcher.slurm import SlurmClient
+from launcher.submitit import ResilientExecutor
+from launcher.submitit_job import run_dir
+from resilience.examples.submit_mlp import train
+from tests.slurm_cluster import pid_alive, processes_with_env
+from tests.training_jobs import wait_job
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory) -> str:
+    """Rank 0's digest of the same job run locally: placement does not change the math."""
+    ex = ResilientExecutor(folder=tmp_path_factory.mktemp("submitit-local") / "%j", cluster="local")
+    ex.update_parameters(nodes=3, timeout_min=10, no_tiers=True)
+    return ex.submit(train, STEPS).result()
+
+
+@pytest.fixture
+def slurm_env(cluster, monkeypatch):
+    """submitit and the job see the test cluster (SLURM_CONF, ...), as a user's shell would."""
+    for key, value in cluster.env().items():
+        monkeypatch.setenv(key, value)
+    return cluster
+
+
+def executor(tmp_path, **parameters) -> ResilientExecutor:
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm")
+    ex.update_parameters(nodes=3, spares=1, timeout_min=10, hang_timeout=5, **parameters)
+    return ex
+
+
+def wait_event(job, kind: str, timeout: float = 90.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [e for e in job.events() if e["event"] == kind]
+        if found:
+            return found[-1]
+        assert time.monotonic() < deadline, f"no {kind} event after {timeout:.0f} s: {job.events()}"
+        time.sleep(0.2)
+
+
+def test_a_real_node_death_gives_the_fault_free_result(slurm_env, tmp_path, fault_free):
+    job = executor(tmp_path, no_tiers=True).submit(train, STEPS, 256, 0.25)
+    start = wait_event(job, "generation")
+    time.sleep(2.0)
+    hosts = next(e for e in job.events() if e["event"] == "start")["hosts"]
+    slurm_env.kill_node(hosts[1])
+    assert job.result() == fault_free
+    assert job.state == "COMPLETED"  # from slurmctld: the cluster has no accounting
+    fault = next(e for e in job.events() if e["event"] == "fault")
+    replaced = next(e for e in job.events() if e["event"] == "replaced")
+    assert (fault["kind"], fault["host"]) == ("node", hosts[1]) and replaced["how"] == "spare"
+    assert start["generation"] == 1
+
+
+def test_preemption_requeues_and_resumes(slurm_env, tmp_path, fault_free):
+    job = executor(tmp_path, persistent_dir=str(tmp_path / "ckpt"), persist_every=3).submit(train, STEPS, 256, 0.25)
+    wait_event(job, "generation")
+    time.sleep(3.0)
+    subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True)
+    assert job.result() == fault_free
+    client = SlurmClient.create("cli", env=slurm_env.env())
+    assert wait_job(client, job.job_id, lambda j: j.finished).restart_count == 1
+    requeue = [e for e in job.events() if e["event"] == "requeue"]
+    assert requeue and requeue[0]["saved_step"] >= 3
+
+
+def test_a_function_that_always_raises_fails_once(slurm_env, tmp_path):
+    from tests.inprocess.test_submitit import always_raises
+
+    job = executor(tmp_path, max_restarts=1, no_tiers=True).submit(always_raises, "raised on every entry")
+    with pytest.raises(submitit.core.utils.FailedJobError, match="ValueError: raised on every entry"):
+        job.result()
+    assert job.state == "FAILED"
+    assert not [e for e in job.events() if e["event"] == "requeue"]
+
+
+def test_cancel_leaves_nothing_running(slurm_env, tmp_path):
+    job = executor(tmp_path, no_tiers=True).submit(train, 10_000, 256, 0.05)
+    wait_event(job, "generation")
+    job.cancel()
+    log_dir = run_dir(job.paths.folder, job.job_id).resolve()
+    deadline = time.monotonic() + 60
+    while left := [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir}") if pid_alive(p)]:
+        assert time.monotonic() < deadline, f"still running after cancel: {left}"
+        time.sleep(0.5)
+    assert job.state in ("CANCELLED", "GONE") and os.environ["SLURM_CONF"]
