@@ -235,7 +235,7 @@ class ResilientExecutor(core.Executor):
                       **self._sbatch_extra}
             self._executor.update_parameters(nodes=s["nodes"] + s["spares"], ntasks_per_node=s["tasks_per_node"],
                                              use_srun=False, additional_parameters=sbatch)
-            self._executor.sres_argv = ["srun", *options, "--", f"--auto-resume={s['max_restarts']}",
+            self._executor.sres_argv = ["srun", *options, f"--auto-resume={s['max_restarts']}",
                                         "--spares", str(s["spares"]), "-N", str(s["nodes"]),
                                         "--ntasks-per-node", str(s["tasks_per_node"])]
         else:

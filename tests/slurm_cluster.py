@@ -543,3 +543,11 @@ def iter_cluster(directory: Path, **kwargs) -> Iterator[SlurmCluster]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def wait_processes_gone(log_dir: Path, timeout: float = 60.0) -> None:
+    """Until no process of the run logging to ``log_dir`` is alive (a cancelled run's ranks too)."""
+    deadline = time.monotonic() + timeout
+    while left := [p for p in processes_with_env(f"SRES_LOG_DIR={Path(log_dir).resolve()}") if pid_alive(p)]:
+        assert time.monotonic() < deadline, f"still running after {timeout:.0f} s: {left}"
+        time.sleep(0.3)

@@ -11,7 +11,7 @@ import submitit
 from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
-from tests.slurm_cluster import pid_alive, processes_with_env
+from tests.slurm_cluster import wait_processes_gone
 
 STEPS = 20
 
@@ -59,11 +59,7 @@ def test_cancel_leaves_nothing_running(tmp_path):
         assert time.monotonic() < deadline, "the run never formed"
         time.sleep(0.2)
     job.cancel()
-    log_dir = run_dir(job.paths.folder, job.job_id).resolve()
-    deadline = time.monotonic() + 30
-    while left := [p for p in processes_with_env(f"SRES_LOG_DIR={log_dir}") if pid_alive(p)]:
-        assert time.monotonic() < deadline, f"still running after cancel: {left}"
-        time.sleep(0.2)
+    wait_processes_gone(run_dir(job.paths.folder, job.job_id))
 
 
 def test_unknown_or_bad_parameters_are_refused_at_once(tmp_path):
