@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import statistics
@@ -82,6 +83,16 @@ def eval_loss(model: torch.nn.Module, width: int, seed: int, count: int = 64) ->
     """Mean loss over the first ``count`` samples: comparable across runs of any world size."""
     xs, ys = zip(*(sample(j, width, seed) for j in range(count)))
     return torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys)).item()
+
+
+def model_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of the parameters alone: comparable across world sizes even when the optimizer's
+    state is sharded differently."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def state_mb(width: int, depth: int) -> float:
@@ -158,7 +169,7 @@ def main() -> None:
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
-                "rank": ctx.rank, "digest": ctx.state_digest(), "loss": loss.item(), "step": ctx.step,
+                "rank": ctx.rank, "digest": ctx.state_digest(), "model_digest": model_digest(model), "loss": loss.item(), "step": ctx.step,
                 "generation": ctx.generation, "pid": os.getpid(), "world_size": ctx.world_size,
                 # Steady state: the first steps of a generation pay for warm-up and re-entry.
                 "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,

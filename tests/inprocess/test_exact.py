@@ -51,6 +51,21 @@ def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world):
     assert len(run.of("fault")) == 2 and grown[0].returncode == 0
 
 
+def test_sharded_optimizer_on_exact_gradients_is_world_independent(tmp_path):
+    """ZeRO-1 (`ShardedOptimizer`) has no reduce of its own: it steps its shard of the exact
+    all-reduced gradients elementwise and broadcasts, so its parameters do not depend on the
+    world size either (its optimizer state is partitioned by world size, so only the parameters
+    are compared)."""
+    def params(world: int) -> set[str]:
+        run = sres_run(tmp_path / f"world{world}", "--no-tiers", nodes=world, steps=30,
+                       train_args=(*EXACT, "--sharded"))
+        assert run.returncode == 0, run.stderr
+        return {json.loads(p.read_text())["model_digest"] for p in (run.log_dir / "out").glob("rank*.json")}
+
+    two, three = params(2), params(3)
+    assert len(two) == 1 and two == three, (two, three)
+
+
 def test_plain_ddp_recovers_bitwise(tmp_path):
     """World 3, a node lost, a spare: plain DistributedDataParallel built in train() ends bitwise
     equal to the fault-free run, because resilience.run gives it a bucket-independent all-reduce.
