@@ -7,7 +7,8 @@ nodes, gloo) two ways, interleaved, timing ``submit`` -> ``job.result()``:
              ``submitit.helpers.TorchDistributedEnvironment``; rank 0's result
   resilient  launcher.submitit.ResilientExecutor, 3 nodes: the supervisor on the batch host
              starts the ranks as srun steps, with liveness, heartbeats and protected commits
-Prints the median and range of each and the difference: our overhead in seconds.
+Prints the median and range of each and the difference: our overhead in seconds. Both are
+read by ``job.result()``, which polls about once a second: differences below ~1 s are not seen.
 
     python benchmarks/submitit_overhead.py [--repeat 3] [--steps 20]
 """
@@ -15,6 +16,7 @@ Prints the median and range of each and the difference: our overhead in seconds.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -39,6 +41,7 @@ def plain_train(steps: int) -> int:
     import torch.distributed as dist
 
     submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"  # the local cluster's node names do not resolve; all run here
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     model = build_model(256, 2, seed=0)
@@ -67,6 +70,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
+    logging.getLogger("submitit").setLevel(logging.ERROR)  # plain submitit warns on every sacct poll here
     times: dict[str, list[float]] = {"plain": [], "resilient": []}
     with tempfile.TemporaryDirectory(prefix="sres-bench-submitit-") as tmp, \
             SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=10) as cluster:

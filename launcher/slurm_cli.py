@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from launcher import hostlist
 from launcher.errors import SlurmCommandError, SlurmError, SlurmUnavailable
-from launcher.slurm_types import Job, Node, split_state
+from launcher.slurm_types import Job, Node, duration_s, split_state
 
 Runner = Callable[..., subprocess.CompletedProcess]
 """``subprocess.run``-compatible: injectable so tests can count or slow down commands."""
@@ -192,6 +192,8 @@ def job_from_scontrol(record: Mapping[str, str]) -> Job:
         array_job_id=array_job,
         array_task_id=text("ArrayTaskId") or None,
         exit_code=record.get("ExitCode", ""),
+        time_limit_s=duration_s(record.get("TimeLimit", "")),
+        run_time_s=duration_s(record.get("RunTime", "")),
         extra=dict(record),
     )
 

@@ -149,4 +149,10 @@ def _job_from_pyslurm(record: dict) -> Job:
         array_job_id=str(array_job) if array_job else None,
         array_task_id=str(array_task) if array_task is not None else None,
         exit_code=str(record.get("exit_code") or ""),
+        time_limit_s=_seconds(record.get("time_limit"), 60),  # pyslurm: minutes, or "UNLIMITED"
+        run_time_s=_seconds(record.get("run_time"), 1),
     )
+
+
+def _seconds(value: object, unit: int) -> float | None:
+    return float(value) * unit if isinstance(value, (int, float)) and not isinstance(value, bool) else None

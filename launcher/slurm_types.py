@@ -79,6 +79,9 @@ class Job:
     array_job_id: str | None = None
     array_task_id: str | None = None
     exit_code: str = ""
+    time_limit_s: float | None = None
+    """None: no limit (``UNLIMITED``) or not known."""
+    run_time_s: float | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -88,6 +91,31 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_JOB_STATES
+
+    @property
+    def time_left_s(self) -> float | None:
+        if self.time_limit_s is None or self.run_time_s is None:
+            return None
+        return self.time_limit_s - self.run_time_s
+
+
+def duration_s(text: str) -> float | None:
+    """Seconds of a Slurm duration (``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``,
+    ``days-hours[:minutes[:seconds]]``, as sbatch --time and scontrol spell them); None for
+    ``UNLIMITED``, ``INVALID``, ``NONE`` or anything else that is not a duration."""
+    text = text.strip()
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in parts) or (days and not days.isdigit()) or len(parts) > 3:
+        return None
+    values = [int(p) for p in parts]
+    if days:  # days-hours, days-hours:minutes, days-hours:minutes:seconds
+        hours, minutes, seconds = (values + [0, 0])[:3]
+    elif len(values) == 3:  # hours:minutes:seconds
+        hours, minutes, seconds = values
+    else:  # minutes, minutes:seconds
+        hours, (minutes, seconds) = 0, (values + [0])[:2]
+    return float(((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def split_state(long_state: str) -> tuple[str, frozenset[str]]:

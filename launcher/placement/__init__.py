@@ -53,3 +53,5 @@ class Placement(Protocol):
         placement numbers nodes freely), or None when there is none."""
 
     def requeue(self, why: str) -> None: ...
+    def time_limits(self) -> tuple[float | None, float | None]:
+        """The job's time left and time limit in seconds, (None, None) where there is none."""

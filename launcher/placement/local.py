@@ -56,6 +56,9 @@ class LocalPlacement:
     def requeue(self, why: str) -> None:
         raise SresError("a local run cannot be requeued: it is not a Slurm job")
 
+    def time_limits(self) -> tuple[float | None, float | None]:
+        return None, None
+
     def _start(self, slot: str, command: Sequence[str], env: Mapping[str, str]) -> int:
         proc = subprocess.Popen(
             list(command), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -171,3 +171,10 @@ class SrunPlacement(LocalPlacement):
         if not self.requeueable:
             raise SresError(f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it")
         self.client.requeue(self.job_id)
+
+    def time_limits(self) -> tuple[float | None, float | None]:
+        try:
+            job = self.client.job(self.job_id)
+        except SlurmError:
+            return None, None  # unknown: the signal counts as a preemption
+        return job.time_left_s, job.time_limit_s

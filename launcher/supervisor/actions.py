@@ -166,6 +166,8 @@ class Requeue:
 
     why: str
     save: bool = False
+    cause: str = "fault"
+    """``fault`` (no node left), ``preemption`` or ``time-limit``: the requeue event says which."""
 
 
 @dataclass(frozen=True)

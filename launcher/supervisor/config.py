@@ -32,9 +32,16 @@ class RunConfig:
     replication_factor: int = rank_env.REPLICATION_FACTOR
     node_fault_after: int = 2
     """Process faults on one node after which the node itself counts as bad and is replaced."""
-    max_requeues: int = 3
-    """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job."""
+    max_requeues: int | None = 3
+    """Requeues of the Slurm job (``SLURM_RESTART_COUNT``) after which a fault ends the job;
+    None: no cap of ours (Slurm's ``MaxBatchRequeue`` still applies). Time-limit requeues are
+    left out of this count when ``max_timeout_requeues`` caps them apart."""
+    max_timeout_requeues: int | None = None
+    """Requeues at the job's time limit allowed (submitit's ``max_num_timeout``); None: they
+    count as any requeue."""
     restart_count: int = 0
+    timeout_requeues: int = 0
+    """Of ``restart_count``, the requeues made at the time limit (read from the run's events)."""
     preempt_signal: str = rank_env.PREEMPT_SIGNAL
     preempt_save_timeout_s: float = 60.0
     tiers: TierConfig | None = None
@@ -59,8 +66,10 @@ class RunConfig:
             raise ConfigError("the replication factor must be at least 1")
         if self.node_fault_after < 1:
             raise ConfigError("--node-fault-after must be at least 1")
-        if self.max_requeues < 0:
+        if self.max_requeues is not None and self.max_requeues < 0:
             raise ConfigError("--max-requeues cannot be negative")
+        if self.max_timeout_requeues is not None and self.max_timeout_requeues < 0:
+            raise ConfigError("--max-timeout-requeues cannot be negative")
         if self.preempt_signal_name == "SIGUSR1":
             raise ConfigError("--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM")
         if not hasattr(signal, self.preempt_signal_name):

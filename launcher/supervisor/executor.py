@@ -21,7 +21,7 @@ from launcher.placement import NewNode, Placement
 from launcher.supervisor import actions as act
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
-from launcher.supervisor.policy import FaultState, RunState
+from launcher.supervisor.policy import FaultState, RunState, requeues_counted
 from launcher.supervisor.recovery import RecoveryWatch
 from launcher.supervisor.resize import ResizeState, node_slots
 from resilience import tiers
@@ -317,8 +317,10 @@ class Executor:
         if a.save and saved is None:
             self.say("warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
                      "the restart resumes from the newest state the tiers still hold")
-        self.events.emit("requeue", why=a.why, restart_count=c.restart_count, saved_step=saved)
-        self.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1} of at most {c.max_requeues})")
+        self.events.emit("requeue", why=a.why, cause=a.cause, restart_count=c.restart_count, saved_step=saved)
+        used, cap, flag = requeues_counted(c, a.cause)
+        self.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
+                 + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")"))
         self.store.set(membership.SHUTDOWN, "1")
         try:
             self.placement.requeue(a.why)

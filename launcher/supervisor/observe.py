@@ -49,6 +49,9 @@ class Observation:
     node_kills: tuple[int, ...] = ()
     spares_exited: tuple[tuple[int, str], ...] = ()
     preempted: str | None = None
+    time_left_s: float | None = None
+    """When ``preempted``: the job's time left and limit, as Slurm saw them then (None: no limit)."""
+    time_limit_s: float | None = None
     evidence: Mapping[int, NodeEvidence] = field(default_factory=dict)
     requests: tuple[Request, ...] = ()
     """Control requests (``sres resize/grow/shrink/status``) that arrived since the last tick."""
@@ -83,6 +86,7 @@ class Observer:
         self._reports_seen = (0, 0)
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
+        self._limits: tuple[float | None, float | None] | None = None
 
     def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
                 dead_nodes: Iterable[int]) -> Observation:
@@ -98,9 +102,12 @@ class Observer:
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
                 if state.killed_t is not None:
                     seen_t = min(seen_t, state.killed_t)
+        if self.preempted is not None and self._limits is None:
+            self._limits = self.placement.time_limits()  # once: how near the time limit the signal came
+        left, limit = self._limits or (None, None)
         return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
                            node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted,
-                           requests=self._requests())
+                           time_left_s=left, time_limit_s=limit, requests=self._requests())
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""

@@ -48,10 +48,29 @@ CASES = {
     "an injected node kill": (Observation(node_kills=(2,)), state(), CONFIG, [KillNode(2)]),
     "a spare's process died": (Observation(spares_exited=((3, "n3p0"),)), state(), CONFIG, [DropSpare(3, "n3p0")]),
     "preemption requeues, saving first": (Observation(preempted="preempted (SIGUSR2)"), state(), CONFIG,
-                                          [Requeue("preempted (SIGUSR2)", save=True)]),
+                                          [Requeue("preempted (SIGUSR2)", save=True, cause="preemption")]),
     "preemption past --max-requeues fails": (
         Observation(preempted="preempted"), state(), RunConfig(**{**CONFIG.__dict__, "restart_count": 3}),
         [Fail("preempted; the job was already requeued 3 time(s) (--max-requeues 3)")]),
+    "the signal 90 s before a 1 h limit is the time limit's": (
+        Observation(preempted="preempted", time_left_s=90.0, time_limit_s=3600.0), state(), CONFIG,
+        [Requeue("time limit in 90 s", save=True, cause="time-limit")]),
+    "the signal 3 h before a 10 h limit is a preemption": (
+        Observation(preempted="preempted", time_left_s=10800.0, time_limit_s=36000.0), state(), CONFIG,
+        [Requeue("preempted", save=True, cause="preemption")]),
+    "time limit past --max-timeout-requeues fails": (
+        Observation(preempted="preempted", time_left_s=40.0, time_limit_s=60.0), state(),
+        RunConfig(**{**CONFIG.__dict__, "restart_count": 1, "timeout_requeues": 1, "max_timeout_requeues": 1}),
+        [Fail("time limit in 40 s; the job was already requeued 1 time(s) at its time limit "
+              "(--max-timeout-requeues 1)")]),
+    "time-limit requeues do not count against --max-requeues when capped apart": (
+        Observation(preempted="preempted"), state(),
+        RunConfig(**{**CONFIG.__dict__, "restart_count": 5, "timeout_requeues": 3, "max_timeout_requeues": 4}),
+        [Requeue("preempted", save=True, cause="preemption")]),
+    "no cap of ours on preemptions": (
+        Observation(preempted="preempted"), state(),
+        RunConfig(**{**CONFIG.__dict__, "restart_count": 50, "max_requeues": None}),
+        [Requeue("preempted", save=True, cause="preemption")]),
     "state lost everywhere": (Observation(reports={"n0p0": report("unrecoverable", 0, message="no step")}), state(),
                               CONFIG, [Fail("the state could not be recovered from peers: no step")]),
     # --- collateral errors wait for their culprit ------------------------------------------------

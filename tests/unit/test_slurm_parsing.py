@@ -1,7 +1,9 @@
 """Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
 
 from launcher.slurm_cli import _node_from_sinfo, job_from_scontrol, parse_scontrol_record
-from launcher.slurm_types import split_state
+import pytest
+
+from launcher.slurm_types import duration_s, split_state
 
 JOB_LINE = (
     "JobId=1 JobName=my job UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 "
@@ -32,6 +34,16 @@ def test_job_from_scontrol():
     assert job.restart_count == 2
     assert job.batch_host == "n3"
     assert job.array_task_id is None
+    assert job.run_time_s == 1 and job.time_limit_s is None and job.time_left_s is None  # UNLIMITED
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("5", 300), ("5:30", 330), ("01:02:03", 3723), ("1-0", 86400), ("1-02:03", 93780), ("1-02:03:04", 93784),
+    ("UNLIMITED", None), ("INVALID", None), ("", None), ("1:2:3:4", None),
+])
+def test_slurm_durations(text, seconds):
+    """sbatch --time's spellings, and what scontrol prints for a job without a limit."""
+    assert duration_s(text) == seconds
 
 
 def test_node_reason_with_spaces_survives_scontrol_parsing():

@@ -68,6 +68,9 @@ class FakePlacement:
     def requeue(self, why: str) -> None:
         self.requeued.append(why)
 
+    def time_limits(self) -> tuple[float | None, float | None]:
+        return None, None
+
 
 class Script:
     """Fake time, and the ranks' side: ``at(tick, action)`` runs when that tick sleeps."""
