@@ -16,6 +16,7 @@ from pathlib import Path
 
 from launcher import ckpt_cli, doctor, elastic_cli
 from launcher.errors import ConfigError, SresError
+from launcher.events import read_events
 from launcher.slurm import SlurmClient
 
 
@@ -71,13 +72,15 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
     job_id = os.environ.get("SLURM_JOB_ID")
+    restart_count = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     log_dir = Path(args.log_dir or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
     config = RunConfig(
         command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
         injections=injections, log_dir=log_dir, backend=args.backend,
         hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=max_restarts,
         replication_factor=args.replication_factor, node_fault_after=args.node_fault_after,
-        max_requeues=args.max_requeues, restart_count=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+        max_requeues=args.max_requeues, max_timeout_requeues=args.max_timeout_requeues,
+        restart_count=restart_count, timeout_requeues=timeout_requeues(log_dir, restart_count),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
         elastic=elastic_cli.elastic_config(args),
     )
@@ -134,6 +137,24 @@ def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
 
 
+def _count_or_none(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a count, or 'none'") from None
+
+
+def timeout_requeues(log_dir: Path, restart_count: int) -> int:
+    """Requeues this job made at its time limit: its earlier runs' ``requeue`` events in the
+    same log dir (a requeued job keeps its id, so its log dir)."""
+    path = log_dir / "events.jsonl"
+    if restart_count == 0 or not path.exists():
+        return 0
+    return sum(1 for e in read_events(path) if e["event"] == "requeue" and e.get("cause") == "time-limit")
+
+
 def _run_default(field: str):
     """RunConfig's default for a field: the command line repeats no default."""
     from launcher.supervisor.config import RunConfig
@@ -158,9 +179,13 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-fault-after", type=int, default=d("node_fault_after"),
                    help=f"process faults on one node after which the node is drained and replaced "
                         f"(default {d('node_fault_after')})")
-    p.add_argument("--max-requeues", type=int, default=d("max_requeues"),
+    p.add_argument("--max-requeues", type=_count_or_none, default=d("max_requeues"),
                    help=f"in a Slurm batch job: requeue at most this many times (SLURM_RESTART_COUNT; "
-                        f"default {d('max_requeues')})")
+                        f"'none': no cap of ours, Slurm's MaxBatchRequeue still applies; default {d('max_requeues')})")
+    p.add_argument("--max-timeout-requeues", type=_count_or_none, default=d("max_timeout_requeues"),
+                   help="requeues at the job's time limit allowed, counted apart from --max-requeues (a signal "
+                        "in the last 10 minutes or 20%% of the limit is the limit's; submitit's max_num_timeout); "
+                        "default: counted with the others")
     p.add_argument("--preempt-signal", default=d("preempt_signal"),
                    help=f"signal that means 'save and requeue' (default {d('preempt_signal')}; USR1 is refused: "
                         "NCCL may use it)")

@@ -163,8 +163,15 @@ class SlurmClient:
         self.driver.cancel(str(job_id), signal)
 
     def requeue(self, job_id: str | int, hold: bool = False) -> None:
-        """Requeue a job or one array task (``"123_4"``)."""
-        self.driver.requeue(str(job_id), hold)
+        """Requeue a job or one array task (``"123_4"``). A task named by its own numeric id
+        (its ``SLURM_JOB_ID``) is requeued as ``<array>_<task>``: when that id is also the
+        array's, ``scontrol requeue`` would requeue every task of the array."""
+        job_id = str(job_id)
+        if job_id.isdigit():
+            job = self.driver.job(job_id)
+            if job.array_job_id and job.array_task_id:
+                job_id = f"{job.array_job_id}_{job.array_task_id}"
+        self.driver.requeue(job_id, hold)
 
     def shrink(self, job_id: str | int, keep: Iterable[str]) -> Job:
         """Drop every node of a running job except ``keep``; return the job as it is after.

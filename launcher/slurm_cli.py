@@ -90,7 +90,7 @@ class CliDriver:
         records = [parse_scontrol_record(line) for line in out.splitlines() if line.strip()]
         if not records:
             raise SlurmError(f"Slurm knows no job {job_id}")
-        return job_from_scontrol(records[0])
+        return job_from_scontrol(pick_record(records, str(job_id)))
 
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None:
         argv = ["scontrol", "update", f"NodeName={hostlist.compress(nodes)}", f"State={state}"]
@@ -170,6 +170,16 @@ def parse_scontrol_record(line: str) -> dict[str, str]:
     a value runs until the next whitespace-separated ``Key=``.
     """
     return {m.group(1): m.group(2).strip() for m in _RECORD.finditer(line.strip())}
+
+
+def pick_record(records: Sequence[Mapping[str, str]], job_id: str) -> Mapping[str, str]:
+    """The record of ``job_id`` among what ``scontrol show job`` printed: an array's id shows
+    every task, and a task's own numeric id can be the array's."""
+    for record in records:
+        task = f"{record.get('ArrayJobId')}_{record.get('ArrayTaskId')}"
+        if job_id in (record.get("JobId"), task):
+            return record
+    return records[0]
 
 
 def job_from_scontrol(record: Mapping[str, str]) -> Job:

@@ -164,6 +164,13 @@ class _SlurmBackend(_SresCommand, SlurmExecutor):
     def _num_tasks(self) -> int:
         return 1  # one result: rank 0's, written by whichever process is rank 0 at the end
 
+    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]) -> list[core.Job]:
+        jobs = super()._internal_process_submissions(delayed_submissions)
+        # For an array submitit builds plain SlurmJobs, one task per rank (its array path names
+        # the class): ours have one task, read states without sacct and have events().
+        return [job if isinstance(job, ResilientSlurmJob) else ResilientSlurmJob(self.folder, job.job_id, tasks=[0])
+                for job in jobs]
+
 
 def slurm_available() -> bool:
     return shutil.which("sbatch") is not None
@@ -225,10 +232,11 @@ class ResilientExecutor(core.Executor):
     def _apply(self) -> None:
         """Hand the backend its sres command line and, on Slurm, the allocation it needs."""
         s = self._shape
-        # Requeues on Slurm are sres's (persist the newest commit, scontrol requeue): capped by
-        # max_num_timeout unless max_requeues is given.
-        options = option_argv({"max_requeues": self.max_num_timeout, **self._sres} if self.cluster == "slurm"
-                              else self._sres)
+        # Requeues on Slurm are sres's (persist the newest commit, scontrol requeue). As under
+        # submitit, those at the time limit are capped by max_num_timeout and preemptions are
+        # not (Slurm's MaxBatchRequeue still is); max_requeues caps these too when given.
+        requeues = {"max_timeout_requeues": self.max_num_timeout, "max_requeues": "none"}
+        options = option_argv({**requeues, **self._sres} if self.cluster == "slurm" else self._sres)
         if self.cluster == "slurm":
             signal = self._sres.get("preempt_signal", "USR2").upper().removeprefix("SIG")
             sbatch = {"no_kill": True, "requeue": True, "signal": f"B:{signal}@{self._signal_delay_s}",

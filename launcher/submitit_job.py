@@ -14,11 +14,16 @@ import os
 import sys
 from pathlib import Path
 
-import submitit
-from submitit.core import utils
+if __name__ == "__main__":  # before the imports below (torch): Slurm may signal a requeue at once
+    from launcher import signal_latch
 
-from launcher import cli
-from launcher.events import read_events
+    signal_latch.latch(sys.argv[4:])
+
+import submitit  # noqa: E402
+from submitit.core import utils  # noqa: E402
+
+from launcher import cli  # noqa: E402
+from launcher.events import read_events  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""

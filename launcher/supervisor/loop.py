@@ -22,6 +22,7 @@ from typing import TextIO
 
 import torch.distributed as dist
 
+from launcher import signal_latch
 from launcher.events import EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
@@ -105,9 +106,12 @@ class Supervisor:
         def on_signal(signum: int, _frame) -> None:
             self.observer.preempted = f"preempted ({signal.Signals(signum).name})"
         try:
-            return signal.signal(getattr(signal, self.config.preempt_signal_name), on_signal)
+            previous = signal.signal(getattr(signal, self.config.preempt_signal_name), on_signal)
         except ValueError:  # not the main thread (an embedding program): ranks still relay it
             return None
+        if signal_latch.caught() == self.config.preempt_signal_name:  # it came while we were starting
+            self.observer.preempted = f"preempted ({signal_latch.caught()}, during start-up)"
+        return previous
 
     def _loop(self) -> Outcome:
         while True:

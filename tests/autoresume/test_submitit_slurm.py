@@ -39,8 +39,10 @@ def slurm_env(cluster, monkeypatch):
 
 
 def executor(tmp_path, **parameters) -> ResilientExecutor:
+    """30 minutes: a signal counts as the time limit's in the last 10 (submitit's rule), so a
+    scancel --signal=USR2 here is a preemption."""
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm")
-    ex.update_parameters(nodes=3, spares=1, timeout_min=10, hang_timeout=5, **parameters)
+    ex.update_parameters(**{"nodes": 3, "spares": 1, "timeout_min": 30, "hang_timeout": 5, **parameters})
     return ex
 
 
@@ -87,6 +89,7 @@ def test_preemption_requeues_and_resumes(slurm_env, tmp_path, fault_free):
     requeue = [e for e in job.events() if e["event"] == "requeue"]
     restored = [e for e in job.events() if e["event"] == "restored"]
     assert requeue and restored and restored[-1]["step"] >= requeue[0]["saved_step"] >= 0  # nothing saved is lost
+    assert requeue[0]["cause"] == "preemption"
 
 
 def test_a_function_that_always_raises_fails_once(slurm_env, tmp_path):
@@ -105,3 +108,37 @@ def test_cancel_leaves_nothing_running(slurm_env, tmp_path):
     job.cancel()
     wait_processes_gone(run_dir(job.paths.folder, job.job_id))
     assert final_state(job) in ("CANCELLED", "GONE") and os.environ["SLURM_CONF"]
+
+
+def test_a_tiny_time_limit_requeues_max_num_timeout_times_then_fails_clearly(slurm_env, tmp_path):
+    """timeout_min=1: Slurm signals the job (B:USR2@120) at its first time-limit check, each run.
+    The first signal near the limit requeues (a time-limit requeue, from the saved step); the
+    second finds max_num_timeout=1 used and fails the job with that reason, without waiting for
+    Slurm to kill it."""
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=1)
+    ex.update_parameters(nodes=2, timeout_min=1, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"),
+                         persist_every=3)
+    job = ex.submit(train, 100_000, 256, 0.05)
+    with pytest.raises(submitit.core.utils.FailedJobError,
+                       match=r"already requeued 1 time\(s\) at its time limit \(--max-timeout-requeues 1\)"):
+        job.result()
+    requeues = [e for e in job.events() if e["event"] == "requeue"]
+    assert [(e["cause"], e["restart_count"]) for e in requeues] == [("time-limit", 0)]
+    client = SlurmClient.create("cli", env=slurm_env.env())
+    done = wait_job(client, job.job_id, lambda j: j.finished)
+    assert (done.state, done.restart_count) == ("FAILED", 1)
+
+
+def test_an_array_task_is_preempted_requeued_as_itself_and_resumes(slurm_env, tmp_path, fault_free):
+    """map_array: each task is a resilient job of its own (ids <array>_<task>, results, events);
+    USR2 to one task requeues that task alone, which resumes from its saved step."""
+    ex = executor(tmp_path, spares=0, persistent_dir=str(tmp_path / "ckpt"), persist_every=3)
+    jobs = ex.map_array(train, [STEPS, STEPS], [256, 256], [0.25, 0.25])
+    assert [j.job_id.split("_")[1] for j in jobs] == ["0", "1"] and all(isinstance(j, type(jobs[0])) for j in jobs)
+    wait_event(jobs[1], "checkpoint-saved", timeout=180)
+    subprocess.run(["scancel", "--signal=USR2", jobs[1].job_id], check=True)
+    assert [j.result() for j in jobs] == [fault_free, fault_free]
+    requeues = [[e["cause"] for e in j.events() if e["event"] == "requeue"] for j in jobs]
+    assert requeues == [[], ["preemption"]]
+    client = SlurmClient.create("cli", env=slurm_env.env())
+    assert [wait_job(client, j.job_id, lambda s: s.finished).restart_count for j in jobs] == [0, 1]

@@ -1,6 +1,6 @@
 """Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
 
-from launcher.slurm_cli import _node_from_sinfo, job_from_scontrol, parse_scontrol_record
+from launcher.slurm_cli import _node_from_sinfo, job_from_scontrol, parse_scontrol_record, pick_record
 import pytest
 
 from launcher.slurm_types import duration_s, split_state
@@ -69,3 +69,14 @@ def test_split_state_spellings():
     assert split_state("drained") == ("IDLE", {"DRAIN"})
     assert split_state("MIXED+COMPLETING") == ("MIXED", {"COMPLETING"})
     assert split_state("") == ("UNKNOWN", set())
+
+
+def test_an_array_tasks_own_id_picks_its_record():
+    """Recorded: ``scontrol -o show job 1`` where 1 is both task 1_1's JobId and the array's id
+    prints every task of the array; task 1_0 runs as JobId 2."""
+    out = ["JobId=2 ArrayJobId=1 ArrayTaskId=0 JobName=job.sh JobState=RUNNING Restarts=0",
+           "JobId=1 ArrayJobId=1 ArrayTaskId=1 JobName=job.sh JobState=RUNNING Restarts=1"]
+    records = [parse_scontrol_record(line) for line in out]
+    assert pick_record(records, "1")["ArrayTaskId"] == "1"
+    assert pick_record(records, "1_0")["JobId"] == "2"
+    assert job_from_scontrol(pick_record(records, "2")).restart_count == 0
