@@ -294,6 +294,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except SresError as err:
+        print(f"sres: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """:func:`main` for a program that embeds sres: a user's error raises :class:`SresError`."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "srun":
@@ -308,13 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="sres: %(message)s")
-    try:
-        return int(args.func(args))
-    except SresError as err:
-        print(f"sres: error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

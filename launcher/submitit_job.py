@@ -11,6 +11,7 @@ sres's one-line reason. A run that requeued itself writes nothing: the job runs 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import submitit  # noqa: E402
 from submitit.core import utils  # noqa: E402
 
 from launcher import cli  # noqa: E402
+from launcher.errors import SresError  # noqa: E402
 from launcher.events import read_events  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
@@ -44,10 +46,15 @@ def main(argv: list[str]) -> int:
     log_dir = run_dir(paths.folder, env.job_id)
     rank = [sys.executable, "-u", "-m", "resilience.submitit_rank", str(paths.submitted_pickle),
             str(paths.result_pickle)]
-    code = cli.main([subcommand, "--log-dir", str(log_dir), *options, *rank])
+    error = None
+    try:
+        code = cli.run([subcommand, "--log-dir", str(log_dir), *options, *rank])
+    except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
+        print(f"sres: error: {err}", file=sys.stderr)
+        code, error = 1, f"sres on {socket.gethostname()}: {err}"
     if not paths.result_pickle.exists() and not _requeued(log_dir):
         with utils.temporary_save_path(paths.result_pickle) as tmp:
-            utils.cloudpickle_dump(("error", failure_text(log_dir, code)), tmp)
+            utils.cloudpickle_dump(("error", error or failure_text(log_dir, code)), tmp)
     return code
 
 

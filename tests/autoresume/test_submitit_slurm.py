@@ -4,8 +4,11 @@ survive a real node death, preemption and cancellation, and report results and f
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import submitit
@@ -142,3 +145,18 @@ def test_an_array_task_is_preempted_requeued_as_itself_and_resumes(slurm_env, tm
     assert requeues == [[], ["preemption"]]
     client = SlurmClient.create("cli", env=slurm_env.env())
     assert [wait_job(client, j.job_id, lambda s: s.finished).restart_count for j in jobs] == [0, 1]
+
+
+def test_a_node_without_scontrol_fails_the_job_with_one_clear_line(slurm_env, tmp_path):
+    """The supervisor asks slurmctld through scontrol; a compute node without it (PATH here)
+    fails the job at once, and job.exception() says what is missing and where."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("srun", "sbatch", "squeue", "scancel"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    ex = executor(tmp_path, no_tiers=True)
+    ex.update_parameters(slurm_setup=[f"export PATH={bare}:{Path(sys.executable).parent}"])
+    job = ex.submit(train, STEPS)
+    with pytest.raises(submitit.core.utils.FailedJobError, match=r"sres on \S+: 'scontrol' not found on PATH"):
+        job.result()
+    assert final_state(job) == "FAILED"
