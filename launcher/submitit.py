@@ -76,6 +76,9 @@ def option_argv(values: dict[str, Any]) -> list[str]:
 class _Events:
     """``job.events()``: the run's events.jsonl (empty before the supervisor starts)."""
 
+    # Second base, no slots of its own: submitit's batch() turns a DelayedJob into our job class
+    # in place (__class__ assignment), which needs the same layout as submitit's Job.
+    __slots__ = ()
     paths: utils.JobPaths
     job_id: str
 
@@ -84,7 +87,7 @@ class _Events:
         return read_events(path) if path.exists() else []
 
 
-class ResilientLocalJob(_Events, LocalJob):
+class ResilientLocalJob(LocalJob, _Events):
     pass
 
 
@@ -116,7 +119,7 @@ class SlurmStateWatcher(SlurmInfoWatcher):
         self._finished |= {j for j in pending if self.is_done(j, mode="cache")}
 
 
-class ResilientSlurmJob(_Events, SlurmJob):
+class ResilientSlurmJob(SlurmJob, _Events):
     watcher = SlurmStateWatcher(delay_s=60)
 
 

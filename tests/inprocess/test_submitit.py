@@ -70,3 +70,16 @@ def test_unknown_or_bad_parameters_are_refused_at_once(tmp_path):
         ex.update_parameters(spares=-1)
     with pytest.raises(ValueError, match="cluster='pbs'"):
         ResilientExecutor(folder=tmp_path, cluster="pbs")
+
+
+def test_batch_and_map_array_give_resilient_jobs(tmp_path):
+    """submitit's batch() builds DelayedJobs and turns them into our job class in place; the
+    jobs of one batch or map_array each have their own result and events."""
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)
+    with ex.batch():
+        batched = [ex.submit(train, 4), ex.submit(train, 5)]
+    mapped = ex.map_array(train, [4, 5])
+    results = [job.result() for job in batched + mapped]
+    assert results[:2] == results[2:] and results[0] != results[1]
+    assert all(job.events()[-1]["event"] == "finished" for job in batched + mapped)
