@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import ckpt_cli, doctor, elastic_cli
+from launcher import ckpt_cli, doctor, elastic_cli, simulate_cli
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
@@ -290,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_hooks_parser(sub)
     ckpt_cli.add_parser(sub)
     elastic_cli.add_parsers(sub)
+    simulate_cli.add_parser(sub)
     return parser
 
 
