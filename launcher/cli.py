@@ -82,7 +82,8 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         max_requeues=args.max_requeues, max_timeout_requeues=args.max_timeout_requeues,
         restart_count=restart_count, timeout_requeues=timeout_requeues(log_dir, restart_count),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
-        elastic=elastic_cli.elastic_config(args),
+        elastic=elastic_cli.elastic_config(args), metrics_port=args.metrics_port, metrics_addr=args.metrics_addr,
+        metrics_textfile=args.metrics_textfile,
     )
     placement = liveness = None
     if launcher == "slurm":
@@ -189,6 +190,12 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preempt-signal", default=d("preempt_signal"),
                    help=f"signal that means 'save and requeue' (default {d('preempt_signal')}; USR1 is refused: "
                         "NCCL may use it)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve live metrics (Prometheus text) on this port; 0 picks a free one (see the metrics event)")
+    p.add_argument("--metrics-addr", default=d("metrics_addr"),
+                   help="address the metrics endpoint binds (default %(default)s: this host only)")
+    p.add_argument("--metrics-textfile", type=Path, default=None,
+                   help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)")
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
     ckpt_cli.add_run_arguments(p)

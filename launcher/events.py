@@ -22,6 +22,8 @@ class EventLog:
         self.wall = wall
         self._file = self.path.open("a", buffering=1)
         self.events: list[dict[str, Any]] = []
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        """Called with each record once it is written (live metrics)."""
         self._lock = threading.Lock()  # Supervisor.flush_persistent may emit from another thread
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -30,6 +32,8 @@ class EventLog:
         with self._lock:
             self._file.write(json.dumps(record, sort_keys=False) + "\n")
             self.events.append(record)
+            for listener in self.listeners:
+                listener(record)
         return record
 
     def close(self) -> None:

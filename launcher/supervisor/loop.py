@@ -22,7 +22,7 @@ from typing import TextIO
 
 import torch.distributed as dist
 
-from launcher import signal_latch
+from launcher import metrics, signal_latch
 from launcher.events import EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
@@ -39,6 +39,8 @@ from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv
 
 TICK_S = 0.02
+METRICS_PERIOD_S = 1.0
+"""How often live metrics read the step counter (and rewrite the textfile)."""
 
 
 class Supervisor:
@@ -59,6 +61,8 @@ class Supervisor:
         self.books = self.executor.books
         self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
         self._rank_events_seen = 0
+        self.metrics = metrics.start(config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events)
+        self._next_metrics = 0.0
 
     @property
     def slots(self):
@@ -76,6 +80,9 @@ class Supervisor:
                          world_size=c.world_size, command=list(c.command),
                          injections=[i.spec for i in c.injections], restart_count=c.restart_count,
                          hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)])
+        if self.metrics is not None:
+            self.events.emit("metrics", **self.metrics.where())
+            self._say(f"metrics: {self.metrics.where()['url'] or self.metrics.where()['textfile']}")
         previous = self._catch_preemption()
         for node in range(c.nodes + c.spares):
             for local in range(c.procs_per_node):
@@ -99,6 +106,9 @@ class Supervisor:
             self.placement.stop_all(timeout_s=30.0)
             self._collect_rank_events()
             self.liveness.close()
+            if self.metrics is not None:
+                self.metrics.update(self._progress())
+                self.metrics.close()
             self.events.close()
 
     def _catch_preemption(self):
@@ -120,7 +130,13 @@ class Supervisor:
                 return outcome
             self.recovery.check(self.books.plan.generation)
             self._collect_rank_events()
+            if self.metrics is not None and self.clock() >= self._next_metrics:
+                self._next_metrics = self.clock() + METRICS_PERIOD_S
+                self.metrics.update(self._progress())
             self.sleep(TICK_S)
+
+    def _progress(self) -> int | None:
+        return int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else None
 
     def tick(self) -> Outcome | None:
         """Observe once and perform what the policy decides; a fault is handled to its end

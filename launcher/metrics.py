@@ -1,0 +1,127 @@
+"""Live metrics of a run, in Prometheus/OpenMetrics text (``prometheus_client``).
+
+The supervisor feeds :class:`RunMetrics` with every event it writes (faults, recoveries,
+resizes, tier saves, the end) and, about once a second, the newest committed step; the
+metrics are served over HTTP (``--metrics-port``, localhost unless ``--metrics-addr`` says
+otherwise) and/or written to a file for node_exporter's textfile collector
+(``--metrics-textfile``, replaced atomically). Nothing here runs unless asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import write_to_textfile
+
+from launcher.errors import ConfigError
+from launcher.events import EventLog
+
+SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+RATE_WINDOW_S = 10.0
+"""Steps per second are counted over about this long: long enough to smooth single slow steps."""
+
+
+class RunMetrics:
+    """One run's metrics in a registry of their own (never the process-wide default one)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.registry = r = CollectorRegistry()
+        self.step = Gauge("sres_step", "Newest step committed by every rank", registry=r)
+        self.steps_per_s = Gauge("sres_steps_per_second", f"Committed steps per second (last ~{RATE_WINDOW_S:g} s)",
+                                 registry=r)
+        self.world = Gauge("sres_world_size", "Ranks in the current generation", registry=r)
+        self.generation = Gauge("sres_generation", "Current generation (one per re-formation)", registry=r)
+        self.running = Gauge("sres_running", "1 while the run goes on, 0 once it finished or failed", registry=r)
+        self.faults = Counter("sres_faults", "Faults seen, by kind", ["kind"], registry=r)
+        self.recovery = Histogram("sres_recovery_seconds", "Fault to the first step after it", registry=r,
+                                  buckets=SECONDS_BUCKETS)
+        self.resize = Histogram("sres_resize_seconds", "Resize request or fault to the first step of the new world",
+                                ["why"], registry=r, buckets=SECONDS_BUCKETS)
+        self.steps_lost = Counter("sres_steps_redone", "Steps done again after recoveries", registry=r)
+        self.tier_save = Histogram("sres_tier_save_seconds", "Checkpoint tier saves, by tier", ["tier"], registry=r,
+                                   buckets=SECONDS_BUCKETS)
+        self.requeues = Counter("sres_requeues", "Requeues of the Slurm job, by cause", ["cause"], registry=r)
+        self.goodput = Gauge("sres_goodput_ratio", "Share of the run's wall time that became training progress "
+                             "(set at the end)", registry=r)
+        self._steps: list[tuple[float, int]] = []
+        self.running.set(1)
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        kind = record.get("event")
+        if kind == "generation":
+            self.generation.set(record["generation"])
+            self.world.set(record["world_size"])
+        elif kind == "fault":
+            self.faults.labels(kind=record["kind"]).inc()
+        elif kind == "recovered":
+            self.recovery.observe(record["seconds"])
+            self.steps_lost.inc(record.get("steps_lost") or 0)
+        elif kind == "resize" and record.get("seconds") is not None:
+            self.resize.labels(why=record["why"]).observe(record["seconds"])
+        elif kind == "checkpoint-saved" and record.get("seconds") is not None:
+            self.tier_save.labels(tier=record.get("tier", "?")).observe(record["seconds"])
+        elif kind == "requeue":
+            self.requeues.labels(cause=record.get("cause", "fault")).inc()
+        elif kind in ("finished", "failed"):
+            self.running.set(0)
+            if record.get("goodput") is not None:
+                self.goodput.set(record["goodput"])
+
+    def on_step(self, step: int) -> None:
+        now = self.clock()
+        self.step.set(step)
+        self._steps = [(t, s) for t, s in self._steps if now - t <= RATE_WINDOW_S] + [(now, step)]
+        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+        if t1 > t0:
+            self.steps_per_s.set(max(0, s1 - s0) / (t1 - t0))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def start(port: int | None, addr: str, textfile: Path | None, events: EventLog) -> MetricsOutput | None:
+    """Metrics fed by ``events`` (and :meth:`MetricsOutput.update`), where the options say; None if nowhere."""
+    if port is None and textfile is None:
+        return None
+    try:
+        output = MetricsOutput(RunMetrics(), port, addr, textfile)
+    except OSError as err:
+        raise ConfigError(f"--metrics-port {port} on {addr}: {err.strerror or err}") from None
+    events.listeners.append(output.metrics.on_event)
+    return output
+
+
+class MetricsOutput:
+    """Where the metrics go: an HTTP endpoint, a textfile, or both; :meth:`update` once a second."""
+
+    def __init__(self, metrics: RunMetrics, port: int | None, addr: str, textfile: Path | None) -> None:
+        self.metrics, self.textfile, self._addr = metrics, textfile, addr
+        self._server = None
+        self.port: int | None = None
+        if port is not None:
+            self._server, _thread = start_http_server(port, addr=addr, registry=metrics.registry)
+            self.port = self._server.server_port
+        if textfile is not None:
+            textfile.parent.mkdir(parents=True, exist_ok=True)
+
+    def where(self) -> dict[str, Any]:
+        """Fields of the ``metrics`` event: where to scrape or read them."""
+        return {"port": self.port, "url": f"http://{self._addr}:{self.port}/metrics" if self.port else None,
+                "textfile": str(self.textfile) if self.textfile is not None else None}
+
+    def update(self, step: int | None) -> None:
+        if step is not None and step >= 0:
+            self.metrics.on_step(step)
+        if self.textfile is not None:
+            write_to_textfile(str(self.textfile), self.metrics.registry)  # a temporary file, then rename
+
+    def close(self) -> None:
+        self.update(None)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

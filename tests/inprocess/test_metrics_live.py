@@ -1,0 +1,61 @@
+"""Live metrics of a real run: scraped over HTTP and read from the textfile while it trains
+and recovers, parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from launcher.events import read_events
+from tests.inprocess.conftest import sres_run
+
+
+def parse(text: str) -> dict[str, float]:
+    """Unlabelled samples by name, and labelled ones as name{k=v}; raises on a torn file."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def watch(log_dir: Path, textfile: Path, stop: threading.Event, scrapes: list, files: list) -> None:
+    url = None
+    while not stop.is_set():
+        events = log_dir / "events.jsonl"
+        if url is None and events.exists():
+            url = next((e["url"] for e in read_events(events) if e["event"] == "metrics"), None)
+        if url is not None:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                scrapes.append(parse(response.read().decode()))
+        if textfile.exists():
+            files.append(parse(textfile.read_text()))  # every read is a whole file: it is replaced atomically
+        time.sleep(0.25)
+
+
+def test_metrics_move_with_the_run_and_count_its_fault(tmp_path):
+    textfile = tmp_path / "node-exporter" / "sres.prom"
+    stop, scrapes, files = threading.Event(), [], []
+    watcher = threading.Thread(target=watch, args=(tmp_path / "run", textfile, stop, scrapes, files), daemon=True)
+    watcher.start()
+    run = sres_run(tmp_path, "--no-tiers", "--spares", "1", "--inject", "node:1:step=12", "--metrics-port", "0",
+                   "--metrics-textfile", str(textfile), nodes=3, steps=30, train_args=("--sleep-s", "0.15"))
+    stop.set()
+    watcher.join(timeout=10)
+    assert run.returncode == 0, run.stderr
+    assert len(scrapes) >= 5, scrapes
+    steps = [s["sres_step"] for s in scrapes if "sres_step" in s]
+    assert steps == sorted(steps) and steps[-1] > steps[0]  # the step moves as training goes
+    assert max(s.get("sres_steps_per_second", 0) for s in scrapes) > 0
+    assert scrapes[-1].get("sres_faults_total{kind=node}") == 1 or files[-1].get("sres_faults_total{kind=node}") == 1
+    final = parse(textfile.read_text())  # written once more at the end
+    assert final["sres_step"] == 29 and final["sres_running"] == 0
+    assert final["sres_faults_total{kind=node}"] == 1 and final["sres_recovery_seconds_count"] == 1
+    assert final["sres_world_size"] == 3 and final["sres_generation"] == 2
+    assert len({f["sres_step"] for f in files if "sres_step" in f}) >= 3  # rewritten as steps go by
+    assert not list(textfile.parent.glob("*.tmp*"))  # no temporary file left beside it
