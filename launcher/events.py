@@ -58,6 +58,10 @@ def summary(events: list[dict[str, Any]]) -> str:
         goodput = end.get("goodput")
         lines.append(f"run finished: {end['steps']} steps, {len(faults)} fault(s), "
                      f"goodput {goodput:.1%}" if goodput is not None else f"run finished: {end['steps']} steps")
+        causes = end.get("goodput_by_cause") or {}
+        if causes:
+            spent = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in causes.items() if abs(v) >= 0.005)
+            lines.append(f"  wall {sum(causes.values()):.2f} s: {spent}")
     for fault in faults:
         where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
         why = f": {fault['why']}" if fault.get("why") else ""

@@ -223,8 +223,6 @@ class Executor:
         b.plan = plan
         self.placement.echo_slot = members[0]
         self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
-        if generation == 1:
-            self.recovery.started(self.wall())
 
     # --- resizing ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from launcher import goodput
 from launcher.events import EventLog
 from resilience.contract import membership
 from resilience.contract.membership import Report
@@ -41,10 +42,6 @@ class RecoveryWatch:
         self.store, self.events, self.slots, self.say = store, events, slots, say
         self.pending: list[PendingFault] = []
         self.resizes: list[PendingResize] = []
-        self._start_t = 0.0
-
-    def started(self, wall_t: float) -> None:
-        self._start_t = wall_t
 
     def fault(self, kind: str, t: float, progress: int, generation: int) -> None:
         self.pending.append(PendingFault(kind, t, progress, generation))
@@ -108,12 +105,15 @@ class RecoveryWatch:
         return times
 
     def finished(self, end_t: float) -> dict[str, Any]:
-        """Fields of the ``finished`` event: steps done, goodput, wall time."""
+        """Fields of the ``finished`` event: steps done, wall time, goodput (the share of the
+        wall time that became steps) and the account of that time by cause."""
         steps = int(self.store.get(membership.PROGRESS)) + 1 if self.store.check([membership.PROGRESS]) else 0
-        goodput = None
         first = membership.first_step_key(1)
-        if self.store.check([membership.STATS, first]) and steps > 1:
-            median = json.loads(self.store.get(membership.STATS))["median_step_s"]
-            window = end_t - float(self.store.get(first))
-            goodput = min(1.0, (steps - 1) * median / window) if window > 0 else None
-        return {"steps": steps, "goodput": goodput, "wall_s": end_t - self._start_t}
+        first_step_t = float(self.store.get(first)) if self.store.check([first]) else None
+        median = json.loads(self.store.get(membership.STATS))["median_step_s"] \
+            if self.store.check([membership.STATS]) else None
+        causes = goodput.account(self.events.events, end_t, steps, median, first_step_t)
+        wall = sum(causes.values())  # from the start event to the end
+        share = causes["productive"] / wall if causes and wall > 0 and median is not None else None
+        return {"steps": steps, "goodput": share, "wall_s": wall, "median_step_s": median,
+                "goodput_by_cause": {k: round(v, 4) for k, v in causes.items()}}
