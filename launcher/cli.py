@@ -18,6 +18,7 @@ from launcher import ckpt_cli, doctor, elastic_cli, simulate_cli
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
+from launcher.straggler import ACTIONS, StragglerConfig
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -83,7 +84,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         restart_count=restart_count, timeout_requeues=timeout_requeues(log_dir, restart_count),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
         elastic=elastic_cli.elastic_config(args), metrics_port=args.metrics_port, metrics_addr=args.metrics_addr,
-        metrics_textfile=args.metrics_textfile,
+        metrics_textfile=args.metrics_textfile, straggler=_straggler_config(args),
     )
     placement = liveness = None
     if launcher == "slurm":
@@ -136,6 +137,13 @@ def _cmd_template(args: argparse.Namespace) -> int:
 
 def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
+
+
+def _straggler_config(args: argparse.Namespace):
+    try:
+        return StragglerConfig(args.straggler_factor, args.straggler_steps, args.straggler_action)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _count_or_none(text: str) -> int | None:
@@ -196,6 +204,13 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
                    help="address the metrics endpoint binds (default %(default)s: this host only)")
     p.add_argument("--metrics-textfile", type=Path, default=None,
                    help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)")
+    p.add_argument("--straggler-factor", type=float, default=StragglerConfig.factor,
+                   help="a rank computing this many times the median per step is slow (default %(default)g)")
+    p.add_argument("--straggler-steps", type=int, default=StragglerConfig.steps,
+                   help="...for this many steps in a row: a straggler event (default %(default)d)")
+    p.add_argument("--straggler-action", choices=ACTIONS, default="none",
+                   help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
+                        "spare (default: report it)")
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
     ckpt_cli.add_run_arguments(p)

@@ -48,6 +48,10 @@ class RunMetrics:
         self.requeues = Counter("sres_requeues", "Requeues of the Slurm job, by cause", ["cause"], registry=r)
         self.goodput = Gauge("sres_goodput_ratio", "Share of the run's wall time that became training progress "
                              "(set at the end)", registry=r)
+        self.straggler_score = Gauge("sres_straggler_score", "A rank's compute time per step over the median of "
+                                     "all ranks' (newest step judged)", ["rank"], registry=r)
+        self.stragglers = Counter("sres_stragglers", "Straggler events (a rank slow for --straggler-steps)",
+                                  registry=r)
         self._steps: list[tuple[float, int]] = []
         self.running.set(1)
 
@@ -65,12 +69,18 @@ class RunMetrics:
             self.resize.labels(why=record["why"]).observe(record["seconds"])
         elif kind == "checkpoint-saved" and record.get("seconds") is not None:
             self.tier_save.labels(tier=record.get("tier", "?")).observe(record["seconds"])
+        elif kind == "straggler":
+            self.stragglers.inc()
         elif kind == "requeue":
             self.requeues.labels(cause=record.get("cause", "fault")).inc()
         elif kind in ("finished", "failed"):
             self.running.set(0)
             if record.get("goodput") is not None:
                 self.goodput.set(record["goodput"])
+
+    def on_scores(self, scores: dict[int, float]) -> None:
+        for rank, score in scores.items():
+            self.straggler_score.labels(rank=str(rank)).set(round(score, 3))
 
     def on_step(self, step: int) -> None:
         now = self.clock()
@@ -114,9 +124,11 @@ class MetricsOutput:
         return {"port": self.port, "url": f"http://{self._addr}:{self.port}/metrics" if self.port else None,
                 "textfile": str(self.textfile) if self.textfile is not None else None}
 
-    def update(self, step: int | None) -> None:
+    def update(self, step: int | None, scores: dict[int, float] | None = None) -> None:
         if step is not None and step >= 0:
             self.metrics.on_step(step)
+        if scores:
+            self.metrics.on_scores(scores)
         if self.textfile is not None:
             write_to_textfile(str(self.textfile), self.metrics.registry)  # a temporary file, then rename
 

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from resilience.agent import step_timer
+
 
 def per_parameter_allreduce(
     process_group: Any, bucket: dist.GradBucket
@@ -31,6 +33,7 @@ def per_parameter_allreduce(
 
     (Annotations are real types, not strings: DDP checks them when the hook is registered.)
     """
+    step_timer.collective_started()
     world = dist.get_world_size(process_group)
     # One collective at a time: gloo runs them one after another anyway, and with several
     # queued, a wait on a later one once spun forever after the generation's sockets were

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from resilience import fixed_point
+from resilience.agent import step_timer
 from resilience.errors import ResilienceError
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class ExactDataParallel(torch.nn.Module):
 
     def _reduce(self) -> None:
         """Sum the step across ranks and hand the mean to ``p.grad`` (or raise / skip)."""
+        step_timer.collective_started()
         world = self._world()
         header = torch.tensor([s.header() for s in self._slots] + [[self._count, 0, 0, 0]], dtype=torch.int64,
                               device=self._sums.device)

@@ -161,6 +161,17 @@ class Resize:
 
 
 @dataclass(frozen=True)
+class NoteStraggler:
+    """A rank stayed slower than the others: say so (event, metrics); ``replaced``: its node goes."""
+
+    rank: int
+    node: int
+    score: float
+    step: int
+    replaced: bool = False
+
+
+@dataclass(frozen=True)
 class Requeue:
     """Requeue the Slurm job; ``save``: every rank is alive, persist the newest commit first."""
 

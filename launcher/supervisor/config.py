@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
+from launcher.straggler import StragglerConfig
 from resilience.tiers import TierConfig
 from resilience.agent import faults
 from resilience.contract import rank_env
@@ -51,6 +52,8 @@ class RunConfig:
     metrics_addr: str = "127.0.0.1"
     metrics_textfile: Path | None = None
     """Also write them here, replaced atomically, for node_exporter's textfile collector."""
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    """When a rank's compute time makes it a straggler, and what is done about it."""
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     """How far the world may shrink and grow; bounds filled in for ``nodes`` when built."""
 

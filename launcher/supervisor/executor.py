@@ -71,6 +71,7 @@ class Executor:
         self._handlers: dict[type, Callable[[Any], Outcome | None]] = {
             act.KillSlot: self._kill_slot, act.KillNode: self._kill_node, act.DropSpare: self._drop_spare,
             act.HoldForCulprit: self._hold, act.OpenFault: self._open_fault, act.Drain: self._drain,
+            act.NoteStraggler: self._note_straggler,
             act.UseIdleNode: self._use_idle_node, act.AcquireNode: self._acquire_node, act.Publish: self._publish,
             act.WaitForNode: self._wait_for_node, act.Answer: self._answer, act.ReportStatus: self._status,
             act.BeginResize: self._begin_resize, act.AddNodes: self._add_nodes, act.Pause: self._pause,
@@ -120,6 +121,14 @@ class Executor:
             while any(self.placement.poll(s) is None for s, st in b.slots.items() if st.info.node == a.node) \
                     and self.clock() < deadline:
                 self.sleep(0.005)
+
+    def _note_straggler(self, a: act.NoteStraggler) -> None:
+        host = self.placement.host(a.node)
+        action = "replace" if a.replaced else ("none" if self.config.straggler.action == "none" else "kept: no spare")
+        self.events.emit("straggler", rank=a.rank, node=a.node, host=host, score=round(a.score, 3), step=a.step,
+                         steps=self.config.straggler.steps, action=action)
+        self.say(f"straggler: rank {a.rank} on {host} computes {a.score:.2f}x the median for "
+                 f"{self.config.straggler.steps} steps (step {a.step}); {action}")
 
     def _drop_spare(self, a: act.DropSpare) -> None:
         if a.node in self.books.spare_nodes:

@@ -132,7 +132,7 @@ class Supervisor:
             self._collect_rank_events()
             if self.metrics is not None and self.clock() >= self._next_metrics:
                 self._next_metrics = self.clock() + METRICS_PERIOD_S
-                self.metrics.update(self._progress())
+                self.metrics.update(self._progress(), self.observer.step_reports.scores)
             self.sleep(TICK_S)
 
     def _progress(self) -> int | None:

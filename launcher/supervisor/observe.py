@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from launcher.placement import NodeEvidence, Placement
+from launcher.straggler import Straggler
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
+from launcher.supervisor.step_reports import StepReports
 from resilience.contract import membership
 from resilience.contract.membership import Report, SlotInfo
 
@@ -53,6 +55,8 @@ class Observation:
     """When ``preempted``: the job's time left and limit, as Slurm saw them then (None: no limit)."""
     time_limit_s: float | None = None
     evidence: Mapping[int, NodeEvidence] = field(default_factory=dict)
+    stragglers: tuple[Straggler, ...] = ()
+    """Ranks whose compute time per step stayed above the others' (reported once per streak)."""
     requests: tuple[Request, ...] = ()
     """Control requests (``sres resize/grow/shrink/status``) that arrived since the last tick."""
 
@@ -87,12 +91,14 @@ class Observer:
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
+        self.step_reports = StepReports(store, config.log_dir, config.straggler)
+        self._stragglers: list[Straggler] = []
 
     def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
                 dead_nodes: Iterable[int]) -> Observation:
         seen_t = self.wall()
         spares_exited = self._poll_exits(spare_slots)
-        hung = self._silent(now, members)
+        hung = self._silent(now, generation, members)
         reports = self._read_reports(generation, members)
         lost: dict[int, str] = {}
         for rank, slot in members.items():
@@ -107,7 +113,8 @@ class Observer:
         left, limit = self._limits or (None, None)
         return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
                            node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted,
-                           time_left_s=left, time_limit_s=limit, requests=self._requests())
+                           time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
+                           requests=self._requests())
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
@@ -138,12 +145,17 @@ class Observer:
             self._reports_seen = (count, generation)
         return dict(self._reports)
 
-    def _silent(self, now: float, members: Mapping[int, str]) -> list[str]:
+    def _take_stragglers(self) -> tuple[Straggler, ...]:
+        found, self._stragglers = tuple(self._stragglers), []
+        return found
+
+    def _silent(self, now: float, generation: int, members: Mapping[int, str]) -> list[str]:
         # Every half period is enough to see a silence of hang_timeout; every tick would cost
         # store round trips that compete with the ranks for CPU (measured: 9% on 2 cores).
         if now < self._next_heartbeat_check:
             return []
         self._next_heartbeat_check = now + self.config.heartbeat_s / 2
+        self._stragglers += self.step_reports.read(generation, members)
         if self.preempted is None and self.store.check([membership.PREEMPT]):
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         alive = [s for s, st in self.slots.items() if st.alive]

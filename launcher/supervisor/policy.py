@@ -9,14 +9,15 @@ nodes are replaced is data (:data:`REPLACEMENT_ORDER`), not control flow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
+from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
-    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, OpenFault, Publish,
-    Requeue, UseIdleNode, WaitForNode,
+    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
+    Publish, Requeue, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
@@ -92,9 +93,26 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
         return actions + open_fault(obs, state, config)
     if obs.all_done(state.members):
         return actions + [Finish()]
+    actions += on_stragglers(obs.stragglers, state, config)
     if state.resize is not None:
         actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
                            config)
+    return actions
+
+
+def on_stragglers(stragglers: Iterable[Straggler], state: RunState, config: RunConfig) -> list[Action]:
+    """Report each straggler; with ``--straggler-action replace`` and a spare node, its node is
+    treated as faulty: killed (one node fault: the spare takes its ranks) and drained."""
+    actions: list[Action] = []
+    spares = list(state.spare_nodes)
+    for s in stragglers:
+        node = state.node_of(s.rank)
+        replace = config.straggler.action == "replace" and bool(spares) and node not in state.dead_nodes
+        actions.append(NoteStraggler(s.rank, node, s.score, s.step, replaced=replace))
+        if replace:
+            spares.pop()
+            why = f"straggler: {s.score:.2f}"
+            actions += [KillNode(node, why), Drain(node, why)]
     return actions
 
 

@@ -11,6 +11,9 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             after the optimizer step, before the commit is recorded
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
                             survives: the RAM tier must serve the restart)
+``slow:rank=R:factor=F:step=S``  from step S the node of rank R computes F times slower
+                            (a straggler: its ranks sleep before each step); a rank
+                            moved to another node is fast again
 =========================== ==================================================
 
 ``gen=G`` in place of ``step=S`` (``kill`` and ``node`` only) fires when the target enters
@@ -25,11 +28,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from resilience.errors import ResilienceError
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-all")
+KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-all", "slow")
 
 
 class InjectSpecError(ResilienceError, ValueError):
@@ -48,12 +52,16 @@ class Injection:
     node: int | None = None
     index: int = 0
     generation: int | None = None
+    factor: float | None = None
+    """``slow``: how many times slower."""
 
     @property
     def spec(self) -> str:
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
         if self.kind == "kill-all":
             return f"kill-all:{when}"
+        if self.kind == "slow":
+            return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
         target = f"{self.node}" if self.kind == "node" else f"rank={self.rank}"
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
         return f"{self.kind}:{target}:{when}"
@@ -62,6 +70,7 @@ class Injection:
 _RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _ALL_SPEC = re.compile(r"^kill-all:step=(\d+)$")
+_SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
 def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
@@ -74,6 +83,10 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             if when == "gen" and kind != "kill":
                 raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with kill and node only")
             out.append(_injection(kind, when, value, index, rank=target))
+        elif m := _SLOW_SPEC.match(raw):
+            if float(m.group(2)) <= 1:
+                raise InjectSpecError(f"bad --inject spec {raw!r}: factor must exceed 1")
+            out.append(Injection("slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))))
         elif m := _ALL_SPEC.match(raw):
             out.append(Injection("kill-all", int(m.group(1)), index=index))
         elif m := _NODE_SPEC.match(raw):
@@ -83,7 +96,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit:rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node) or kill-all:step=S"
+                "or node:N:step=S (gen=G for kill and node) or kill-all:step=S or slow:rank=R:factor=F:step=S"
             )
     return tuple(out)
 
@@ -111,6 +124,27 @@ def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterabl
         and ((i.kind == "node" and i.node == node) or i.kind == "kill-all"
              or (i.kind != "node" and i.rank == rank))
     ]
+
+
+class SlowNode:
+    """A ``slow:`` injection as its node lives it: once the store says the node is slow, each
+    step of its ranks starts with a sleep of (factor - 1) x the compute time it had before."""
+
+    def __init__(self, store, node: int, injections: Iterable[Injection]) -> None:
+        from resilience.contract import membership
+
+        self.store, self.key = store, membership.slow_key(node)
+        self.armed = any(i.kind == "slow" for i in injections)
+        self.delay_s: float | None = None
+
+    def before_step(self, base_compute_s: Callable[[], float | None]) -> None:
+        if not self.armed:
+            return
+        if self.delay_s is None and self.store.check([self.key]):
+            factor = float(self.store.get(self.key))
+            self.delay_s = (factor - 1) * (base_compute_s() or 0.01)
+        if self.delay_s:
+            time.sleep(self.delay_s)
 
 
 def perform(injection: Injection) -> None:

@@ -30,6 +30,7 @@ from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeo
 from resilience.agent import blame, faults
 from resilience.agent.abort import GroupSockets
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
+from resilience.agent.step_timer import StepTimer
 from resilience.context import Context
 from resilience.ddp import deterministic_by_default
 from resilience.contract import liveness, membership
@@ -78,6 +79,8 @@ class Agent:
         self._commits_this_generation = 0
         self._last_commit_t: float | None = None
         self._step_times: list[float] = []
+        self._timer = StepTimer(self.store, env.slot, 0)  # one per generation, from its start
+        self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
         self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host,
@@ -137,6 +140,8 @@ class Agent:
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self,
                           log_dir=self.env.log_dir, batch_settings=self._batch_settings)
             self._live = ctx
+            self._timer = StepTimer(self.store, self.env.slot, plan.generation)
+            self._timer.activate()
             train(ctx)
             self._wait_background()
             if self.tiers is not None:
@@ -336,8 +341,10 @@ class Agent:
     def before_step(self, step: int) -> None:
         if self._resizable and membership.pause_before(self.store, self.plan.generation, step):
             raise Paused(step)
+        self._timer.step_started()
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill", "node", "raise", "hang", "kill-all")))
+                                kinds=("kill", "node", "raise", "hang", "kill-all", "slow")))
+        self._slow.before_step(self._timer.median_compute)
 
     def _inject(self, due: list[faults.Injection]) -> None:
         for injection in due:
@@ -352,6 +359,9 @@ class Agent:
                 deadline = time.monotonic() + 60
                 while self.store.add(arrived, 0) < self.plan.world_size and time.monotonic() < deadline:
                     time.sleep(0.005)
+            if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
+                self.store.set(membership.slow_key(self.env.node), str(injection.factor))
+                continue
             if injection.kind == "node":
                 # A node dies as a whole: the supervisor SIGKILLs every process of it.
                 self.store.set(membership.node_kill_key(self.env.node), injection.spec)
@@ -366,6 +376,7 @@ class Agent:
         self._in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:
+        self._timer.step_committed(step)
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill-during-commit",)))
         self._in_commit = False
@@ -454,6 +465,8 @@ class Agent:
         ``destroy_process_group``, and a peer blocked in a collective with us would wait.
         """
         self._watch.release_now()  # peers blocked on us fail now, not at a timeout
+        self._timer.publish()
+        self._timer.deactivate()
         self._wait_background(raise_errors=False)
         self._watch.leave()
         self.replicator = None

@@ -103,6 +103,16 @@ def node_kill_key(node: int) -> str:
     return f"inject-node/{node}"
 
 
+def compute_key(generation: int, slot: str) -> str:
+    """A rank's recent steps in generation G: JSON [[step, compute s, step s], ...]."""
+    return f"compute/{generation}/{slot}"
+
+
+def slow_key(node: int) -> str:
+    """Set by ``slow:`` injection: the node's ranks run this many times slower."""
+    return f"inject-slow/{node}"
+
+
 def tier_address_key(slot: str) -> str:
     """host:port of a rank process's neighbour-copy server (resilience.tiers.transport)."""
     return f"tier-addr/{slot}"

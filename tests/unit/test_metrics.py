@@ -51,3 +51,11 @@ def test_the_rate_window_forgets_old_steps():
     now[0] = 102.0
     m.on_step(54)
     assert samples(m)[("sres_steps_per_second", ())] == 2.0
+
+
+def test_straggler_scores_and_events():
+    m = RunMetrics()
+    m.on_scores({0: 1.0, 2: 3.04})
+    m.on_event({"event": "straggler", "rank": 2, "score": 3.0})
+    s = samples(m)
+    assert s[("sres_straggler_score", (("rank", "2"),))] == 3.04 and s[("sres_stragglers_total", ())] == 1

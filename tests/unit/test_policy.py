@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from launcher.placement import NodeEvidence
+from launcher.straggler import Straggler, StragglerConfig
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
-    AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, OpenFault, Publish, Requeue,
-    UseIdleNode,
+    AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
+    Publish, Requeue, UseIdleNode,
 )
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.policy import REPLACEMENT_ORDER, FaultState, RunState
@@ -71,6 +72,16 @@ CASES = {
         Observation(preempted="preempted"), state(),
         RunConfig(**{**CONFIG.__dict__, "restart_count": 50, "max_requeues": None}),
         [Requeue("preempted", save=True, cause="preemption")]),
+    "a straggler is reported": (Observation(stragglers=(Straggler(2, 3.0, 30),)), state(), CONFIG,
+                                [NoteStraggler(2, 2, 3.0, 30)]),
+    "a straggler's node is replaced by the spare when asked": (
+        Observation(stragglers=(Straggler(2, 3.0, 30),)), state(),
+        RunConfig(**{**CONFIG.__dict__, "straggler": StragglerConfig(action="replace")}),
+        [NoteStraggler(2, 2, 3.0, 30, replaced=True), KillNode(2, "straggler: 3.00"), Drain(2, "straggler: 3.00")]),
+    "no spare: the straggler stays": (
+        Observation(stragglers=(Straggler(2, 3.0, 30),)), state(spare_nodes=()),
+        RunConfig(**{**CONFIG.__dict__, "straggler": StragglerConfig(action="replace")}),
+        [NoteStraggler(2, 2, 3.0, 30)]),
     "state lost everywhere": (Observation(reports={"n0p0": report("unrecoverable", 0, message="no step")}), state(),
                               CONFIG, [Fail("the state could not be recovered from peers: no step")]),
     # --- collateral errors wait for their culprit ------------------------------------------------

@@ -1,0 +1,82 @@
+"""Stragglers: ranks whose compute time per step stays above the others' (pure).
+
+A rank's score at a step is its compute time (start of the step to its first gradient
+collective, reported by :mod:`resilience.agent.step_timer`) over the median of every rank's at
+that step. A rank scoring above ``factor`` for ``steps`` steps in a row is a straggler; it is
+reported once per streak. Steps are judged once every member has reported them, in order.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ACTIONS = ("none", "replace")
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    factor: float = 1.5
+    steps: int = 20
+    action: str = "none"
+    """``replace``: a straggler's node is treated as faulty (drained under Slurm) and replaced by a spare."""
+
+    def __post_init__(self) -> None:
+        if self.factor <= 1:
+            raise ValueError(f"--straggler-factor {self.factor:g}: must exceed 1")
+        if self.steps < 1:
+            raise ValueError("--straggler-steps must be at least 1")
+        if self.action not in ACTIONS:
+            raise ValueError(f"--straggler-action {self.action!r}: one of {', '.join(ACTIONS)}")
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    score: float
+    """Median score over the streak."""
+    step: int
+    """The step at which the streak reached ``steps``."""
+
+
+class StragglerDetector:
+    """Fed per-rank reports of one generation; returns stragglers as their streaks complete."""
+
+    def __init__(self, config: StragglerConfig) -> None:
+        self.config = config
+        self.scores: dict[int, float] = {}
+        """Each rank's newest score: what metrics show."""
+        self._pending: dict[int, dict[int, float]] = {}
+        self._streaks: dict[int, list[float]] = {}
+        self._judged = -1
+
+    def observe(self, members: set[int], reports: Mapping[int, Mapping[int, float]]) -> list[Straggler]:
+        """``reports``: rank -> {step: compute s}; steps already judged are ignored."""
+        for rank, steps in reports.items():
+            for step, seconds in steps.items():
+                if step > self._judged:
+                    self._pending.setdefault(step, {})[rank] = seconds
+        found = []
+        for step in sorted(self._pending):
+            times = self._pending[step]
+            if not members <= times.keys():
+                break
+            del self._pending[step]
+            self._judged = step
+            found += self._judge(step, {r: times[r] for r in members})
+        return found
+
+    def _judge(self, step: int, times: Mapping[int, float]) -> list[Straggler]:
+        median = statistics.median(times.values())
+        if median <= 0:
+            return []
+        found = []
+        for rank, seconds in times.items():
+            score = seconds / median
+            self.scores[rank] = score
+            streak = self._streaks.setdefault(rank, [])
+            streak[:] = streak + [score] if score > self.config.factor else []
+            if len(streak) == self.config.steps:
+                found.append(Straggler(rank, statistics.median(streak), step))
+        return found

@@ -1,0 +1,55 @@
+"""The ranks' per-step times: read from the store, kept in ``step_times.jsonl``, judged for stragglers.
+
+Each rank publishes its recent steps (:mod:`resilience.agent.step_timer`); the supervisor
+reads them about twice a second, appends the steps it has not seen to
+``<log dir>/step_times.jsonl`` (one line per rank and step: what the run report's heatmap
+draws) and hands them to the :class:`~launcher.straggler.StragglerDetector` of the generation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch.distributed as dist
+
+from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
+from resilience.contract import membership
+
+FILE = "step_times.jsonl"
+
+
+class StepReports:
+    def __init__(self, store: dist.Store, log_dir: Path, config: StragglerConfig) -> None:
+        self.store, self.config = store, config
+        self.path = Path(log_dir) / FILE
+        self._generation = 0
+        self._seen: dict[int, int] = {}
+        self.detector = StragglerDetector(config)
+
+    def read(self, generation: int, members: Mapping[int, str]) -> list[Straggler]:
+        """New steps of every member in ``generation``: written down, then judged."""
+        if generation != self._generation:
+            self._generation, self._seen, self.detector = generation, {}, StragglerDetector(self.config)
+        reports: dict[int, dict[int, float]] = {}
+        lines = []
+        for rank, slot in members.items():
+            key = membership.compute_key(generation, slot)
+            if not self.store.check([key]):
+                continue
+            new = [(s, c, w) for s, c, w in json.loads(self.store.get(key)) if s > self._seen.get(rank, -1)]
+            if not new:
+                continue
+            self._seen[rank] = new[-1][0]
+            reports[rank] = {s: c for s, c, _ in new}
+            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": s,
+                                  "compute_s": round(c, 6), "step_s": round(w, 6)}) for s, c, w in new]
+        if lines:
+            with self.path.open("a") as f:
+                f.write("\n".join(lines) + "\n")
+        return self.detector.observe(set(members), reports) if reports else []
+
+    @property
+    def scores(self) -> dict[int, float]:
+        return dict(self.detector.scores)

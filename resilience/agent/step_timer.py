@@ -1,0 +1,79 @@
+"""Each rank's compute time per step, for straggler detection and the run report.
+
+In synchronous data parallelism every rank's step takes as long as the slowest one's, so a
+step's wall time cannot point at a straggler; the time a rank takes *before* its first
+gradient collective can. The collectives of ``resilience.ddp``, exact mode and plain DDP under
+``resilience.run`` (the deterministic hook) call :func:`collective_started`; a rank whose
+gradients are reduced by code of its own reports its time to the commit instead (then every
+rank looks alike). Ranks publish their recent steps to the store in small batches; the
+supervisor reads them about once a second.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import torch.distributed as dist
+
+from resilience.contract import membership
+
+REPORT_EVERY = 5
+"""Steps per store write of a rank: one small write per 5 steps costs nothing measurable."""
+KEEP = 64
+"""Steps a report carries: the supervisor, reading once a second, sees every step of ranks
+doing up to ~60 steps per second."""
+
+_active: "StepTimer | None" = None
+
+
+def collective_started() -> None:
+    """Called by gradient collectives: the first call of a step ends the rank's compute."""
+    timer = _active
+    if timer is not None and timer.collective_t is None:
+        timer.collective_t = timer.clock()
+
+
+class StepTimer:
+    def __init__(self, store: dist.Store, slot: str, generation: int,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.store, self.key, self.clock = store, membership.compute_key(generation, slot), clock
+        self.start_t: float | None = None
+        self.collective_t: float | None = None
+        self.recent: list[tuple[int, float, float]] = []  # (step, compute s, step s)
+        self._since_report = 0
+        self._last_end: float | None = None
+
+    def activate(self) -> None:
+        global _active
+        _active = self
+
+    def deactivate(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+
+    def step_started(self) -> None:
+        self.start_t, self.collective_t = self.clock(), None
+
+    def step_committed(self, step: int) -> None:
+        if self.start_t is None:
+            return
+        now = self.clock()
+        compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
+        wall = now - (self._last_end if self._last_end is not None else self.start_t)
+        self._last_end, self.start_t = now, None
+        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall)]
+        self._since_report += 1
+        if self._since_report >= REPORT_EVERY:
+            self.publish()
+
+    def publish(self) -> None:
+        if self.recent and self._since_report:
+            self.store.set(self.key, json.dumps(self.recent))
+            self._since_report = 0
+
+    def median_compute(self, last: int = 10) -> float | None:
+        values = sorted(c for _, c, _ in self.recent[-last:])
+        return values[len(values) // 2] if values else None

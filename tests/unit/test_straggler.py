@@ -1,0 +1,44 @@
+"""Straggler detection from per-rank compute times (pure), and the policy's answer to one."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
+
+
+def feed(detector: StragglerDetector, steps: range, slow: dict[int, float], ranks=(0, 1, 2, 3)) -> list[Straggler]:
+    found = []
+    for step in steps:
+        found += detector.observe(set(ranks), {r: {step: 0.1 * slow.get(r, 1.0)} for r in ranks})
+    return found
+
+
+def test_a_rank_slow_for_the_streak_is_reported_once():
+    d = StragglerDetector(StragglerConfig(factor=1.5, steps=5))
+    assert feed(d, range(0, 10), {}) == []
+    found = feed(d, range(10, 30), {2: 3.0})
+    assert found == [Straggler(rank=2, score=pytest.approx(3.0), step=14)]
+    assert d.scores[2] == pytest.approx(3.0) and d.scores[0] == pytest.approx(1.0)
+
+
+def test_one_fast_step_breaks_the_streak():
+    d = StragglerDetector(StragglerConfig(factor=1.5, steps=5))
+    assert feed(d, range(0, 4), {1: 2.0}) == []
+    assert feed(d, range(4, 5), {}) == []
+    assert feed(d, range(5, 9), {1: 2.0}) == []  # 4 in a row again: not yet
+    assert [s.step for s in feed(d, range(9, 10), {1: 2.0})] == [9]
+
+
+def test_steps_are_judged_when_every_member_reported_them_in_order():
+    d = StragglerDetector(StragglerConfig(factor=1.5, steps=1))
+    assert d.observe({0, 1}, {0: {0: 0.1, 1: 0.5}}) == []  # rank 1 has not reported yet
+    found = d.observe({0, 1}, {1: {0: 0.1, 1: 0.1}})
+    assert [(s.rank, s.step) for s in found] == [(0, 1)]
+    assert d.observe({0, 1}, {0: {1: 9.0}, 1: {1: 0.1}}) == []  # step 1 was judged already
+
+
+@pytest.mark.parametrize("bad", [dict(factor=1.0), dict(steps=0), dict(action="drain")])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        StragglerConfig(**bad)
