@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import ckpt_cli, doctor, elastic_cli, simulate_cli
+from launcher import ckpt_cli, doctor, elastic_cli, report, simulate_cli
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
@@ -104,6 +104,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) on {where}; "
           f"log dir {config.log_dir}", file=sys.stderr)
     outcome = Supervisor(config, placement, liveness).run()
+    print(f"sres: the run's report: sres report {config.log_dir}", file=sys.stderr)
     if outcome.requeued:
         return 0  # Slurm ends this batch script now; the job runs again from its saved state
     return 0 if outcome.ok else 1
@@ -313,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt_cli.add_parser(sub)
     elastic_cli.add_parsers(sub)
     simulate_cli.add_parser(sub)
+    report.add_parser(sub)
     return parser
 
 

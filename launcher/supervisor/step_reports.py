@@ -38,13 +38,13 @@ class StepReports:
             key = membership.compute_key(generation, slot)
             if not self.store.check([key]):
                 continue
-            new = [(s, c, w) for s, c, w in json.loads(self.store.get(key)) if s > self._seen.get(rank, -1)]
+            new = [r for r in json.loads(self.store.get(key)) if r[0] > self._seen.get(rank, -1)]
             if not new:
                 continue
             self._seen[rank] = new[-1][0]
-            reports[rank] = {s: c for s, c, _ in new}
-            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": s,
-                                  "compute_s": round(c, 6), "step_s": round(w, 6)}) for s, c, w in new]
+            reports[rank] = {s: c for s, c, _, _ in new}
+            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": s, "t": t,
+                                  "compute_s": round(c, 6), "step_s": round(w, 6)}) for s, c, w, t in new]
         if lines:
             with self.path.open("a") as f:
                 f.write("\n".join(lines) + "\n")

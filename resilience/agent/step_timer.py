@@ -37,11 +37,11 @@ def collective_started() -> None:
 
 class StepTimer:
     def __init__(self, store: dist.Store, slot: str, generation: int,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self.store, self.key, self.clock = store, membership.compute_key(generation, slot), clock
+                 clock: Callable[[], float] = time.perf_counter, wall: Callable[[], float] = time.time) -> None:
+        self.store, self.key, self.clock, self.wall = store, membership.compute_key(generation, slot), clock, wall
         self.start_t: float | None = None
         self.collective_t: float | None = None
-        self.recent: list[tuple[int, float, float]] = []  # (step, compute s, step s)
+        self.recent: list[tuple[int, float, float, float]] = []  # (step, compute s, step s, wall-clock t)
         self._since_report = 0
         self._last_end: float | None = None
 
@@ -64,7 +64,7 @@ class StepTimer:
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
         self._last_end, self.start_t = now, None
-        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall)]
+        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall, self.wall())]
         self._since_report += 1
         if self._since_report >= REPORT_EVERY:
             self.publish()
@@ -75,5 +75,5 @@ class StepTimer:
             self._since_report = 0
 
     def median_compute(self, last: int = 10) -> float | None:
-        values = sorted(c for _, c, _ in self.recent[-last:])
+        values = sorted(r[1] for r in self.recent[-last:])
         return values[len(values) // 2] if values else None

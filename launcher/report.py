@@ -1,0 +1,164 @@
+"""``sres report RUN_DIR``: one self-contained HTML page of what a run went through and what it cost.
+
+Reads the run's ``events.jsonl`` and ``step_times.jsonl``; writes PNGs beside the page and the
+same images inline in it (``data:`` URIs), so the page opens from disk anywhere, with no
+network and no script. A run that failed or is still going gets a partial report that says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher import goodput
+from launcher.errors import ConfigError
+from launcher.events import read_events
+from launcher.supervisor.step_reports import FILE as STEP_TIMES
+
+
+@dataclass(frozen=True)
+class RunData:
+    events: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    """One record per rank and step (``step_times.jsonl``)."""
+
+    @property
+    def end(self) -> dict[str, Any] | None:
+        return next((e for e in reversed(self.events) if e["event"] in ("finished", "failed", "requeue")), None)
+
+    @property
+    def start_t(self) -> float:
+        return goodput.last_run(self.events)[0]["t"]
+
+    @property
+    def end_t(self) -> float:
+        times = [e["t"] for e in self.events] + [s["t"] for s in self.steps]
+        return self.end["t"] if self.end else max(times)
+
+
+def load(run_dir: Path) -> RunData:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{run_dir}: no events.jsonl (give the log dir of an sres run)")
+    events = read_events(path)
+    if not goodput.last_run(events):
+        raise ConfigError(f"{path}: no start event yet")
+    step_file = run_dir / STEP_TIMES
+    steps = [json.loads(line) for line in step_file.read_text().splitlines() if line.strip()] \
+        if step_file.exists() else []
+    start = goodput.last_run(events)[0]["t"]
+    return RunData(events, [s for s in steps if s.get("t", start) >= start])
+
+
+def causes(data: RunData) -> dict[str, float]:
+    """The finished event's account, or one made now from the steps seen (a partial run)."""
+    end = data.end
+    if end is not None and end.get("goodput_by_cause"):
+        return dict(end["goodput_by_cause"])
+    rank0 = [s for s in data.steps if s["rank"] == 0]
+    median = statistics.median(s["step_s"] for s in rank0) if rank0 else None
+    done = {s["step"] for s in rank0}
+    first = min((s["t"] for s in rank0), default=None)
+    return goodput.account(data.events, data.end_t, len(done), median, first)
+
+
+def fault_rows(data: RunData) -> list[dict[str, Any]]:
+    """Each fault with the recovery that followed it (the first ``recovered`` after it)."""
+    run = goodput.last_run(data.events)
+    rows = []
+    for i, fault in enumerate(e for e in run if e["event"] == "fault"):
+        later = [e for e in run if e["event"] == "recovered" and e["t"] >= fault["t"]]
+        rec = later[0] if later else {}
+        rows.append({"#": i + 1, "kind": fault["kind"], "rank": fault.get("rank"), "host": fault.get("host"),
+                     "step": fault.get("step"), "detection s": rec.get("release_s"),
+                     "re-form s": _minus(rec.get("reform_s"), rec.get("release_s")),
+                     "transfer s": rec.get("transfer_s"), "first step s": rec.get("first_step_s"),
+                     "recovery s": rec.get("seconds"), "from": rec.get("source"), "steps lost": rec.get("steps_lost")})
+    return rows
+
+
+def render(run_dir: Path, out: Path | None = None) -> Path:
+    from launcher import report_plots
+
+    data = load(run_dir)
+    out = out or run_dir / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    account = causes(data)
+    images = {"timeline": out.with_name(f"{out.stem}-timeline.png"),
+              "goodput": out.with_name(f"{out.stem}-goodput.png"),
+              "heatmap": out.with_name(f"{out.stem}-ranks.png")}
+    report_plots.timeline(images["timeline"], data.start_t, data.steps, goodput.last_run(data.events))
+    report_plots.goodput_bar(images["goodput"], account)
+    report_plots.heatmap(images["heatmap"], data.steps)
+    out.write_text(page(run_dir, data, account, images))
+    return out
+
+
+def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[str, Path]) -> str:
+    end = data.end
+    if end is None:
+        state = "<p class=warn>Partial report: the run has not ended (still running, or interrupted).</p>"
+    elif end["event"] == "failed":
+        state = f"<p class=warn>Partial report: the run FAILED: {html.escape(str(end.get('reason')))}</p>"
+    elif end["event"] == "requeue":
+        state = f"<p class=warn>Partial report: the job was requeued ({html.escape(str(end.get('why')))}).</p>"
+    else:
+        state = f"<p>Finished: {end['steps']} steps, goodput <b>{(end.get('goodput') or 0):.1%}</b>.</p>"
+    wall = sum(account.values())
+    cause_rows = "".join(f"<tr><td>{c}</td><td>{s:.2f}</td><td>{s / wall:.1%}</td></tr>" if wall else ""
+                         for c, s in account.items())
+    faults = fault_rows(data)
+    fault_table = _table(faults) if faults else "<p>No fault.</p>"
+    start = goodput.last_run(data.events)[0]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>sres report: {html.escape(str(run_dir))}</title>
+<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}
+table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
+th{{background:#eee}}.warn{{color:#a00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
+<h1>Run report</h1>
+<p>{html.escape(str(run_dir))}: {start.get('nodes')} node(s) x {start.get('procs_per_node')} rank(s),
+{start.get('spares')} spare(s), wall time {wall:.1f} s.</p>
+{state}
+<h2>Step time</h2>{_img(images['timeline'], 'step time over wall time')}
+<h2>Where the time went</h2>{_img(images['goodput'], 'goodput by cause')}
+<table><tr><th>cause</th><th>seconds</th><th>share</th></tr>{cause_rows}</table>
+<h2>Compute time per rank</h2>{_img(images['heatmap'], 'compute time per rank and step')}
+<h2>Faults</h2>{fault_table}
+</body></html>
+"""
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "" if value is None else html.escape(str(value))
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None else a - (b or 0.0)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="an HTML report of a run: step time, goodput by cause, ranks, faults",
+                       description="Write a self-contained HTML page (images inline) and its PNGs for a run's log "
+                                   "dir; a run that failed or is still going gets a partial report.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, default=None, help="the HTML file (default RUN_DIR/report.html)")
+    p.set_defaults(func=lambda args: print(f"report: {render(args.run_dir, args.out)}") or 0)

@@ -1,0 +1,92 @@
+"""The run report's pictures (matplotlib, Agg: no display needed). Each function writes one PNG."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MARKS = {"fault": ("tab:red", "fault"), "recovered": ("tab:green", "recovered"), "resize": ("tab:purple", "resize"),
+         "requeue": ("black", "requeue")}
+CAUSE_COLOURS = {"productive": "tab:green", "startup": "tab:gray", "detection": "tab:red", "reform": "tab:orange",
+                 "transfer": "tab:blue", "first_step": "tab:cyan", "redone": "tab:pink", "resize": "tab:purple",
+                 "other": "lightgray"}
+
+
+def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
+    """Step time over wall time (each step's slowest rank), faults, recoveries, resizes and saves marked."""
+    per_step: dict[tuple[int, int], tuple[float, float]] = {}
+    for s in steps:
+        key = (s["generation"], s["step"])
+        t, w = per_step.get(key, (0.0, 0.0))
+        per_step[key] = (max(t, s["t"]), max(w, s["step_s"]))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    if per_step:
+        points = sorted(per_step.values())
+        ax.plot([t - start_t for t, _ in points], [w * 1000 for _, w in points], ".", markersize=3, color="tab:blue",
+                label="step time (slowest rank)")
+    seen = set()
+    for e in events:
+        if e["event"] in MARKS:
+            colour, label = MARKS[e["event"]]
+            ax.axvline(e["t"] - start_t, color=colour, alpha=0.7, lw=1.2, label=None if label in seen else label)
+            seen.add(label)
+    saves = [e["t"] - start_t for e in events if e["event"] == "checkpoint-saved"]
+    if saves:
+        ax.plot(saves, [0] * len(saves), "|", color="tab:gray", markersize=8, label="checkpoint saved")
+    ax.set_xlabel("wall time since start (s)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    _save(fig, path)
+
+
+def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:
+    """One bar: the run's wall time split by cause."""
+    total = sum(max(0.0, v) for v in causes.values()) or 1.0
+    fig, ax = plt.subplots(figsize=(9, 1.9))
+    left = 0.0
+    for cause, seconds in causes.items():
+        if seconds <= 0:
+            continue
+        ax.barh(0, seconds / total * 100, left=left, color=CAUSE_COLOURS.get(cause, "tab:olive"),
+                label=f"{cause} {seconds:.2f} s")
+        left += seconds / total * 100
+    ax.set_xlim(0, 100)
+    ax.set_yticks([])
+    ax.set_xlabel("share of wall time (%)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=5, fontsize=8, frameon=False)
+    _save(fig, path)
+
+
+def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
+    """Compute time per rank and step (ms): a straggler is a bright row."""
+    ranks = sorted({s["rank"] for s in steps})
+    numbers = sorted({s["step"] for s in steps})
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(ranks))))
+    if ranks and numbers:
+        column = {n: i for i, n in enumerate(numbers)}
+        row = {r: i for i, r in enumerate(ranks)}
+        grid = [[math.nan] * len(numbers) for _ in ranks]
+        for s in steps:
+            grid[row[s["rank"]]][column[s["step"]]] = s["compute_s"] * 1000
+        image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
+                          extent=(numbers[0] - 0.5, numbers[-1] + 0.5, len(ranks) - 0.5, -0.5))
+        fig.colorbar(image, ax=ax, label="compute (ms)")
+        ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+    ax.set_xlabel("step")
+    ax.set_ylabel("rank")
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,46 @@
+"""A slow node (``slow:`` injection) is found from the ranks' compute times and, when asked,
+replaced by a spare: real processes, gloo, the supervisor's own detection."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from tests.inprocess.conftest import sres_run
+
+STEPS = 70
+TRAIN = ("--width", "512", "--depth", "3", "--sleep-s", "0.05")
+SLOW_AT = 10
+
+
+def step_times(log_dir, rank: int) -> dict[int, float]:
+    """Steps of ``rank`` (its newest generation's time for a step done twice) from step_times.jsonl."""
+    out = {}
+    for line in (log_dir / "step_times.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["rank"] == rank:
+            out[record["step"]] = record["step_s"]
+    return out
+
+
+def test_a_slow_node_is_reported_and_replaced_and_the_result_is_exact(tmp_path):
+    def run(name: str, *flags: str):
+        done = sres_run(tmp_path / name, "--no-tiers", "--spares", "1", *flags, nodes=3, steps=STEPS,
+                        train_args=TRAIN)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    reference = run("fault-free")
+    slow = run("slow", "--inject", f"slow:rank=2:factor=3:step={SLOW_AT}", "--straggler-action", "replace")
+    (event,) = slow.of("straggler")
+    assert (event["rank"], event["action"]) == (2, "replace") and event["score"] > 1.5
+    assert event["step"] <= SLOW_AT + event["steps"] + 5  # found within --straggler-steps + 5 steps
+    assert [e["why"] for e in slow.of("drained")] == [f"straggler: {event['score']:.2f}"]
+    (replaced,) = slow.of("replaced")
+    assert replaced["how"] == "spare"
+    assert not reference.of("straggler")  # no false alarm on the same run without the slow node
+    assert slow.digests() == reference.digests()  # the move changed nothing in the math
+    times = step_times(slow.log_dir, 0)
+    before = statistics.median(times[s] for s in range(3, SLOW_AT))
+    after = statistics.median(times[s] for s in range(max(times) - 15, max(times) + 1))
+    assert abs(after - before) <= 0.1 * before, (before, after)
