@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what is missing first:
-#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc (needs root)
+#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium (needs root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
 # Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x
 set -euo pipefail
@@ -19,6 +19,7 @@ command -v munged >/dev/null || missing+=(munge)
 [ -f /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v cc >/dev/null || missing+=(gcc)  # builds the SPANK plugin against spank.h
+command -v chromium >/dev/null || missing+=(chromium)  # renders sres report's page in a real browser
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   if [ "$(id -u)" -ne 0 ]; then
