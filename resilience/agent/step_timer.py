@@ -70,8 +70,12 @@ class StepTimer:
             self.publish()
 
     def publish(self) -> None:
+        """Best effort: timing is never worth failing a step or a teardown for."""
         if self.recent and self._since_report:
-            self.store.set(self.key, json.dumps(self.recent))
+            try:
+                self.store.set(self.key, json.dumps(self.recent))
+            except (RuntimeError, OSError):  # the store is going away with the run
+                return
             self._since_report = 0
 
     def median_compute(self, last: int = 10) -> float | None:
