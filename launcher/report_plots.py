@@ -44,14 +44,14 @@ def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], eve
     ax.set_ylabel("step time (ms)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     _save(fig, path)
 
 
 def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:
     """One bar: the run's wall time split by cause."""
     total = sum(max(0.0, v) for v in causes.values()) or 1.0
-    fig, ax = plt.subplots(figsize=(9, 1.9))
+    fig, ax = plt.subplots(figsize=(9, 2.2))
     left = 0.0
     for cause, seconds in causes.items():
         if seconds <= 0:
@@ -61,8 +61,8 @@ def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:
         left += seconds / total * 100
     ax.set_xlim(0, 100)
     ax.set_yticks([])
-    ax.set_xlabel("share of wall time (%)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=5, fontsize=8, frameon=False)
+    ax.set_title("share of wall time (%)", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, fontsize=8, frameon=False)
     _save(fig, path)
 
 

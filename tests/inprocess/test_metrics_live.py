@@ -83,5 +83,5 @@ def test_the_goodput_account_covers_the_wall_time(live):
     assert min(causes.values()) >= -0.01 * wall  # "other" is what is left: never meaningfully negative
     assert causes["productive"] >= 28 * 0.15 and causes["startup"] > 0
     assert causes["transfer"] > 0 and causes["reform"] + causes["detection"] > 0
-    assert end["goodput"] == pytest.approx(causes["productive"] / sum(causes.values()))
+    assert end["goodput"] == pytest.approx(causes["productive"] / sum(causes.values()), rel=1e-3)  # rounded causes
     assert "wall " in run.stderr and "productive" in run.stderr  # the summary shows the account
