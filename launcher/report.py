@@ -65,7 +65,7 @@ def causes(data: RunData) -> dict[str, float]:
     median = statistics.median(s["step_s"] for s in rank0) if rank0 else None
     done = {s["step"] for s in rank0}
     first = min((s["t"] for s in rank0), default=None)
-    return goodput.account(data.events, data.end_t, len(done), median, first)
+    return goodput.account(data.events, data.end_t, len(done), median, first, data.steps)
 
 
 def fault_rows(data: RunData) -> list[dict[str, Any]]:

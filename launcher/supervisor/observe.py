@@ -108,6 +108,8 @@ class Observer:
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
                 if state.killed_t is not None:
                     seen_t = min(seen_t, state.killed_t)
+        if len(reports) == len(members) and all(r.kind == "done" for r in reports.values()):
+            self._stragglers += self.step_reports.read(generation, members)  # the last steps, for the account
         if self.preempted is not None and self._limits is None:
             self._limits = self.placement.time_limits()  # once: how near the time limit the signal came
         left, limit = self._limits or (None, None)

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from launcher import goodput
 from launcher.events import EventLog
+from launcher.supervisor import step_reports
 from resilience.contract import membership
 from resilience.contract.membership import Report
 
@@ -112,7 +113,9 @@ class RecoveryWatch:
         first_step_t = float(self.store.get(first)) if self.store.check([first]) else None
         median = json.loads(self.store.get(membership.STATS))["median_step_s"] \
             if self.store.check([membership.STATS]) else None
-        causes = goodput.account(self.events.events, end_t, steps, median, first_step_t)
+        step_file = self.events.path.parent / step_reports.FILE
+        records = [json.loads(line) for line in step_file.read_text().splitlines()] if step_file.exists() else []
+        causes = goodput.account(self.events.events, end_t, steps, median, first_step_t, records)
         wall = sum(causes.values())  # from the start event to the end
         share = causes["productive"] / wall if causes and wall > 0 and median is not None else None
         return {"steps": steps, "goodput": share, "wall_s": wall, "median_step_s": median,

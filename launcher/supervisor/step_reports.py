@@ -42,9 +42,10 @@ class StepReports:
             if not new:
                 continue
             self._seen[rank] = new[-1][0]
-            reports[rank] = {s: c for s, c, _, _ in new}
+            reports[rank] = {r[0]: r[1] for r in new}
             lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": s, "t": t,
-                                  "compute_s": round(c, 6), "step_s": round(w, 6)}) for s, c, w, t in new]
+                                  "compute_s": round(c, 6), "step_s": round(w, 6), "blocked_s": round(b, 6)})
+                      for s, c, w, t, b in new]
         if lines:
             with self.path.open("a") as f:
                 f.write("\n".join(lines) + "\n")

@@ -166,6 +166,7 @@ class Agent:
             return False
         if self.rank == 0 and self._step_times:
             self.store.set(membership.STATS, json.dumps({"median_step_s": statistics.median(self._step_times)}))
+        self._timer.publish()  # before "done": the supervisor's account reads every step
         self._report(Report("done", self.rank))
         self._teardown()
         return True
@@ -372,7 +373,9 @@ class Agent:
     def before_commit(self) -> None:
         # The previous commit's copy and buddy round must finish before the optimizer
         # changes the state they read.
+        started = time.perf_counter()
         self._wait_background()
+        self._timer.blocked(time.perf_counter() - started)
         self._in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:

@@ -41,7 +41,9 @@ class StepTimer:
         self.store, self.key, self.clock, self.wall = store, membership.compute_key(generation, slot), clock, wall
         self.start_t: float | None = None
         self.collective_t: float | None = None
-        self.recent: list[tuple[int, float, float, float]] = []  # (step, compute s, step s, wall-clock t)
+        self.recent: list[tuple[int, float, float, float, float]] = []
+        """(step, compute s, step s, wall-clock t, s blocked on the previous commit's copies)"""
+        self.blocked_s = 0.0
         self._since_report = 0
         self._last_end: float | None = None
 
@@ -55,7 +57,11 @@ class StepTimer:
             _active = None
 
     def step_started(self) -> None:
-        self.start_t, self.collective_t = self.clock(), None
+        self.start_t, self.collective_t, self.blocked_s = self.clock(), None, 0.0
+
+    def blocked(self, seconds: float) -> None:
+        """Time this step's commit waited for the previous commit's snapshot, tier copy or buddy round."""
+        self.blocked_s += seconds
 
     def step_committed(self, step: int) -> None:
         if self.start_t is None:
@@ -64,7 +70,7 @@ class StepTimer:
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
         self._last_end, self.start_t = now, None
-        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall, self.wall())]
+        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall, self.wall(), self.blocked_s)]
         self._since_report += 1
         if self._since_report >= REPORT_EVERY:
             self.publish()

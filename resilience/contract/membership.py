@@ -104,7 +104,7 @@ def node_kill_key(node: int) -> str:
 
 
 def compute_key(generation: int, slot: str) -> str:
-    """A rank's recent steps in generation G: JSON [[step, compute s, step s, wall-clock t], ...]."""
+    """A rank's recent steps in generation G: JSON [[step, compute s, step s, wall-clock t, blocked s], ...]."""
     return f"compute/{generation}/{slot}"
 
 
