@@ -52,6 +52,8 @@ class RunMetrics:
                                      "all ranks' (newest step judged)", ["rank"], registry=r)
         self.stragglers = Counter("sres_stragglers", "Straggler events (a rank slow for --straggler-steps)",
                                   registry=r)
+        self.by_cause = Gauge("sres_goodput_seconds", "The run's wall time by cause (set at the end; README: What a "
+                              "run cost)", ["cause"], registry=r)
         self._steps: list[tuple[float, int]] = []
         self.running.set(1)
 
@@ -77,6 +79,8 @@ class RunMetrics:
             self.running.set(0)
             if record.get("goodput") is not None:
                 self.goodput.set(record["goodput"])
+            for cause, seconds in (record.get("goodput_by_cause") or {}).items():
+                self.by_cause.labels(cause=cause).set(seconds)
 
     def on_scores(self, scores: dict[int, float]) -> None:
         for rank, score in scores.items():

@@ -37,9 +37,10 @@ def test_events_and_steps_become_metrics():
     assert s[("sres_resize_seconds_count", (("why", "fault"),))] == 1
     assert s[("sres_tier_save_seconds_count", (("tier", "persistent"),))] == 1
     assert s[("sres_requeues_total", (("cause", "preemption"),))] == 1
-    m.on_event({"event": "finished", "goodput": 0.97})
+    m.on_event({"event": "finished", "goodput": 0.97, "goodput_by_cause": {"productive": 9.7, "startup": 0.3}})
     s = samples(m)
     assert (s[("sres_running", ())], s[("sres_goodput_ratio", ())]) == (0, 0.97)
+    assert s[("sres_goodput_seconds", (("cause", "productive"),))] == 9.7
 
 
 def test_the_rate_window_forgets_old_steps():
