@@ -188,15 +188,23 @@ class Measured:
     recovery_s: float
     steps_lost: float
     parts: dict[str, float]
+    steady_overhead: float | None = None
+    """Checkpoint blocking over useful step time, from the runs' goodput accounts (None: no account)."""
 
 
 def measured_costs(events: Iterable[dict]) -> Measured:
     """Median recovery (fault -> first step after it: detection of injected faults, re-form,
-    transfer, first step) and steps lost, from ``recovered`` events of one or more runs."""
+    transfer, first step) and steps lost, from ``recovered`` events of one or more runs; the
+    steady overhead of checkpoint blocking from their ``finished`` accounts."""
+    events = list(events)
     recovered = [e for e in events if e.get("event") == "recovered" and e.get("seconds") is not None]
     if not recovered:
         raise ValueError("no 'recovered' event: give runs with faults (e.g. sres demo, or --inject)")
     parts = {key: statistics.median(e[key] for e in recovered if e.get(key) is not None)
              for key in ("reform_s", "transfer_s", "first_step_s") if any(e.get(key) is not None for e in recovered)}
+    accounts = [e["goodput_by_cause"] for e in events if e.get("event") == "finished" and e.get("goodput_by_cause")]
+    blocked = sum(a.get("checkpoint", 0.0) for a in accounts)
+    useful = sum(a.get("productive", 0.0) for a in accounts)
+    overhead = blocked / (useful + blocked) if accounts and useful + blocked > 0 else None
     return Measured(len(recovered), statistics.median(e["seconds"] for e in recovered),
-                    statistics.median(e.get("steps_lost", 0) for e in recovered), parts)
+                    statistics.median(e.get("steps_lost", 0) for e in recovered), parts, overhead)

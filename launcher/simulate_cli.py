@@ -17,7 +17,9 @@ GPUs in 8-GPU nodes, Dubey et al. 2024, section 3.3.4: 1.58e-4 per node-hour). I
 recovery costs RECOVERY seconds per failure without progress (from the events: fault -> first
 step after it; plus --detection-s for what a real cluster adds, e.g. a hang timeout) and redoes
 the steps lost (median over the events, plus half a step interrupted); a spare is always there;
-both holders of a state lost together (a persistent-tier fallback) is not modelled. The
+both holders of a state lost together (a persistent-tier fallback) is not modelled; training
+runs slower by the steady overhead (--steady-overhead; default: the checkpoint blocking of the
+events' goodput accounts). The
 baseline writes a blocking checkpoint every Daly-optimal interval and restarts the job on each
 failure (--restart-s: requeue, scheduling, start-up, load). Failures also strike during
 recoveries and restarts, which then start again. Goodput = fault-free work / wall time."""
@@ -39,8 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                   "the median of the events' recoveries)")
     p.add_argument("--detection-s", type=float, default=0.0, help="seconds added to each recovery for detection")
     p.add_argument("--step-s", type=float, default=5.0, help="seconds per training step at scale (default 5)")
-    p.add_argument("--steady-overhead", type=float, default=0.0,
-                   help="fraction of step time that replication and commits cost (default 0)")
+    p.add_argument("--steady-overhead", type=float, default=None,
+                   help="fraction of step time that commits block (default: the events' checkpoint blocking over "
+                        "useful step time, else 0)")
     p.add_argument("--ckpt-write-s", type=float, default=60.0, help="blocking checkpoint write, baseline (default 60)")
     p.add_argument("--restart-s", type=float, default=600.0, help="restart of the job from a checkpoint: requeue, "
                                                                   "scheduling, start-up, load (default 600)")
@@ -57,7 +60,7 @@ def _costs(args: argparse.Namespace) -> tuple[Costs, str]:
         if not path.exists():
             raise ConfigError(f"{path}: no such events file")
         events += read_events(path)
-    lost_steps = 0.0
+    lost_steps, overhead = 0.0, args.steady_overhead
     if args.recovery_s is not None:
         recovery, source = args.recovery_s, "given"
     elif events:
@@ -66,13 +69,15 @@ def _costs(args: argparse.Namespace) -> tuple[Costs, str]:
         except ValueError as err:
             raise ConfigError(f"{', '.join(map(str, args.events))}: {err}") from None
         recovery, lost_steps = m.recovery_s, m.steps_lost
+        if overhead is None and m.steady_overhead is not None:
+            overhead = m.steady_overhead
         parts = ", ".join(f"{k.removesuffix('_s')} {v:.2f} s" for k, v in m.parts.items())
         source = f"median of {m.recoveries} recoveries ({parts}), {lost_steps:g} steps lost"
     else:
         raise ConfigError("give events.jsonl of runs with faults (e.g. from sres demo) or --recovery-s")
     try:
         costs = Costs(recovery_s=recovery + args.detection_s, lost_s=(lost_steps + 0.5) * args.step_s,
-                      steady_overhead=args.steady_overhead, ckpt_write_s=args.ckpt_write_s, restart_s=args.restart_s)
+                      steady_overhead=overhead or 0.0, ckpt_write_s=args.ckpt_write_s, restart_s=args.restart_s)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return costs, source
@@ -89,6 +94,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         raise ConfigError("--trials must be at least 1")
     rng = random.Random(args.seed)
     print(f"recovery {costs.recovery_s:.2f} s ({source}); redo {costs.lost_s:.1f} s per failure; "
+          f"steady overhead {costs.steady_overhead:.2%}; "
           f"baseline: checkpoint {costs.ckpt_write_s:g} s, restart {costs.restart_s:g} s; "
           f"{args.days:g}-day runs, {args.trials} trials (a model: see sres simulate --help)")
     print(f"{'GPUs':>6} {'MTBF':>7} {'strategy':24} {'goodput':>8} {'p5-p95':>15} {'expected':>9} {'failures':>9}")

@@ -48,8 +48,8 @@ def test_measured_costs_are_medians_of_recoveries():
               {"event": "recovered", "seconds": 0.5, "steps_lost": 0, "reform_s": 0.1, "transfer_s": 0.2},
               {"event": "recovered", "seconds": 0.7, "steps_lost": 1, "reform_s": 0.3, "transfer_s": 0.2},
               {"event": "recovered", "seconds": 0.9, "steps_lost": 0, "reform_s": 0.2, "transfer_s": 0.4}]
-    m = measured_costs(events)
-    assert (m.recoveries, m.recovery_s, m.steps_lost) == (3, 0.7, 0)
+    m = measured_costs(events + [{"event": "finished", "goodput_by_cause": {"productive": 95.0, "checkpoint": 5.0}}])
+    assert (m.recoveries, m.recovery_s, m.steps_lost, m.steady_overhead) == (3, 0.7, 0, 0.05)
     assert m.parts == {"reform_s": 0.2, "transfer_s": 0.2}
     with pytest.raises(ValueError, match="no 'recovered' event"):
         measured_costs([{"event": "finished"}])
