@@ -19,10 +19,10 @@ step after it; plus --detection-s for what a real cluster adds, e.g. a hang time
 the steps lost (median over the events, plus half a step interrupted); a spare is always there;
 both holders of a state lost together (a persistent-tier fallback) is not modelled; training
 runs slower by the steady overhead (--steady-overhead; default: the checkpoint blocking of the
-events' goodput accounts). The
-baseline writes a blocking checkpoint every Daly-optimal interval and restarts the job on each
-failure (--restart-s: requeue, scheduling, start-up, load). Failures also strike during
-recoveries and restarts, which then start again. Goodput = fault-free work / wall time."""
+events' goodput accounts). The baseline writes a blocking checkpoint every Daly-optimal
+interval and restarts the job on each failure (--restart-s: requeue, scheduling, start-up,
+load). Failures also strike during recoveries and restarts, which then start again.
+Goodput = fault-free work / wall time."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
