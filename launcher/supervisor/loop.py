@@ -81,8 +81,8 @@ class Supervisor:
                          injections=[i.spec for i in c.injections], restart_count=c.restart_count,
                          hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)])
         if self.metrics is not None:
-            self.events.emit("metrics", **self.metrics.where())
-            self._say(f"metrics: {self.metrics.where()['url'] or self.metrics.where()['textfile']}")
+            where = self.events.emit("metrics", **self.metrics.where())
+            self._say(f"metrics: {where['url'] or where['textfile']}")
         previous = self._catch_preemption()
         for node in range(c.nodes + c.spares):
             for local in range(c.procs_per_node):

@@ -77,8 +77,8 @@ class Agent:
         self._capture: threading.Thread | None = None
         self._capture_error: BaseException | None = None
         self._commits_this_generation = 0
-        self._last_commit_t: float | None = None
         self._step_times: list[float] = []
+        """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
         self._timer = StepTimer(self.store, env.slot, 0)  # one per generation, from its start
         self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
@@ -198,7 +198,6 @@ class Agent:
         self._watch.enter(plan.generation, self.env.backend, sockets,
                           [_get_default_group(), self.state_group])
         self._commits_this_generation = 0
-        self._last_commit_t = None
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
 
@@ -379,7 +378,7 @@ class Agent:
         self._in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:
-        self._timer.step_committed(step)
+        step_s = self._timer.step_committed(step)
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill-during-commit",)))
         self._in_commit = False
@@ -406,10 +405,8 @@ class Agent:
             self._capture = threading.Thread(target=self._capture_tiers, args=(step, ctx.states()),
                                              name="sres-snapshot", daemon=True)
             self._capture.start()
-        now = time.perf_counter()
-        if self._last_commit_t is not None:
-            self._step_times.append(now - self._last_commit_t)
-        self._last_commit_t = now
+        if self._commits_this_generation > 0 and step_s is not None:
+            self._step_times.append(step_s)
         self._commits_this_generation += 1
         if self.rank == 0:
             self.store.set(membership.PROGRESS, str(step))

@@ -63,9 +63,10 @@ class StepTimer:
         """Time this step's commit waited for the previous commit's snapshot, tier copy or buddy round."""
         self.blocked_s += seconds
 
-    def step_committed(self, step: int) -> None:
+    def step_committed(self, step: int) -> float | None:
+        """Record the step; returns its time from the previous commit (or its start)."""
         if self.start_t is None:
-            return
+            return None
         now = self.clock()
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
@@ -74,6 +75,7 @@ class StepTimer:
         self._since_report += 1
         if self._since_report >= REPORT_EVERY:
             self.publish()
+        return wall
 
     def publish(self) -> None:
         """Best effort: timing is never worth failing a step or a teardown for."""
