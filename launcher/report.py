@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 from launcher import goodput
 from launcher.errors import ConfigError
 from launcher.events import read_events
-from launcher.supervisor.step_reports import FILE as STEP_TIMES
+from launcher.supervisor import step_reports
 
 
 @dataclass(frozen=True)
@@ -47,13 +45,11 @@ def load(run_dir: Path) -> RunData:
     if not path.exists():
         raise ConfigError(f"{run_dir}: no events.jsonl (give the log dir of an sres run)")
     events = read_events(path)
-    if not goodput.last_run(events):
+    run = goodput.last_run(events)
+    if not run:
         raise ConfigError(f"{path}: no start event yet")
-    step_file = run_dir / STEP_TIMES
-    steps = [json.loads(line) for line in step_file.read_text().splitlines() if line.strip()] \
-        if step_file.exists() else []
-    start = goodput.last_run(events)[0]["t"]
-    return RunData(events, [s for s in steps if s.get("t", start) >= start])
+    start = run[0]["t"]
+    return RunData(events, [s for s in step_reports.read_file(run_dir) if s.get("t", start) >= start])
 
 
 def causes(data: RunData) -> dict[str, float]:
@@ -62,10 +58,10 @@ def causes(data: RunData) -> dict[str, float]:
     if end is not None and end.get("goodput_by_cause"):
         return dict(end["goodput_by_cause"])
     rank0 = [s for s in data.steps if s["rank"] == 0]
-    median = statistics.median(s["step_s"] for s in rank0) if rank0 else None
     done = {s["step"] for s in rank0}
     first = min((s["t"] for s in rank0), default=None)
-    return goodput.account(data.events, data.end_t, len(done), median, first, data.steps)
+    # The median useful step comes from the step records themselves (none: no step was done).
+    return goodput.account(data.events, data.end_t, len(done), None, first, data.steps)
 
 
 def fault_rows(data: RunData) -> list[dict[str, Any]]:

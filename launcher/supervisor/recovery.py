@@ -113,8 +113,7 @@ class RecoveryWatch:
         first_step_t = float(self.store.get(first)) if self.store.check([first]) else None
         median = json.loads(self.store.get(membership.STATS))["median_step_s"] \
             if self.store.check([membership.STATS]) else None
-        step_file = self.events.path.parent / step_reports.FILE
-        records = [json.loads(line) for line in step_file.read_text().splitlines()] if step_file.exists() else []
+        records = step_reports.read_file(self.events.path.parent)
         causes = goodput.account(self.events.events, end_t, steps, median, first_step_t, records)
         wall = sum(causes.values())  # from the start event to the end
         share = causes["productive"] / wall if causes and wall > 0 and median is not None else None

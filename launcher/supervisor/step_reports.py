@@ -14,10 +14,17 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from launcher.events import read_events
 from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
 from resilience.contract import membership
 
 FILE = "step_times.jsonl"
+
+
+def read_file(log_dir: Path) -> list[dict]:
+    """The run's step records so far (none before the first steps are reported)."""
+    path = Path(log_dir) / FILE
+    return read_events(path) if path.exists() else []
 
 
 class StepReports:
