@@ -1,18 +1,25 @@
 """Stragglers: ranks whose compute time per step stays above the others' (pure).
 
-A rank's score at a step is its compute time (start of the step to its first gradient
-collective, reported by :mod:`resilience.agent.step_timer`) over the median of every rank's at
-that step. A rank scoring above ``factor`` for ``steps`` steps in a row is a straggler; it is
-reported once per streak. Steps are judged once every member has reported them, in order.
+A rank's compute time at a step runs from the start of the step to its first gradient
+collective (reported by :mod:`resilience.agent.step_timer`). Its score is the median of its
+last :data:`SMOOTHING` compute times over the median of every rank's: on a shared or busy host
+one step of any rank is often twice as long as its neighbours, and a raw per-step ratio lets
+such a spike start a false streak or break a real one. A rank scoring above ``factor`` for
+``steps`` steps in a row is a straggler; it is reported once per streak (a lasting slow-down is
+seen ``SMOOTHING // 2`` steps later than a raw ratio would see it). Steps are judged once every
+member has reported them, in order.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 ACTIONS = ("none", "replace")
+SMOOTHING = 5
+"""Steps in each rank's running median: one or two odd steps in five change nothing."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,8 @@ class StragglerConfig:
 class Straggler:
     rank: int
     score: float
-    """Median score over the streak."""
+    """Median score over the streak, to 3 decimals: the one figure the event, the message and
+    the drain reason all show (one rounding each could print 2.98 in one and 2.99 in another)."""
     step: int
     """The step at which the streak reached ``steps``."""
 
@@ -49,6 +57,7 @@ class StragglerDetector:
         """Each rank's newest score: what metrics show."""
         self._pending: dict[int, dict[int, float]] = {}
         self._streaks: dict[int, list[float]] = {}
+        self._recent: dict[int, deque[float]] = {}
         self._judged = -1
 
     def observe(self, members: set[int], reports: Mapping[int, Mapping[int, float]]) -> list[Straggler]:
@@ -68,15 +77,20 @@ class StragglerDetector:
         return found
 
     def _judge(self, step: int, times: Mapping[int, float]) -> list[Straggler]:
-        median = statistics.median(times.values())
+        smoothed = {}
+        for rank, seconds in times.items():
+            recent = self._recent.setdefault(rank, deque(maxlen=SMOOTHING))
+            recent.append(seconds)
+            smoothed[rank] = statistics.median(recent)
+        median = statistics.median(smoothed.values())
         if median <= 0:
             return []
         found = []
-        for rank, seconds in times.items():
+        for rank, seconds in smoothed.items():
             score = seconds / median
             self.scores[rank] = score
             streak = self._streaks.setdefault(rank, [])
             streak[:] = streak + [score] if score > self.config.factor else []
             if len(streak) == self.config.steps:
-                found.append(Straggler(rank, statistics.median(streak), step))
+                found.append(Straggler(rank, round(statistics.median(streak), 3), step))
         return found

@@ -125,7 +125,7 @@ class Executor:
     def _note_straggler(self, a: act.NoteStraggler) -> None:
         host = self.placement.host(a.node)
         action = "replace" if a.replaced else ("none" if self.config.straggler.action == "none" else "kept: no spare")
-        self.events.emit("straggler", rank=a.rank, node=a.node, host=host, score=round(a.score, 3), step=a.step,
+        self.events.emit("straggler", rank=a.rank, node=a.node, host=host, score=a.score, step=a.step,
                          steps=self.config.straggler.steps, action=action)
         self.say(f"straggler: rank {a.rank} on {host} computes {a.score:.2f}x the median for "
                  f"{self.config.straggler.steps} steps (step {a.step}); {action}")

@@ -118,6 +118,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
+    parser.add_argument("--compute-s", type=float, default=0.0,
+                        help="seconds of simulated accelerator work in each step's forward-backward: the host waits, "
+                             "as it waits on a GPU, instead of sharing a busy CPU (straggler tests)")
     parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digest here")
     parser.add_argument("--dataset", type=int, default=0,
                         help="elastic mode: a dataset of this many samples through resilience.ElasticSampler")
@@ -155,6 +158,8 @@ def main() -> None:
             else:
                 x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
                 loss = torch.nn.functional.mse_loss(ddp(x), y)
+                if args.compute_s:
+                    time.sleep(args.compute_s)
                 loss.backward()
             with ctx.commit():
                 opt.step()

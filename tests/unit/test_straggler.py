@@ -18,21 +18,33 @@ def test_a_rank_slow_for_the_streak_is_reported_once():
     d = StragglerDetector(StragglerConfig(factor=1.5, steps=5))
     assert feed(d, range(0, 10), {}) == []
     found = feed(d, range(10, 30), {2: 3.0})
-    assert found == [Straggler(rank=2, score=pytest.approx(3.0), step=14)]
+    # the running median turns at the third slow step (12); five slow scores in a row from there
+    assert found == [Straggler(rank=2, score=pytest.approx(3.0), step=16)]
     assert d.scores[2] == pytest.approx(3.0) and d.scores[0] == pytest.approx(1.0)
 
 
-def test_one_fast_step_breaks_the_streak():
+def test_odd_steps_neither_break_a_streak_nor_start_one():
     d = StragglerDetector(StragglerConfig(factor=1.5, steps=5))
-    assert feed(d, range(0, 4), {1: 2.0}) == []
-    assert feed(d, range(4, 5), {}) == []
-    assert feed(d, range(5, 9), {1: 2.0}) == []  # 4 in a row again: not yet
-    assert [s.step for s in feed(d, range(9, 10), {1: 2.0})] == [9]
+    assert feed(d, range(0, 10), {}) == []
+    assert feed(d, range(10, 12), {0: 4.0, 1: 4.0}) == []  # two busy steps on two ranks: no alarm
+    assert feed(d, range(12, 16), {3: 2.0}) == []
+    assert feed(d, range(16, 17), {}) == []  # one fast step of the slow rank...
+    assert feed(d, range(17, 18), {2: 3.0, 3: 2.0}) == []  # ...or one spike of another: still slow
+    assert [s.rank for s in feed(d, range(18, 19), {3: 2.0})] == [3]
+
+
+def test_a_lasting_recovery_breaks_the_streak():
+    d = StragglerDetector(StragglerConfig(factor=1.5, steps=8))
+    assert feed(d, range(0, 5), {}) == []
+    assert feed(d, range(5, 10), {1: 2.0}) == []  # the running median is slow at steps 7-11: 5 steps
+    assert feed(d, range(10, 17), {}) == []
+    assert feed(d, range(17, 26), {1: 2.0}) == []  # slow again from step 19: 7 in a row
+    assert [s.step for s in feed(d, range(26, 27), {1: 2.0})] == [26]
 
 
 def test_steps_are_judged_when_every_member_reported_them_in_order():
     d = StragglerDetector(StragglerConfig(factor=1.5, steps=1))
-    assert d.observe({0, 1}, {0: {0: 0.1, 1: 0.5}}) == []  # rank 1 has not reported yet
+    assert d.observe({0, 1}, {0: {0: 0.1, 1: 0.9}}) == []  # rank 1 has not reported yet
     found = d.observe({0, 1}, {1: {0: 0.1, 1: 0.1}})
     assert [(s.rank, s.step) for s in found] == [(0, 1)]
     assert d.observe({0, 1}, {0: {1: 9.0}, 1: {1: 0.1}}) == []  # step 1 was judged already
