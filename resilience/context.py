@@ -58,11 +58,16 @@ class Context:
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).
 
-        On re-entry after a fault, the recovered state is loaded into them here.
+        On re-entry after a fault, the recovered state is loaded into them here. FSDP2 modules
+        and their optimizers are kept as their local shards (:mod:`resilience.fsdp`).
         """
-        for name, obj in objects.items():
+        for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")) and not isinstance(obj, dict):
                 raise TypeError(f"register({name}=...): needs state_dict/load_state_dict or a dict, got {type(obj).__name__}")
+            if _is_module(obj) or _is_optimizer(obj):
+                from resilience import fsdp
+
+                obj = fsdp.adapt(name, obj, self._objects.values())
             self._objects[name] = obj
             if isinstance(obj, ElasticSampler):
                 self._sampler = obj
@@ -70,7 +75,7 @@ class Context:
                     obj.use_run_defaults(*self._batch_settings)
             if name in self._restored:
                 _load(obj, self._restored.pop(name))
-                if isinstance(obj, _torch_module()):
+                if _is_module(obj):
                     _restored_modules.add(obj)
 
     def steps(self, total: int) -> Iterator[int]:
@@ -117,6 +122,13 @@ class Context:
         """Whether any registered object holds sharded state (needs per-commit buddy copies)."""
         return any(getattr(obj, "sharded", False) for obj in self._objects.values())
 
+    def twins(self) -> tuple[int, ...]:
+        """Ranks that hold this rank's whole sharded state too (HSDP: the same shards in the other
+        replica groups); () when some of it exists only here."""
+        sharded = [obj for obj in self._objects.values() if getattr(obj, "sharded", False)]
+        found = {tuple(obj.twins()) if hasattr(obj, "twins") else () for obj in sharded}
+        return found.pop() if len(found) == 1 else ()
+
     def states(self) -> dict[str, dict[str, Any]]:
         """name -> state of every registered object, split by kind: ``replicated`` / ``sharded``."""
         out: dict[str, dict[str, Any]] = {"replicated": {}, "sharded": {}}
@@ -142,7 +154,13 @@ def _load(obj: Any, state: Any) -> None:
         obj.update(state)
 
 
-def _torch_module() -> type:
+def _is_module(obj: Any) -> bool:
     import torch
 
-    return torch.nn.Module
+    return isinstance(obj, torch.nn.Module)
+
+
+def _is_optimizer(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch.optim.Optimizer)

@@ -33,24 +33,28 @@ def socket_inodes() -> dict[int, int]:
 
 
 class GroupSockets:
-    """The sockets opened between :meth:`__enter__` and :meth:`__exit__` (a group's formation)."""
+    """The sockets a generation opened: from :meth:`__enter__` (its formation) on.
+
+    That includes the groups ``train`` creates itself (a device mesh's groups: HSDP's replica
+    groups, ``new_group``), whose collectives block as the default group's do; a rank blocked in
+    one of them is released too. Other sockets ``train`` opened in the generation are shut down
+    as well: its end abandons that ``train`` call and everything it built."""
 
     def __init__(self) -> None:
         self._before: set[int] = set()
-        self.inodes: frozenset[int] = frozenset()
 
     def __enter__(self) -> "GroupSockets":
         self._before = set(socket_inodes())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.inodes = frozenset(set(socket_inodes()) - self._before)
+        pass  # the generation's sockets are told apart at release: any opened since __enter__
 
     def shutdown(self) -> int:
         """Shut down the connected ones; return how many. Safe to call from any thread, twice."""
         count = 0
         for inode, fd in socket_inodes().items():
-            if inode not in self.inodes:
+            if inode in self._before:
                 continue
             try:
                 sock = socket.socket(fileno=os.dup(fd))
@@ -70,10 +74,16 @@ class GroupSockets:
 def release(backend: str, sockets: GroupSockets | None, groups: list[dist.ProcessGroup]) -> None:
     """Make every collective of this generation fail now, on this rank."""
     if backend == "nccl":
-        for group in groups:
+        for group in groups + [g for g in _created_groups() if g not in groups]:
             try:
                 group.abort()
             except Exception:  # noqa: BLE001 - already aborted or destroyed
                 pass
     if sockets is not None:
         sockets.shutdown()
+
+
+def _created_groups() -> list[dist.ProcessGroup]:
+    """Every process group of this process, ``train``'s own included (torch keeps no public list)."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    return list(getattr(world, "pg_map", {}) or {})

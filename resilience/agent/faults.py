@@ -147,6 +147,31 @@ class SlowNode:
             time.sleep(self.delay_s)
 
 
+def fire(injection: Injection, store, rank: int, node: int, world_size: int) -> None:
+    """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
+    from resilience.contract import membership
+
+    key = membership.fired_key(injection.index) + (f"/{rank}" if injection.kind == "kill-all" else "")
+    if store.add(key, 1) != 1:
+        return
+    if injection.kind == "kill-all":
+        # Die together: no rank is lost (and no survivor released) before all got here.
+        arrived = membership.fired_key(injection.index) + "/arrived"
+        store.add(arrived, 1)
+        deadline = time.monotonic() + 60
+        while store.add(arrived, 0) < world_size and time.monotonic() < deadline:
+            time.sleep(0.005)
+    if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
+        store.set(membership.slow_key(node), str(injection.factor))
+        return
+    if injection.kind == "node":
+        # A node dies as a whole: the supervisor SIGKILLs every process of it.
+        store.set(membership.node_kill_key(node), injection.spec)
+        store.add(membership.NODE_KILLS, 1)
+        time.sleep(3600)
+    perform(injection)
+
+
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
     if injection.kind in ("kill", "kill-during-commit", "kill-all"):

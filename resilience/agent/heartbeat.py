@@ -7,6 +7,7 @@ releases the main thread from its blocked collective (see :mod:`resilience.agent
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import sys
@@ -113,8 +114,10 @@ class Heartbeat:
                         log.info("generation %d ended: released this rank", generation)
                 if self.watch.stuck_for() > self.RELEASE_GRACE_S:
                     sys.stderr.write(f"sres: rank stuck in ended generation {generation} for "
-                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted\n")
+                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted; "
+                                     f"where each thread was:\n")
                     sys.stderr.flush()
+                    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                     os._exit(75)
             except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
                 if not self._stop.is_set():

@@ -33,6 +33,7 @@ from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.agent.step_timer import StepTimer
 from resilience.context import Context
 from resilience.ddp import deterministic_by_default
+from resilience.errors import ResilienceError
 from resilience.contract import liveness, membership
 from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
@@ -64,6 +65,7 @@ class Agent:
         self.replicas: dict[int, SnapshotRing] = {}
         self.sharded = False
         self._shard_world, self._shard_rank = 0, -1  # where the held shards were made (Holdings)
+        self._twins: tuple[int, ...] = ()  # ranks whose shards are this rank's too (HSDP)
         elastic = env.elastic
         self._batch_settings = (elastic.batch_policy, elastic.lr_scaling) if elastic is not None else None
         self._resizable = elastic is not None and elastic.elastic
@@ -209,15 +211,15 @@ class Agent:
         own = self.own["replicated"].steps() or ((live_step,) if live is not None else ())
         mine = Holdings(self.rank, own=own, shards=self.own["sharded"].steps(),
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded,
-                        shard_world=self._shard_world, shard_rank=self._shard_rank)
+                        shard_world=self._shard_world, shard_rank=self._shard_rank, twins=self._twins)
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
         recovery, tiered = self._plan(plan, gathered)
         moved = 0
         for t in recovery.transfers:
             if t.src == self.rank:
-                snap = self.replicas[t.owner].get(recovery.step) if t.part == "sharded" else \
-                    self.own["replicated"].get(recovery.step)
+                ring = self.own[t.part] if t.owner == self.rank else self.replicas[t.owner]
+                snap = ring.get(recovery.step)
                 if snap is not None:
                     moved += send_snapshot(snap, t.dst, self.state_group)
                 else:  # straight from the previous generation's objects: no copy first
@@ -348,26 +350,7 @@ class Agent:
 
     def _inject(self, due: list[faults.Injection]) -> None:
         for injection in due:
-            # kill-all fires once on every rank, the others once per run.
-            key = membership.fired_key(injection.index) + (f"/{self.rank}" if injection.kind == "kill-all" else "")
-            if self.store.add(key, 1) != 1:
-                continue
-            if injection.kind == "kill-all":
-                # Die together: no rank is lost (and no survivor released) before all got here.
-                arrived = membership.fired_key(injection.index) + "/arrived"
-                self.store.add(arrived, 1)
-                deadline = time.monotonic() + 60
-                while self.store.add(arrived, 0) < self.plan.world_size and time.monotonic() < deadline:
-                    time.sleep(0.005)
-            if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
-                self.store.set(membership.slow_key(self.env.node), str(injection.factor))
-                continue
-            if injection.kind == "node":
-                # A node dies as a whole: the supervisor SIGKILLs every process of it.
-                self.store.set(membership.node_kill_key(self.env.node), injection.spec)
-                self.store.add(membership.NODE_KILLS, 1)
-                time.sleep(3600)
-            faults.perform(injection)
+            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size)
 
     def before_commit(self) -> None:
         # The previous commit's copy and buddy round must finish before the optimizer
@@ -394,8 +377,9 @@ class Agent:
             states = ctx.states()
             if self.replicator is None:
                 plan = self.plan
+                self._twins = ctx.twins()
                 self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                                  self.env.replication_factor, self.replicas)
+                                                  self.env.replication_factor, self.replicas, len(self._twins))
             reuse = {kind: self.own[kind].oldest() for kind in self.own}
             self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
                                              name="sres-snapshot", daemon=True)
@@ -428,26 +412,41 @@ class Agent:
             if self.tiers is not None:
                 self.tiers.saver.save(step, states)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
-            self._capture_error = err
+            if threading.current_thread() is self._capture:  # not a copy left behind
+                self._capture_error = err
 
     def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
         try:
             self.tiers.saver.save(step, states)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
-            self._capture_error = err
+            if threading.current_thread() is self._capture:  # not a copy left behind
+                self._capture_error = err
 
     def _wait_background(self, raise_errors: bool = True) -> None:
         if self._capture is not None:
-            self._capture.join()
+            self._join(self._capture)
             self._capture = None
         error, self._capture_error = self._capture_error, None
         try:
             if self.replicator is not None:
+                if self.replicator.in_flight is not None:
+                    self._join(self.replicator.in_flight)
                 self.replicator.wait()
         except BaseException as err:  # noqa: BLE001
             error = error or err
         if error is not None and raise_errors:
             raise error
+
+    def _join(self, thread: threading.Thread) -> None:
+        """Wait for a background copy unless the generation ends first (a gloo send to a stuck
+        peer may never return): the copy is then left behind, and this rank keeps its memory."""
+        while thread.is_alive():
+            thread.join(0.05)
+            if thread.is_alive() and self._watch.released():
+                self._capture = None
+                if self.replicator is not None:
+                    self.replicator.abandon()
+                raise ResilienceError("the generation ended during a background copy of the last commit")
 
     # --- leaving a generation -------------------------------------------------------------------
 

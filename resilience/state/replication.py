@@ -46,6 +46,9 @@ class Holdings:
     """World size in which the sharded state held here (own and replicas) was made; 0: none."""
     shard_rank: int = -1
     """The rank whose shard ``shards`` are (this rank's own before a resize renumbered it)."""
+    twins: tuple[int, ...] = ()
+    """Ranks whose sharded state is this rank's too (HSDP: the same shard in the other replica
+    groups): they serve it without buddy copies."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Transfer:
     dst: int
     part: str  # "replicated" | "sharded"
     owner: int
+    """Whose snapshot ``src`` sends: the shard's owner (a buddy's copy), or ``src`` itself (a
+    twin's own shard, or replicated state)."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,10 @@ class RecoveryPlan:
         return "peer" if any(t.dst == rank for t in self.transfers) else "self"
 
 
-def buddies(rank: int, world: int, procs_per_node: int, factor: int) -> list[int]:
-    """Ranks that hold copies of ``rank``'s shard: same local rank on the next nodes."""
+def buddies(rank: int, world: int, procs_per_node: int, factor: int, twins: int = 0) -> list[int]:
+    """Ranks that hold copies of ``rank``'s shard: same local rank on the next nodes, as many
+    as ``factor`` copies need beyond the rank's own and its ``twins``' (HSDP replica groups)."""
+    factor -= twins
     out: list[int] = []
     for k in range(1, factor):
         b = (rank + k * procs_per_node) % world
@@ -82,9 +89,9 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
     """Pick the step to resume at and the transfers that give every rank its state. Pure.
 
     The newest step for which the replicated state exists somewhere and every rank's shard
-    (sharded runs) exists on itself or a buddy. Ranks lacking the replicated state at that
-    step (replaced, behind by one commit, or cut off inside a commit) receive it from a live
-    peer; ranks lacking their shard receive it from a buddy.
+    (sharded runs) exists on itself, a buddy or a twin. Ranks lacking the replicated state at
+    that step (replaced, behind by one commit, or cut off inside a commit) receive it from a
+    live peer; ranks lacking their shard receive it from a buddy's copy or a twin's own.
     """
     sharded = any(h.sharded for h in holdings.values())
     candidates = sorted(set().union(*(h.own for h in holdings.values())), reverse=True)
@@ -104,14 +111,17 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
                 donor = donors[rank % len(donors)]  # spread the load over live peers
                 transfers.append(Transfer(donor, rank, "replicated", donor))
             if sharded and step not in mine.shards:
-                holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()))
+                holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()) or (
+                    rank in h.twins and step in h.shards))
                 if not holders:
                     # The buddy copy of this step may have been cut off by the fault: an older
                     # step may be complete.
                     missing = missing or (f"the state of rank {rank} at step {step} is on no live process: every "
                                           f"holder of its shard was lost (replication factor {factor})")
                     break
-                transfers.append(Transfer(holders[0], rank, "sharded", rank))
+                holder = holders[0]
+                twin = step not in holdings[holder].replicas.get(rank, ())
+                transfers.append(Transfer(holder, rank, "sharded", holder if twin else rank))
         else:
             return RecoveryPlan(step, tuple(transfers))
     raise Unrecoverable(missing or "no committed step is held by the survivors")
@@ -239,10 +249,10 @@ class BuddyReplicator:
     """
 
     def __init__(self, group: dist.ProcessGroup, rank: int, world: int, procs_per_node: int, factor: int,
-                 replicas: dict[int, SnapshotRing]) -> None:
+                 replicas: dict[int, SnapshotRing], twins: int = 0) -> None:
         self.group = group
-        self.targets = buddies(rank, world, procs_per_node, factor)
-        self.sources = [s for s in range(world) if rank in buddies(s, world, procs_per_node, factor)]
+        self.targets = buddies(rank, world, procs_per_node, factor, twins)
+        self.sources = [s for s in range(world) if rank in buddies(s, world, procs_per_node, factor, twins)]
         self.replicas = replicas
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -254,6 +264,14 @@ class BuddyReplicator:
             return
         self._thread = threading.Thread(target=self._round, args=(snap,), name="sres-replicate", daemon=True)
         self._thread.start()
+
+    @property
+    def in_flight(self) -> threading.Thread | None:
+        return self._thread
+
+    def abandon(self) -> None:
+        """Forget the round in flight (the generation ended under it); it never reports back."""
+        self._thread, self._error = None, None
 
     def wait(self) -> None:
         if self._thread is not None:
@@ -281,7 +299,8 @@ class BuddyReplicator:
                     if sending:
                         self.bytes_sent += send_snapshot(snap, peer, self.group)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
-            self._error = err
+            if threading.current_thread() is self._thread:  # not a round that was abandoned
+                self._error = err
 
     def _store(self, owner: int, snap: Snapshot) -> None:
         self.replicas.setdefault(owner, SnapshotRing()).put(snap)

@@ -42,11 +42,11 @@ class Run:
 
 
 def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int = 4, timeout: float = 240,
-             steps: int = STEPS) -> Run:
+             steps: int = STEPS, example: str = "train_mlp") -> Run:
     log_dir = tmp / "run"
     cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(nodes), "--log-dir", str(log_dir),
            "--hang-timeout", "3", "--reform-timeout", "20", *args, "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(steps),
+           sys.executable, "-m", f"resilience.examples.{example}", "--steps", str(steps),
            "--out", str(log_dir / "out"), *train_args]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}

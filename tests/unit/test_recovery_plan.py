@@ -68,3 +68,19 @@ def test_buddies_are_on_other_nodes():
     assert buddies(0, world=8, procs_per_node=2, factor=2) == [2]
     assert buddies(7, world=8, procs_per_node=2, factor=3) == [1, 3]
     assert buddies(0, world=1, procs_per_node=1, factor=2) == []
+
+
+def test_an_hsdp_shard_comes_from_its_twin_in_another_replica_group():
+    # HSDP 2x2: ranks 0 and 2 hold the same shards, so do 1 and 3; no buddy copies are made.
+    def rank(r, twin):
+        return Holdings(r, own=(4, 5), shards=(4, 5), sharded=True, twins=(twin,))
+
+    plan = plan_recovery(4, {0: rank(0, 2), 1: Holdings(1), 2: rank(2, 0), 3: rank(3, 1)})
+    assert plan.step == 5 and Transfer(3, 1, "sharded", 3) in plan.transfers  # rank 3's own shard
+    with pytest.raises(Unrecoverable, match="rank 1 at step 5"):  # both holders of that shard lost
+        plan_recovery(4, {0: rank(0, 2), 1: Holdings(1), 2: rank(2, 0), 3: Holdings(3)})
+
+
+def test_twins_count_as_copies_of_a_shard():
+    assert buddies(0, world=4, procs_per_node=1, factor=2, twins=1) == []
+    assert buddies(0, world=4, procs_per_node=1, factor=3, twins=1) == [1]

@@ -1,0 +1,65 @@
+"""FSDP2 (``fully_shard``) state recovered from buddies' memory: real processes, gloo, SIGKILL.
+
+Every FSDP2 shard exists on one rank; its buddy (the same local rank on the next node) holds
+a copy of each commit. A replaced rank gets exactly its shards from there, survivors keep
+theirs, and the run ends with the parameters and optimizer state of a fault-free run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.inprocess.conftest import sres_run
+
+STEPS = 16
+
+
+def fsdp_run(tmp_path, name: str, *flags: str, train_args: tuple[str, ...] = ()):
+    return sres_run(tmp_path / name, "--no-tiers", *flags, nodes=4, steps=STEPS, example="train_fsdp",
+                    train_args=train_args)
+
+
+def model_digests(run) -> set[str]:
+    return {json.loads(p.read_text())["model_digest"] for p in (run.log_dir / "out").glob("rank*.json")}
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory):
+    run = fsdp_run(tmp_path_factory.mktemp("fsdp"), "fault-free")
+    assert run.returncode == 0, run.stderr
+    assert len(model_digests(run)) == 1
+    return run
+
+
+def test_a_lost_node_gets_its_shards_from_its_buddy_and_the_result_is_exact(tmp_path, fault_free):
+    run = fsdp_run(tmp_path, "node-lost", "--spares", "1", "--inject", "node:1:step=9")
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == fault_free.digests()  # every rank's shards and optimizer state
+    assert model_digests(run) == model_digests(fault_free)  # the gathered model
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1  # no tier: a buddy's copy
+    (replaced,) = run.of("replaced")
+    assert (replaced["rank"], replaced["how"]) == (1, "spare")
+
+
+def test_losing_both_holders_of_an_fsdp_shard_fails_with_one_clear_line(tmp_path):
+    run = fsdp_run(tmp_path, "both-lost", "--spares", "2", "--inject", "node:1:step=6", "--inject", "node:2:step=6")
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "every holder" in lines[0] and "rank 1" in lines[0], run.stderr
+    assert run.digests() == {}  # nobody went on with wrong state
+
+
+def test_hsdp_a_killed_rank_gets_its_shards_from_the_other_replica_group(tmp_path):
+    """HSDP on a 2x2 mesh: ranks 1 and 3 hold the same shards, which are therefore not copied
+    to buddies (the replication factor of 2 is met); rank 1's come back from rank 3."""
+    hsdp = ("--hsdp", "2")
+    reference = fsdp_run(tmp_path, "hsdp", train_args=hsdp)
+    assert reference.returncode == 0, reference.stderr
+    run = fsdp_run(tmp_path, "hsdp-kill", "--inject", "kill:rank=1:step=9", train_args=hsdp)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == reference.digests() and model_digests(run) == model_digests(reference)
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1

@@ -1,0 +1,80 @@
+"""FSDP2 state through a snapshot and back (one process, a world of 1: FSDP2 still makes
+every parameter and optimizer state a DTensor), and registration's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from resilience.context import Context
+from resilience.fsdp import DTENSOR
+from resilience.state import snapshot
+
+
+@pytest.fixture
+def world_of_one(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield init_device_mesh("cpu", (1,))
+    dist.destroy_process_group()
+
+
+def build(mesh, seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+
+def train_step(model, opt, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    model(torch.randn(5, 8, generator=g)).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def flat(state) -> list[torch.Tensor]:
+    if isinstance(state, DTensor):
+        return [state.to_local()]
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for k in sorted(state, key=str) for t in flat(state[k])]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in flat(v)]
+    return []
+
+
+def test_fsdp_state_goes_through_a_snapshot_and_loads_into_a_new_model(world_of_one):
+    model, opt = build(world_of_one)
+    for seed in range(3):
+        train_step(model, opt, seed)
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=2)
+    ctx.register(optimizer=opt, model=model)  # either order: models are taken first
+    states = ctx.states()
+    assert set(states["sharded"]) == {"model", "optimizer"} and ctx.has_sharded
+    assert DTENSOR in states["sharded"]["model"]["0.weight"]  # kept as its local shard and layout
+    restored = snapshot.materialize(snapshot.capture(states["sharded"], 2))
+
+    model2, opt2 = build(world_of_one, seed=1)  # other initial values: all must be overwritten
+    ctx2 = Context(rank=0, world_size=1, local_rank=0, generation=2, step=2, restored=restored)
+    ctx2.register(model=model2, optimizer=opt2)
+    assert ctx2.state_digest() == ctx.state_digest()  # what runs are compared by
+    for a, b in zip(flat(model.state_dict()) + flat(get_optimizer_state_dict(model, opt)),
+                    flat(model2.state_dict()) + flat(get_optimizer_state_dict(model2, opt2)), strict=True):
+        assert torch.equal(a, b)
+    train_step(model, opt, 9)
+    train_step(model2, opt2, 9)
+    assert all(torch.equal(a, b) for a, b in zip(flat(model.state_dict()), flat(model2.state_dict())))
+
+
+def test_an_optimizer_of_an_unregistered_fsdp_model_is_refused(world_of_one):
+    _, opt = build(world_of_one)
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=-1)
+    with pytest.raises(TypeError, match=r"register the model too: ctx.register\(model=model, opt=opt\)"):
+        ctx.register(opt=opt)
