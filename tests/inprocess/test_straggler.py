@@ -13,6 +13,9 @@ TRAIN = ("--compute-s", "0.15")
 """Compute as on a GPU: the host waits. Step time then shows the slow node, and not this 2-core
 machine's contention between ranks (whose CPU compute jitters by 2x from step to step)."""
 SLOW_AT = 10
+FACTOR = 3
+EXTRA_S = (FACTOR - 1) * float(TRAIN[1])
+"""What the slow node adds to every rank's step: the others wait for its longer compute."""
 
 
 def step_times(log_dir, rank: int) -> dict[int, float]:
@@ -33,7 +36,7 @@ def test_a_slow_node_is_reported_and_replaced_and_the_result_is_exact(tmp_path):
         return done
 
     reference = run("fault-free")
-    slow = run("slow", "--inject", f"slow:rank=2:factor=3:step={SLOW_AT}", "--straggler-action", "replace")
+    slow = run("slow", "--inject", f"slow:rank=2:factor={FACTOR}:step={SLOW_AT}", "--straggler-action", "replace")
     (event,) = slow.of("straggler")
     assert (event["rank"], event["action"]) == (2, "replace") and event["score"] > 1.5
     assert event["step"] <= SLOW_AT + event["steps"] + 5  # found within --straggler-steps + 5 steps
@@ -46,5 +49,7 @@ def test_a_slow_node_is_reported_and_replaced_and_the_result_is_exact(tmp_path):
     before = statistics.median(times[s] for s in range(3, SLOW_AT))
     slowed = statistics.median(times[s] for s in range(SLOW_AT + 3, event["step"]))
     after = statistics.median(times[s] for s in range(event["step"] + 8, STEPS))  # once replaced
-    assert slowed > 2 * before, (before, slowed)  # the slow node slowed every rank's step...
-    assert abs(after - before) <= 0.1 * before, (before, slowed, after)  # ...until it was replaced
+    # Differences, not ratios: the host's share of a step grows with the machine's load (0.03 s
+    # idle, 0.12 s seen in CI), while what the slow node adds does not.
+    assert slowed - before > EXTRA_S / 2, (before, slowed)  # the slow node slowed every rank's step...
+    assert abs(after - before) < EXTRA_S / 4, (before, slowed, after)  # ...until it was replaced
