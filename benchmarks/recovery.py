@@ -65,6 +65,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def spawn_world(argv: list[str], world: int = NODES, stdout=subprocess.DEVNULL) -> list[subprocess.Popen]:
+    """``world`` plain torch.distributed processes of ``argv`` (torchrun's environment, no sres)."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SRES_")}
+    return [subprocess.Popen(argv, cwd=ROOT, stdout=stdout, text=True, env={
+        **env, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port)}) for r in range(world)]
+
+
 BASELINE_RANK = r"""
 import os, sys, time, datetime
 import torch, torch.distributed as dist
@@ -104,14 +113,9 @@ def baseline(size: int, work: Path) -> float:
         ckpt.read_bytes()  # into the page cache: the baseline's best case
     script = work / "baseline_rank.py"
     script.write_text(BASELINE_RANK)
-    port = _free_port()
     start = time.time()
-    procs = []
-    for rank in range(NODES):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(NODES), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "LOCAL_RANK": "0"}
-        procs.append(subprocess.Popen([sys.executable, str(script), str(ROOT), str(width), str(depth), str(batch),
-                                       str(ckpt)], env=env, stdout=subprocess.PIPE, text=True))
+    procs = spawn_world([sys.executable, str(script), str(ROOT), str(width), str(depth), str(batch), str(ckpt)],
+                        stdout=subprocess.PIPE)
     out = procs[0].communicate(timeout=900)[0]
     for p in procs[1:]:
         p.wait(timeout=900)
@@ -130,11 +134,7 @@ def step_time(size: int, work: Path, protected: bool) -> float:
         subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--no-tiers",
                         "--log-dir", str(out), "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
     else:
-        port = _free_port()
-        procs = [subprocess.Popen(train, cwd=ROOT, stdout=subprocess.DEVNULL, env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("SRES_")},
-            "RANK": str(r), "WORLD_SIZE": str(NODES), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-            for r in range(NODES)]
+        procs = spawn_world(train)
         for p in procs:
             assert p.wait(timeout=900) == 0
     return json.loads((out / "rank0.json").read_text())["median_step_s"]

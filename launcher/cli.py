@@ -174,7 +174,8 @@ def _run_default(field: str):
 
 def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
-                   help="fault to inject (repeatable): kill|raise|hang|kill-during-commit:rank=R:step=S or node:N:step=S; "
+                   help="fault to inject (repeatable): kill|raise|hang|kill-during-commit|kill-during-copy:rank=R:step=S "
+                        "or node:N:step=S (see resilience/agent/faults.py for all); "
                         "also SRES_INJECT='SPEC;SPEC'")
     p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default $SRES_LOG_DIR, else "
                                      "sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")

@@ -10,6 +10,12 @@ FSDP2's names and an optimizer's lazily created state; what is added here is onl
 snapshot form: a DTensor becomes its local tensor plus its placements, global shape and
 stride, and is rebuilt on load on the live model's device mesh (a mesh holds process groups
 of this generation: it cannot be stored).
+
+After a resize, or from a persistent checkpoint of another world size, a rank is handed every
+old rank's snapshot form (``{"shards": [...]}``): each DTensor is then assembled whole from
+its shards and cut again for the new mesh (``distribute_tensor``), so FSDP2 state reshards
+both from peers' memory and from the persistent tier. That holds the whole state on each rank
+for the moment of the load: the price of resharding without a checkpoint library's planner.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor, Placement, Replicate, Shard
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
 from resilience.errors import ResilienceError
 
 DTENSOR = "__sres_dtensor__"
-"""Marks a DTensor's snapshot form: ``{DTENSOR: local, "placements", "shape", "stride"}``."""
+"""Marks a DTensor's snapshot form: ``{DTENSOR: local, "placements", "shape", "stride", "index"}``;
+``index`` is the shard's coordinate along each sharded mesh dimension (0 along replicated ones,
+so that HSDP twins hold equal forms)."""
 
 
 class ShardedModel:
@@ -45,7 +54,7 @@ class ShardedModel:
         return to_local(get_model_state_dict(self.module))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_model_state_dict(self.module, from_local(_refuse_reshard(state), mesh_of(self.module)))
+        set_model_state_dict(self.module, _on_mesh(state, mesh_of(self.module)))
 
     def twins(self) -> tuple[int, ...]:
         return twins(self.module)
@@ -63,7 +72,7 @@ class ShardedModelOptimizer:
         return to_local(get_optimizer_state_dict(self.module, self.optimizer))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_optimizer_state_dict(self.module, self.optimizer, from_local(_refuse_reshard(state), mesh_of(self.module)))
+        set_optimizer_state_dict(self.module, self.optimizer, _on_mesh(state, mesh_of(self.module)))
 
     def twins(self) -> tuple[int, ...]:
         return twins(self.module)
@@ -90,8 +99,10 @@ def adapt(name: str, obj: Any, registered: Iterable[Any]) -> Any:
 def to_local(state: Any) -> Any:
     """``state`` with each DTensor replaced by its snapshot form (local tensor and layout)."""
     if isinstance(state, DTensor):
+        coordinate = state.device_mesh.get_coordinate() or [0] * state.device_mesh.ndim
         return {DTENSOR: state.to_local(), "placements": _placements_out(state.placements),
-                "shape": tuple(state.shape), "stride": tuple(state.stride())}
+                "shape": tuple(state.shape), "stride": tuple(state.stride()),
+                "index": tuple(c if p.is_shard() else 0 for c, p in zip(coordinate, state.placements))}
     if isinstance(state, dict):
         return {k: to_local(v) for k, v in state.items()}
     if isinstance(state, list):
@@ -152,8 +163,60 @@ def _placements_in(placements: Iterable[tuple[str, int]]) -> tuple[Placement, ..
     return tuple(Shard(dim) if kind == "shard" else Replicate() for kind, dim in placements)
 
 
-def _refuse_reshard(state: dict[str, Any]) -> dict[str, Any]:
-    if "shards" in state:  # what peers hand over after a resize (ShardedOptimizer reshards those)
-        raise ResilienceError("FSDP2 state cannot yet be resharded to another world size from peers' memory; "
-                              "resize an FSDP2 run through the persistent tier")
-    return state
+def _on_mesh(state: dict[str, Any], mesh: Any) -> Any:
+    if "shards" in state:  # every old rank's form: another world size
+        return reshard(state["shards"], mesh)
+    return from_local(state, mesh)
+
+
+def forget_old_meshes() -> None:
+    """Clear DTensor's caches of sharding decisions; called at each formation of a generation.
+
+    They are keyed by device meshes, and meshes of two generations compare equal when their
+    shapes are (equality ignores the process groups and this process's rank), so a cached
+    decision hands new DTensors the mesh of an earlier generation, with this process's old
+    coordinate on it. Measured: a process that was rank 2 of a first 4-rank generation and
+    rank 1 of a later one got FSDP2 parameters whose mesh said coordinate 2, and resharding
+    cut it rank 2's rows.
+    """
+    _clear_sharding_prop_cache()
+
+
+def reshard(shards: list[Any], mesh: Any) -> Any:
+    """This rank's state on ``mesh``, from the snapshot forms of every rank of another world.
+
+    Each DTensor is assembled whole and cut for ``mesh`` with its old placements (the mesh
+    must have as many dimensions as the old one); any other value is taken from the first
+    form (the same on every rank: hyperparameters, AdamW's step).
+    """
+    first = shards[0]
+    if isinstance(first, dict) and DTENSOR in first:
+        placements = _placements_in(first["placements"])
+        if len(placements) != mesh.ndim:
+            raise ResilienceError(f"FSDP2 state saved on a {len(placements)}-D device mesh cannot load on a "
+                                  f"{mesh.ndim}-D one: keep the mesh's dimensions when the world size changes")
+        return distribute_tensor(assemble(shards), mesh, placements, src_data_rank=None)
+    if isinstance(first, dict):
+        return {k: reshard([s[k] for s in shards], mesh) for k in first}
+    if isinstance(first, list):
+        return [reshard([s[i] for s in shards], mesh) for i in range(len(first))]
+    return first
+
+
+def assemble(forms: list[dict[str, Any]]) -> torch.Tensor:
+    """The whole tensor from the snapshot forms of its shards (twins' forms may repeat). Pure."""
+    first = forms[0]
+    sharded = [(mesh_dim, dim) for mesh_dim, (kind, dim) in enumerate(first["placements"]) if kind == "shard"]
+    if not sharded:
+        return first[DTENSOR]
+    if len(sharded) > 1:
+        raise ResilienceError(f"a DTensor sharded along {len(sharded)} mesh dimensions: sres reshards FSDP2 and "
+                              "HSDP state (one sharded mesh dimension) only")
+    mesh_dim, dim = sharded[0]
+    by_index = {form["index"][mesh_dim]: form[DTENSOR] for form in forms}
+    if sorted(by_index) != list(range(len(by_index))):
+        raise ResilienceError(f"resharding needs every shard of a tensor; shards {sorted(by_index)} were found")
+    whole = torch.cat([by_index[i] for i in range(len(by_index))], dim=dim)
+    if tuple(whole.shape) != tuple(first["shape"]):
+        raise ResilienceError(f"shards assemble to shape {tuple(whole.shape)}, not the saved {tuple(first['shape'])}")
+    return whole

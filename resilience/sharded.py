@@ -91,11 +91,6 @@ class ShardedOptimizer:
         self.local.load_state_dict(state["local"])
 
 
-def is_shard_state(value: Any) -> bool:
-    """Whether ``value`` is a ``ShardedOptimizer.state_dict()`` (what resharding applies to)."""
-    return isinstance(value, dict) and {"world_size", "rank", "owner", "local"} <= set(value)
-
-
 def reshard(shards: list[dict[str, Any]], owner: list[int], rank: int, world: int) -> dict[str, Any]:
     """The state of ``rank`` in a world of ``world`` ranks whose parameter owners are ``owner``,
     built from every shard of a checkpoint written by ``len(shards)`` ranks. Pure.

@@ -9,6 +9,8 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
 ``hang:rank=R:step=S``      freeze rank R (SIGSTOP): no progress, no heartbeat
 ``kill-during-commit:rank=R:step=S``  SIGKILL rank R inside ``commit()`` of step S,
                             after the optimizer step, before the commit is recorded
+``kill-during-copy:rank=R:step=S``  SIGKILL rank R half-way through sending its buddy
+                            copy of commit S (sharded state: its buddy holds a partial copy)
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
                             survives: the RAM tier must serve the restart)
 ``slow:rank=R:factor=F:step=S``  from step S the node of rank R computes F times slower
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from resilience.errors import ResilienceError
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-all", "slow")
+KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow")
 
 
 class InjectSpecError(ResilienceError, ValueError):
@@ -67,7 +69,7 @@ class Injection:
         return f"{self.kind}:{target}:{when}"
 
 
-_RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit):rank=(\d+):(step|gen)=(\d+)$")
+_RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit|kill-during-copy):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _ALL_SPEC = re.compile(r"^kill-all:step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
@@ -95,7 +97,8 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             kind = raw.split(":", 1)[0]
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
-                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit:rank=R:step=S "
+                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
+                ":rank=R:step=S "
                 "or node:N:step=S (gen=G for kill and node) or kill-all:step=S or slow:rank=R:factor=F:step=S"
             )
     return tuple(out)
@@ -172,9 +175,24 @@ def fire(injection: Injection, store, rank: int, node: int, world_size: int) -> 
     perform(injection)
 
 
+def copy_hook(injections: Iterable[Injection], store, rank: int, node: int,
+              world_size: int) -> Callable[[int], None] | None:
+    """The buddy replicator's ``sending(step)`` hook that fires ``kill-during-copy``; ``None``
+    when none is injected. It runs on the replicator's thread, so it has its own store client."""
+    injections = tuple(i for i in injections if i.kind == "kill-during-copy")
+    if not injections:
+        return None
+    own = store.clone()
+
+    def sending(step: int) -> None:
+        for injection in due(injections, step=step, rank=rank, node=node, kinds=("kill-during-copy",)):
+            fire(injection, own, rank, node, world_size)
+    return sending
+
+
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
-    if injection.kind in ("kill", "kill-during-commit", "kill-all"):
+    if injection.kind in ("kill", "kill-during-commit", "kill-during-copy", "kill-all"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif injection.kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)

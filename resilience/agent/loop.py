@@ -27,6 +27,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
 
+from resilience import fsdp
 from resilience.agent import blame, faults
 from resilience.agent.abort import GroupSockets
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
@@ -39,7 +40,7 @@ from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
 from resilience.state import snapshot
 from resilience.state.replication import (
-    BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_recovery,
+    KEEP_OWN, BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_recovery,
     recv_snapshot, send_snapshot, send_state,
 )
 from resilience.tiers.agent import TierAgent
@@ -61,7 +62,7 @@ class Agent:
         self.store = membership.connect(env.store_host, env.store_port)
         self._liveness = (liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
                           if env.liveness_port else None)
-        self.own = {"replicated": SnapshotRing(), "sharded": SnapshotRing()}
+        self.own = {"replicated": SnapshotRing(KEEP_OWN), "sharded": SnapshotRing(KEEP_OWN)}
         self.replicas: dict[int, SnapshotRing] = {}
         self.sharded = False
         self._shard_world, self._shard_rank = 0, -1  # where the held shards were made (Holdings)
@@ -200,6 +201,7 @@ class Agent:
         self._watch.enter(plan.generation, self.env.backend, sockets,
                           [_get_default_group(), self.state_group])
         self._commits_this_generation = 0
+        fsdp.forget_old_meshes()  # this process's rank may have changed
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
 
@@ -379,8 +381,10 @@ class Agent:
                 plan = self.plan
                 self._twins = ctx.twins()
                 self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                                  self.env.replication_factor, self.replicas, len(self._twins))
-            reuse = {kind: self.own[kind].oldest() for kind in self.own}
+                                                  self.env.replication_factor, self.replicas, len(self._twins),
+                                                  faults.copy_hook(self.env.injections, self.store, self.rank,
+                                                                   self.env.node, plan.world_size))
+            reuse = {kind: self.own[kind].take_oldest() for kind in self.own}
             self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
                                              name="sres-snapshot", daemon=True)
             self._capture.start()

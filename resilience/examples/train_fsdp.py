@@ -4,8 +4,8 @@ Every parameter and optimizer state is a DTensor shard held by one rank (``--hsd
 rank in each of R replica groups), so a lost rank's state comes from a buddy's copy, not
 from a data-parallel twin. Data is a function of (seed, step, rank), so a run with faults must
 end with exactly the parameters of a run without them. Each rank writes ``<out>/rank<R>.json``
-with the digest of its own shards (``digest``) and of the whole gathered model
-(``model_digest``).
+with the digest of its own shards (``digest``) and of the whole gathered model and optimizer
+state (``model_digest``, ``optimizer_digest``: the same at any world size).
 
     sres run --nodes 4 --spares 1 -- python -m resilience.examples.train_fsdp --steps 30 --out /tmp/run
 """
@@ -16,11 +16,14 @@ import argparse
 import hashlib
 import json
 import os
+import resource
+import statistics
+import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
@@ -59,8 +62,6 @@ def build(args: argparse.Namespace, world: int) -> torch.nn.Module:
     """The model, sharded: each block, then the root (embedding, final norm and head)."""
     torch.manual_seed(args.seed)
     model = TinyLM(args.vocab, args.dim, args.depth, args.heads)
-    if world == 1:
-        return model
     if args.hsdp > 1:
         mesh = init_device_mesh("cpu", (args.hsdp, world // args.hsdp), mesh_dim_names=("replicate", "shard"))
     else:
@@ -77,14 +78,31 @@ def batch_for(step: int, rank: int, args: argparse.Namespace) -> tuple[torch.Ten
     return tokens, (tokens * 7 + 3) % args.vocab
 
 
-def full_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of the whole model, gathered from every shard (a collective: every rank calls it)."""
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+def full_digests(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[str, str]:
+    """SHA-256 of the whole model and of the whole optimizer state, each gathered from every
+    shard (collectives: every rank calls this). They do not depend on the world size."""
+    options = StateDictOptions(full_state_dict=True)
+    return (_digest(get_model_state_dict(model, options=options)),
+            _digest(get_optimizer_state_dict(model, opt, options=options)["state"]))
+
+
+def _digest(state: dict) -> str:
     h = hashlib.sha256()
-    for name in sorted(full):
+    for name, value in sorted(_leaves(state, "")):
         h.update(name.encode())
-        h.update(full[name].detach().contiguous().view(torch.uint8).numpy().tobytes())
+        if isinstance(value, torch.Tensor):
+            h.update(value.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(value).encode())
     return h.hexdigest()
+
+
+def _leaves(state, prefix: str):
+    if isinstance(state, dict):
+        for key, value in state.items():
+            yield from _leaves(value, f"{prefix}{key}/")
+    else:
+        yield prefix, state
 
 
 def state_mib(args: argparse.Namespace) -> float:
@@ -105,6 +123,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--hsdp", type=int, default=1, help="replica groups: HSDP on a (R, world/R) mesh")
+    parser.add_argument("--compute-s", type=float, default=0.0,
+                        help="simulated accelerator time per step: the host waits in forward-backward")
+    parser.add_argument("--trace-digests", action="store_true",
+                        help="rank 0 appends the gathered digests at each entry and commit to <out>/digests.jsonl")
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digests here")
     return parser.parse_args()
@@ -120,23 +142,48 @@ def main() -> None:
         model = build(args, ctx.world_size)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
         ctx.register(model=model, optimizer=opt)
+
+        def trace(at: str) -> None:
+            """The whole state's digests now (a collective), to compare across world sizes."""
+            if args.trace_digests:
+                model_digest, optimizer_digest = full_digests(model, opt)
+                if ctx.rank == 0 and args.out is not None:
+                    args.out.mkdir(parents=True, exist_ok=True)
+                    with open(args.out / "digests.jsonl", "a") as f:
+                        f.write(json.dumps({"at": at, "step": ctx.step, "generation": ctx.generation,
+                                            "world_size": ctx.world_size, "model": model_digest,
+                                            "optimizer": optimizer_digest}) + "\n")
+
+        trace("entry")
         loss = torch.tensor(float("nan"))
+        step_times: list[float] = []
+        last = time.perf_counter()
         for step in ctx.steps(args.steps):
             tokens, targets = batch_for(step, ctx.rank, args)
             logits = model(tokens)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
+            if args.compute_s:
+                time.sleep(args.compute_s)
             loss.backward()
             with ctx.commit():
                 opt.step()
                 opt.zero_grad()
+            trace("commit")
+            now = time.perf_counter()
+            step_times.append(now - last)
+            last = now
             if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
                 print(f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
-        model_digest = full_digest(model) if dist.is_initialized() and ctx.world_size > 1 else None
+        model_digest, optimizer_digest = full_digests(model, opt) if dist.is_initialized() else (None, None)
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
-                "rank": ctx.rank, "digest": ctx.state_digest(), "model_digest": model_digest, "loss": loss.item(),
+                "rank": ctx.rank, "digest": ctx.state_digest(), "model_digest": model_digest,
+                "optimizer_digest": optimizer_digest, "loss": loss.item(),
                 "step": ctx.step, "generation": ctx.generation, "pid": os.getpid(), "world_size": ctx.world_size,
+                # Steady state: the first steps of a generation pay for warm-up and re-entry.
+                "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }))
 
     resilience.run(train)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -24,7 +24,15 @@ import torch.distributed as dist
 from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
 from resilience.errors import ResilienceError
 
-KEEP = 2  # snapshots kept per owner: the last commit and the one before (for rollback)
+KEEP = 2
+"""Snapshots of a buddy's state kept: its last complete copy and the one before."""
+KEEP_OWN = 3
+"""Snapshots of a rank's own state kept. A rank killed while sending its copy of commit N
+leaves its newest complete copy at N - 1, while the survivors may already have committed
+N + 1 (their own copy rounds of N did not involve its cut transfer, and its main thread
+took part in step N + 1's collectives before waiting for that transfer). All roll back to
+N - 1, so each needs its last three commits; one more step is impossible, as nobody can do
+step N + 2's collectives without the dead rank."""
 
 
 class Unrecoverable(ResilienceError, RuntimeError):
@@ -153,14 +161,15 @@ def _plan_reshard(candidates: list[int], holdings: Mapping[int, Holdings], old_w
 
 
 class SnapshotRing:
-    """The last ``KEEP`` snapshots of one owner's state, by step."""
+    """The last ``keep`` snapshots of one owner's state, by step."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
         self._by_step: dict[int, Snapshot] = {}
 
     def put(self, snap: Snapshot) -> None:
         self._by_step[snap.step] = snap
-        for step in sorted(self._by_step)[:-KEEP]:
+        for step in sorted(self._by_step)[:-self.keep]:
             del self._by_step[step]
 
     def get(self, step: int) -> Snapshot | None:
@@ -169,11 +178,12 @@ class SnapshotRing:
     def steps(self) -> tuple[int, ...]:
         return tuple(sorted(self._by_step))
 
-    def oldest(self) -> Snapshot | None:
-        """A buffer donor for the next capture, once the ring is full."""
-        if len(self._by_step) < KEEP:
+    def take_oldest(self) -> Snapshot | None:
+        """A buffer donor for the next capture, once the ring is full. It leaves the ring: a
+        snapshot being overwritten must never be offered to a recovery."""
+        if len(self._by_step) < self.keep:
             return None
-        return self._by_step[min(self._by_step)]
+        return self._by_step.pop(min(self._by_step))
 
     def drop_after(self, step: int) -> None:
         for s in [s for s in self._by_step if s > step]:
@@ -185,19 +195,23 @@ class SnapshotRing:
 
 # --- transfers over a (gloo) process group -------------------------------------------------
 
-def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None) -> int:
-    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group)
+def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None,
+                  midway: Callable[[], None] | None = None) -> int:
+    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway)
 
 
 def send_state(step: int, skeleton: bytes, tensors: list[torch.Tensor], sizes: dict[str, int], dst: int,
-               group: dist.ProcessGroup | None = None) -> int:
+               group: dist.ProcessGroup | None = None, midway: Callable[[], None] | None = None) -> int:
     """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
-    ones (no copy into a snapshot first); the caller must not change them until this returns."""
+    ones (no copy into a snapshot first); the caller must not change them until this returns.
+    ``midway`` runs when the metadata and half the tensors are out (where faults are injected)."""
     meta = pickle.dumps((step, skeleton, sizes, checksum(skeleton, tensors)))
     dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group)
     dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group)
     sent = len(meta)
-    for t in tensors:
+    for i, t in enumerate(tensors):
+        if midway is not None and i == len(tensors) // 2:
+            midway()
         flat = t.detach().contiguous().reshape(-1)
         dist.send(flat, dst, group=group)
         sent += flat.numel() * flat.element_size()
@@ -249,8 +263,11 @@ class BuddyReplicator:
     """
 
     def __init__(self, group: dist.ProcessGroup, rank: int, world: int, procs_per_node: int, factor: int,
-                 replicas: dict[int, SnapshotRing], twins: int = 0) -> None:
+                 replicas: dict[int, SnapshotRing], twins: int = 0,
+                 sending: Callable[[int], None] | None = None) -> None:
+        """``sending(step)`` runs half-way through each copy sent (fault injection's hook)."""
         self.group = group
+        self.sending = sending
         self.targets = buddies(rank, world, procs_per_node, factor, twins)
         self.sources = [s for s in range(world) if rank in buddies(s, world, procs_per_node, factor, twins)]
         self.replicas = replicas
@@ -286,18 +303,19 @@ class BuddyReplicator:
             # Pairs are ordered by rank so that two buddies never both wait to receive first.
             peers = sorted(set(self.targets) | set(self.sources))
             me = dist.get_rank()
+            midway = (lambda: self.sending(snap.step)) if self.sending is not None else None
             for peer in peers:
                 sending, receiving = peer in self.targets, peer in self.sources
                 if me < peer:
                     if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group)
+                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway)
                     if receiving:
                         self._store(peer, recv_snapshot(peer, self.group))
                 else:
                     if receiving:
                         self._store(peer, recv_snapshot(peer, self.group))
                     if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group)
+                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
             if threading.current_thread() is self._thread:  # not a round that was abandoned
                 self._error = err

@@ -102,7 +102,7 @@ class Tier(ABC):
         """Keep the newest ``keep`` complete copies (and anything newer); never a pinned step."""
         root = self.root(where)
         if root is not None:
-            prune(root, keep, set(pinned), owner)
+            prune(root, keep, set(pinned), owner, where.config.job_id)
 
     def _root(self, where: Where) -> Path:
         root = self.root(where)

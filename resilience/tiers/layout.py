@@ -218,23 +218,25 @@ def complete_steps_of(root: Path, steps: list[int], job_id: str | None = None) -
     return out
 
 
-def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None) -> None:
+def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None,
+          job_id: str | None = None) -> None:
     """Remove the steps under ``root`` older than the newest ``keep`` complete ones (only rank
     ``owner``'s part when given); never a pinned step (one another tier is still reading).
 
     Counting complete copies, not directories: a newer step whose write failed or is still
     going on must not push out the only good copy. With fewer than ``keep`` complete copies
-    nothing is removed.
+    nothing is removed. With ``job_id``, only that job's copies count and only steps holding
+    no other job's copy are removed (several jobs may share a persistent directory).
     """
     steps = mf.steps_in(root)
     if owner is not None:
         steps = [s for s in steps if mf.rank_dir(root, s, owner).exists()]
-    complete = [s for s in steps if _complete(root, s, owner)]
+    complete = [s for s in steps if _complete(root, s, owner, job_id)]
     if keep < 1 or len(complete) < keep:
         return
     oldest_kept = complete[keep - 1]
     for step in steps:
-        if step >= oldest_kept or step in pinned:
+        if step >= oldest_kept or step in pinned or _another_jobs(root, step, owner, job_id):
             continue
         target = mf.rank_dir(root, step, owner) if owner is not None else mf.step_dir(root, step)
         shutil.rmtree(target, ignore_errors=True)
@@ -244,15 +246,28 @@ def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | No
             pass
 
 
-def _complete(root: Path, step: int, owner: int | None) -> bool:
+def _complete(root: Path, step: int, owner: int | None, job_id: str | None) -> bool:
     """Rank ``owner``'s copy has a valid manifest, or (no owner) every rank's has."""
     if owner is None:
-        return step in complete_steps_of(root, [step])
+        return step in complete_steps_of(root, [step], job_id)
     try:
-        mf.read_manifest(mf.rank_dir(root, step, owner))
+        mf.read_manifest(mf.rank_dir(root, step, owner), job_id)
         return True
     except mf.CheckpointInvalid:
         return False
+
+
+def _another_jobs(root: Path, step: int, owner: int | None, job_id: str | None) -> bool:
+    """Whether ``step`` (rank ``owner``'s part) holds a copy that names a job other than ``job_id``."""
+    if job_id is None:
+        return False
+    for rank in [owner] if owner is not None else mf.ranks_in(root, step):
+        try:
+            if mf.read_manifest(mf.rank_dir(root, step, rank)).job_id != job_id:
+                return True
+        except mf.CheckpointInvalid:
+            continue
+    return False
 
 
 def remove_job(job_id: str, root: Path | None = None) -> None:

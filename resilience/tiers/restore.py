@@ -21,7 +21,6 @@ import torch.distributed as dist
 
 from resilience.tiers import manifest as mf
 from resilience.state import snapshot
-from resilience.sharded import is_shard_state
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import registry
 from resilience.tiers.base import SHARED_HOLDER, Offer, Where
@@ -211,11 +210,7 @@ class Restorer:
                 replicated = snapshot.materialize(snaps["replicated"], copy=False)
             shards.append(snapshot.materialize(snaps["sharded"], copy=False) if "sharded" in snaps else {})
         states = dict(replicated)
-        for name in shards[0]:
-            values = [s.get(name) for s in shards]
-            if all(is_shard_state(v) for v in values):
-                states[name] = {"shards": values}
-            else:
-                states[name] = values[0]
+        for name in shards[0]:  # each object reshards itself (ShardedOptimizer, FSDP2 adapters)
+            states[name] = {"shards": [s[name] for s in shards]}
         return None, (states, {}), 0
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.inprocess.conftest import sres_run
+from tests.inprocess.conftest import sres, sres_run, when_event
 
 STEPS = 16
 
@@ -63,3 +63,41 @@ def test_hsdp_a_killed_rank_gets_its_shards_from_the_other_replica_group(tmp_pat
     assert run.digests() == reference.digests() and model_digests(run) == model_digests(reference)
     (recovered,) = run.of("recovered")
     assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
+
+
+def test_a_rank_killed_during_the_buddy_copy_rolls_every_rank_back_and_the_result_is_exact(tmp_path, fault_free):
+    """Rank 1 dies half-way through sending its copy of commit 9 to its buddy: no rank may
+    restore commit 9 (rank 1's shards of it exist nowhere complete), so every rank restores
+    commit 8, none a mix of the two."""
+    run = fsdp_run(tmp_path, "copy-cut", "--spares", "1", "--inject", "kill-during-copy:rank=1:step=9")
+    assert run.returncode == 0, run.stderr
+    (fault,) = run.of("fault")
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["step"] == 8, (fault, recovered)
+    assert run.digests() == fault_free.digests() and model_digests(run) == model_digests(fault_free)
+
+
+def test_fsdp_state_reshards_from_peers_memory_when_the_world_shrinks_and_grows(tmp_path):
+    """4 -> 3 (a node lost, no spare) -> 4 (`sres grow`), no tiers: at each resize every rank
+    gets all the old shards from the survivors' memory and cuts its own for the new mesh. The
+    whole state entering each new world is bit for bit the one committed in the old world."""
+    log_dir = tmp_path / "elastic" / "run"
+    replies = {}
+    watcher = when_event(log_dir, lambda e: e["event"] == "resize" and e["to_world"] == 3,
+                         lambda: replies.setdefault("grow", sres("grow", str(log_dir), "--by", "1")))
+    run = sres_run(tmp_path / "elastic", "--no-tiers", "--min-nodes", "2", "--max-nodes", "4",
+                   "--inject", "node:1:step=5", nodes=4, steps=40, example="train_fsdp",
+                   train_args=("--trace-digests", "--compute-s", "0.1", "--progress-every", "1000"))
+    watcher.join(timeout=5)
+    assert run.returncode == 0, run.stderr
+    assert replies["grow"].returncode == 0, replies["grow"].stderr
+    assert [(e["from_world"], e["to_world"]) for e in run.of("resize")] == [(4, 3), (3, 4)], run.stderr
+    traced = [json.loads(line) for line in (log_dir / "out" / "digests.jsonl").read_text().splitlines()]
+    entries = [t for t in traced if t["at"] == "entry" and t["generation"] > 1]
+    assert sorted({t["world_size"] for t in entries}) == [3, 4]
+    for entry in entries:
+        committed = [t for t in traced if t["at"] == "commit" and t["step"] == entry["step"]
+                     and t["generation"] < entry["generation"]][-1]
+        assert committed["world_size"] != entry["world_size"]
+        assert (entry["model"], entry["optimizer"]) == (committed["model"], committed["optimizer"]), entry
+    assert len(model_digests(run)) == 1

@@ -5,11 +5,12 @@ from resilience.agent.faults import InjectSpecError, due, parse
 
 def test_parse_every_kind():
     specs = parse(["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3", "hang:rank=3:step=4",
-                   "kill-during-commit:rank=2:step=9", "node:1:gen=2", "kill:rank=0:gen=3"])
+                   "kill-during-commit:rank=2:step=9", "node:1:gen=2", "kill:rank=0:gen=3",
+                   "kill-during-copy:rank=1:step=6"])
     assert [s.spec for s in specs] == ["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3",
                                        "hang:rank=3:step=4", "kill-during-commit:rank=2:step=9",
-                                       "node:1:gen=2", "kill:rank=0:gen=3"]
-    assert [s.index for s in specs] == list(range(7))
+                                       "node:1:gen=2", "kill:rank=0:gen=3", "kill-during-copy:rank=1:step=6"]
+    assert [s.index for s in specs] == list(range(8))
 
 
 @pytest.mark.parametrize("bad, words", [

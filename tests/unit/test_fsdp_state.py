@@ -12,7 +12,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from resilience.context import Context
-from resilience.fsdp import DTENSOR
+from resilience.errors import ResilienceError
+from resilience.fsdp import DTENSOR, assemble
 from resilience.state import snapshot
 
 
@@ -78,3 +79,46 @@ def test_an_optimizer_of_an_unregistered_fsdp_model_is_refused(world_of_one):
     ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=-1)
     with pytest.raises(TypeError, match=r"register the model too: ctx.register\(model=model, opt=opt\)"):
         ctx.register(opt=opt)
+
+
+def split(form, parts: int) -> list:
+    """``form`` as ``parts`` ranks of a 1-D FSDP2 mesh would have saved it (torch.chunk: FSDP2's cut)."""
+    if isinstance(form, dict) and DTENSOR in form:
+        chunks = torch.chunk(form[DTENSOR], parts, dim=0)
+        chunks += (form[DTENSOR][:0],) * (parts - len(chunks))
+        return [{**form, DTENSOR: chunk, "index": (i,)} for i, chunk in enumerate(chunks)]
+    if isinstance(form, dict):
+        per_key = {k: split(v, parts) for k, v in form.items()}
+        return [{k: per_key[k][i] for k in form} for i in range(parts)]
+    if isinstance(form, list):
+        per_item = [split(v, parts) for v in form]
+        return [[item[i] for item in per_item] for i in range(parts)]
+    return [form] * parts
+
+
+def test_state_saved_by_another_world_size_is_assembled_and_cut_for_this_mesh(world_of_one):
+    """A checkpoint of 3 ranks (twins of rank 1 included, as HSDP holds them) loads on 1 rank."""
+    model, opt = build(world_of_one)
+    for seed in range(3):
+        train_step(model, opt, seed)
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=2)
+    ctx.register(model=model, optimizer=opt)
+    forms = snapshot.materialize(snapshot.capture(ctx.states()["sharded"], 2))
+    shards = {name: split(form, 3) for name, form in forms.items()}
+    restored = {name: {"shards": parts + [parts[1]]} for name, parts in shards.items()}
+
+    model2, opt2 = build(world_of_one, seed=1)
+    ctx2 = Context(rank=0, world_size=1, local_rank=0, generation=2, step=2, restored=restored)
+    ctx2.register(model=model2, optimizer=opt2)
+    assert ctx2.state_digest() == ctx.state_digest()
+
+
+def test_assembling_refuses_missing_shards_and_two_sharded_mesh_dimensions():
+    form = {DTENSOR: torch.arange(6.0), "placements": (("shard", 0),), "shape": (6,), "stride": (1,), "index": (0,)}
+    parts = split(form, 3)
+    assert torch.equal(assemble(parts[::-1]), torch.arange(6.0))
+    with pytest.raises(ResilienceError, match=r"every shard of a tensor; shards \[0, 2\]"):
+        assemble([parts[0], parts[2]])
+    two_d = {**form, "placements": (("shard", 0), ("shard", 1)), "index": (0, 0)}
+    with pytest.raises(ResilienceError, match="one sharded mesh dimension"):
+        assemble([two_d])

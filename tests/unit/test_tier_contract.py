@@ -102,6 +102,22 @@ def test_pruning_keeps_the_only_complete_copy(each_tier, tmp_path):
     assert mf.steps_in(each_tier.root(w)) == [8]
 
 
+def test_pruning_never_counts_or_removes_another_jobs_copies(each_tier, tmp_path):
+    """Two jobs in one directory (a shared persistent path): the other job's newer steps must not
+    push this job's only copies out, and this job's pruning leaves the other's files alone."""
+    mine, other = where(tmp_path, job="j1"), where(tmp_path, job="other")
+    write_all(each_tier, mine, 3)
+    write_all(each_tier, other, 7)
+    write_all(each_tier, other, 9)
+    each_tier.prune(mine, keep=1)
+    each_tier.prune(mine, keep=1, owner=0)
+    assert offered(each_tier, mine)[0] == {(3, 0), (3, 1)}
+    write_all(each_tier, mine, 5)
+    each_tier.prune(mine, keep=1)
+    assert offered(each_tier, mine)[0] == {(5, 0), (5, 1)}
+    assert offered(each_tier, other)[0] == {(s, r) for s in (7, 9) for r in range(WORLD)}
+
+
 def test_a_tier_that_is_off_offers_nothing(each_tier, tmp_path):
     off = Where(TierConfig(job_id="j1", ram=False, neighbour=False), node="gpu-a17", ram_base=tmp_path / "shm")
     assert each_tier.root(off) is None
