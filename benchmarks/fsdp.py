@@ -14,6 +14,8 @@ A small transformer (``resilience/examples/train_fsdp.py``, ``fully_shard`` per 
             buddy in the background) against the same loop in plain torch.distributed
             (resilience.run in pass-through mode), runs interleaved, median of N each; and the
             peak resident memory of a rank in both (the snapshots and the buddy's replica).
+            Twice: with CPU compute only, and with --compute-s of simulated accelerator time
+            (the host idle during compute, as on a GPU, where the copies run).
 
     python benchmarks/fsdp.py [--mib 256] [--repeat 3]
 """
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.recovery import spawn_world  # noqa: E402
 from launcher.events import read_events  # noqa: E402
 from resilience.examples.train_fsdp import state_mib  # noqa: E402
+from resilience.state.replication import KEEP, KEEP_OWN  # noqa: E402
 
 NODES = 4
 KILL_AT, STEPS, STEADY_STEPS = 8, 14, 20
@@ -70,6 +73,9 @@ else:
     state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=ckpt)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    dist.barrier()
+    if rank == 0:
+        print("LOADED", time.time(), flush=True)
     step(1)
 dist.barrier()
 if rank == 0:
@@ -95,8 +101,9 @@ def ours(model: list[str], work: Path) -> dict:
     return rec
 
 
-def classic(model: list[str], work: Path, mode: str) -> float:
-    """Seconds from starting 4 new processes to the first step done after ``dcp.load``."""
+def classic(model: list[str], work: Path, mode: str) -> tuple[float, float]:
+    """Seconds from starting 4 new processes to the state loaded (``dcp.load``), and to the
+    first step done after it."""
     script = work / "classic_rank.py"
     script.write_text(CLASSIC_RANK)
     start = time.time()
@@ -105,14 +112,16 @@ def classic(model: list[str], work: Path, mode: str) -> float:
     out = procs[0].communicate(timeout=900)[0]
     if any(p.wait(timeout=900) for p in procs):
         raise SystemExit(f"the classic path's ranks failed ({mode})")
-    return float(next(line.split()[1] for line in out.splitlines() if line.startswith("DONE"))) - start
+    marks = {line.split()[0]: float(line.split()[1]) - start for line in out.splitlines()
+             if line.startswith(("LOADED", "DONE"))}
+    return marks.get("LOADED", 0.0), marks["DONE"]
 
 
-def steady(model: list[str], work: Path, protected: bool) -> tuple[float, float]:
+def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> tuple[float, float]:
     """Rank 0's median step time and peak resident MiB, with or without sres."""
     out = work / f"steady-{'sres' if protected else 'plain'}-{time.monotonic_ns()}"
     train = [sys.executable, "-m", "resilience.examples.train_fsdp", *model, "--steps", str(STEADY_STEPS),
-             "--out", str(out)]
+             "--compute-s", str(compute_s), "--out", str(out)]
     if protected:
         subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--no-tiers",
                         "--log-dir", str(out), "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
@@ -126,6 +135,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=float, default=256, help="parameters + AdamW state, all ranks, MiB")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--compute-s", type=float, default=2.0,
+                        help="simulated accelerator time per step for the second steady-state row")
     args = parser.parse_args()
     model = shape(args.mib)
     depth = int(model[model.index("--depth") + 1])
@@ -143,34 +154,45 @@ def main() -> int:
         bases = []
         for i in range(args.repeat):
             bases.append(classic(model, work, "load"))
-            print(f"  classic trial {i + 1}: {bases[-1]:.3f} s", flush=True)
-        pairs = []
-        for i in range(args.repeat):  # interleaved: this machine is shared and noisy
-            pairs.append((steady(model, work, False), steady(model, work, True)))
-            print(f"  steady  trial {i + 1}: plain {pairs[-1][0][0]:.4f} s, sres {pairs[-1][1][0]:.4f} s", flush=True)
+            print(f"  classic trial {i + 1}: loaded {bases[-1][0]:.3f} s, first step {bases[-1][1]:.3f} s", flush=True)
+        steadies = {}
+        for compute_s in (0.0, args.compute_s):
+            pairs = steadies[compute_s] = []
+            for i in range(args.repeat):  # interleaved: this machine is shared and noisy
+                pairs.append((steady(model, work, False, compute_s), steady(model, work, True, compute_s)))
+                print(f"  steady  trial {i + 1}, compute {compute_s} s: plain {pairs[-1][0][0]:.4f} s, "
+                      f"sres {pairs[-1][1][0]:.4f} s", flush=True)
 
     def med(key):
         return statistics.median(r[key] for r in recs)
 
-    total_s, base = med("seconds"), statistics.median(bases)
+    total_s, restored_s = med("seconds"), statistics.median(r["seconds"] - r["first_step_s"] for r in recs)
+    base_loaded, base = statistics.median(b[0] for b in bases), statistics.median(b[1] for b in bases)
     print(f"\nRecovery after a node kill, median of {args.repeat} (2-core machine, gloo, CPU)")
-    print(f"{'ours s':>8} {'release':>8} {'re-form':>8} {'transfer':>9} {'1st step':>9} {'classic s':>10} "
-          f"{'speed-up':>9} {'steps lost':>11}")
-    print(f"{total_s:>8.3f} {med('release_s'):>8.3f} {med('reform_s'):>8.3f} {med('transfer_s'):>9.3f} "
-          f"{med('first_step_s'):>9.3f} {base:>10.3f} {base / total_s:>8.1f}x {max(r['steps_lost'] for r in recs):>6}"
-          " (classic: up to its save interval)")
+    print(f"{'':>9} {'release':>8} {'re-form':>8} {'transfer':>9} {'state in':>9} {'1st step':>9} {'total':>8} "
+          f"{'steps lost':>11}")
+    print(f"{'ours':>9} {med('release_s'):>8.3f} {med('reform_s'):>8.3f} {med('transfer_s'):>9.3f} "
+          f"{restored_s:>9.3f} {med('first_step_s'):>9.3f} {total_s:>8.3f} {max(r['steps_lost'] for r in recs):>11}")
+    print(f"{'classic':>9} {'':>8} {'':>8} {'':>9} {base_loaded:>9.3f} {base - base_loaded:>9.3f} {base:>8.3f} "
+          f"{'save int.':>11}")
+    print(f"  speed-up: {base / total_s:.1f}x to the first step done, {base_loaded / restored_s:.1f}x to the state "
+          f"in memory (ours: in the survivors' and the spare's memory; classic: loaded into a built model)")
     print(f"  spread: ours {min(r['seconds'] for r in recs):.3f}-{max(r['seconds'] for r in recs):.3f} s, "
-          f"classic {min(bases):.3f}-{max(bases):.3f} s")
-    plain = statistics.median(p[0] for p, _ in pairs)
-    protected = statistics.median(q[0] for _, q in pairs)
-    rss_plain = statistics.median(p[1] for p, _ in pairs)
-    rss_sres = statistics.median(q[1] for _, q in pairs)
+          f"classic {min(b[1] for b in bases):.3f}-{max(b[1] for b in bases):.3f} s")
     print(f"\nSteady state, rank 0, median of {args.repeat} runs of {STEADY_STEPS} steps")
-    print(f"{'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} {'extra':>8}")
-    print(f"{plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} {rss_plain:>7.0f}MiB {rss_sres:>6.0f}MiB "
-          f"{rss_sres - rss_plain:>5.0f}MiB")
-    print(f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as the last 2 commits, "
-          f"plus its buddy's 2 (replication factor 2): {4 * total / NODES:.0f} MiB by design")
+    print(f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} {'extra':>8}")
+    for compute_s, pairs in steadies.items():
+        plain = statistics.median(p[0] for p, _ in pairs)
+        protected = statistics.median(q[0] for _, q in pairs)
+        rss_plain = statistics.median(p[1] for p, _ in pairs)
+        rss_sres = statistics.median(q[1] for _, q in pairs)
+        print(f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} {rss_plain:>7.0f}MiB "
+              f"{rss_sres:>6.0f}MiB {rss_sres - rss_plain:>5.0f}MiB")
+    print("  compute: simulated accelerator time per step (the host waits, as on a GPU); at 0 every step is CPU")
+    print("  work of 4 ranks on this machine's cores, which the snapshot and buddy copy compete for")
+    print(f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last {KEEP_OWN} "
+          f"commits, plus {KEEP} of its buddy's (replication factor 2): {(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
+          "by design")
     return 0
 
 
