@@ -60,7 +60,7 @@ class Supervisor:
                                  self.flush_persistent, clock, wall, sleep, out, answer=self.control.answer)
         self.books = self.executor.books
         self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
-        self._rank_events_seen = 0
+        self._rank_events = membership.RankEvents(self.store)
         self.metrics = metrics.start(config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events)
         self._next_metrics = 0.0
 
@@ -104,7 +104,7 @@ class Supervisor:
             self.control.close()
             self.store.set(membership.SHUTDOWN, "1")
             self.placement.stop_all(timeout_s=30.0)
-            self._collect_rank_events()
+            self._collect_rank_events(writers_gone=True)
             self.liveness.close()
             if self.metrics is not None:
                 self.metrics.update(self._progress())
@@ -170,10 +170,9 @@ class Supervisor:
                        log_dir=str(Path(c.log_dir).resolve()), tiers=c.tiers, elastic=c.elastic)
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
-    def _collect_rank_events(self) -> None:
+    def _collect_rank_events(self, writers_gone: bool = False) -> None:
         """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
-        records, self._rank_events_seen = membership.pop_events(self.store, self._rank_events_seen)
-        for record in records:
+        for record in self._rank_events.pop(writers_gone):
             self.events.emit(record.pop("event"), **record)
 
     def flush_persistent(self, timeout_s: float) -> int | None:

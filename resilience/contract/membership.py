@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
@@ -141,14 +142,41 @@ def push_event(store: dist.Store, event: str, **fields: object) -> None:
     store.set(rank_event_key(index), json.dumps({"event": event, **fields, "t": time.time()}))
 
 
-def pop_events(store: dist.Store, seen: int) -> tuple[list[dict], int]:
-    """Rank events after the ``seen`` first; stops at one still being written."""
-    out = []
-    count = store.add(RANK_EVENTS, 0)
-    while seen < count and store.check([rank_event_key(seen + 1)]):
-        seen += 1
-        out.append(json.loads(store.get(rank_event_key(seen))))
-    return out, seen
+HOLE_SKIP_S = 2.0
+"""How long a reserved but unwritten event may hold up the ones after it."""
+
+
+class RankEvents:
+    """The supervisor's reader of rank events, in order.
+
+    A writer reserves an index, then writes its record. One killed in between (a rank of a
+    node that dies while it reports a checkpoint) leaves a hole that no one will fill; waiting
+    for it would hold back every later event of the run. A live writer fills its hole within
+    microseconds, so a hole still empty after ``HOLE_SKIP_S`` is skipped.
+    """
+
+    def __init__(self, store: dist.Store, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store, self.clock = store, clock
+        self.seen = 0
+        self._hole_since: float | None = None
+
+    def pop(self, writers_gone: bool = False) -> list[dict]:
+        """The events written since the last call; with ``writers_gone`` (every rank process
+        has ended) holes are skipped at once."""
+        out = []
+        count = self.store.add(RANK_EVENTS, 0)
+        while self.seen < count:
+            key = rank_event_key(self.seen + 1)
+            if not self.store.check([key]):
+                now = self.clock()
+                self._hole_since = now if self._hole_since is None else self._hole_since
+                if now - self._hole_since < HOLE_SKIP_S and not writers_gone:
+                    break  # still being written, probably
+            else:
+                out.append(json.loads(self.store.get(key)))
+            self._hole_since = None
+            self.seen += 1
+        return out
 
 
 NODE_KILLS = "inject-node-count"
