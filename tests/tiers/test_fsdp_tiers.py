@@ -63,7 +63,7 @@ def test_losing_both_holders_of_a_shard_restores_from_the_persistent_tier(tmp_pa
     assert reference.returncode == 0, dump(reference)
     shutil.rmtree(ram_root / "job-fsdp-reference", ignore_errors=True)
     run = fsdp_tiers(tmp_path, ram_root, "both-lost", "--spares", "2",
-                     "--inject", f"node:1:step={K + 2}", "--inject", f"node:2:step={K + 2}",
+                     "--inject", f"node:1:step={K + 2}", "--inject", "node:2:gen=2",  # during the re-formation
                      nodes=4, steps=steps, job="fsdp-both", persistent=tmp_path / "persistent")
     assert run.returncode == 0, dump(run)
     event = restored(run)
