@@ -7,6 +7,7 @@ Errors a user can cause (:class:`SresError`) print one line and exit 1; usage er
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -65,16 +66,23 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
                job_hosts=None) -> int:
     """Build the run's config and placement, run the supervisor, and turn its outcome into an exit code."""
     from launcher.supervisor import RunConfig, Supervisor
-    from resilience.agent import faults
+    from resilience.agent import fault_schedule, faults
 
     try:
         # --inject on the command line wins; SRES_INJECT serves under sbatch.
-        injections = faults.parse(args.inject) if args.inject else faults.parse_env(os.environ.get("SRES_INJECT"))
+        specs = args.inject or [s for s in (os.environ.get("SRES_INJECT") or "").split(";") if s.strip()]
+        injections, schedules = fault_schedule.injections_from(specs, nodes * procs_per_node)
     except faults.InjectSpecError as err:
         raise ConfigError(str(err)) from None
     job_id = os.environ.get("SLURM_JOB_ID")
     restart_count = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     log_dir = Path(args.log_dir or (f"sres-runs/job-{job_id}" if launcher == "slurm" and job_id else _default_log_dir()))
+    if schedules:  # printed and kept: a failing seed replays exactly
+        for line in schedules:
+            print(f"sres: {line}", file=sys.stderr, flush=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "fault-schedule.json").write_text(json.dumps(
+            {"specs": list(specs), "injections": [i.spec for i in injections]}, indent=1) + "\n")
     config = RunConfig(
         command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
         injections=injections, log_dir=log_dir, backend=args.backend,

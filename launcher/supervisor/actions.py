@@ -185,6 +185,9 @@ class Requeue:
 class Finish:
     """Every rank reported done."""
 
+    digests: tuple[tuple[int, str], ...] = ()
+    """(rank, digest of its final state), from the ranks' reports."""
+
 
 @dataclass(frozen=True)
 class Fail:

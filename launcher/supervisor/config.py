@@ -89,9 +89,9 @@ class RunConfig:
         except ElasticConfigError as err:
             raise ConfigError(str(err)) from None
         for inj in self.injections:
-            if inj.kind == "node" and not 0 <= (inj.node or 0) < self.nodes:
+            if inj.node is not None and not 0 <= inj.node < self.nodes:
                 raise ConfigError(f"--inject {inj.spec}: there are nodes 0..{self.nodes - 1}")
-            if inj.kind != "node" and not 0 <= (inj.rank or 0) < self.world_size:
+            if inj.node is None and not 0 <= (inj.rank or 0) < self.world_size:
                 raise ConfigError(f"--inject {inj.spec}: there are ranks 0..{self.world_size - 1}")
 
     @property

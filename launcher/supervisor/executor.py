@@ -338,7 +338,8 @@ class Executor:
     def _finish(self, a: act.Finish) -> Outcome:
         self.recovery.check(self.books.plan.generation)
         fields = self.recovery.finished(self.wall())
-        self.events.emit("finished", faults=self.books.faults, generations=self.books.plan.generation, **fields)
+        self.events.emit("finished", faults=self.books.faults, generations=self.books.plan.generation, **fields,
+                         state_digests={str(rank): digest for rank, digest in a.digests})
         self.say(summary(self.events.events))
         if self.config.tiers is not None:
             tiers.remove_job(self.config.tiers.job_id)  # finished: nothing will restart from its RAM tier

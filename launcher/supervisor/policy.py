@@ -92,7 +92,7 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     if obs.lost or obs.errors:
         return actions + open_fault(obs, state, config)
     if obs.all_done(state.members):
-        return actions + [Finish()]
+        return actions + [Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))]
     actions += on_stragglers(obs.stragglers, state, config)
     if state.resize is not None:
         actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),

@@ -5,6 +5,7 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
 =========================== ==================================================
 ``kill:rank=R:step=S``      SIGKILL rank R when it starts step S
 ``node:N:step=S``           SIGKILL every process of node N (the supervisor does it)
+``node:rank=R:step=S``      the same for the node that runs rank R at step S
 ``raise:rank=R:step=S``     raise an exception inside ``train`` on rank R
 ``hang:rank=R:step=S``      freeze rank R (SIGSTOP): no progress, no heartbeat
 ``kill-during-commit:rank=R:step=S``  SIGKILL rank R inside ``commit()`` of step S,
@@ -64,13 +65,14 @@ class Injection:
             return f"kill-all:{when}"
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
-        target = f"{self.node}" if self.kind == "node" else f"rank={self.rank}"
+        target = f"{self.node}" if self.kind == "node" and self.node is not None else f"rank={self.rank}"
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
         return f"{self.kind}:{target}:{when}"
 
 
 _RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit|kill-during-copy):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
+_NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
 _ALL_SPEC = re.compile(r"^kill-all:step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 
@@ -93,13 +95,16 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             out.append(Injection("kill-all", int(m.group(1)), index=index))
         elif m := _NODE_SPEC.match(raw):
             out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
+        elif m := _NODE_OF_RANK_SPEC.match(raw):  # the node that runs rank R then
+            out.append(Injection("node", int(m.group(2)), rank=int(m.group(1)), index=index))
         else:
             kind = raw.split(":", 1)[0]
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
                 ":rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node) or kill-all:step=S or slow:rank=R:factor=F:step=S"
+                "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S or kill-all:step=S "
+                "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
             )
     return tuple(out)
 
@@ -124,8 +129,8 @@ def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterabl
         i for i in injections
         if i.kind in kinds
         and ((step is not None and i.step == step) or (generation is not None and i.generation == generation))
-        and ((i.kind == "node" and i.node == node) or i.kind == "kill-all"
-             or (i.kind != "node" and i.rank == rank))
+        and ((i.kind == "node" and (i.node == node if i.node is not None else i.rank == rank))
+             or i.kind == "kill-all" or (i.kind != "node" and i.rank == rank))
     ]
 
 

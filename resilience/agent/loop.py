@@ -146,6 +146,7 @@ class Agent:
             self._timer = StepTimer(self.store, self.env.slot, plan.generation)
             self._timer.activate()
             train(ctx)
+            digest = ctx.state_digest()
             self._wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
@@ -170,7 +171,7 @@ class Agent:
         if self.rank == 0 and self._step_times:
             self.store.set(membership.STATS, json.dumps({"median_step_s": statistics.median(self._step_times)}))
         self._timer.publish()  # before "done": the supervisor's account reads every step
-        self._report(Report("done", self.rank))
+        self._report(Report("done", self.rank, digest=digest))
         self._teardown()
         return True
 

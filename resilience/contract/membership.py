@@ -250,6 +250,9 @@ class Report:
     """``own`` (this rank's code), ``peer`` (a collective failed) or ``released`` (the generation ended)."""
     error_type: str = ""
     """The exception's class, e.g. ``RuntimeError`` or ``torch.distributed.DistBackendError``."""
+    digest: str = ""
+    """``done``: the digest of the rank's registered state at the end (``Context.state_digest``),
+    which the ``finished`` event lists: runs with and without faults are compared by it."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

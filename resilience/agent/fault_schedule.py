@@ -1,0 +1,107 @@
+"""A seeded random fault schedule: ``--inject random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]``.
+
+Faults in the field come at random moments and in clusters; a soak needs hundreds of them, and
+a failing soak must replay exactly. The schedule is therefore expanded once, before the run,
+into ordinary injections (``kill:rank=2:step=41``, ...): the ranks fire them as they fire
+hand-written ones, the start event lists them, and ``fault-schedule.json`` in the log dir
+keeps them. The same seed, world and node count give the same schedule on any machine
+(``random.Random`` is specified to be reproducible across platforms for a given seed).
+
+Each step from ``from`` (default 1: a fault before the first commit only restarts the run)
+to ``to`` (default 10000) gets a fault with probability 1/N, at most one per step, of a kind
+drawn uniformly from ``kinds`` on a uniformly drawn rank or node.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+from resilience.agent.faults import InjectSpecError, Injection
+
+DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
+"""Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
+``kill-all`` (needs the RAM tier) are chosen with ``kinds=``."""
+KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all")
+_SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+))*)$")
+
+
+@dataclass(frozen=True)
+class RandomFaults:
+    seed: int
+    every: float
+    """One fault on average every ``every`` steps."""
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    first: int = 1
+    last: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise InjectSpecError(f"random faults: every={self.every:g} must be at least 1 (step)")
+        unknown = [k for k in self.kinds if k not in KINDS]
+        if unknown or not self.kinds:
+            raise InjectSpecError(f"random faults: kinds={','.join(self.kinds)}: use some of {','.join(KINDS)}")
+        if not 1 <= self.first <= self.last:
+            raise InjectSpecError(f"random faults: from={self.first} to={self.last} is not a range of steps >= 1")
+
+    @property
+    def spec(self) -> str:
+        return (f"random:seed={self.seed}:every={self.every:g}:kinds={','.join(self.kinds)}"
+                f":from={self.first}:to={self.last}")
+
+
+def is_random(spec: str) -> bool:
+    return spec.strip().startswith("random:")
+
+
+def parse(spec: str) -> RandomFaults:
+    m = _SPEC.match(spec.strip())
+    if m is None:
+        raise InjectSpecError(f"bad --inject spec {spec!r}: use random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]")
+    options = dict(part.split("=", 1) for part in m.group(3).split(":") if part)
+    kinds = tuple(options["kinds"].split(",")) if "kinds" in options else DEFAULT_KINDS
+    return RandomFaults(int(m.group(1)), float(m.group(2)), kinds, int(options.get("from", 1)),
+                        int(options.get("to", 10_000)))
+
+
+def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tuple[Injection, ...]:
+    """The schedule as injections, indexed from ``first_index`` (each fires once per run). Pure."""
+    rng = random.Random(f"sres-faults:{faults.seed}")
+    out: list[Injection] = []
+    for step in range(faults.first, faults.last + 1):
+        if rng.random() >= 1 / faults.every:
+            continue
+        kind = rng.choice(faults.kinds)
+        index = first_index + len(out)
+        if kind == "node":  # the node of a rank: node indices change as spares replace nodes
+            out.append(Injection("node", step, rank=rng.randrange(world_size), index=index))
+        elif kind == "kill-all":
+            out.append(Injection("kill-all", step, index=index))
+        else:
+            out.append(Injection(kind, step, rank=rng.randrange(world_size), index=index))
+    return tuple(out)
+
+
+def summary(faults: RandomFaults, schedule: tuple[Injection, ...]) -> str:
+    """One line for the start of a run: how many faults of each kind, and over which steps."""
+    counts = {kind: sum(1 for i in schedule if i.kind == kind) for kind in faults.kinds}
+    kinds = ", ".join(f"{kind} x{n}" for kind, n in counts.items() if n)
+    return (f"random faults (seed {faults.seed}, one per {faults.every:g} steps): {len(schedule)} over steps "
+            f"{faults.first}-{faults.last}: {kinds or 'none'}")
+
+
+def injections_from(specs: list[str], world_size: int) -> tuple[tuple[Injection, ...], list[str]]:
+    """Every ``--inject`` spec as injections, random schedules expanded after the others (so
+    that indices, which the ranks recompute from the specs, agree), and a summary line for
+    each schedule."""
+    from resilience.agent import faults
+
+    injections = faults.parse([s for s in specs if not is_random(s)])
+    lines = []
+    for spec in (s for s in specs if is_random(s)):
+        random_faults = parse(spec)
+        schedule = expand(random_faults, world_size=world_size, first_index=len(injections))
+        injections += schedule
+        lines.append(summary(random_faults, schedule))
+    return injections, lines
