@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import ckpt_cli, doctor, elastic_cli, report, simulate_cli
+from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, report, simulate_cli
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
@@ -323,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt_cli.add_parser(sub)
     elastic_cli.add_parsers(sub)
     simulate_cli.add_parser(sub)
+    chaos_cli.add_parser(sub)
     report.add_parser(sub)
     return parser
 

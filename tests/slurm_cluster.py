@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from launcher.processes import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
+
 NEEDED_COMMANDS = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "srun", "sbatch", "salloc")
 STATE_FILE = "cluster.json"
 
@@ -414,28 +416,6 @@ def node_processes(node: str) -> list[int]:
             parent = parents.get(parent, 0)
     pids.discard(os.getpid())
     return sorted(pids)
-
-
-def processes_with_env(entry: str) -> list[int]:
-    """PIDs of processes whose environment holds ``entry`` (``KEY=value``)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                pass
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie (which runs no code and holds no port)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _wait_dead(pids: list[int], timeout: float) -> None:

@@ -1,4 +1,4 @@
-"""A seeded random fault schedule: ``--inject random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]``.
+"""A seeded random fault schedule: ``--inject random:seed=S:every=N[:kinds=a,b][:from=F][:to=T][:count=C]``.
 
 Faults in the field come at random moments and in clusters; a soak needs hundreds of them, and
 a failing soak must replay exactly. The schedule is therefore expanded once, before the run,
@@ -9,7 +9,8 @@ keeps them. The same seed, world and node count give the same schedule on any ma
 
 Each step from ``from`` (default 1: a fault before the first commit only restarts the run)
 to ``to`` (default 10000) gets a fault with probability 1/N, at most one per step, of a kind
-drawn uniformly from ``kinds`` on a uniformly drawn rank or node.
+drawn uniformly from ``kinds`` on a uniformly drawn rank (or the node running it); ``count``
+stops the schedule after C faults.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
 ``kill-all`` (needs the RAM tier) are chosen with ``kinds=``."""
 KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all")
-_SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+))*)$")
+_SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class RandomFaults:
     kinds: tuple[str, ...] = DEFAULT_KINDS
     first: int = 1
     last: int = 10_000
+    count: int | None = None
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -47,8 +49,9 @@ class RandomFaults:
 
     @property
     def spec(self) -> str:
+        count = f":count={self.count}" if self.count is not None else ""
         return (f"random:seed={self.seed}:every={self.every:g}:kinds={','.join(self.kinds)}"
-                f":from={self.first}:to={self.last}")
+                f":from={self.first}:to={self.last}{count}")
 
 
 def is_random(spec: str) -> bool:
@@ -58,11 +61,12 @@ def is_random(spec: str) -> bool:
 def parse(spec: str) -> RandomFaults:
     m = _SPEC.match(spec.strip())
     if m is None:
-        raise InjectSpecError(f"bad --inject spec {spec!r}: use random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]")
+        raise InjectSpecError(f"bad --inject spec {spec!r}: use random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]"
+                              "[:count=C]")
     options = dict(part.split("=", 1) for part in m.group(3).split(":") if part)
     kinds = tuple(options["kinds"].split(",")) if "kinds" in options else DEFAULT_KINDS
     return RandomFaults(int(m.group(1)), float(m.group(2)), kinds, int(options.get("from", 1)),
-                        int(options.get("to", 10_000)))
+                        int(options.get("to", 10_000)), int(options["count"]) if "count" in options else None)
 
 
 def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tuple[Injection, ...]:
@@ -70,6 +74,8 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
     rng = random.Random(f"sres-faults:{faults.seed}")
     out: list[Injection] = []
     for step in range(faults.first, faults.last + 1):
+        if faults.count is not None and len(out) == faults.count:
+            break
         if rng.random() >= 1 / faults.every:
             continue
         kind = rng.choice(faults.kinds)
@@ -87,8 +93,9 @@ def summary(faults: RandomFaults, schedule: tuple[Injection, ...]) -> str:
     """One line for the start of a run: how many faults of each kind, and over which steps."""
     counts = {kind: sum(1 for i in schedule if i.kind == kind) for kind in faults.kinds}
     kinds = ", ".join(f"{kind} x{n}" for kind, n in counts.items() if n)
+    last = schedule[-1].step if schedule else faults.first
     return (f"random faults (seed {faults.seed}, one per {faults.every:g} steps): {len(schedule)} over steps "
-            f"{faults.first}-{faults.last}: {kinds or 'none'}")
+            f"{faults.first}-{last}: {kinds or 'none'}")
 
 
 def injections_from(specs: list[str], world_size: int) -> tuple[tuple[Injection, ...], list[str]]:

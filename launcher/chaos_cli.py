@@ -1,0 +1,145 @@
+"""``sres chaos``: the same training with and without a seeded storm of faults, compared.
+
+A soak is what convinces: hundreds of random faults in one run, and a check a user would
+make themselves. It runs ``sres run`` twice with the same options and command (fault-free,
+then with ``--inject random:seed=S:...:count=N``), and exits 0 only when the final state of
+every rank is bit for bit the same and nothing of the run is left: no process, no RAM-tier
+files, every fault followed by a recovery. The verdict and the numbers come as one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from launcher.events import read_events
+from launcher.processes import pid_alive, processes_with_env
+from resilience.agent import fault_schedule
+from resilience.tiers.layout import job_ram_dir
+
+STEPS_LOST_BOUND = 1
+"""Steps a recovery may redo: the commit a fault cut off (peers, RAM and neighbour tiers)."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chaos", help="run a training command fault-free and under N random faults; exit 0 only if identical and clean",
+        description="Runs `sres run RUN-OPTIONS -- CMD` twice: fault-free, then with a seeded random fault "
+                    "schedule. Compares every rank's final state digest, checks that each fault was recovered "
+                    "and that no process or RAM-tier file of the run is left, and prints one table. "
+                    "CMD must train at least as many steps as the schedule needs (printed at the start). "
+                    "Example: sres chaos --faults 25 --seed 1 --nodes 4 --spares 1 -- "
+                    "python -m resilience.examples.train_mlp --steps 200")
+    p.add_argument("--faults", type=int, default=25, help="faults to inject (default 25)")
+    p.add_argument("--seed", type=int, default=None, help="schedule seed (default: from the clock; printed)")
+    p.add_argument("--every", type=float, default=6.0, help="one fault per this many steps on average (default 6)")
+    p.add_argument("--kinds", default=",".join(fault_schedule.DEFAULT_KINDS),
+                   help=f"fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
+                        f"with tiers)")
+    p.add_argument("--log-dir", type=Path, default=None, help="where both runs' log dirs go (default sres-runs/chaos-<seed>)")
+    p.add_argument("run_args", nargs=argparse.REMAINDER,
+                   help="sres run options, then -- CMD (e.g. --nodes 4 --spares 1 -- python train.py)")
+    p.set_defaults(func=cmd_chaos)
+
+
+@dataclass
+class Verdict:
+    identical: bool
+    leftovers: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.leftovers and not self.problems
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    run_args = list(args.run_args)
+    if "--" not in run_args or run_args.index("--") == len(run_args) - 1:
+        raise ConfigError("sres chaos needs the run: sres chaos [--faults N] RUN-OPTIONS -- CMD")
+    if any(a.startswith(("--inject", "--log-dir", "--job-id")) for a in run_args[:run_args.index("--")]):
+        raise ConfigError("sres chaos sets --inject, --log-dir and --job-id of its runs itself")
+    seed = args.seed if args.seed is not None else int(time.time()) % 100_000
+    spec = fault_schedule.RandomFaults(seed, args.every, tuple(args.kinds.split(",")), 1, 1_000_000, args.faults)
+    base = args.log_dir or Path("sres-runs") / f"chaos-{seed}"
+    print(f"sres chaos: seed {seed}, {args.faults} faults, log dirs under {base}", file=sys.stderr, flush=True)
+    runs = {}
+    for name, extra in (("reference", []), ("chaos", ["--inject", spec.spec])):
+        log_dir = base / name
+        job = f"chaos-{seed}-{name}-{time.monotonic_ns() % 10**9}"
+        argv = [sys.executable, "-m", "launcher.cli", "run", "--log-dir", str(log_dir), "--job-id", job, *extra,
+                *run_args]
+        print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
+        done = subprocess.run(argv)
+        runs[name] = (done.returncode, log_dir, job)
+    verdict, table = judge(runs)
+    print(table)
+    return 0 if verdict.identical and verdict.clean else 1
+
+
+def judge(runs: dict[str, tuple[int, Path, str]]) -> tuple[Verdict, str]:
+    """The verdict on the two runs, and the table that shows it."""
+    (ref_rc, ref_dir, _), (rc, log_dir, job) = runs["reference"], runs["chaos"]
+    ref_events = read_events(ref_dir / "events.jsonl") if (ref_dir / "events.jsonl").exists() else []
+    events = read_events(log_dir / "events.jsonl") if (log_dir / "events.jsonl").exists() else []
+    expected, got = _digests(ref_events), _digests(events)
+    verdict = Verdict(identical=ref_rc == 0 and rc == 0 and bool(expected) and expected == got)
+    if ref_rc != 0:
+        verdict.problems.append(f"the fault-free run failed (exit {ref_rc}): see {ref_dir}")
+    if rc != 0:
+        verdict.problems.append(f"the run with faults failed (exit {rc}): see {log_dir}")
+    for d in (ref_dir, log_dir):
+        alive = [p for p in processes_with_env(f"SRES_LOG_DIR={d.resolve()}") if pid_alive(p)]
+        if alive:
+            verdict.leftovers.append(f"processes {alive} of {d}")
+    if job_ram_dir(job).exists():
+        verdict.leftovers.append(f"RAM-tier files {job_ram_dir(job)}")
+    faults = [e for e in events if e["event"] == "fault"]
+    recovered = [e for e in events if e["event"] == "recovered"]
+    if len(recovered) < len(faults):
+        verdict.problems.append(f"{len(faults)} faults but {len(recovered)} recoveries")
+    lost = max((r["steps_lost"] for r in recovered), default=0)
+    if lost > STEPS_LOST_BOUND:
+        verdict.problems.append(f"a recovery redid {lost} steps (bound {STEPS_LOST_BOUND})")
+    return verdict, _table(events, faults, recovered, verdict, log_dir)
+
+
+def _digests(events: list[dict]) -> dict[str, str]:
+    finished = [e for e in events if e["event"] == "finished"]
+    return finished[-1].get("state_digests", {}) if finished else {}
+
+
+def _table(events: list[dict], faults: list[dict], recovered: list[dict], verdict: Verdict, log_dir: Path) -> str:
+    kinds: dict[str, int] = {}
+    for f in faults:
+        kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+    seconds = sorted(r["seconds"] for r in recovered)
+    finished = [e for e in events if e["event"] == "finished"]
+    schedule = json.loads((log_dir / "fault-schedule.json").read_text()) if (log_dir / "fault-schedule.json").exists() \
+        else {"injections": []}
+    lines = [f"{'faults injected':<22} {len(schedule['injections'])}",
+             f"{'faults seen':<22} {len(faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
+             f"{'recovered':<22} {len(recovered)}"]
+    if seconds:
+        lines.append(f"{'recovery s p50/p90/p99':<22} {_pct(seconds, 50):.2f} / {_pct(seconds, 90):.2f} / "
+                     f"{_pct(seconds, 99):.2f} (max {seconds[-1]:.2f}, mean {statistics.mean(seconds):.2f})")
+        lines.append(f"{'steps lost max':<22} {max(r['steps_lost'] for r in recovered)}")
+    if finished:
+        lines.append(f"{'goodput':<22} {finished[-1]['goodput']:.1%} over {finished[-1]['wall_s']:.0f} s, "
+                     f"{finished[-1]['steps']} steps")
+    lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
+    lines.append(f"{'clean':<22} {'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}")
+    return "\n".join(lines)
+
+
+def _pct(values: list[float], p: int) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
