@@ -146,7 +146,7 @@ class Agent:
             self._timer = StepTimer(self.store, self.env.slot, plan.generation)
             self._timer.activate()
             train(ctx)
-            digest = ctx.state_digest()
+            digest = snapshot.fingerprint(ctx.states())
             self._wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)

@@ -251,8 +251,9 @@ class Report:
     error_type: str = ""
     """The exception's class, e.g. ``RuntimeError`` or ``torch.distributed.DistBackendError``."""
     digest: str = ""
-    """``done``: the digest of the rank's registered state at the end (``Context.state_digest``),
-    which the ``finished`` event lists: runs with and without faults are compared by it."""
+    """``done``: the fingerprint of the rank's registered state at the end
+    (``snapshot.fingerprint``), which the ``finished`` event lists: runs with and without faults
+    are compared by it."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

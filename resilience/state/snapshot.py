@@ -99,11 +99,21 @@ def checksum(skeleton: bytes, tensors: list[torch.Tensor]) -> str:
     how the bytes are cut into tensors, so a sender of live tensors and a receiver holding
     flat per-dtype buffers agree. ``Snapshot.digest`` (SHA-256) stays the comparison of runs.
     """
-    h = xxhash.xxh3_64(skeleton)
+    return f"{CHECKSUM_KIND}:{_stream(xxhash.xxh3_64(skeleton), tensors).hexdigest()}"
+
+
+def fingerprint(states: Mapping[str, Any]) -> str:
+    """xxHash3-128 of ``states`` read in place (no copy): a run's final state, cheap enough to
+    take at the end of every run (SHA-256 of a copy, ``Snapshot.digest``, costs seconds per GiB)."""
+    skeleton, tensors, _ = describe(states)
+    return f"xxh3-128:{_stream(xxhash.xxh3_128(skeleton), tensors).hexdigest()}"
+
+
+def _stream(h: Any, tensors: list[torch.Tensor]) -> Any:
     for t in tensors:
         if t.numel():
             h.update(_as_bytes(t.detach().cpu().contiguous().reshape(-1)))
-    return f"{CHECKSUM_KIND}:{h.hexdigest()}"
+    return h
 
 
 def matches(expected: str, skeleton: bytes, tensors: list[torch.Tensor]) -> bool:
