@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "schedule. Compares every rank's final state digest, checks that each fault was recovered "
                     "and that no process or RAM-tier file of the run is left, and prints one table. "
                     "CMD must train at least as many steps as the schedule needs (printed at the start). "
-                    "Example: sres chaos --faults 25 --seed 1 --nodes 4 --spares 1 -- "
+                    "Example: sres chaos --faults 25 --seed 1 -- --nodes 4 --spares 1 -- "
                     "python -m resilience.examples.train_mlp --steps 200")
     p.add_argument("--faults", type=int, default=25, help="faults to inject (default 25)")
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default: from the clock; printed)")
@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"with tiers)")
     p.add_argument("--log-dir", type=Path, default=None, help="where both runs' log dirs go (default sres-runs/chaos-<seed>)")
     p.add_argument("run_args", nargs=argparse.REMAINDER,
-                   help="sres run options, then -- CMD (e.g. --nodes 4 --spares 1 -- python train.py)")
+                   help="-- sres run options -- CMD (e.g. -- --nodes 4 --spares 1 -- python train.py)")
     p.set_defaults(func=cmd_chaos)
 
 
@@ -61,9 +61,9 @@ class Verdict:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    run_args = list(args.run_args)
+    run_args = list(args.run_args)[1:] if args.run_args[:1] == ["--"] else list(args.run_args)
     if "--" not in run_args or run_args.index("--") == len(run_args) - 1:
-        raise ConfigError("sres chaos needs the run: sres chaos [--faults N] RUN-OPTIONS -- CMD")
+        raise ConfigError("sres chaos needs the run: sres chaos [--faults N] -- RUN-OPTIONS -- CMD")
     if any(a.startswith(("--inject", "--log-dir", "--job-id")) for a in run_args[:run_args.index("--")]):
         raise ConfigError("sres chaos sets --inject, --log-dir and --job-id of its runs itself")
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000

@@ -19,7 +19,7 @@ KINDS = "kill,raise,hang,kill-during-commit,node,kill-all"
 def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, sharded):
     kinds = KINDS + (",kill-during-copy" if sharded else "")
     cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", str(FAULTS), "--seed", "3", "--every", "4",
-           "--kinds", kinds, "--log-dir", str(tmp_path),
+           "--kinds", kinds, "--log-dir", str(tmp_path), "--",
            "--nodes", "4", "--spares", "1", "--hang-timeout", "3", "--reform-timeout", "20", "--",
            sys.executable, "-m", "resilience.examples.train_mlp", "--steps", "140", "--progress-every", "1000",
            *(("--sharded",) if sharded else ())]
