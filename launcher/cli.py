@@ -95,6 +95,8 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         metrics_textfile=args.metrics_textfile, straggler=_straggler_config(args),
     )
     placement = liveness = None
+    if args.repair_after is not None and (launcher == "slurm" or args.repair_after < 0):
+        raise ConfigError("--repair-after S (S >= 0) simulates repairs of local nodes; on Slurm, resume the node")
     if launcher == "slurm":
         from launcher.placement.srun import SrunPlacement, place
         from resilience.contract.liveness import LivenessServer
@@ -108,6 +110,9 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         hosts = ", ".join(placement.hosts[:nodes + spares])
         where = f"job {placement.job_id} ({hosts})"
     else:
+        from launcher.placement.local import LocalPlacement
+
+        placement = LocalPlacement(log_dir, repair_after_s=args.repair_after)
         where = "this machine"
     print(f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) on {where}; "
           f"log dir {config.log_dir}", file=sys.stderr)
@@ -223,6 +228,9 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
                         "spare (default: report it)")
     p.add_argument("--no-grow", action="store_true",
                    help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
+    p.add_argument("--repair-after", type=float, default=None, metavar="S",
+                   help="local runs: a drained simulated node comes back healthy S seconds later and refills the "
+                        "spares (on Slurm, a node resumed by an admin or the health hooks does); default: never")
     ckpt_cli.add_run_arguments(p)
     elastic_cli.add_run_arguments(p)
     # Each option also reads SRES_<NAME> (srun --auto-resume passes no sres options; sbatch scripts export these).

@@ -25,7 +25,9 @@ class NodeEvidence:
 class NewNode:
     node: int
     host: str
-    how: str  # "allocation" (a healthy node the job already held) | "expansion" (the job grew) | "local"
+    how: str
+    """"allocation" (a healthy node the job already held), "returned" (a node drained earlier,
+    healthy again), "expansion" (the job grew) or "local"."""
     seconds: float
 
 

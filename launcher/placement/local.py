@@ -12,7 +12,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from launcher.placement import NewNode, NodeEvidence
@@ -23,7 +24,11 @@ class LocalPlacement:
     store_host = "127.0.0.1"
     requeueable = False
 
-    def __init__(self, log_dir: Path, echo=sys.stdout) -> None:
+    def __init__(self, log_dir: Path, echo=sys.stdout, repair_after_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``repair_after_s``: a retired (drained) node comes back that long after, healthy,
+        under a new number: what an admin or the health hooks' resume does on a cluster.
+        ``None``: lost nodes stay lost."""
         self.log_dir = Path(log_dir) / "ranks"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.echo = echo
@@ -31,21 +36,31 @@ class LocalPlacement:
         self.procs: dict[str, subprocess.Popen] = {}
         self._readers: list[threading.Thread] = []
         self._echo_lock = threading.Lock()
+        self.repair_after_s, self.clock = repair_after_s, clock
+        self._in_repair: list[tuple[float, int]] = []  # (back at, node)
+        self._top_node = -1
 
     def host(self, node: int) -> str:
         return f"node{node}"
 
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
+        self._top_node = max(self._top_node, node)
         self._start(slot, command, env)
 
     def evidence(self, node: int) -> NodeEvidence:
         return NodeEvidence()  # simulated nodes die only when the supervisor kills them
 
     def retire(self, node: int, why: str) -> None:
-        pass
+        if self.repair_after_s is not None:
+            self._in_repair.append((self.clock() + self.repair_after_s, node))
 
     def idle_node(self) -> NewNode | None:
-        return None
+        """A drained node back from repair (with ``repair_after_s``), else None."""
+        if not self._in_repair or self._in_repair[0][0] > self.clock():
+            return None
+        self._in_repair.pop(0)
+        self._top_node += 1
+        return NewNode(self._top_node, self.host(self._top_node), "returned", 0.0)
 
     def grow(self) -> NewNode | None:
         return None

@@ -138,16 +138,22 @@ class SrunPlacement(LocalPlacement):
             log.info("job %s keeps %s for now: %s", self.job_id, name, err)
 
     def idle_node(self) -> NewNode | None:
-        """A healthy node the job holds and no rank uses (asked from Slurm now)."""
+        """A healthy node the job holds and no rank uses (asked from Slurm now).
+
+        A node this job drained counts again once Slurm says it is healthy (an admin or the
+        health hooks resumed it, still in the job): it comes back under a new node number, so
+        nothing of its earlier life (slots, fault counts) is mistaken for the new one's.
+        """
         t0 = time.monotonic()
         alloc = node_discovery.discover(self.client, self.job_id)
         for name in alloc.healthy:
-            index = self.hosts.index(name) if name in self.hosts else None
-            if index is None:
+            live = [i for i, h in enumerate(self.hosts) if h == name and i not in self._retired]
+            if not live:
+                how = "returned" if name in self.hosts else "allocation"
                 self.hosts.append(name)
-                index = len(self.hosts) - 1
-            if index not in self._used and index not in self._retired:
-                return NewNode(index, name, "allocation", time.monotonic() - t0)
+                return NewNode(len(self.hosts) - 1, name, how, time.monotonic() - t0)
+            if live[0] not in self._used:
+                return NewNode(live[0], name, "allocation", time.monotonic() - t0)
         return None
 
     def grow(self) -> NewNode | None:

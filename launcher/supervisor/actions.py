@@ -78,6 +78,12 @@ class UseIdleNode:
 
 
 @dataclass(frozen=True)
+class RefillSpare:
+    """Fewer warm spares than asked for and no fault open: take a node that is healthy again
+    (resumed after repair) or unused in the job as a warm spare, so the next fault finds one."""
+
+
+@dataclass(frozen=True)
 class AcquireNode:
     """Get one more node from the scheduler (job expansion), as a cold spare."""
 

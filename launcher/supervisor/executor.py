@@ -29,6 +29,10 @@ from resilience.contract import membership
 from resilience.contract.membership import Plan, Report, SlotInfo
 
 
+REFILL_PERIOD_S = 5.0
+"""How often a job short of spares asks its placement for a node that came back."""
+
+
 @dataclass
 class Outcome:
     ok: bool
@@ -55,6 +59,7 @@ class Books:
     first_culprit: Report | None = None
     resize: ResizeState | None = None
     last_resize: dict | None = None
+    next_refill: float = 0.0
 
 
 class Executor:
@@ -72,7 +77,8 @@ class Executor:
             act.KillSlot: self._kill_slot, act.KillNode: self._kill_node, act.DropSpare: self._drop_spare,
             act.HoldForCulprit: self._hold, act.OpenFault: self._open_fault, act.Drain: self._drain,
             act.NoteStraggler: self._note_straggler,
-            act.UseIdleNode: self._use_idle_node, act.AcquireNode: self._acquire_node, act.Publish: self._publish,
+            act.UseIdleNode: self._use_idle_node, act.RefillSpare: self._refill_spare,
+            act.AcquireNode: self._acquire_node, act.Publish: self._publish,
             act.WaitForNode: self._wait_for_node, act.Answer: self._answer, act.ReportStatus: self._status,
             act.BeginResize: self._begin_resize, act.AddNodes: self._add_nodes, act.Pause: self._pause,
             act.AbandonResize: self._abandon_resize, act.Resize: self._resize,
@@ -90,7 +96,8 @@ class Executor:
             spare_nodes=tuple(b.spare_nodes), dead_nodes=frozenset(b.dead_nodes),
             process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
             requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
-            resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready))
+            resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready),
+            next_refill=b.next_refill)
 
     # --- processes -----------------------------------------------------------------------------
 
@@ -186,6 +193,13 @@ class Executor:
 
     def _use_idle_node(self, a: act.UseIdleNode) -> None:
         self._add_node(self.placement.idle_node(), "idle-node")
+
+    def _refill_spare(self, a: act.RefillSpare) -> None:
+        self.books.next_refill = self.clock() + REFILL_PERIOD_S
+        new = self.placement.idle_node()
+        if new is not None:
+            self._start_node(new)
+            self.books.spare_nodes.append(new.node)
 
     def _acquire_node(self, a: act.AcquireNode) -> None:
         self._add_node(self.placement.grow(), "new-node")

@@ -17,13 +17,14 @@ from launcher.placement import NodeEvidence
 from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, Requeue, UseIdleNode, WaitForNode,
+    Publish, RefillSpare, Requeue, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.resize import ResizeState, advance, on_requests, shrink_after_loss
 from resilience.contract.membership import Report, SlotInfo
 
+INJECTED_NODE_LOSS = "node lost (injected fault)"
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -57,6 +58,8 @@ class RunState:
     resize: ResizeState | None = None
     warm: frozenset[str] = frozenset()
     """Slots whose process has warmed up and waits for a plan (imports and first-use costs paid)."""
+    next_refill: float = 0.0
+    """When the job may next look for a node to refill its spares (asking Slurm costs a call)."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -79,7 +82,8 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
 def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     actions: list[Action] = [DropSpare(node, slot) for node, slot in obs.spares_exited]
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
-    actions += [KillNode(node) for node in obs.node_kills]
+    for node in obs.node_kills:  # an injected node loss: the node goes, as a real lost node does
+        actions += [KillNode(node), Drain(node, INJECTED_NODE_LOSS)]
     if obs.preempted:
         if signal_cause(obs.time_left_s, obs.time_limit_s) == "time-limit":
             return actions + [requeue_or_fail(f"time limit in {obs.time_left_s:.0f} s", config, save=True,
@@ -97,6 +101,8 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     if state.resize is not None:
         actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
                            config)
+    elif len(state.spare_nodes) < config.spares and now >= state.next_refill and not actions:
+        actions.append(RefillSpare())
     return actions
 
 
@@ -120,9 +126,13 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     """Classify a fault: which nodes must go (killed, later drained), who is the culprit."""
     counts = dict(state.process_faults)
     bad: dict[int, str] = {}
+    # Every rank lost at once has a common cause (the program, the job): it is no node's fault.
+    common = len(state.members) > 1 and set(obs.lost) >= set(state.members)
     for node in sorted({state.node_of(r) for r in obs.lost} - state.dead_nodes):  # injected kills: already dead
-        counts[node] = counts.get(node, 0) + 1
-        why = node_verdict(obs.evidence.get(node, NodeEvidence()), counts[node], config.node_fault_after)
+        if not common:
+            counts[node] = counts.get(node, 0) + 1
+        why = node_verdict(obs.evidence.get(node, NodeEvidence()), counts.get(node, 0) if not common else 0,
+                           config.node_fault_after)
         if why is not None:
             bad[node] = why
     lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}

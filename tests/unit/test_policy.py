@@ -44,9 +44,10 @@ CASES = {
     # --- no fault ------------------------------------------------------------------------------
     "quiet": (Observation(), state(), CONFIG, []),
     "every rank done": (Observation(reports={s: report("done", r) for r, s in MEMBERS.items()}), state(), CONFIG,
-                        [Finish()]),
+                        [Finish(tuple((rank, "") for rank in sorted(MEMBERS)))]),
     "a hung rank is killed as hung": (Observation(hung=("n1p0",)), state(), CONFIG, [KillSlot("n1p0", "hang")]),
-    "an injected node kill": (Observation(node_kills=(2,)), state(), CONFIG, [KillNode(2)]),
+    "an injected node kill": (Observation(node_kills=(2,)), state(), CONFIG,
+                              [KillNode(2), Drain(2, "node lost (injected fault)")]),
     "a spare's process died": (Observation(spares_exited=((3, "n3p0"),)), state(), CONFIG, [DropSpare(3, "n3p0")]),
     "preemption requeues, saving first": (Observation(preempted="preempted (SIGUSR2)"), state(), CONFIG,
                                           [Requeue("preempted (SIGUSR2)", save=True, cause="preemption")]),
