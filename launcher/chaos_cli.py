@@ -48,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
                         f"with tiers)")
     p.add_argument("--log-dir", type=Path, default=None, help="where both runs' log dirs go (default sres-runs/chaos-<seed>)")
+    p.add_argument("--progress-every", type=int, default=25, metavar="N",
+                   help="print a progress line every N faults seen (default 25; 0: never)")
     p.add_argument("run_args", nargs=argparse.REMAINDER,
                    help="-- sres run options -- CMD (e.g. -- --nodes 4 --spares 1 -- python train.py)")
     p.set_defaults(func=cmd_chaos)
@@ -92,11 +94,28 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         argv = [sys.executable, "-m", "launcher.cli", "run", "--log-dir", str(log_dir), "--job-id", job, *extra,
                 *run_args]
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
-        done = subprocess.run(argv)
-        runs[name] = (done.returncode, log_dir, job)
+        runs[name] = (_run(argv, log_dir, args.progress_every if extra else 0), log_dir, job)
     verdict, table = judge(runs)
     print(table)
     return 0 if verdict.identical and verdict.clean else 1
+
+
+def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
+    """Run one ``sres run`` to its end; every ``progress_every`` faults, say how it goes."""
+    proc = subprocess.Popen(argv)
+    shown = 0
+    while proc.poll() is None:
+        time.sleep(0.5)
+        if not progress_every or not (log_dir / "events.jsonl").exists():
+            continue
+        events = read_events(log_dir / "events.jsonl")
+        faults = sum(1 for e in events if e["event"] == "fault")
+        if faults // progress_every > shown // progress_every:
+            shown = faults
+            seconds = sorted(e["seconds"] for e in events if e["event"] == "recovered")
+            p50 = f", recovery p50 {_pct(seconds, 50):.2f} s" if seconds else ""
+            print(f"sres chaos: {faults} faults seen, {len(seconds)} recoveries{p50}", file=sys.stderr, flush=True)
+    return proc.returncode
 
 
 def judge(runs: dict[str, tuple[int, Path, str]]) -> tuple[Verdict, str]:
@@ -146,15 +165,42 @@ def _table(events: list[dict], faults: list[dict], recovered: list[dict], verdic
              f"{'faults seen':<22} {len(faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
              f"{'recovered':<22} {len(recovered)}"]
     if seconds:
-        lines.append(f"{'recovery s p50/p90/p99':<22} {_pct(seconds, 50):.2f} / {_pct(seconds, 90):.2f} / "
-                     f"{_pct(seconds, 99):.2f} (max {seconds[-1]:.2f}, mean {statistics.mean(seconds):.2f})")
+        lines.append(f"{'recovery s p50/p90/p99':<22} {_percentiles(seconds)}")
+        for kind, values in sorted(_recovery_by_kind(events).items()):
+            lines.append(f"{'  after ' + kind:<22} {_percentiles(values)}")
         lines.append(f"{'steps lost max':<22} {max(r['steps_lost'] for r in recovered)}")
+    invalid = [e for e in events if e["event"] == "checkpoint-invalid"]
+    lines.append(f"{'bad copies refused':<22} {len(invalid)}"
+                 + (f" ({', '.join(sorted({e['tier'] for e in invalid}))})" if invalid else ""))
     if finished:
         lines.append(f"{'goodput':<22} {finished[-1]['goodput']:.1%} over {finished[-1]['wall_s']:.0f} s, "
                      f"{finished[-1]['steps']} steps")
     lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
     lines.append(f"{'clean':<22} {'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}")
     return "\n".join(lines)
+
+
+def _recovery_by_kind(events: list[dict]) -> dict[str, list[float]]:
+    """Recovery seconds by the kind of fault they answered (a recovery after several
+    faults counts for each kind among them)."""
+    out: dict[str, list[float]] = {}
+    pending: set[str] = set()
+    answered: set[int] = set()
+    for e in events:
+        if e["event"] == "fault":
+            pending.add(e["kind"])
+        elif e["event"] == "recovered" and e["generation"] not in answered:
+            answered.add(e["generation"])
+            for kind in pending:
+                out.setdefault(kind, []).append(e["seconds"])
+            pending = set()
+    return out
+
+
+def _percentiles(values: list[float]) -> str:
+    values = sorted(values)
+    return (f"{_pct(values, 50):.2f} / {_pct(values, 90):.2f} / {_pct(values, 99):.2f} "
+            f"(max {values[-1]:.2f}, n={len(values)})")
 
 
 def _pct(values: list[float], p: int) -> float:

@@ -10,7 +10,8 @@ keeps them. The same seed, world and node count give the same schedule on any ma
 Each step from ``from`` (default 1: a fault before the first commit only restarts the run)
 to ``to`` (default 10000) gets a fault with probability 1/N, at most one per step, of a kind
 drawn uniformly from ``kinds`` on a uniformly drawn rank (or the node running it); ``count``
-stops the schedule after C faults.
+stops the schedule after C faults. A fault of a paired kind (:data:`_PAIRED`) brings its
+partner at the same step.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from resilience.agent.faults import InjectSpecError, Injection
 
 DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
-``kill-all`` (needs the RAM tier) are chosen with ``kinds=``."""
-KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all")
+``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM tier) are
+chosen with ``kinds=``."""
+KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer")
+_PAIRED = {"corrupt-ram": "kill-all", "kill-during-transfer": "kill"}
+"""Kinds that only matter with a second fault at the same step, drawn with it: a corrupt
+RAM-tier copy is found when every rank restarts from that tier; a sender dies in the
+transfer to a rank that was just killed."""
 _SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$")
 
 
@@ -73,25 +79,24 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
     """The schedule as injections, indexed from ``first_index`` (each fires once per run). Pure."""
     rng = random.Random(f"sres-faults:{faults.seed}")
     out: list[Injection] = []
+    drawn = 0
     for step in range(faults.first, faults.last + 1):
-        if faults.count is not None and len(out) == faults.count:
+        if faults.count is not None and drawn == faults.count:
             break
         if rng.random() >= 1 / faults.every:
             continue
+        drawn += 1
         kind = rng.choice(faults.kinds)
-        index = first_index + len(out)
-        if kind == "node":  # the node of a rank: node indices change as spares replace nodes
-            out.append(Injection("node", step, rank=rng.randrange(world_size), index=index))
-        elif kind == "kill-all":
-            out.append(Injection("kill-all", step, index=index))
-        else:
-            out.append(Injection(kind, step, rank=rng.randrange(world_size), index=index))
+        for kind in (kind, _PAIRED[kind]) if kind in _PAIRED else (kind,):
+            # node: the node of a rank, as node indices change when spares replace nodes
+            rank = None if kind in ("kill-all", "kill-during-transfer") else rng.randrange(world_size)
+            out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))
     return tuple(out)
 
 
 def summary(faults: RandomFaults, schedule: tuple[Injection, ...]) -> str:
     """One line for the start of a run: how many faults of each kind, and over which steps."""
-    counts = {kind: sum(1 for i in schedule if i.kind == kind) for kind in faults.kinds}
+    counts = {kind: sum(1 for i in schedule if i.kind == kind) for kind in dict.fromkeys(KINDS)}
     kinds = ", ".join(f"{kind} x{n}" for kind, n in counts.items() if n)
     last = schedule[-1].step if schedule else faults.first
     return (f"random faults (seed {faults.seed}, one per {faults.every:g} steps): {len(schedule)} over steps "

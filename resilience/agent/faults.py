@@ -14,6 +14,10 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             copy of commit S (sharded state: its buddy holds a partial copy)
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
                             survives: the RAM tier must serve the restart)
+``corrupt-ram:rank=R:step=S``  when rank R starts step S, flip one byte in the middle of its
+                            newest RAM-tier copy (found only when that copy is read)
+``kill-during-transfer:step=S``  SIGKILL the first rank that sends state to a replaced
+                            rank in a recovery at or after step S, half-way through it
 ``slow:rank=R:factor=F:step=S``  from step S the node of rank R computes F times slower
                             (a straggler: its ranks sleep before each step); a rank
                             moved to another node is fast again
@@ -31,12 +35,15 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from resilience.errors import ResilienceError
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow")
+KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow", "corrupt-ram",
+         "kill-during-transfer")
 
 
 class InjectSpecError(ResilienceError, ValueError):
@@ -61,8 +68,8 @@ class Injection:
     @property
     def spec(self) -> str:
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
-        if self.kind == "kill-all":
-            return f"kill-all:{when}"
+        if self.kind in ("kill-all", "kill-during-transfer"):
+            return f"{self.kind}:{when}"
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
         target = f"{self.node}" if self.kind == "node" and self.node is not None else f"rank={self.rank}"
@@ -70,10 +77,11 @@ class Injection:
         return f"{self.kind}:{target}:{when}"
 
 
-_RANK_SPEC = re.compile(r"^(kill|raise|hang|kill-during-commit|kill-during-copy):rank=(\d+):(step|gen)=(\d+)$")
+_RANK_SPEC = re.compile(
+    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|corrupt-ram):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
-_ALL_SPEC = re.compile(r"^kill-all:step=(\d+)$")
+_ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer):step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
@@ -92,7 +100,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
                 raise InjectSpecError(f"bad --inject spec {raw!r}: factor must exceed 1")
             out.append(Injection("slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))))
         elif m := _ALL_SPEC.match(raw):
-            out.append(Injection("kill-all", int(m.group(1)), index=index))
+            out.append(Injection(m.group(1), int(m.group(2)), index=index))
         elif m := _NODE_SPEC.match(raw):
             out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
         elif m := _NODE_OF_RANK_SPEC.match(raw):  # the node that runs rank R then
@@ -102,8 +110,9 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
-                ":rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S or kill-all:step=S "
+                "|corrupt-ram:rank=R:step=S "
+                "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
+                "or kill-all|kill-during-transfer:step=S "
                 "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
             )
     return tuple(out)
@@ -195,9 +204,47 @@ def copy_hook(injections: Iterable[Injection], store, rank: int, node: int,
     return sending
 
 
+def transfer_hook(injections: Iterable[Injection], store, rank: int, world_size: int,
+                  recovered_step: int) -> Callable[[], None] | None:
+    """The ``midway`` hook of this rank's state transfers in a recovery that resumes after
+    ``recovered_step``: it fires a due ``kill-during-transfer``. ``None`` when none is due."""
+    injections = tuple(i for i in injections if i.kind == "kill-during-transfer" and recovered_step + 1 >= i.step)
+    if not injections:
+        return None
+
+    def sending() -> None:
+        for injection in injections:
+            fire(injection, store, rank, -1, world_size)
+    return sending
+
+
+def corrupt_newest_ram_copy(rank: int) -> Path | None:
+    """Flip one byte half-way through the newest complete RAM-tier copy of ``rank``'s state on
+    this host (its own node's, as the rank's process is the one that fires this)."""
+    from resilience.tiers.layout import TierConfig, job_ram_dir
+
+    config = TierConfig.from_environ(os.environ)
+    if config is None or not config.ram:
+        return None
+    copies = job_ram_dir(config.job_id).glob(f"node-*/own/step-*/rank-{rank:05d}/*.bin")
+    complete = [p for p in copies if (p.parent / "manifest.json").exists() and p.stat().st_size]
+    for path in sorted(complete, key=lambda p: (p.parent.parent.name, p.stat().st_mtime))[-1:]:
+        with path.open("r+b") as f:
+            f.seek(path.stat().st_size // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return path
+    return None
+
+
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
-    if injection.kind in ("kill", "kill-during-commit", "kill-during-copy", "kill-all"):
+    if injection.kind == "corrupt-ram":
+        path = corrupt_newest_ram_copy(injection.rank)
+        print(f"sres: injected {injection.spec}: flipped a byte of {path or 'nothing (no RAM-tier copy yet)'}",
+              file=sys.stderr, flush=True)
+    elif injection.kind in ("kill", "kill-during-commit", "kill-during-copy", "kill-all", "kill-during-transfer"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif injection.kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)

@@ -219,15 +219,16 @@ class Agent:
         dist.all_gather_object(gathered, mine, group=self.state_group)
         recovery, tiered = self._plan(plan, gathered)
         moved = 0
+        midway = faults.transfer_hook(self.env.injections, self.store, self.rank, plan.world_size, recovery.step)
         for t in recovery.transfers:
             if t.src == self.rank:
                 ring = self.own[t.part] if t.owner == self.rank else self.replicas[t.owner]
                 snap = ring.get(recovery.step)
                 if snap is not None:
-                    moved += send_snapshot(snap, t.dst, self.state_group)
+                    moved += send_snapshot(snap, t.dst, self.state_group, midway)
                 else:  # straight from the previous generation's objects: no copy first
                     skeleton, tensors, sizes = snapshot.describe(live)
-                    moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, self.state_group)
+                    moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, self.state_group, midway)
             elif t.dst == self.rank:
                 snap = recv_snapshot(t.src, self.state_group)
                 moved += snap.nbytes
@@ -348,7 +349,7 @@ class Agent:
             raise Paused(step)
         self._timer.step_started()
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill", "node", "raise", "hang", "kill-all", "slow")))
+                                kinds=("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram")))
         self._slow.before_step(self._timer.median_compute)
 
     def _inject(self, due: list[faults.Injection]) -> None:

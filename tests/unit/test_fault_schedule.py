@@ -41,3 +41,16 @@ def test_the_schedule_goes_through_specs_as_the_ranks_receive_them():
 def test_bad_random_specs_name_the_problem(bad, words):
     with pytest.raises(InjectSpecError, match=words):
         fs.injections_from([bad], world_size=4)
+
+
+def test_paired_kinds_come_with_the_fault_that_makes_them_matter():
+    spec = fs.parse("random:seed=5:every=3:kinds=corrupt-ram,kill-during-transfer:count=20")
+    schedule = fs.expand(spec, world_size=4)
+    assert len({i.step for i in schedule}) == 20 and len(schedule) == 40
+    for step in {i.step for i in schedule}:
+        kinds = sorted(i.kind for i in schedule if i.step == step)
+        assert kinds in (["corrupt-ram", "kill-all"], ["kill", "kill-during-transfer"])
+    first = next(i for i in schedule if i.kind == "corrupt-ram")
+    later = next(i for i in schedule if i.kind == "kill-all" and i.step == first.step)
+    assert first.index < later.index  # the copy is corrupted before every rank dies
+    assert parse([i.spec for i in schedule]) == schedule
