@@ -28,8 +28,10 @@ from resilience.tiers.layout import job_ram_dir
 REPAIR_AFTER_S = 0.0
 """Local runs: a drained simulated node is back at once (a soak needs more node losses
 than any job has spares; on a cluster the test resumes nodes itself)."""
-STEPS_LOST_BOUND = 1
-"""Steps a recovery may redo: the commit a fault cut off (peers, RAM and neighbour tiers)."""
+STEPS_LOST_BOUND = 2
+"""Steps a recovery may redo: the commit a fault cut off, and with sharded state the one
+before, when the lost rank's buddy copy of it was cut off too (its buddy holds only the
+commit before; everyone rolls back to it). Data-parallel runs redo at most 1."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -95,7 +97,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
                 *run_args]
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
         runs[name] = (_run(argv, log_dir, args.progress_every if extra else 0), log_dir, job)
-    verdict, table = judge(runs)
+    verdict, table = judge(runs, _option(options, "--persistent-dir"))
     print(table)
     return 0 if verdict.identical and verdict.clean else 1
 
@@ -118,7 +120,16 @@ def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
     return proc.returncode
 
 
-def judge(runs: dict[str, tuple[int, Path, str]]) -> tuple[Verdict, str]:
+def _option(options: list[str], name: str) -> str | None:
+    for i, option in enumerate(options):
+        if option == name and i + 1 < len(options):
+            return options[i + 1]
+        if option.startswith(name + "="):
+            return option.split("=", 1)[1]
+    return None
+
+
+def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = None) -> tuple[Verdict, str]:
     """The verdict on the two runs, and the table that shows it."""
     (ref_rc, ref_dir, _), (rc, log_dir, job) = runs["reference"], runs["chaos"]
     ref_events = read_events(ref_dir / "events.jsonl") if (ref_dir / "events.jsonl").exists() else []
@@ -135,6 +146,11 @@ def judge(runs: dict[str, tuple[int, Path, str]]) -> tuple[Verdict, str]:
             verdict.leftovers.append(f"processes {alive} of {d}")
     if job_ram_dir(job).exists():
         verdict.leftovers.append(f"RAM-tier files {job_ram_dir(job)}")
+    fillers = sorted(Path(persistent_dir).glob(".sres-fill-disk-*")) if persistent_dir else []
+    if fillers:  # the run ended before the disk was freed: free it, and say so
+        for path in fillers:
+            path.unlink(missing_ok=True)
+        verdict.leftovers.append(f"a full disk ({', '.join(p.name for p in fillers)}): the run ended before free-disk")
     faults = [e for e in events if e["event"] == "fault"]
     recovered = list({e["generation"]: e for e in events if e["event"] == "recovered"}.values())  # one per generation
     unanswered = [f for f in faults if not any(r["generation"] > f["generation"] for r in recovered)]

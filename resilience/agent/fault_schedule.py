@@ -26,11 +26,11 @@ DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
 ``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM tier) are
 chosen with ``kinds=``."""
-KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer")
-_PAIRED = {"corrupt-ram": "kill-all", "kill-during-transfer": "kill"}
-"""Kinds that only matter with a second fault at the same step, drawn with it: a corrupt
-RAM-tier copy is found when every rank restarts from that tier; a sender dies in the
-transfer to a rank that was just killed."""
+KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer", "fill-disk")
+_PAIRED = {"corrupt-ram": ("kill-all", 0), "kill-during-transfer": ("kill", 0), "fill-disk": ("free-disk", 5)}
+"""Kinds drawn with a partner (kind, steps later): a corrupt RAM-tier copy is found when
+every rank restarts from that tier; a sender dies in the transfer to a rank that was just
+killed; a full disk frees up again (on the same rank)."""
 _SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$")
 
 
@@ -87,10 +87,13 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
             continue
         drawn += 1
         kind = rng.choice(faults.kinds)
-        for kind in (kind, _PAIRED[kind]) if kind in _PAIRED else (kind,):
-            # node: the node of a rank, as node indices change when spares replace nodes
-            rank = None if kind in ("kill-all", "kill-during-transfer") else rng.randrange(world_size)
-            out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))
+        rank = None if kind in ("kill-all", "kill-during-transfer") else rng.randrange(world_size)
+        # node: the node of a rank, as node indices change when spares replace nodes
+        out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))
+        if kind in _PAIRED:
+            partner, later = _PAIRED[kind]
+            rank = {"kill-all": None, "kill": rng.randrange(world_size)}.get(partner, rank)
+            out.append(Injection(partner, step + later, rank=rank, index=first_index + len(out)))
     return tuple(out)
 
 

@@ -18,6 +18,9 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             newest RAM-tier copy (found only when that copy is read)
 ``kill-during-transfer:step=S``  SIGKILL the first rank that sends state to a replaced
                             rank in a recovery at or after step S, half-way through it
+``fill-disk:rank=R:step=S`` when rank R starts step S, fill the filesystem of the persistent
+                            tier (a file of all its free space; refused above 1 GiB free)
+``free-disk:rank=R:step=S`` remove that file again
 ``slow:rank=R:factor=F:step=S``  from step S the node of rank R computes F times slower
                             (a straggler: its ranks sleep before each step); a rank
                             moved to another node is fast again
@@ -43,7 +46,11 @@ from pathlib import Path
 from resilience.errors import ResilienceError
 
 KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow", "corrupt-ram",
-         "kill-during-transfer")
+         "kill-during-transfer", "fill-disk", "free-disk")
+AT_STEP_START = ("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram", "fill-disk", "free-disk")
+"""The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
+FILL_LIMIT_BYTES = 1 << 30
+"""``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
 
 
 class InjectSpecError(ResilienceError, ValueError):
@@ -78,7 +85,8 @@ class Injection:
 
 
 _RANK_SPEC = re.compile(
-    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|corrupt-ram):rank=(\d+):(step|gen)=(\d+)$")
+    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|corrupt-ram|fill-disk|free-disk)"
+    r":rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
 _ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer):step=(\d+)$")
@@ -110,7 +118,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
-                "|corrupt-ram:rank=R:step=S "
+                "|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
                 "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
                 "or kill-all|kill-during-transfer:step=S "
                 "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
@@ -238,12 +246,52 @@ def corrupt_newest_ram_copy(rank: int) -> Path | None:
     return None
 
 
+def disk_filler(rank: int) -> Path | None:
+    """Where ``fill-disk`` of ``rank`` puts its file: in the persistent tier's directory."""
+    from resilience.tiers.layout import TierConfig
+
+    config = TierConfig.from_environ(os.environ)
+    if config is None or not config.persistent_dir:
+        return None
+    return Path(config.persistent_dir) / f".sres-fill-disk-rank-{rank}"
+
+
+def fill_disk(path: Path) -> str:
+    """Take every free byte of ``path``'s filesystem (up to :data:`FILL_LIMIT_BYTES`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fs = os.statvfs(path.parent)
+    free = fs.f_bavail * fs.f_frsize
+    if free > FILL_LIMIT_BYTES:
+        return (f"not filled: {free / 2**30:.1f} GiB free on {path.parent} (put the persistent tier on a small "
+                "filesystem)")
+    with path.open("ab") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, free)
+        except OSError:  # ENOSPC once the blocks are gone, or no fallocate: fill it by writing
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+    return f"filled {path.parent} ({free / 2**20:.0f} MiB)"
+
+
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
-    if injection.kind == "corrupt-ram":
-        path = corrupt_newest_ram_copy(injection.rank)
-        print(f"sres: injected {injection.spec}: flipped a byte of {path or 'nothing (no RAM-tier copy yet)'}",
-              file=sys.stderr, flush=True)
+    if injection.kind in ("corrupt-ram", "fill-disk", "free-disk"):
+        filler = disk_filler(injection.rank)
+        if injection.kind == "corrupt-ram":
+            path = corrupt_newest_ram_copy(injection.rank)
+            what = f"flipped a byte of {path or 'nothing (no RAM-tier copy yet)'}"
+        elif filler is None:
+            what = "nothing: no persistent tier"
+        elif injection.kind == "fill-disk":
+            what = fill_disk(filler)
+        else:
+            filler.unlink(missing_ok=True)
+            what = f"freed {filler.parent}"
+        print(f"sres: injected {injection.spec}: {what}", file=sys.stderr, flush=True)
     elif injection.kind in ("kill", "kill-during-commit", "kill-during-copy", "kill-all", "kill-during-transfer"):
         os.kill(os.getpid(), signal.SIGKILL)
     elif injection.kind == "hang":

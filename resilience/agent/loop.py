@@ -349,7 +349,7 @@ class Agent:
             raise Paused(step)
         self._timer.step_started()
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram")))
+                                kinds=faults.AT_STEP_START))
         self._slow.before_step(self._timer.median_compute)
 
     def _inject(self, due: list[faults.Injection]) -> None:

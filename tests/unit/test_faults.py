@@ -34,3 +34,11 @@ def test_due_matches_rank_node_step_and_generation():
     assert [i.spec for i in due(specs, step=5, rank=0, node=2, kinds=["kill", "node"])] == ["node:2:step=5"]
     assert [i.spec for i in due(specs, generation=3, rank=0, node=2, kinds=["node"])] == ["node:2:gen=3"]
     assert due(specs, step=4, rank=1, node=2, kinds=["kill", "node"]) == []
+
+
+def test_fill_disk_takes_every_free_byte_of_a_small_filesystem_and_refuses_a_big_one(tmp_path, monkeypatch):
+    from resilience.agent import faults as f
+
+    monkeypatch.setattr(f, "FILL_LIMIT_BYTES", 0)  # tmp_path is on a real disk: refused, untouched
+    assert f.fill_disk(tmp_path / "filler").startswith("not filled")
+    assert not (tmp_path / "filler").exists()
