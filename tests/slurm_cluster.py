@@ -221,6 +221,12 @@ class SlurmCluster:
 
     # --- observation -------------------------------------------------------------------
 
+    def queue(self) -> list[str]:
+        """Every job and job step Slurm still lists (``squeue`` and ``squeue --steps``)."""
+        jobs = self._run(["squeue", "-h", "-o", "%i %T"]).stdout.splitlines()
+        steps = self._run(["squeue", "-h", "--steps", "-o", "%i %j"]).stdout.splitlines()
+        return [line for line in jobs + steps if line.strip()]
+
     def node_states(self) -> dict[str, str]:
         """Node name -> Slurm's long state, e.g. ``IDLE``, ``IDLE+DRAIN``, ``DOWN+NOT_RESPONDING``."""
         out = self._run(["scontrol", "-o", "show", "node"]).stdout

@@ -29,7 +29,7 @@ from resilience.contract import membership
 from resilience.contract.membership import Plan, Report, SlotInfo
 
 
-REFILL_PERIOD_S = 5.0
+REFILL_PERIOD_S = 3.0
 """How often a job short of spares asks its placement for a node that came back."""
 
 

@@ -49,6 +49,8 @@ class Observation:
     reports: Mapping[str, Report] = field(default_factory=dict)
     hung: tuple[str, ...] = ()
     node_kills: tuple[int, ...] = ()
+    child_kill: bool = False
+    """A fault injection asked the supervisor to kill one of its warm spares' processes."""
     spares_exited: tuple[tuple[int, str], ...] = ()
     preempted: str | None = None
     time_left_s: float | None = None
@@ -114,7 +116,8 @@ class Observer:
             self._limits = self.placement.time_limits()  # once: how near the time limit the signal came
         left, limit = self._limits or (None, None)
         return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
-                           node_kills=self._node_kill_requests(members, set(dead_nodes)), preempted=self.preempted,
+                           node_kills=self._node_kill_requests(members, set(dead_nodes)),
+                           child_kill=self._child_kill_request(), preempted=self.preempted,
                            time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
                            requests=self._requests())
 
@@ -175,6 +178,12 @@ class Observer:
             {s: self.slots[s].heartbeat > 0 for s in alive},
             now, self.config.hang_timeout_s, self.config.startup_timeout_s,
         )
+
+    def _child_kill_request(self) -> bool:
+        if not self.store.check([membership.CHILD_KILL]):
+            return False
+        self.store.delete_key(membership.CHILD_KILL)
+        return True
 
     def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
         """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""

@@ -25,6 +25,7 @@ from launcher.supervisor.resize import ResizeState, advance, on_requests, shrink
 from resilience.contract.membership import Report, SlotInfo
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
+SPARE_PROCESS_DIED = "a warm spare process of this node died"
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -80,7 +81,11 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
 
 
 def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
-    actions: list[Action] = [DropSpare(node, slot) for node, slot in obs.spares_exited]
+    actions: list[Action] = []
+    for node, slot in obs.spares_exited:  # a node that cannot keep a process alive is not a spare
+        actions += [DropSpare(node, slot), Drain(node, SPARE_PROCESS_DIED)]
+    if obs.child_kill and state.spare_nodes:
+        actions.append(KillSlot(f"n{state.spare_nodes[0]}p0", "injected"))
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
     for node in obs.node_kills:  # an injected node loss: the node goes, as a real lost node does
         actions += [KillNode(node), Drain(node, INJECTED_NODE_LOSS)]

@@ -26,7 +26,8 @@ DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
 ``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM tier) are
 chosen with ``kinds=``."""
-KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer", "fill-disk")
+KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer", "fill-disk",
+         "kill-supervisor-child")
 _PAIRED = {"corrupt-ram": ("kill-all", 0), "kill-during-transfer": ("kill", 0), "fill-disk": ("free-disk", 5)}
 """Kinds drawn with a partner (kind, steps later): a corrupt RAM-tier copy is found when
 every rank restarts from that tier; a sender dies in the transfer to a rank that was just
@@ -87,12 +88,17 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
             continue
         drawn += 1
         kind = rng.choice(faults.kinds)
-        rank = None if kind in ("kill-all", "kill-during-transfer") else rng.randrange(world_size)
-        # node: the node of a rank, as node indices change when spares replace nodes
+        if kind in ("kill-all", "kill-during-transfer"):
+            rank = None  # every rank / whichever sends
+        elif kind == "kill-supervisor-child":
+            rank = 0  # the rank that asks the supervisor
+        else:  # node: the node of a rank, as node indices change when spares replace nodes
+            rank = rng.randrange(world_size)
         out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))
         if kind in _PAIRED:
             partner, later = _PAIRED[kind]
-            rank = {"kill-all": None, "kill": rng.randrange(world_size)}.get(partner, rank)
+            if partner != kind and partner in ("kill-all", "kill"):  # free-disk: the same rank
+                rank = None if partner == "kill-all" else rng.randrange(world_size)
             out.append(Injection(partner, step + later, rank=rank, index=first_index + len(out)))
     return tuple(out)
 

@@ -18,6 +18,8 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             newest RAM-tier copy (found only when that copy is read)
 ``kill-during-transfer:step=S``  SIGKILL the first rank that sends state to a replaced
                             rank in a recovery at or after step S, half-way through it
+``kill-supervisor-child:step=S``  when rank 0 starts step S, the supervisor SIGKILLs the
+                            process of one of its warm spares (its node is drained; none: no-op)
 ``fill-disk:rank=R:step=S`` when rank R starts step S, fill the filesystem of the persistent
                             tier (a file of all its free space; refused above 1 GiB free)
 ``free-disk:rank=R:step=S`` remove that file again
@@ -46,8 +48,9 @@ from pathlib import Path
 from resilience.errors import ResilienceError
 
 KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow", "corrupt-ram",
-         "kill-during-transfer", "fill-disk", "free-disk")
-AT_STEP_START = ("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram", "fill-disk", "free-disk")
+         "kill-during-transfer", "fill-disk", "free-disk", "kill-supervisor-child")
+AT_STEP_START = ("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram", "fill-disk", "free-disk",
+                 "kill-supervisor-child")
 """The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
 FILL_LIMIT_BYTES = 1 << 30
 """``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
@@ -75,7 +78,7 @@ class Injection:
     @property
     def spec(self) -> str:
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
-        if self.kind in ("kill-all", "kill-during-transfer"):
+        if self.kind in ("kill-all", "kill-during-transfer", "kill-supervisor-child"):
             return f"{self.kind}:{when}"
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
@@ -89,7 +92,7 @@ _RANK_SPEC = re.compile(
     r":rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
-_ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer):step=(\d+)$")
+_ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer|kill-supervisor-child):step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
@@ -107,8 +110,9 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             if float(m.group(2)) <= 1:
                 raise InjectSpecError(f"bad --inject spec {raw!r}: factor must exceed 1")
             out.append(Injection("slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))))
-        elif m := _ALL_SPEC.match(raw):
-            out.append(Injection(m.group(1), int(m.group(2)), index=index))
+        elif m := _ALL_SPEC.match(raw):  # kill-supervisor-child: fired by rank 0
+            rank = 0 if m.group(1) == "kill-supervisor-child" else None
+            out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))
         elif m := _NODE_SPEC.match(raw):
             out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
         elif m := _NODE_OF_RANK_SPEC.match(raw):  # the node that runs rank R then
@@ -120,7 +124,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
                 "|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
                 "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
-                "or kill-all|kill-during-transfer:step=S "
+                "or kill-all|kill-during-transfer|kill-supervisor-child:step=S "
                 "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
             )
     return tuple(out)
@@ -186,6 +190,9 @@ def fire(injection: Injection, store, rank: int, node: int, world_size: int) -> 
         deadline = time.monotonic() + 60
         while store.add(arrived, 0) < world_size and time.monotonic() < deadline:
             time.sleep(0.005)
+    if injection.kind == "kill-supervisor-child":  # the supervisor's to do
+        store.set(membership.CHILD_KILL, injection.spec)
+        return
     if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
         store.set(membership.slow_key(node), str(injection.factor))
         return

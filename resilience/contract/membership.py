@@ -180,6 +180,8 @@ class RankEvents:
 
 
 NODE_KILLS = "inject-node-count"
+CHILD_KILL = "inject-supervisor-child"
+"""Set by a rank that fires ``kill-supervisor-child``: the supervisor kills a warm spare's process."""
 PREEMPT = "preempt"
 """Set by a rank that received the preemption signal (``scancel --signal`` reaches steps only)."""
 PROGRESS = "progress"

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 FAULTS = 25
-KINDS = "kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk"
+KINDS = ("kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk,"
+         "kill-supervisor-child")
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def small_disk(tmp_path):
 @pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "sharded"])
 def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, sharded):
     kinds = KINDS + (",kill-during-copy" if sharded else "")
-    cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", str(FAULTS), "--seed", "6", "--every", "4",
+    cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", str(FAULTS), "--seed", "7", "--every", "4",
            "--kinds", kinds, "--log-dir", str(tmp_path), "--",
            "--nodes", "4", "--spares", "1", "--hang-timeout", "3", "--reform-timeout", "20",
            "--persistent-dir", str(small_disk), "--persist-every", "4", "--",
@@ -52,3 +53,4 @@ def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, s
     full = [e for e in events if e["event"] == "tier-warning" and e["tier"] == "persistent"]
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"
     assert not list(small_disk.glob(".sres-fill-disk-*"))
+    assert [e for e in events if e["event"] == "spare-lost"], "kill-supervisor-child never killed a spare"

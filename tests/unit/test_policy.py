@@ -11,7 +11,7 @@ from launcher.straggler import Straggler, StragglerConfig
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
     AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, Requeue, UseIdleNode,
+    Publish, RefillSpare, Requeue, UseIdleNode,
 )
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.policy import REPLACEMENT_ORDER, FaultState, RunState
@@ -48,7 +48,10 @@ CASES = {
     "a hung rank is killed as hung": (Observation(hung=("n1p0",)), state(), CONFIG, [KillSlot("n1p0", "hang")]),
     "an injected node kill": (Observation(node_kills=(2,)), state(), CONFIG,
                               [KillNode(2), Drain(2, "node lost (injected fault)")]),
-    "a spare's process died": (Observation(spares_exited=((3, "n3p0"),)), state(), CONFIG, [DropSpare(3, "n3p0")]),
+    "a spare's process died": (Observation(spares_exited=((3, "n3p0"),)), state(), CONFIG,
+                               [DropSpare(3, "n3p0"), Drain(3, "a warm spare process of this node died")]),
+    "an injected kill of a supervisor's child: a spare's process": (Observation(child_kill=True), state(), CONFIG,
+                                                                    [KillSlot("n3p0", "injected")]),
     "preemption requeues, saving first": (Observation(preempted="preempted (SIGUSR2)"), state(), CONFIG,
                                           [Requeue("preempted (SIGUSR2)", save=True, cause="preemption")]),
     "preemption past --max-requeues fails": (
@@ -107,6 +110,17 @@ CASES = {
     "slurmd does not answer: the node goes": (
         Observation(lost={1: "kill"}, evidence={1: DEAD}), state(), CONFIG,
         [OpenFault(0.0, {1: "node"}, {1: "slurmd not responding"}, None, {1: 1}), KillNode(1, "slurmd not responding")]),
+    "every rank lost at once: no node is blamed": (
+        Observation(lost={0: "kill", 1: "kill", 2: "kill"}, evidence={n: NodeEvidence() for n in range(3)}),
+        state(process_faults={0: 1, 1: 1, 2: 1}), CONFIG,
+        [OpenFault(0.0, {0: "kill", 1: "kill", 2: "kill"}, {}, None, {0: 1, 1: 1, 2: 1})]),
+    "...but a dead slurmd still is": (
+        Observation(lost={0: "kill", 1: "kill", 2: "kill"}, evidence={0: NodeEvidence(), 1: DEAD, 2: NodeEvidence()}),
+        state(), CONFIG,
+        [OpenFault(0.0, {0: "kill", 1: "node", 2: "kill"}, {1: "slurmd not responding"}, None, {}),
+         KillNode(1, "slurmd not responding")]),
+    "short of spares: look for a node that came back": (Observation(), state(spare_nodes=()), CONFIG, [RefillSpare()]),
+    "...at most every few seconds": (Observation(), state(spare_nodes=(), next_refill=NOW + 1), CONFIG, []),
     "a node already dead (injected) is not judged again": (
         Observation(lost={1: "node"}), state(dead_nodes=frozenset({1})), CONFIG, [OpenFault(0.0, {1: "node"}, {}, None, {})]),
     "too many restarts": (

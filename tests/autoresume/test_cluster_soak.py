@@ -1,0 +1,70 @@
+"""Ten real node losses in one Slurm job: spares consumed and given back, the result exact.
+
+Each round kills the slurmd (and every process) of a random node that holds a rank, waits
+for the job to recover, brings slurmd back and resumes the node as an admin or the health
+hooks would; the job takes the resumed node back as a warm spare (a node of the job that it
+drained and that is healthy again). The batch host is never the victim: it runs the
+supervisor (a job that must survive its loss needs the supervisor off the training nodes).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.inprocess.conftest import sres_run
+from tests.training_jobs import TrainingJob, sres_srun, submit_training
+
+pytestmark = pytest.mark.cluster
+
+LOSSES = 10
+SOAK_STEPS = 900
+
+
+@pytest.fixture(scope="module")
+def soak_reference(tmp_path_factory) -> dict[int, str]:
+    run = sres_run(tmp_path_factory.mktemp("soak-reference"), nodes=3, steps=SOAK_STEPS)
+    assert run.returncode == 0, run.stderr
+    return run.digests()
+
+
+def _until(what: str, check, job: TrainingJob, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert not job.client.job(job.job_id).finished, f"the job ended while waiting for {what}:\n{job.output}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s:\n{job.output[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_ten_node_losses_in_one_job_with_spares_consumed_and_returned(cluster, tmp_path, soak_reference):
+    job = submit_training(cluster, tmp_path, ["-N5", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", f"--auto-resume={3 * LOSSES}", "-N", "3"), sleep=0.2,
+                          train_args=("--steps", str(SOAK_STEPS), "--progress-every", "10"))
+    job.wait_step(10)
+    hosts = job.hosts()
+    batch_host, where = hosts[0], dict(enumerate(hosts[:3]))  # rank -> host
+    rng = random.Random(17)
+    for loss in range(1, LOSSES + 1):
+        where.update({e["rank"]: e["host"] for e in job.of("replaced")})
+        victim = rng.choice(sorted({h for h in where.values() if h != batch_host}))
+        recovered = len(job.of("recovered"))
+        cluster.kill_node(victim)
+        _until(f"recovery from loss {loss} ({victim})", lambda: len(job.of("recovered")) > recovered, job)
+        cluster.restart_node(victim)  # slurmd back before SlurmdTimeout: the node stays in the job
+        cluster.resume(victim)  # it was drained ("sres: slurmd not responding"); an admin resumes it
+        # The first loss's node left the job (its one NodeList shrink); every later one comes back.
+        _until(f"a spare after loss {loss}", lambda: 2 - loss + len(job.of("node-added")) >= 1, job)
+
+    done = job.wait_done(timeout=600)
+    assert done.state == "COMPLETED" and done.restart_count == 0, job.output[-3000:]
+    assert job.digests() == soak_reference, job.output[-3000:]
+    faults = [e for e in job.of("fault") if e["kind"] == "node"]
+    assert len(faults) == LOSSES and all(e["why"] == "slurmd not responding" for e in faults), faults
+    returned = [e for e in job.of("node-added") if e["how"] == "returned"]
+    assert len(returned) >= LOSSES - 2, returned
+    assert all(e["how"] in ("spare", "returned") for e in job.of("replaced"))
+    states = cluster.node_states()
+    assert not [n for n, s in states.items() if "DRAIN" in s or "DOWN" in s], states  # every node resumed
+    assert not cluster.queue(), cluster.queue()  # no job or step of the run left
