@@ -90,14 +90,17 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if not on_slurm and not any(a.startswith("--repair-after") for a in options):
         run_args = ["--repair-after", str(REPAIR_AFTER_S), *run_args]  # lost nodes come back, as on a cluster
     runs = {}
+    persistent = _option(options, "--persistent-dir")
     for name, extra in (("reference", []), ("chaos", ["--inject", spec.spec])):
         log_dir = base / name
         job = f"chaos-{seed}-{name}-{time.monotonic_ns() % 10**9}"
+        if persistent:  # a run of its own each: the chaos run must not resume from the reference's checkpoints
+            extra = [*extra, "--persistent-dir", str(Path(persistent) / name)]
         argv = [sys.executable, "-m", "launcher.cli", "run", "--log-dir", str(log_dir), "--job-id", job, *extra,
-                *run_args]
+                *_without(run_args, "--persistent-dir")]
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
         runs[name] = (_run(argv, log_dir, args.progress_every if extra else 0), log_dir, job)
-    verdict, table = judge(runs, _option(options, "--persistent-dir"))
+    verdict, table = judge(runs, str(Path(persistent) / "chaos") if persistent else None)
     print(table)
     return 0 if verdict.identical and verdict.clean else 1
 
@@ -118,6 +121,20 @@ def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
             p50 = f", recovery p50 {_pct(seconds, 50):.2f} s" if seconds else ""
             print(f"sres chaos: {faults} faults seen, {len(seconds)} recoveries{p50}", file=sys.stderr, flush=True)
     return proc.returncode
+
+
+def _without(argv: list[str], name: str) -> list[str]:
+    """``argv`` less option ``name`` and its value, in the run's options (before the ``--``)."""
+    cut = argv.index("--")
+    options, out, skip = argv[:cut], [], False
+    for option in options:
+        if skip:
+            skip = False
+        elif option == name:
+            skip = True
+        elif not option.startswith(name + "="):
+            out.append(option)
+    return out + argv[cut:]
 
 
 def _option(options: list[str], name: str) -> str | None:

@@ -132,6 +132,10 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
                 transfers.append(Transfer(holder, rank, "sharded", holder if twin else rank))
         else:
             return RecoveryPlan(step, tuple(transfers))
+    if candidates == [0]:
+        # The first commit's buddy copy was cut off (a fault at step 1, while it was still on
+        # its way): the commit before it is the initial state, which every rank rebuilds.
+        return RecoveryPlan(-1)
     raise Unrecoverable(missing or "no committed step is held by the survivors")
 
 

@@ -49,6 +49,10 @@ class CheckpointInvalid(CheckpointError):
     checksum mismatch, another job or world size. The message names the file."""
 
 
+class OtherJob(CheckpointInvalid):
+    """A checkpoint of another job, in a directory jobs share: not this job's to use or judge."""
+
+
 @dataclass(frozen=True)
 class FileEntry:
     size: int
@@ -267,7 +271,7 @@ def read_manifest(path: Path, job_id: str | None = None, world_size: int | None 
         raise CheckpointInvalid(f"{where}: unreadable ({err})") from None
     manifest = Manifest.from_json(text, where)
     if job_id is not None and manifest.job_id != job_id:
-        raise CheckpointInvalid(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
+        raise OtherJob(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
     if world_size is not None and manifest.world_size != world_size:
         raise CheckpointInvalid(f"{where}: written by {manifest.world_size} ranks, this run has {world_size}")
     for name, entry in manifest.files.items():

@@ -31,8 +31,10 @@ class PersistentTier(Tier):
                 out += [Offer(self.name, SHARED_HOLDER, r, step, complete[step]) for r in range(complete[step])]
                 continue
             for owner in mf.ranks_in(root, step):
-                try:  # another job's checkpoints in the same directory are not this job's business
-                    mf.read_manifest(mf.rank_dir(root, step, owner))
+                try:
+                    mf.read_manifest(mf.rank_dir(root, step, owner), job_id=where.config.job_id)
+                except mf.OtherJob:  # another job's checkpoints in the same directory are not our business
+                    continue
                 except mf.CheckpointInvalid as err:
                     report(self.name, owner, step, str(err))
         return out

@@ -52,5 +52,5 @@ def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, s
     assert len([e for e in events if e["event"] == "fault"]) >= FAULTS  # a whole-node or all-rank one counts per rank
     full = [e for e in events if e["event"] == "tier-warning" and e["tier"] == "persistent"]
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"
-    assert not list(small_disk.glob(".sres-fill-disk-*"))
+    assert not list(small_disk.rglob(".sres-fill-disk-*"))
     assert [e for e in events if e["event"] == "spare-lost"], "kill-supervisor-child never killed a spare"
