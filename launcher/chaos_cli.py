@@ -29,9 +29,11 @@ REPAIR_AFTER_S = 0.0
 """Local runs: a drained simulated node is back at once (a soak needs more node losses
 than any job has spares; on a cluster the test resumes nodes itself)."""
 STEPS_LOST_BOUND = 2
-"""Steps a recovery may redo: the commit a fault cut off, and with sharded state the one
-before, when the lost rank's buddy copy of it was cut off too (its buddy holds only the
-commit before; everyone rolls back to it). Data-parallel runs redo at most 1."""
+"""Steps a recovery from memory (peers, RAM and neighbour tiers) may redo: the commit a fault
+cut off, and with sharded state the one before, when the lost rank's buddy copy of it was cut
+off too (its buddy holds only the commit before; everyone rolls back to it). Data-parallel
+runs redo at most 1. A recovery from the persistent tier (every copy in memory lost or
+refused) goes back to its last save: ``--persist-every`` bounds it, not this."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,19 +80,9 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     spec = fault_schedule.RandomFaults(seed, args.every, tuple(args.kinds.split(",")), 1, 1_000_000, args.faults)
     base = args.log_dir or Path("sres-runs") / f"chaos-{seed}"
     print(f"sres chaos: seed {seed}, {args.faults} faults, log dirs under {base}", file=sys.stderr, flush=True)
-    options = run_args[:run_args.index("--")]
-    if not any(a.startswith("--max-restarts") for a in options):
-        run_args = ["--max-restarts", str(2 * args.faults + 10), *run_args]  # every fault is a restart
-    if not any(a.startswith("--node-fault-after") for a in options):
-        # The schedule's process faults are independent by construction: draining their nodes
-        # would test the drain rule a few hundred times and throw away the RAM tier of healthy
-        # nodes. Node losses are scheduled as such (kind node).
-        run_args = ["--node-fault-after", str(10 * args.faults + 10), *run_args]
-    on_slurm = "slurm" in options or (os.environ.get("SLURM_JOB_ID") and "local" not in options)
-    if not on_slurm and not any(a.startswith("--repair-after") for a in options):
-        run_args = ["--repair-after", str(REPAIR_AFTER_S), *run_args]  # lost nodes come back, as on a cluster
+    persistent = _option(run_args[:run_args.index("--")], "--persistent-dir")
+    run_args = _with_soak_defaults(run_args, args.faults)
     runs = {}
-    persistent = _option(options, "--persistent-dir")
     for name, extra in (("reference", []), ("chaos", ["--inject", spec.spec])):
         log_dir = base / name
         job = f"chaos-{seed}-{name}-{time.monotonic_ns() % 10**9}"
@@ -99,10 +91,27 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         argv = [sys.executable, "-m", "launcher.cli", "run", "--log-dir", str(log_dir), "--job-id", job, *extra,
                 *_without(run_args, "--persistent-dir")]
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
-        runs[name] = (_run(argv, log_dir, args.progress_every if extra else 0), log_dir, job)
+        runs[name] = (_run(argv, log_dir, args.progress_every if name == "chaos" else 0), log_dir, job)
     verdict, table = judge(runs, str(Path(persistent) / "chaos") if persistent else None)
     print(table)
     return 0 if verdict.identical and verdict.clean else 1
+
+
+def _with_soak_defaults(run_args: list[str], faults: int) -> list[str]:
+    """The run's options, with what a soak needs where the user set nothing."""
+    options = run_args[:run_args.index("--")]
+    added = []
+    if not any(a.startswith("--max-restarts") for a in options):
+        added += ["--max-restarts", str(2 * faults + 10)]  # every fault is a restart
+    if not any(a.startswith("--node-fault-after") for a in options):
+        # The schedule's process faults are independent by construction: draining their nodes
+        # would test the drain rule a few hundred times and throw away the RAM tier of healthy
+        # nodes. Node losses are scheduled as such (kind node).
+        added += ["--node-fault-after", str(10 * faults + 10)]
+    on_slurm = "slurm" in options or (os.environ.get("SLURM_JOB_ID") and "local" not in options)
+    if not on_slurm and not any(a.startswith("--repair-after") for a in options):
+        added += ["--repair-after", str(REPAIR_AFTER_S)]  # lost nodes come back, as on a cluster
+    return added + run_args
 
 
 def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
@@ -175,9 +184,9 @@ def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = N
         f = unanswered[0]
         verdict.problems.append(f"{len(unanswered)} fault(s) without a recovery after them, the first: {f['kind']} "
                                 f"of rank {f['rank']} in generation {f['generation']}")
-    lost = max((r["steps_lost"] for r in recovered), default=0)
+    lost = max((r["steps_lost"] for r in recovered if r["source"] != "persistent"), default=0)
     if lost > STEPS_LOST_BOUND:
-        verdict.problems.append(f"a recovery redid {lost} steps (bound {STEPS_LOST_BOUND})")
+        verdict.problems.append(f"a recovery from memory redid {lost} steps (bound {STEPS_LOST_BOUND})")
     return verdict, _table(events, faults, recovered, verdict, log_dir)
 
 
@@ -201,7 +210,10 @@ def _table(events: list[dict], faults: list[dict], recovered: list[dict], verdic
         lines.append(f"{'recovery s p50/p90/p99':<22} {_percentiles(seconds)}")
         for kind, values in sorted(_recovery_by_kind(events).items()):
             lines.append(f"{'  after ' + kind:<22} {_percentiles(values)}")
-        lines.append(f"{'steps lost max':<22} {max(r['steps_lost'] for r in recovered)}")
+        lost = {persistent: max((r["steps_lost"] for r in recovered if (r["source"] == "persistent") == persistent),
+                                default=None) for persistent in (False, True)}
+        lines.append(f"{'steps lost max':<22} {lost[False] if lost[False] is not None else '-'} from memory"
+                     + (f", {lost[True]} from the persistent tier" if lost[True] is not None else ""))
     invalid = [e for e in events if e["event"] == "checkpoint-invalid"]
     lines.append(f"{'bad copies refused':<22} {len(invalid)}"
                  + (f" ({', '.join(sorted({e['tier'] for e in invalid}))})" if invalid else ""))
