@@ -21,7 +21,7 @@ from launcher.supervisor.actions import (
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
-from launcher.supervisor.resize import ResizeState, advance, on_requests, shrink_after_loss
+from launcher.supervisor.resize import ResizeState, advance, node_slots, on_requests, shrink_after_loss
 from resilience.contract.membership import Report, SlotInfo
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
@@ -85,7 +85,7 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     for node, slot in obs.spares_exited:  # a node that cannot keep a process alive is not a spare
         actions += [DropSpare(node, slot), Drain(node, SPARE_PROCESS_DIED)]
     if obs.child_kill and state.spare_nodes:
-        actions.append(KillSlot(f"n{state.spare_nodes[0]}p0", "injected"))
+        actions.append(KillSlot(node_slots(state.spare_nodes[0], config.procs_per_node)[0], "injected"))
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
     for node in obs.node_kills:  # an injected node loss: the node goes, as a real lost node does
         actions += [KillNode(node), Drain(node, INJECTED_NODE_LOSS)]
