@@ -176,7 +176,7 @@ class SlowNode:
             time.sleep(self.delay_s)
 
 
-def fire(injection: Injection, store, rank: int, node: int, world_size: int) -> None:
+def fire(injection: Injection, store, rank: int, node: int, world_size: int, generation: int | None = None) -> None:
     """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
     from resilience.contract import membership
 
@@ -184,11 +184,16 @@ def fire(injection: Injection, store, rank: int, node: int, world_size: int) -> 
     if store.add(key, 1) != 1:
         return
     if injection.kind == "kill-all":
-        # Die together: no rank is lost (and no survivor released) before all got here.
+        # Die together: no rank is lost (and no survivor released) before all got here. A rank
+        # that another fault killed on its way never comes: once its loss ends the generation,
+        # who got here dies now (found by the soak: they waited, past the release grace).
         arrived = membership.fired_key(injection.index) + "/arrived"
         store.add(arrived, 1)
+        ended = [membership.plan_key(generation + 1)] if generation is not None else None
         deadline = time.monotonic() + 60
         while store.add(arrived, 0) < world_size and time.monotonic() < deadline:
+            if ended is not None and store.check(ended):
+                break
             time.sleep(0.005)
     if injection.kind == "kill-supervisor-child":  # the supervisor's to do
         store.set(membership.CHILD_KILL, injection.spec)

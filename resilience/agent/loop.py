@@ -354,7 +354,7 @@ class Agent:
 
     def _inject(self, due: list[faults.Injection]) -> None:
         for injection in due:
-            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size)
+            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
 
     def before_commit(self) -> None:
         # The previous commit's copy and buddy round must finish before the optimizer

@@ -42,3 +42,22 @@ def test_fill_disk_takes_every_free_byte_of_a_small_filesystem_and_refuses_a_big
     monkeypatch.setattr(f, "FILL_LIMIT_BYTES", 0)  # tmp_path is on a real disk: refused, untouched
     assert f.fill_disk(tmp_path / "filler").startswith("not filled")
     assert not (tmp_path / "filler").exists()
+
+
+def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
+    """Found by the 500-fault soak: a kill at the kill-all's step took one rank before it got
+    there, and the others waited for it past their generation's end (then exited 75)."""
+    import subprocess
+    import sys
+    import time
+
+    child = ("import torch.distributed as dist\n"
+             "from resilience.agent import faults\n"
+             "from resilience.contract import membership\n"
+             "store = dist.HashStore()\n"
+             "store.set(membership.plan_key(2), 'the next generation')\n"
+             "faults.fire(faults.parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    assert time.monotonic() - started < 30  # not the 60 s arrival deadline
