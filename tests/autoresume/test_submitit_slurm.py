@@ -114,13 +114,15 @@ def test_cancel_leaves_nothing_running(slurm_env, tmp_path):
 
 
 def test_a_tiny_time_limit_requeues_max_num_timeout_times_then_fails_clearly(slurm_env, tmp_path):
-    """timeout_min=2: Slurm signals the job (B:USR2@120) at its first time-limit check, each run
-    (slurmctld checks every 30 s, so 90-120 s before the limit: room for a loaded machine to
-    stop the ranks; 1 minute left as little as 30 s). The first signal near the limit requeues
-    (a time-limit requeue, from the saved step); the second finds max_num_timeout=1 used and
-    fails the job with that reason, without waiting for Slurm to kill it."""
+    """timeout_min=3: Slurm signals the job (B:USR2@120) at its first time-limit check after 60 s,
+    each run (slurmctld checks every 30 s, so 90-120 s before the limit: room for a loaded
+    machine to stop the ranks). Not 2: the signal is then due at once, and a check that falls
+    in the first tenth of a second of a run kills the batch shell's python before it catches
+    USR2 (seen in CI: the requeued run ended WTERMSIG 12, 0.06 s after it started). The first
+    signal near the limit requeues (a time-limit requeue, from the saved step); the second finds
+    max_num_timeout=1 used and fails the job with that reason, without waiting for Slurm."""
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=1)
-    ex.update_parameters(nodes=2, timeout_min=2, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"),
+    ex.update_parameters(nodes=2, timeout_min=3, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"),
                          persist_every=3)
     job = ex.submit(train, 100_000, 256, 0.05)
     with pytest.raises(submitit.core.utils.FailedJobError,
