@@ -70,6 +70,11 @@ class RecoveryWatch:
                              first_step_s=first_step_t - info["recovered_t"])
             self.say(f"recovered: generation {generation} resumed after step {info['step']} from {info['source']} "
                      f"in {seconds:.2f} s")
+        lost = max((f.progress for f in self.pending), default=-1)
+        if info["step"] < 0 <= lost:
+            self.say(f"warning: no peer and no checkpoint tier held a usable step: generation {generation} starts "
+                     f"over from the initial state, {lost + 1} step(s) to redo (the result is unchanged; "
+                     f"--persistent-dir keeps a copy that survives this)")
         self.pending = []
 
     def _emit_resizes(self, generation: int, first_step_t: float, info: dict) -> None:

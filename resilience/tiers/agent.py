@@ -92,7 +92,7 @@ class TierAgent:
         if result is not None and self.rank() == 0:
             self.emit("restored", step=result.step, generation=plan.generation, source=result.source,
                       tiers={str(r): t for r, t in sorted(result.tiers.items())}, seconds=result.seconds,
-                      bytes=result.bytes_moved)
+                      bytes=result.bytes_moved, borrowed={str(r): o for r, o in sorted(result.borrowed.items())})
         return result
 
     def close(self) -> None:

@@ -44,6 +44,8 @@ class Offer:
     owner: int
     step: int
     world_size: int
+    interchangeable: bool = False
+    """The copy holds replicated state only, the same on every rank: it can serve any rank."""
 
 
 class Tier(ABC):
@@ -75,7 +77,7 @@ class Tier(ABC):
                 except mf.CheckpointInvalid as err:
                     report(self.name, owner, step, str(err))
                     continue
-                out.append(Offer(self.name, holder, owner, step, m.world_size))
+                out.append(Offer(self.name, holder, owner, step, m.world_size, set(m.layout) == {"replicated"}))
         return out
 
     def write(self, where: Where, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,11 @@ __all__ = ["Offer", "Restored", "Restorer", "TierPlan", "list_offers", "plan_res
 @dataclass(frozen=True)
 class Source:
     owner: int
+    """The rank that loads this copy."""
     tier: str
     holder: int
+    of: int
+    """Whose copy it is: ``owner``'s own, or (replicated state only) another rank's of the same step."""
 
 
 @dataclass(frozen=True)
@@ -54,27 +57,29 @@ def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
 
     Each rank's copy comes from the cheapest tier that has it (own RAM, neighbour,
     persistent), preferring a copy on its own process's node (``holder == owner``).
-    ``bad`` holds (tier, owner, step) copies that failed verification. A checkpoint written
-    by another world size is used only from the persistent tier and only with all its ranks
-    (resharding), and only when no same-size checkpoint is as new.
+    ``bad`` holds (tier, owner, step) copies that failed verification. A rank with no copy of
+    its own at a step takes another rank's, where that copy holds replicated state only (it
+    is the same on every rank): one corrupt or missing copy then costs no steps. A checkpoint
+    written by another world size is used only from the persistent tier and only with all
+    its ranks (resharding), and only when no same-size checkpoint is as new.
     """
     usable = [o for o in offers if (o.tier, o.owner, o.step) not in bad and o.step > after_step]
     for step in sorted({o.step for o in usable}, reverse=True):
         here = [o for o in usable if o.step == step and o.world_size == world]
         sources = []
         for owner in range(world):
-            mine = [o for o in here if o.owner == owner]
+            mine = [o for o in here if o.owner == owner] or [o for o in here if o.interchangeable]
             if not mine:
                 break
-            best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder))
-            sources.append(Source(owner, best.tier, best.holder))
+            best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder, o.owner))
+            sources.append(Source(owner, best.tier, best.holder, best.owner))
         else:
             return TierPlan(step, world, tuple(sources))
         for other in sorted({o.world_size for o in usable if o.step == step and o.world_size != world}):
             for shared in (t.name for t in registry.TIERS if t.shared):
                 owners = {o.owner for o in usable if o.step == step and o.world_size == other and o.tier == shared}
                 if owners == set(range(other)):
-                    return TierPlan(step, other, tuple(Source(r, shared, SHARED_HOLDER) for r in range(other)))
+                    return TierPlan(step, other, tuple(Source(r, shared, SHARED_HOLDER, r) for r in range(other)))
     return None
 
 
@@ -102,6 +107,8 @@ class Restored:
     """kind -> snapshot of this rank (empty when resharded)."""
     seconds: float
     bytes_moved: int
+    borrowed: dict[int, int] = field(default_factory=dict)
+    """rank -> the rank whose copy of the replicated state it loaded (its own was unusable)."""
 
     @property
     def source(self) -> str:
@@ -148,7 +155,8 @@ class Restorer:
             if not failed:
                 states, snaps = result
                 return Restored(plan.step, {s.owner: s.tier for s in plan.sources}, states, snaps,
-                                time.perf_counter() - started, moved)
+                                time.perf_counter() - started, moved,
+                                {s.owner: s.of for s in plan.sources if s.of != s.owner})
             for tier, owner, step, why in failed:
                 bad.add((tier, owner, step))
                 if error is not None and error[:3] == (tier, owner, step):
@@ -165,20 +173,20 @@ class Restorer:
             local = registry.tier(src.tier).shared or src.holder == src.owner
             if local and src.owner == self.rank:
                 try:
-                    loaded = self._load(src.tier, plan.step, src.owner)
+                    loaded = self._load(src.tier, plan.step, src.of)
                 except mf.CheckpointInvalid as err:
-                    error = (src.tier, src.owner, plan.step, str(err))
+                    error = (src.tier, src.of, plan.step, str(err))
             elif not local and src.holder == self.rank:
-                moved += send_checkpoint(registry.tier(src.tier).path(self.where, plan.step, src.owner), src.owner,
+                moved += send_checkpoint(registry.tier(src.tier).path(self.where, plan.step, src.of), src.owner,
                                          self.group)
             elif not local and src.owner == self.rank:
                 # The copy lands in this node's own (cheapest) tier: restored there too.
                 here = registry.TIERS[0]
                 try:
-                    moved += recv_checkpoint(here.path(self.where, plan.step, src.owner), src.holder, self.group)
-                    loaded = self._load(here.name, plan.step, src.owner, tier_name=src.tier)
+                    moved += recv_checkpoint(here.path(self.where, plan.step, src.of), src.holder, self.group)
+                    loaded = self._load(here.name, plan.step, src.of, tier_name=src.tier)
                 except mf.CheckpointInvalid as err:
-                    error = (src.tier, src.owner, plan.step, str(err))
+                    error = (src.tier, src.of, plan.step, str(err))
         if error is not None:
             return error, None, moved
         states: dict[str, Any] = {}

@@ -84,6 +84,11 @@ def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tm
     shutil.copytree(persistent, saved / "persistent")
     step = int(_newest(own, 1).parent.name[5:])
 
+    def restore_saved() -> None:
+        for src, dst in ((saved / "ram", ram_root), (saved / "persistent", persistent)):
+            shutil.rmtree(dst)
+            shutil.copytree(src, dst)
+
     def again(name: str):
         run = sres_tiers(tmp_path, ram_root, name=name)
         assert run.returncode == 0, dump(run)
@@ -99,22 +104,32 @@ def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tm
     assert event["tiers"]["1"] == "neighbour" and event["tiers"]["0"] == "ram", dump(run)
     assert any(e["tier"] == "ram" and e["owner"] == 1 and "checksum mismatch" in e["reason"] for e in invalid)
 
-    # 2. Own and neighbour copies corrupt: the persistent tier serves (an older step).
-    for src, dst in ((saved / "ram", ram_root), (saved / "persistent", persistent)):
-        shutil.rmtree(dst)
-        shutil.copytree(src, dst)
+    # 2. Every copy of rank 1 corrupt, and no persistent tier: the state is replicated, so rank
+    #    0's newest copy serves rank 1 too (before, the run started over from step 0).
+    restore_saved()
+    shutil.rmtree(persistent)
+    rank0 = max(int(_newest(root, 0).parent.name[5:]) for root in (own_root("tiers", 0, ram_root),
+                                                                  neighbour_root("tiers", 1, ram_root)))
     for root in (own, neighbour):
         for s in mf.steps_in(root):  # complete copies: the kill may have cut the newest one off
             if (mf.rank_dir(root, s, 1) / mf.MANIFEST).exists():
                 _flip_byte(mf.rank_dir(root, s, 1) / "replicated.bin")
     run, event, invalid = again("neighbour-corrupt")
-    assert event["tiers"]["1"] == "persistent" and event["step"] <= step, dump(run)
+    assert event["borrowed"] == {"1": 0} and event["tiers"]["1"] in ("ram", "neighbour"), dump(run)
+    assert event["step"] == rank0 and event["bytes"] > 0, dump(run)
     assert {e["tier"] for e in invalid if e["owner"] == 1} >= {"ram", "neighbour"}
 
-    # 3. And the newest persistent copy corrupt too: an older persistent step serves.
-    for src, dst in ((saved / "ram", ram_root), (saved / "persistent", persistent)):
-        shutil.rmtree(dst)
-        shutil.copytree(src, dst)
+    # 2b. Every RAM-tier copy of every rank corrupt: the persistent tier serves (an older step).
+    restore_saved()
+    for data in (ram_root / "job-tiers").glob("node-*/*/step-*/rank-*/replicated.bin"):
+        if (data.parent / mf.MANIFEST).exists():
+            _flip_byte(data)
+    run, event, invalid = again("ram-corrupt")
+    assert event["tiers"] == {"0": "persistent", "1": "persistent"} and event["step"] <= step, dump(run)
+    assert {(e["tier"], e["owner"]) for e in invalid} >= {("ram", 0), ("ram", 1)}
+
+    # 3. No RAM tier, and the newest persistent copy corrupt: an older persistent step serves.
+    restore_saved()
     shutil.rmtree(ram_root / "job-tiers")
     newest = max(complete_steps(persistent, "tiers"))
     rank1 = mf.rank_dir(persistent, newest, 1)

@@ -93,6 +93,25 @@ def test_newest_step_that_every_rank_has_and_only_after_the_peers():
     assert plan_restore(2, o, -1, frozenset({("ram", 0, 8)})).step == 5
 
 
+def test_replicated_state_is_served_by_another_ranks_copy_of_the_same_step():
+    """Found by the 500-fault soak (seed 1, step 389): rank 1's newest RAM copy corrupt, rank 3
+    respawned too often to hold the step before, no neighbour copy: the run started over from
+    step -1. Replicated state is the same on every rank, so any rank's copy of the step serves."""
+    o = [Offer("ram", r, r, 388, 4, interchangeable=True) for r in range(4)] + \
+        [Offer("ram", r, r, 387, 4, interchangeable=True) for r in (0, 1, 2)]
+    plan = plan_restore(4, o, -1, frozenset({("ram", 1, 388)}))
+    assert plan.step == 388
+    assert [(s.owner, s.of, s.holder) for s in plan.sources] == [(0, 0, 0), (1, 0, 0), (2, 2, 2), (3, 3, 3)]
+    sharded = [Offer("ram", r, r, 388, 4) for r in range(4)] + [Offer("ram", r, r, 387, 4) for r in range(4)]
+    assert plan_restore(4, sharded, -1, frozenset({("ram", 1, 388)})).step == 387  # a shard is nobody else's
+
+
+def test_a_rank_takes_another_ranks_copy_only_when_it_has_none_of_its_own():
+    o = [Offer("ram", 0, 0, 8, 2, True), Offer("persistent", -1, 1, 8, 2, True)]
+    plan = plan_restore(2, o, -1)
+    assert [(s.owner, s.tier, s.of) for s in plan.sources] == [(0, "ram", 0), (1, "persistent", 1)]
+
+
 def test_other_world_size_only_from_a_complete_persistent_checkpoint():
     o = offers("ram", 9, 4) + offers("persistent", 8, 4, holders={r: -1 for r in range(4)})
     plan = plan_restore(2, o, -1)
@@ -339,7 +358,7 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
     saver.close()
     # The requeued job runs rank 0 on that host: it offers rank 2's copy from its own RAM tier.
     offers = list_offers(config, rank=0, node="gpu-a17", include_shared=False, report=print, ram_base=tmp_path)
-    assert offers == [Offer("ram", 0, 2, 6, 4)]
+    assert offers == [Offer("ram", 0, 2, 6, 4, interchangeable=True)]
     assert list_offers(config, rank=0, node="gpu-b02", include_shared=False, report=print, ram_base=tmp_path) == []
     with pytest.raises(ValueError, match="not a node name"):
         own_root("j", "../etc", tmp_path)
