@@ -108,6 +108,8 @@ def _with_soak_defaults(run_args: list[str], faults: int) -> list[str]:
         # would test the drain rule a few hundred times and throw away the RAM tier of healthy
         # nodes. Node losses are scheduled as such (kind node).
         added += ["--node-fault-after", str(10 * faults + 10)]
+    if not any(a.startswith("--standby") for a in options):
+        added += ["--standby", "1"]  # a killed or hung rank's node has a warm process to take over
     on_slurm = "slurm" in options or (os.environ.get("SLURM_JOB_ID") and "local" not in options)
     if not on_slurm and not any(a.startswith("--repair-after") for a in options):
         added += ["--repair-after", str(REPAIR_AFTER_S)]  # lost nodes come back, as on a cluster

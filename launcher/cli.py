@@ -84,7 +84,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         (log_dir / "fault-schedule.json").write_text(json.dumps(
             {"specs": list(specs), "injections": [i.spec for i in injections]}, indent=1) + "\n")
     config = RunConfig(
-        command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares,
+        command=command, nodes=nodes, procs_per_node=procs_per_node, spares=spares, standby=args.standby,
         injections=injections, log_dir=log_dir, backend=args.backend,
         hang_timeout_s=args.hang_timeout, reform_timeout_s=args.reform_timeout, max_restarts=max_restarts,
         replication_factor=args.replication_factor, node_fault_after=args.node_fault_after,
@@ -193,6 +193,10 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-dir", help="where events.jsonl and rank logs go (default $SRES_LOG_DIR, else "
                                      "sres-runs/job-<id> in a Slurm job, else sres-runs/run-<time>)")
     d = _run_default
+    p.add_argument("--standby", type=int, default=d("standby"), metavar="N",
+                   help="warm standby processes per node (default 0): a rank whose process dies on a healthy node is "
+                        "taken over by one, without Python and torch starting on the recovery path (costs one idle "
+                        "process's memory per node)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default=d("backend"), help="torch.distributed backend")
     p.add_argument("--hang-timeout", type=float, default=d("hang_timeout_s"),
                    help=f"seconds without heartbeat before a rank is declared hung (default {d('hang_timeout_s'):g})")

@@ -84,6 +84,13 @@ class RefillSpare:
 
 
 @dataclass(frozen=True)
+class StartStandby:
+    """Start one warm standby process on ``node`` (it warms up and waits to take over a rank)."""
+
+    node: int
+
+
+@dataclass(frozen=True)
 class AcquireNode:
     """Get one more node from the scheduler (job expansion), as a cold spare."""
 
@@ -91,13 +98,15 @@ class AcquireNode:
 @dataclass(frozen=True)
 class Publish:
     """Publish the next generation: ``members`` (rank -> slot), after starting ``spawn``
-    (slot, node, local rank) and taking ``used_spares`` out of the spare pool."""
+    (slot, node, local rank), taking ``used_spares`` out of the spare pool and giving each
+    ``promoted`` standby (slot, local rank) the local rank of the rank it takes over."""
 
     members: Mapping[int, str]
     replaced: tuple[int, ...]
     reason: str
     spawn: tuple[tuple[str, int, int], ...] = ()
     used_spares: tuple[int, ...] = ()
+    promoted: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,6 @@ class Fail:
     reason: str
 
 
-Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | AcquireNode
-          | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause | AbandonResize | Resize
-          | Requeue | Finish | Fail)
+Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | RefillSpare
+          | StartStandby | AcquireNode | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause
+          | AbandonResize | Resize | NoteStraggler | Requeue | Finish | Fail)

@@ -22,6 +22,10 @@ class RunConfig:
     nodes: int
     procs_per_node: int = 1
     spares: int = 0
+    standby: int = 0
+    """Warm standby processes per node holding ranks: a rank whose process dies on a healthy
+    node is taken over by one, with its imports and warm-up already paid (a cold start of
+    Python and torch costs seconds; taking over, a re-formation)."""
     injections: tuple[faults.Injection, ...] = ()
     log_dir: Path = Path("sres-logs")
     backend: str = rank_env.BACKEND
@@ -66,6 +70,8 @@ class RunConfig:
             raise ConfigError(f"--procs-per-node must be at least 1 (got {self.procs_per_node})")
         if self.spares < 0:
             raise ConfigError(f"--spares cannot be negative (got {self.spares})")
+        if self.standby < 0:
+            raise ConfigError(f"--standby cannot be negative (got {self.standby})")
         if self.max_restarts < 0:
             raise ConfigError("--max-restarts cannot be negative")
         if self.hang_timeout_s <= 2 * self.heartbeat_s:

@@ -60,6 +60,12 @@ class Books:
     resize: ResizeState | None = None
     last_resize: dict | None = None
     next_refill: float = 0.0
+    standby: set[str] = field(default_factory=set)
+    """Slots of standby processes that have not taken over a rank (alive or not)."""
+    standbys_started: int = 0
+    announced: set[str] = field(default_factory=set)
+    settled: int = 0
+    """The newest generation seen to make its first step."""
 
 
 class Executor:
@@ -78,6 +84,7 @@ class Executor:
             act.HoldForCulprit: self._hold, act.OpenFault: self._open_fault, act.Drain: self._drain,
             act.NoteStraggler: self._note_straggler,
             act.UseIdleNode: self._use_idle_node, act.RefillSpare: self._refill_spare,
+            act.StartStandby: self._start_standby,
             act.AcquireNode: self._acquire_node, act.Publish: self._publish,
             act.WaitForNode: self._wait_for_node, act.Answer: self._answer, act.ReportStatus: self._status,
             act.BeginResize: self._begin_resize, act.AddNodes: self._add_nodes, act.Pause: self._pause,
@@ -97,7 +104,29 @@ class Executor:
             process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
             requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
             resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready),
-            next_refill=b.next_refill)
+            next_refill=b.next_refill, standby=self._standby_by_node(), settled=self._settled())
+
+    def _standby_by_node(self) -> dict[int, tuple[str, ...]]:
+        """Live standbys by node; a dead one is forgotten (then replaced), a newly warm one announced."""
+        b = self.books
+        b.standby = {s for s in b.standby if b.slots[s].alive}
+        by_node: dict[int, tuple[str, ...]] = {}
+        for slot in sorted(b.standby):
+            state = b.slots[slot]
+            by_node[state.info.node] = (*by_node.get(state.info.node, ()), slot)
+            if state.ready and slot not in b.announced:
+                b.announced.add(slot)
+                self.events.emit("standby-ready", node=state.info.node, host=self.placement.host(state.info.node),
+                                 slot=slot, seconds=self.clock() - state.started)
+        return by_node
+
+    def _settled(self) -> bool:
+        b = self.books
+        if b.plan is None or not self.config.standby:
+            return False
+        if b.settled < b.plan.generation and self.store.check([membership.first_step_key(b.plan.generation)]):
+            b.settled = b.plan.generation
+        return b.settled == b.plan.generation
 
     # --- processes -----------------------------------------------------------------------------
 
@@ -201,6 +230,13 @@ class Executor:
             self._start_node(new)
             self.books.spare_nodes.append(new.node)
 
+    def _start_standby(self, a: act.StartStandby) -> None:
+        b = self.books
+        b.standbys_started += 1
+        slot = f"n{a.node}s{b.standbys_started}"
+        self.spawn(slot, a.node, 0)  # its local rank is the one it takes over (Publish.promoted)
+        b.standby.add(slot)
+
     def _acquire_node(self, a: act.AcquireNode) -> None:
         self._add_node(self.placement.grow(), "new-node")
 
@@ -227,10 +263,15 @@ class Executor:
         for slot, node, local in a.spawn:
             b.respawns += 1
             self.spawn(slot, node, local)
+        for slot, local in a.promoted:
+            b.standby.discard(slot)
+            b.slots[slot].info = SlotInfo(b.slots[slot].info.node, local)
+        promoted = {slot for slot, _ in a.promoted}
         for rank in a.replaced:
             old_node = b.slots[b.plan.members[rank]].info.node
             new_node = b.slots[a.members[rank]].info.node
-            how = b.origin.get(new_node, "spare") if old_node in b.dead_nodes else "respawn"
+            how = (b.origin.get(new_node, "spare") if old_node in b.dead_nodes
+                   else "standby" if a.members[rank] in promoted else "respawn")
             self.events.emit("replaced", rank=rank, slot=a.members[rank], node=new_node,
                              host=self.placement.host(new_node), how=how)
         self.publish(dict(a.members), a.replaced, a.reason)

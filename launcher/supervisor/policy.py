@@ -17,7 +17,7 @@ from launcher.placement import NodeEvidence
 from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, RefillSpare, Requeue, UseIdleNode, WaitForNode,
+    Publish, RefillSpare, Requeue, StartStandby, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
@@ -61,6 +61,10 @@ class RunState:
     """Slots whose process has warmed up and waits for a plan (imports and first-use costs paid)."""
     next_refill: float = 0.0
     """When the job may next look for a node to refill its spares (asking Slurm costs a call)."""
+    standby: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    """node -> its live standby processes (``warm`` says which are ready to take over)."""
+    settled: bool = True
+    """The current generation made its first step: background work (new standbys) may start."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -108,7 +112,17 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
                            config)
     elif len(state.spare_nodes) < config.spares and now >= state.next_refill and not actions:
         actions.append(RefillSpare())
+    if not actions and state.settled and state.resize is None:
+        actions += standbys_missing(state, config)
     return actions
+
+
+def standbys_missing(state: RunState, config: RunConfig) -> list[Action]:
+    """Start what ``--standby`` asks for and a node lacks: at the start, after a standby took
+    over a rank, on a node that joined. Only once the generation runs, so a new standby's
+    start-up never competes with a recovery for the node's CPUs."""
+    return [StartStandby(node) for node in state.nodes if node not in state.dead_nodes
+            for _ in range(config.standby - len(state.standby.get(node, ())))]
 
 
 def on_stragglers(stragglers: Iterable[Straggler], state: RunState, config: RunConfig) -> list[Action]:
@@ -178,9 +192,10 @@ def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[i
     respawned = iter(range(state.respawns + 1, state.respawns + 1 + len(fault.lost)))
     decision = replace(state.members, state.slots, {r: state.node_of(r) in homeless for r in fault.lost},
                        set(homeless), state.spare_nodes, spare_slot=lambda node, local: f"n{node}p{local}",
-                       respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}")
-    return [Publish(decision.members, tuple(sorted(fault.lost)), "fault", decision.spawn, decision.used_spare_nodes),
-            *_drains(state)]
+                       respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}",
+                       standby={n: [s for s in slots if s in state.warm] for n, slots in state.standby.items()})
+    return [Publish(decision.members, tuple(sorted(fault.lost)), "fault", decision.spawn, decision.used_spare_nodes,
+                    decision.promoted), *_drains(state)]
 
 
 def _use_idle_node(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
@@ -282,19 +297,24 @@ class Replacement:
     members: dict[int, str]
     spawn: tuple[tuple[str, int, int], ...] = ()  # (slot, node, local_rank) to start cold
     used_spare_nodes: tuple[int, ...] = ()
+    promoted: tuple[tuple[str, int], ...] = ()  # (standby slot, local rank it takes over)
 
 
 def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Mapping[int, bool],
             dead_nodes: set[int], spare_nodes: Sequence[int], spare_slot: Callable[[int, int], str],
-            respawn_slot: Callable[[int, int], str]) -> Replacement:
+            respawn_slot: Callable[[int, int], str],
+            standby: Mapping[int, Sequence[str]] | None = None) -> Replacement:
     """Give every lost rank a process. Pure.
 
     ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
-    fault) restarts on its own node; ranks of a dead node move, keeping their ranks and local
-    ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
+    fault) goes to a warm standby process of its node (``standby``: node -> ready standby
+    slots) or else restarts cold on its node; ranks of a dead node move, keeping their ranks
+    and local ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
     """
     new = dict(members)
     spawn: list[tuple[str, int, int]] = []
+    promoted: list[tuple[str, int]] = []
+    waiting = {node: list(slots) for node, slots in (standby or {}).items()}
     spares = list(spare_nodes)
     used: list[int] = []
     moved: dict[int, int] = {}
@@ -307,11 +327,14 @@ def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Map
                 moved[info.node] = spares.pop(0)
                 used.append(moved[info.node])
             new[rank] = spare_slot(moved[info.node], info.local_rank)
+        elif waiting.get(info.node):
+            new[rank] = waiting[info.node].pop(0)
+            promoted.append((new[rank], info.local_rank))
         else:
             slot = respawn_slot(info.node, info.local_rank)
             new[rank] = slot
             spawn.append((slot, info.node, info.local_rank))
-    return Replacement(new, tuple(spawn), tuple(used))
+    return Replacement(new, tuple(spawn), tuple(used), tuple(promoted))
 
 
 def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str | None:

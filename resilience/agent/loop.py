@@ -6,15 +6,15 @@ from peers, then call ``train``. When ``train`` raises (a peer died and the coll
 failed, or user code raised), report it, tear the group down and wait for the next plan:
 the process, its imported modules and its snapshots stay alive.
 
-A warm spare runs the same code: it imports torch and the user's script, then waits here
-for a plan that gives it a rank.
-"""
+A warm spare or standby runs the same code: it imports torch and the user's script, then
+waits here for a plan that gives it a rank (and, a standby, its local rank)."""
 
 from __future__ import annotations
 
 import gc
 import json
 import logging
+import os
 import signal
 import statistics
 import threading
@@ -69,8 +69,7 @@ class Agent:
         self._twins: tuple[int, ...] = ()  # ranks whose shards are this rank's too (HSDP)
         elastic = env.elastic
         self._batch_settings = (elastic.batch_policy, elastic.lr_scaling) if elastic is not None else None
-        self._resizable = elastic is not None and elastic.elastic
-        """Only a run whose world may change asks the store for a pause before each step."""
+        self._resizable = elastic is not None and elastic.elastic  # only then a pause is asked before each step
         self.plan: Plan | None = None
         self.rank = -1
         self.state_group: dist.ProcessGroup | None = None
@@ -131,6 +130,7 @@ class Agent:
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
+        local_rank = os.environ["LOCAL_RANK"] = str(plan.slots[self.env.slot].local_rank)  # a standby's is new
         self._inject(faults.due(self.env.injections, generation=plan.generation, rank=self.rank,
                                 node=self.env.node, kinds=("kill", "node")))
         if not membership.join(self.store, plan):
@@ -139,7 +139,7 @@ class Agent:
         try:
             self._form(plan)
             recovery, restored = self._recover(plan)
-            ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=self.env.local_rank,
+            ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=int(local_rank),
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self,
                           log_dir=self.env.log_dir, batch_settings=self._batch_settings)
             self._live = ctx

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
-from tests.inprocess.conftest import sres_run
+from launcher.processes import processes_with_env
+from tests.inprocess.conftest import sres_run, when_event
 
 
 @pytest.mark.parametrize("spec, source", [
@@ -82,3 +86,26 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     run = sres_run(tmp_path, *args)
     assert run.returncode == 1
     assert words in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_killed_rank_is_taken_over_by_its_nodes_warm_standby(tmp_path, reference):
+    """--standby 1: no Python or torch starts on the recovery path. Rank 2's process is
+    SIGKILLed once its node's standby is warm (its ``standby-ready`` event)."""
+    log_dir = tmp_path / "run"
+
+    def kill_rank_2() -> None:
+        mine = set(processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}"))
+        (pid,) = mine & set(processes_with_env("SRES_SLOT=n2p0"))
+        os.kill(pid, signal.SIGKILL)
+
+    watcher = when_event(log_dir, lambda e: e["event"] == "standby-ready" and e["node"] == 2, kill_rank_2)
+    run = sres_run(tmp_path, "--standby", "1", train_args=("--compute-s", "1.5"))
+    watcher.join(timeout=5)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == reference
+    (fault,) = run.of("fault")
+    (replaced,) = run.of("replaced")
+    assert fault["rank"] == 2 and replaced["how"] == "standby" and replaced["slot"].startswith("n2s"), run.events
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["steps_lost"] == 0
+    assert {e["node"] for e in run.of("standby-ready")} >= {0, 1, 2, 3}

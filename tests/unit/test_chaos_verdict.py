@@ -48,11 +48,12 @@ def test_a_recovery_from_the_persistent_tier_may_go_back_to_its_last_save(tmp_pa
     assert "4 from the persistent tier" in table
 
 
-def test_a_soak_gets_restarts_repairs_and_no_drains_for_process_faults_unless_told():
+def test_a_soak_gets_restarts_repairs_standbys_and_no_drains_for_process_faults_unless_told():
     argv = chaos_cli._with_soak_defaults(["--nodes", "4", "--", "train"], faults=25)
     assert argv[argv.index("--max-restarts") + 1] == "60" and "--repair-after" in argv
-    assert int(argv[argv.index("--node-fault-after") + 1]) > 25
-    mine = chaos_cli._with_soak_defaults(["--max-restarts", "3", "--launcher", "slurm", "--", "train"], faults=25)
-    assert mine.count("--max-restarts") == 1 and "--repair-after" not in mine
+    assert int(argv[argv.index("--node-fault-after") + 1]) > 25 and argv[argv.index("--standby") + 1] == "1"
+    mine = chaos_cli._with_soak_defaults(["--max-restarts", "3", "--launcher", "slurm", "--standby=0", "--", "train"],
+                                         faults=25)
+    assert mine.count("--max-restarts") == 1 and "--repair-after" not in mine and "--standby" not in mine
     assert chaos_cli._without(["--persistent-dir", "/x", "--nodes", "2", "--", "t", "--persistent-dir", "y"],
                               "--persistent-dir") == ["--nodes", "2", "--", "t", "--persistent-dir", "y"]

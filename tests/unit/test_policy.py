@@ -11,7 +11,7 @@ from launcher.straggler import Straggler, StragglerConfig
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
     AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, RefillSpare, Requeue, UseIdleNode,
+    Publish, RefillSpare, Requeue, StartStandby, UseIdleNode,
 )
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.policy import REPLACEMENT_ORDER, FaultState, RunState
@@ -130,6 +130,19 @@ CASES = {
     "process fault: respawn on its own node": (
         Observation(), state(fault=fault({1: "kill"}), respawns=4), CONFIG,
         [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, (1,), "fault", (("n1p0r5", 1, 0),), ())]),
+    "process fault with a warm standby on its node: the standby takes the rank and its local rank": (
+        Observation(), state(fault=fault({1: "kill"}), respawns=4, slots={**SLOTS, "n1s7": SlotInfo(1, 0)},
+                             standby={1: ("n1s7",)}, warm=frozenset({"n1s7"})), CONFIG,
+        [Publish({0: "n0p0", 1: "n1s7", 2: "n2p0"}, (1,), "fault", (), (), (("n1s7", 0),))]),
+    "...a standby still starting up is no help: respawn": (
+        Observation(), state(fault=fault({1: "kill"}), respawns=4, slots={**SLOTS, "n1s7": SlotInfo(1, 0)},
+                             standby={1: ("n1s7",)}), CONFIG,
+        [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, (1,), "fault", (("n1p0r5", 1, 0),), ())]),
+    "--standby 1: every node holding ranks gets one once the generation runs": (
+        Observation(), state(standby={0: ("n0s1",)}), RunConfig(**{**CONFIG.__dict__, "standby": 1}),
+        [StartStandby(1), StartStandby(2)]),
+    "...not while a recovery is still on its way": (
+        Observation(), state(settled=False), RunConfig(**{**CONFIG.__dict__, "standby": 1}), []),
     "node fault: a warm spare first, drain after": (
         Observation(), state(dead_nodes=frozenset({1}), fault=fault({1: "node"}, {1: "slurmd not responding"})),
         CONFIG, [Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, (1,), "fault", (), (3,)),
