@@ -190,10 +190,11 @@ def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[i
         return None
     fault = state.fault
     respawned = iter(range(state.respawns + 1, state.respawns + 1 + len(fault.lost)))
+    warm_first = {node: sorted(slots, key=lambda s: s not in state.warm) for node, slots in state.standby.items()}
     decision = replace(state.members, state.slots, {r: state.node_of(r) in homeless for r in fault.lost},
                        set(homeless), state.spare_nodes, spare_slot=lambda node, local: f"n{node}p{local}",
                        respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}",
-                       standby={n: [s for s in slots if s in state.warm] for n, slots in state.standby.items()})
+                       standby=warm_first)
     return [Publish(decision.members, tuple(sorted(fault.lost)), "fault", decision.spawn, decision.used_spare_nodes,
                     decision.promoted), *_drains(state)]
 
@@ -307,8 +308,9 @@ def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Map
     """Give every lost rank a process. Pure.
 
     ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
-    fault) goes to a warm standby process of its node (``standby``: node -> ready standby
-    slots) or else restarts cold on its node; ranks of a dead node move, keeping their ranks
+    fault) goes to a standby process of its node (``standby``: node -> its standby slots, warm
+    ones first; one still warming up is further along than a cold start) or else restarts
+    cold on its node; ranks of a dead node move, keeping their ranks
     and local ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
     """
     new = dict(members)

@@ -134,10 +134,11 @@ CASES = {
         Observation(), state(fault=fault({1: "kill"}), respawns=4, slots={**SLOTS, "n1s7": SlotInfo(1, 0)},
                              standby={1: ("n1s7",)}, warm=frozenset({"n1s7"})), CONFIG,
         [Publish({0: "n0p0", 1: "n1s7", 2: "n2p0"}, (1,), "fault", (), (), (("n1s7", 0),))]),
-    "...a standby still starting up is no help: respawn": (
-        Observation(), state(fault=fault({1: "kill"}), respawns=4, slots={**SLOTS, "n1s7": SlotInfo(1, 0)},
-                             standby={1: ("n1s7",)}), CONFIG,
-        [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, (1,), "fault", (("n1p0r5", 1, 0),), ())]),
+    "...a warm one first; one still warming up is further along than a cold start": (
+        Observation(), state(fault=fault({1: "kill", 2: "hang"}), respawns=4,
+                             slots={**SLOTS, "n1s7": SlotInfo(1, 0), "n1s8": SlotInfo(1, 0), "n2s9": SlotInfo(2, 0)},
+                             standby={1: ("n1s7", "n1s8"), 2: ("n2s9",)}, warm=frozenset({"n1s8"})), CONFIG,
+        [Publish({0: "n0p0", 1: "n1s8", 2: "n2s9"}, (1, 2), "fault", (), (), (("n1s8", 0), ("n2s9", 0)))]),
     "--standby 1: every node holding ranks gets one once the generation runs": (
         Observation(), state(standby={0: ("n0s1",)}), RunConfig(**{**CONFIG.__dict__, "standby": 1}),
         [StartStandby(1), StartStandby(2)]),
