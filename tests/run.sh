@@ -41,4 +41,4 @@ say "installing slurm-resilience[test]"
 "$PYTHON" -m pip install -q -e '.[test]'
 
 say "running pytest"
-exec "$PYTHON" -m pytest "$@"
+exec "$PYTHON" -m pytest --durations=40 "$@"

@@ -64,6 +64,7 @@ class Books:
     """Slots of standby processes that have not taken over a rank (alive or not)."""
     standbys_started: int = 0
     announced: set[str] = field(default_factory=set)
+    finished: bool = False
     settled: int = 0
     """The newest generation seen to make its first step."""
 
@@ -396,9 +397,14 @@ class Executor:
         self.events.emit("finished", faults=self.books.faults, generations=self.books.plan.generation, **fields,
                          state_digests={str(rank): digest for rank, digest in a.digests})
         self.say(summary(self.events.events))
-        if self.config.tiers is not None:
-            tiers.remove_job(self.config.tiers.job_id)  # finished: nothing will restart from its RAM tier
+        self.books.finished = True
         return Outcome(True, events=self.events.events)
+
+    def after_stop(self) -> None:
+        """Every process is gone: a finished run's RAM tier goes, as nothing will restart from
+        it (removed any earlier, a standby or spare still starting up would write it again)."""
+        if self.books.finished and self.config.tiers is not None:
+            tiers.remove_job(self.config.tiers.job_id)
 
     def _fail(self, a: act.Fail) -> Outcome:
         culprit = self.books.first_culprit

@@ -104,6 +104,7 @@ class Supervisor:
             self.control.close()
             self.store.set(membership.SHUTDOWN, "1")
             self.placement.stop_all(timeout_s=30.0)
+            self.executor.after_stop()
             self._collect_rank_events(writers_gone=True)
             self.liveness.close()
             if self.metrics is not None:
