@@ -67,3 +67,19 @@ def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, t
     assert (first["kind"], first["host"]) == ("kill", hosts[1]) and second["kind"] == "node"
     assert [(e["how"], e["host"]) for e in job.of("replaced")] == [("respawn", hosts[1]), ("spare", hosts[3])]
     assert job.client.node(hosts[1]).reason == "sres: repeated failure: 2 process faults on this node"
+
+
+def test_a_killed_rank_is_taken_over_by_a_standby_step_on_its_node(cluster, tmp_path, reference3):
+    """--standby 1 under Slurm: each node holding ranks gets one more ``srun --overlap`` step,
+    warm; a killed rank's node hands its rank to it, and the node is not drained."""
+    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
+                          sres_srun(tmp_path / "run", "--standby", "1", "--auto-resume=1", "-N", "3",
+                                    "--inject", "kill:rank=1:step=8"), sleep=0.1)
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    hosts = job.hosts()
+    replaced, = job.of("replaced")
+    assert (replaced["how"], replaced["host"], replaced["rank"]) == ("standby", hosts[1], 1), job.output
+    assert not job.client.node(hosts[1]).drained
+    assert job.of("recovered")[0]["steps_lost"] == 0
