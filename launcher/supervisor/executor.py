@@ -354,8 +354,8 @@ class Executor:
         b = self.books
         pausing = b.resize.pausing_since if b.resize is not None and a.why != "fault" else None
         t0 = pausing if pausing is not None else self.clock()  # the pause, or now: the decision to shrink
-        for node in a.release:
-            for slot in node_slots(node, self.config.procs_per_node):
+        for slot, state in b.slots.items():  # respawned ranks and standbys too, not only the first slots
+            if state.info.node in a.release and state.alive:
                 self.placement.kill(slot)
         b.spare_nodes += list(a.to_spares)
         if a.why != "fault":
