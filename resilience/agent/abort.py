@@ -41,7 +41,8 @@ class GroupSockets:
     as well: its end abandons that ``train`` call and everything it built."""
 
     def __init__(self) -> None:
-        self._before: set[int] = set()
+        self._before: set[int] | None = None
+        """Sockets open at :meth:`__enter__`; None before it, when the generation opened none."""
 
     def __enter__(self) -> "GroupSockets":
         self._before = set(socket_inodes())
@@ -51,10 +52,15 @@ class GroupSockets:
         pass  # the generation's sockets are told apart at release: any opened since __enter__
 
     def shutdown(self) -> int:
-        """Shut down the connected ones; return how many. Safe to call from any thread, twice."""
+        """Shut down the connected ones; return how many. Safe to call from any thread, twice,
+        and before :meth:`__enter__` (a newer plan seen while this one had not begun to form:
+        found by the 500-fault soak, where it shut the rank's own store connection)."""
+        before = self._before
+        if before is None:
+            return 0
         count = 0
         for inode, fd in socket_inodes().items():
-            if inode in self._before:
+            if inode in before:
                 continue
             try:
                 sock = socket.socket(fileno=os.dup(fd))
