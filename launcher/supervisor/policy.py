@@ -310,8 +310,8 @@ def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Map
     ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
     fault) goes to a standby process of its node (``standby``: node -> its standby slots, warm
     ones first; one still warming up is further along than a cold start) or else restarts
-    cold on its node; ranks of a dead node move, keeping their ranks
-    and local ranks, to one warm spare node. Raises ConfigError when a dead node has no spare left.
+    cold on its node; ranks of a dead node move, keeping their ranks and local ranks, to one
+    warm spare node. Raises ConfigError when a dead node has no spare left.
     """
     new = dict(members)
     spawn: list[tuple[str, int, int]] = []
