@@ -63,7 +63,19 @@ def _flag_names(text: str) -> str:
 # --- resizing a running job -------------------------------------------------------------------------
 
 def _reply(args: argparse.Namespace, op: str, **fields) -> int:
-    answer = control.send(args.run, op, **fields)
+    if (args.run is None) == (args.job is None):
+        raise ConfigError(f"sres {op}: give the run (its log dir) or --job JOBID, one of them")
+    if args.job is not None:
+        from launcher import job_control
+        from launcher.slurm import default_client
+
+        argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))] + (["--json"] if getattr(args, "json", False) else [])
+        return job_control.send(default_client(), args.job, argv, lambda run: _deliver(run, args, op, fields))
+    return _deliver(args.run, args, op, fields)
+
+
+def _deliver(run: str, args: argparse.Namespace, op: str, fields: dict) -> int:
+    answer = control.send(run, op, **fields)
     if not answer.get("ok"):
         raise control.ControlError(answer.get("message", "refused"))
     if op == "status":
@@ -83,27 +95,36 @@ def _status_text(s: dict) -> str:
     r = s.get("last_resize")
     lines.append("last resize  " + (f"{r['from_world']} -> {r['to_world']} ranks ({r['why']}, generation "
                                     f"{r['generation']})" if r else "none"))
+    lent = {host: job for host, job in (s.get("jobs") or {}).items() if job != s.get("job_id")}
+    if s.get("jobs"):
+        lines.append(f"slurm job   {s.get('job_id')}" + (f"; satellites: {', '.join(f'{h} (job {j})' for h, j in lent.items())}"
+                                                          if lent else "; no satellites"))
     if s.get("resizing_to"):
         lines.append(f"resizing to  {s['resizing_to']} node(s)")
     return "\n".join(lines)
 
 
 def add_parsers(sub) -> None:
-    run_help = "the run's log dir (printed by sres run) or its name under sres-runs/"
+    run_help = "the run's log dir (printed by sres run) or its name under sres-runs/; or give --job"
+    job_help = "the Slurm job id of a job run by sres srun, instead of RUN (only the job's user or root)"
     p = sub.add_parser("resize", help="resize a running job to N nodes at the next step boundary",
                        description="Ask a running job's supervisor to move the world to N nodes at the next step "
                                    "boundary, within its --min-nodes/--max-nodes. Only the job's user may.")
-    p.add_argument("run", help=run_help)
+    p.add_argument("run", nargs="?", help=run_help)
+    p.add_argument("--job", metavar="JOBID", help=job_help)
     p.add_argument("--nodes", type=int, required=True)
     p.set_defaults(func=lambda a: _reply(a, "resize", nodes=a.nodes))
     for op, verb in (("grow", "add"), ("shrink", "remove")):
         p = sub.add_parser(op, help=f"{verb} K nodes to/from a running job at the next step boundary",
                            description=f"Ask a running job's supervisor to {verb} K nodes at the next step boundary "
                                        "(new ranks get their state from peers; leaving ranks hand over first).")
-        p.add_argument("run", help=run_help)
+        p.add_argument("run", nargs="?", help=run_help)
+        p.add_argument("--job", metavar="JOBID", help=job_help)
         p.add_argument("--by", type=int, default=1, metavar="K", help="how many nodes (default 1)")
         p.set_defaults(func=lambda a, op=op: _reply(a, op, by=a.by))
-    p = sub.add_parser("status", help="a running job's world size, nodes, generation, step and last resize")
-    p.add_argument("run", help=run_help)
+    p = sub.add_parser("status", help="a running job's world size, nodes (and the Slurm job of each: satellites), "
+                                      "generation, step and last resize")
+    p.add_argument("run", nargs="?", help=run_help)
+    p.add_argument("--job", metavar="JOBID", help=job_help)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=lambda a: _reply(a, "status"))

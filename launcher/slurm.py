@@ -46,6 +46,8 @@ class SlurmDriver(Protocol):
         self, job_id: str, count: int, partition: str | None, exclude: Sequence[str], timeout_s: float
     ) -> str: ...
     def cancel(self, job_id: str, signal: str | None = None) -> None: ...
+    def jobs(self) -> list[Job]: ...
+    def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,14 @@ class SlurmClient:
     def job(self, job_id: str | int) -> Job:
         return self.driver.job(str(job_id))
 
+    def jobs_named(self, name: str) -> list[Job]:
+        """Jobs of that name Slurm still lists and that have not ended."""
+        return [j for j in self.driver.jobs() if j.name == name and not j.finished]
+
+    def partitions(self) -> set[str]:
+        """The partitions that hold at least one node."""
+        return {p for n in self.driver.nodes() for p in n.partitions}
+
     def idle_nodes(self, partition: str | None = None) -> list[str]:
         """Nodes that could take a new allocation now: idle, responding, not drained."""
         return [n.name for n in self.nodes(partition) if n.idle]
@@ -161,6 +171,14 @@ class SlurmClient:
 
     def cancel(self, job_id: str | int, signal: str | None = None) -> None:
         self.driver.cancel(str(job_id), signal)
+
+    def set_comment(self, job_id: str | int, text: str) -> None:
+        self.driver.update_job(str(job_id), Comment=text)
+
+    def run_step(self, job_id: str | int, node: str, argv: Sequence[str], timeout_s: float = 60.0) -> str:
+        """Run a command as a step of a running job on one of its nodes (``srun --overlap``);
+        its standard output. Slurm lets only the job's user (or root) do it."""
+        return self.driver.run_step(str(job_id), node, argv, timeout_s)
 
     def requeue(self, job_id: str | int, hold: bool = False) -> None:
         """Requeue a job or one array task (``"123_4"``). A task named by its own numeric id

@@ -92,6 +92,11 @@ class CliDriver:
             raise SlurmError(f"Slurm knows no job {job_id}")
         return job_from_scontrol(pick_record(records, str(job_id)))
 
+    def jobs(self) -> list[Job]:
+        out = self.command(["scontrol", "-o", "show", "job"])
+        return [job_from_scontrol(parse_scontrol_record(line)) for line in out.splitlines()
+                if line.strip().startswith("JobId=")]
+
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None:
         argv = ["scontrol", "update", f"NodeName={hostlist.compress(nodes)}", f"State={state}"]
         if reason is not None:
@@ -143,6 +148,10 @@ class CliDriver:
                 f"could not allocate {count} more node(s) for job {job_id}: {err.stderr or err}"
             ) from err
         return self._newest_job_named(f"sres-expand-{job_id}")
+
+    def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str:
+        return self.command(["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                             f"--nodelist={node}", "--quiet", *argv], timeout_s=timeout_s)
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [str(job_id)]

@@ -116,6 +116,12 @@ class PyslurmDriver:
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         self.cli.cancel(job_id, signal)
 
+    def jobs(self) -> list[Job]:
+        return self.cli.jobs()
+
+    def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str:
+        return self.cli.run_step(job_id, node, argv, timeout_s)
+
 
 def _node_from_pyslurm(name: str, record: dict) -> Node:
     base, flags = split_state(str(record.get("state") or "UNKNOWN"))

@@ -65,6 +65,7 @@ class SlurmCluster:
         node_count: int = 5,
         slurmd_timeout: int = 10,
         extra_conf: str = "",
+        grace_time: int = 10,
     ) -> None:
         if node_count < 1:
             raise ValueError("node_count must be at least 1")
@@ -72,6 +73,7 @@ class SlurmCluster:
         self.nodes = [f"n{i}" for i in range(1, node_count + 1)]
         self.slurmd_timeout = slurmd_timeout
         self.extra_conf = extra_conf
+        self.grace_time = grace_time
         self.hostname = socket.gethostname()
         self._ctld: subprocess.Popen | None = None
         self._slurmd: dict[str, subprocess.Popen] = {}
@@ -290,9 +292,13 @@ KillWait=5
 MinJobAge=300
 InactiveLimit=0
 GresTypes=gpu
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 {self.extra_conf}
 NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=2000 Gres=gpu:2
-PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime={self.grace_time}
+PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 """
 
     def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:

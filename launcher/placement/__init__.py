@@ -19,6 +19,8 @@ class NodeEvidence:
     slurm_usable: bool = True
     slurm_state: str = ""
     slurm_reason: str = ""
+    reclaimed: bool = False
+    """The node was lent to the run (a satellite) and Slurm is taking it back: not a fault of the node."""
 
 
 @dataclass(frozen=True)
@@ -26,15 +28,19 @@ class NewNode:
     node: int
     host: str
     how: str
-    """"allocation" (a healthy node the job already held), "returned" (a node drained earlier,
-    healthy again), "expansion" (the job grew) or "local"."""
+    """"idle" (a healthy node the job held and no rank used; ``returned`` when it was drained
+    earlier and is healthy again), "satellite" (a one-node job of ours), "expansion" (the job
+    grew) or "local"."""
     seconds: float
+    returned: bool = False
 
 
 class Placement(Protocol):
     echo_slot: str | None
     store_host: str
     requeueable: bool
+    job_id: str | None
+    """The Slurm job the run belongs to (None for a local run)."""
     """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
 
     def host(self, node: int) -> str: ...
@@ -53,6 +59,16 @@ class Placement(Protocol):
     def new_node(self, index: int) -> NewNode | None:
         """A node for a growing world (``index``: the next unused node number, where the
         placement numbers nodes freely), or None when there is none."""
+
+    def release(self, node: int, why: str) -> str | None:
+        """The node leaves the run, not for a fault: give it back to Slurm where it is ours to
+        give (a satellite is cancelled). Returns the Slurm job id given back, or None."""
+
+    def lendable(self) -> int:
+        """How many idle nodes the run could grow into now (0 where nothing is lent)."""
+
+    def job_of(self, node: int) -> str | None:
+        """The Slurm job the node's ranks run in (the job itself or a satellite); None locally."""
 
     def requeue(self, why: str) -> None: ...
     def time_limits(self) -> tuple[float | None, float | None]:

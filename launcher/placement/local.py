@@ -23,6 +23,7 @@ from launcher.errors import SresError
 class LocalPlacement:
     store_host = "127.0.0.1"
     requeueable = False
+    job_id: str | None = None
 
     def __init__(self, log_dir: Path, echo=sys.stdout, repair_after_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -60,13 +61,22 @@ class LocalPlacement:
             return None
         self._in_repair.pop(0)
         self._top_node += 1
-        return NewNode(self._top_node, self.host(self._top_node), "returned", 0.0)
+        return NewNode(self._top_node, self.host(self._top_node), "idle", 0.0, returned=True)
 
     def grow(self) -> NewNode | None:
         return None
 
     def new_node(self, index: int) -> NewNode | None:
         return NewNode(index, self.host(index), "local", 0.0)  # one more simulated node
+
+    def release(self, node: int, why: str) -> str | None:
+        return None
+
+    def lendable(self) -> int:
+        return 0
+
+    def job_of(self, node: int) -> str | None:
+        return None
 
     def requeue(self, why: str) -> None:
         raise SresError("a local run cannot be requeued: it is not a Slurm job")

@@ -6,6 +6,11 @@ supervisor's questions about nodes from Slurm itself, asked again at every fault
 node's slurmd still answers, which healthy nodes the job holds that no rank uses, and, when
 none is left, one more node through job expansion. Node names, the store address and rank
 placement never come from the stale ``SLURM_JOB_NODELIST``.
+
+Nodes beyond the job's own come from satellites (:mod:`launcher.satellites`, the default)
+or, where the cluster permits it, job expansion (``--grow-by expansion``). A satellite's
+ranks are told that SIGTERM means "Slurm takes this node back" (preemption with a grace
+time signals steps first): they report it and the world shrinks at a step boundary.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from launcher import nodes as node_discovery
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
+from launcher.satellites import Satellites
 from launcher.slurm import SlurmClient
 from resilience.contract.liveness import LivenessServer
-from resilience.contract.rank_env import node_name_environ
+from resilience.contract.rank_env import node_name_environ, reclaim_environ
+
+GROW_BY = ("satellite", "expansion")
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,8 @@ class SrunPlacement(LocalPlacement):
 
     def __init__(self, client: SlurmClient, placement: JobHosts, log_dir: Path, liveness: LivenessServer,
                  srun_args: Sequence[str] = (), partition: str | None = None, grow: bool = True,
-                 probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout) -> None:
+                 probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout, grow_by: str = "satellite",
+                 lend_partition: str | None = None) -> None:
         super().__init__(log_dir, echo)
         self.client = client
         self.job_id = placement.job_id
@@ -86,13 +95,27 @@ class SrunPlacement(LocalPlacement):
         self.probe = probe
         self._used: set[int] = set()
         self._retired: set[int] = set()
+        if grow_by not in GROW_BY:
+            raise ConfigError(f"--grow-by {grow_by}: one of {', '.join(GROW_BY)}")
+        self.grow_by = grow_by
+        self.satellites = Satellites(client, self.job_id, lend_partition or partition, log_dir)
+        self.satellites.check_partition()
+        self._satellite_of: dict[int, str] = {}
+        """node -> the satellite job it runs in (nodes of the job itself are absent)."""
+        self._node_of_slot: dict[str, int] = {}
 
     def host(self, node: int) -> str:
         return self.hosts[node]
 
+    def job_of(self, node: int) -> str:
+        return self._satellite_of.get(node, self.job_id)
+
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
         self._used.add(node)
-        argv = ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={self.hosts[node]}",
+        self._node_of_slot[slot] = node
+        if node in self._satellite_of:
+            env = {**env, **reclaim_environ("TERM")}
+        argv = ["srun", f"--jobid={self.job_of(node)}", "--nodes=1", "--ntasks=1", f"--nodelist={self.hosts[node]}",
                 "--overlap", "--kill-on-bad-exit=0", "--quiet", f"--job-name=sres-{slot}", *self.srun_args,
                 *command]
         # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
@@ -110,7 +133,7 @@ class SrunPlacement(LocalPlacement):
         peer = self.liveness.peer(slot)
         if peer is not None and peer.step_id and peer.lost_t is None:
             try:
-                self.client.cancel(f"{self.job_id}.{peer.step_id}", signal="KILL")
+                self.client.cancel(f"{self.job_of(self._node_of_slot[slot])}.{peer.step_id}", signal="KILL")
             except SlurmError as err:
                 log.info("scancel of %s's step failed: %s", slot, err)
         super().kill(slot)
@@ -123,13 +146,17 @@ class SrunPlacement(LocalPlacement):
             return NodeEvidence(slurmd_answers=False, slurm_usable=False, slurm_reason=str(err))
         answers = self.probe(record.address or record.hostname or name, record.port) if record.port else True
         return NodeEvidence(slurmd_answers=answers, slurm_usable=record.usable, slurm_state=record.long_state,
-                            slurm_reason=record.reason)
+                            slurm_reason=record.reason,
+                            reclaimed=node in self._satellite_of and self.satellites.reclaimed(name))
 
     def retire(self, node: int, why: str) -> None:
         """Drain the node (reason ``sres: why``) and drop it from the job when Slurm allows."""
         self._retired.add(node)
         name = self.hosts[node]
         self.client.drain(name, why)
+        if node in self._satellite_of:
+            self.release(node, why)  # a satellite goes with its node; the job itself keeps its shape
+            return
         keep = [h for i, h in enumerate(self.hosts) if i not in self._retired]
         try:
             self.client.shrink(self.job_id, [h for h in self.client.job(self.job_id).nodes if h in keep])
@@ -149,17 +176,27 @@ class SrunPlacement(LocalPlacement):
         for name in alloc.healthy:
             live = [i for i, h in enumerate(self.hosts) if h == name and i not in self._retired]
             if not live:
-                how = "returned" if name in self.hosts else "allocation"
+                returned = name in self.hosts
                 self.hosts.append(name)
-                return NewNode(len(self.hosts) - 1, name, how, time.monotonic() - t0)
+                return NewNode(len(self.hosts) - 1, name, "idle", time.monotonic() - t0, returned=returned)
             if live[0] not in self._used:
-                return NewNode(live[0], name, "allocation", time.monotonic() - t0)
+                return NewNode(live[0], name, "idle", time.monotonic() - t0)
         return None
 
     def grow(self) -> NewNode | None:
-        """One idle node of the partition merged into the job (job expansion), unless --no-grow."""
+        """One more node: a satellite job (``--grow-by satellite``) or one merged into the job
+        (``expansion``); None with --no-grow or when Slurm has no idle node for it."""
+        if not self.grow_allowed:
+            return None
+        if self.grow_by == "satellite":
+            sat = self.satellites.acquire(exclude=sorted(set(self.hosts)))
+            if sat is None:
+                return None
+            self.hosts.append(sat.node)
+            self._satellite_of[len(self.hosts) - 1] = sat.job_id
+            return NewNode(len(self.hosts) - 1, sat.node, "satellite", sat.seconds)
         t0 = time.monotonic()
-        if not self.grow_allowed or not self.client.idle_nodes(self.partition):
+        if not self.client.idle_nodes(self.partition):
             return None
         try:
             added = self.client.grow(self.job_id, 1, self.partition)
@@ -170,8 +207,30 @@ class SrunPlacement(LocalPlacement):
         return NewNode(len(self.hosts) - 1, added[0], "expansion", time.monotonic() - t0)
 
     def new_node(self, index: int) -> NewNode | None:
-        """A healthy unused node of the job, else one gained by expansion (satellites: issue 13)."""
+        """A healthy unused node of the job, else a satellite (or an expansion)."""
         return self.idle_node() or self.grow()
+
+    def release(self, node: int, why: str) -> str | None:
+        """A satellite's node leaves: its job is cancelled. A node of the job itself stays in
+        the allocation (22.05 without slurmdbd shrinks a job once; it may serve as a spare)."""
+        if node not in self._satellite_of:
+            return None
+        self._retired.add(node)
+        self.satellites.release(self.hosts[node])
+        return self._satellite_of[node]
+
+    def lendable(self) -> int:
+        if not self.grow_allowed or self.grow_by != "satellite":
+            return 0
+        try:
+            return self.satellites.idle()
+        except SlurmError as err:
+            log.info("could not count idle nodes: %s", err)
+            return 0
+
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        super().stop_all(timeout_s)
+        self.satellites.release_all()
 
     def requeue(self, why: str) -> None:
         if not self.requeueable:

@@ -138,8 +138,10 @@ class BeginResize:
     """Start moving the world to ``nodes`` nodes at the next step boundary."""
 
     nodes: int
-    why: str  # "request" | "capacity"
+    why: str  # "request" | "idle" (growing into lent nodes) | "preempted" (Slurm takes lent nodes back)
     request: int | None = None
+    release: tuple[int, ...] = ()
+    """The nodes that leave (a shrink); empty: the policy's choice, lent nodes first."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +170,19 @@ class Resize:
     """
 
     members: Mapping[int, str]
-    why: str  # "fault" | "request" | "capacity"
+    why: str  # "fault" | "request" | "idle" | "preempted"
     from_world: int
     release: tuple[int, ...] = ()
     to_spares: tuple[int, ...] = ()
     joined: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Release:
+    """A lent node that lost ranks because Slurm takes it back: give it back, do not drain it."""
+
+    node: int
+    why: str
 
 
 @dataclass(frozen=True)
@@ -211,4 +221,4 @@ class Fail:
 
 Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | RefillSpare
           | StartStandby | AcquireNode | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause
-          | AbandonResize | Resize | NoteStraggler | Requeue | Finish | Fail)
+          | AbandonResize | Resize | Release | NoteStraggler | Requeue | Finish | Fail)

@@ -67,6 +67,7 @@ class Books:
     finished: bool = False
     settled: int = 0
     """The newest generation seen to make its first step."""
+    changed_at: float = 0.0
 
 
 class Executor:
@@ -89,7 +90,7 @@ class Executor:
             act.AcquireNode: self._acquire_node, act.Publish: self._publish,
             act.WaitForNode: self._wait_for_node, act.Answer: self._answer, act.ReportStatus: self._status,
             act.BeginResize: self._begin_resize, act.AddNodes: self._add_nodes, act.Pause: self._pause,
-            act.AbandonResize: self._abandon_resize, act.Resize: self._resize,
+            act.AbandonResize: self._abandon_resize, act.Resize: self._resize, act.Release: self._release,
             act.Requeue: self._requeue, act.Finish: self._finish, act.Fail: self._fail,
         }
 
@@ -105,7 +106,8 @@ class Executor:
             process_faults=dict(b.process_faults), restarts=b.restarts, respawns=b.respawns,
             requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
             resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready),
-            next_refill=b.next_refill, standby=self._standby_by_node(), settled=self._settled())
+            next_refill=b.next_refill, standby=self._standby_by_node(), settled=self._settled(),
+            lent=frozenset(n for n, how in b.origin.items() if how == "satellite"), changed_at=b.changed_at)
 
     def _standby_by_node(self) -> dict[int, tuple[str, ...]]:
         """Live standbys by node; a dead one is forgotten (then replaced), a newly warm one announced."""
@@ -219,7 +221,22 @@ class Executor:
             self.say(f"warning: could not drain {host}: {err}")
             return
         self.events.emit("drained", node=a.node, host=host, why=a.why, seconds=self.clock() - t0)
+        self.events.emit("node-released", node=a.node, host=host, why="fault", detail=a.why)
         self.say(f"drained {host}: sres: {a.why}")
+
+    def _release(self, a: act.Release) -> None:
+        b = self.books
+        if b.fault is not None:
+            b.fault = dataclasses.replace(b.fault, drained=b.fault.drained | {a.node})
+        self._give_back(a.node, a.why)
+
+    def _give_back(self, node: int, why: str) -> None:
+        """A node leaves the run, not drained: a satellite's job is cancelled (``why``:
+        preempted or request)."""
+        job = self.placement.release(node, why)
+        host = self.placement.host(node)
+        self.events.emit("node-released", node=node, host=host, why=why, **({"job": job} if job else {}))
+        self.say(f"released {host} ({why}{f', job {job} cancelled' if job else ''})")
 
     def _use_idle_node(self, a: act.UseIdleNode) -> None:
         self._add_node(self.placement.idle_node(), "idle-node")
@@ -254,8 +271,10 @@ class Executor:
         for local, slot in enumerate(node_slots(new.node, self.config.procs_per_node)):
             self.spawn(slot, new.node, local)
         self.books.origin[new.node] = new.how
-        self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds)
-        self.say(f"added node {new.host} to the job ({new.how}, {new.seconds:.2f} s)")
+        job = self.placement.job_of(new.node)
+        self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds,
+                         **({"returned": True} if new.returned else {}), **({"job": job} if job else {}))
+        self.say(f"added node {new.host} to the run ({new.how}{f' job {job}' if job else ''}, {new.seconds:.2f} s)")
 
     def _publish(self, a: act.Publish) -> None:
         b = self.books
@@ -285,7 +304,7 @@ class Executor:
                     slots={s: b.slots[s].info for s in members.values()},
                     procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
         membership.publish_plan(self.store, plan)
-        b.plan = plan
+        b.plan, b.changed_at = plan, self.clock()
         self.placement.echo_slot = members[0]
         self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
 
@@ -316,10 +335,13 @@ class Executor:
                 "spares": [self.placement.host(n) for n in b.spare_nodes], "generation": b.plan.generation,
                 "step": progress, "faults": b.faults, "last_resize": b.last_resize,
                 "resizing_to": b.resize.nodes if b.resize is not None else None,
-                "min_nodes": self.config.elastic.min_nodes, "max_nodes": self.config.elastic.max_nodes}
+                "min_nodes": self.config.elastic.min_nodes, "max_nodes": self.config.elastic.max_nodes,
+                "job_id": self.placement.job_id, "jobs": {self.placement.host(n): self.placement.job_of(n) for n in nodes if self.placement.job_of(n)}}
 
     def _begin_resize(self, a: act.BeginResize) -> None:
-        self.books.resize = ResizeState(a.nodes, a.why, self.clock(), a.request)
+        self.books.resize = ResizeState(a.nodes, a.why, self.clock(), a.request, release=a.release)
+        if a.why != "request":
+            self.say(f"resizing to {a.nodes} node(s) at the next step boundary ({a.why})")
 
     def _add_nodes(self, a: act.AddNodes) -> None:
         b = self.books
@@ -357,6 +379,8 @@ class Executor:
         for slot, state in b.slots.items():  # respawned ranks and standbys too, not only the first slots
             if state.info.node in a.release and state.alive:
                 self.placement.kill(slot)
+        for node in a.release:
+            self._give_back(node, "preempted" if a.why == "preempted" else "request")
         b.spare_nodes += list(a.to_spares)
         if a.why != "fault":
             b.resize = None  # done; a resize asked for during a fault goes on from the new world
@@ -365,7 +389,9 @@ class Executor:
         self.publish(dict(a.members), (), f"resize-{a.why}")
         b.last_resize = {"from_world": a.from_world, "to_world": len(a.members), "why": a.why,
                          "generation": b.plan.generation, "t": started_t}
-        self.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation)
+        jobs = {self.placement.host(n): self.placement.job_of(n) for n in {b.slots[s].info.node for s in a.members.values()}}
+        self.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation,
+                              jobs if any(jobs.values()) else None)
         self.say(f"resizing: world {a.from_world} -> {len(a.members)} ({a.why})"
                  + (f", released {', '.join(self.placement.host(n) for n in a.release)}" if a.release else "")
                  + (f", {', '.join(self.placement.host(n) for n in a.to_spares)} kept as spare" if a.to_spares else ""))

@@ -61,6 +61,10 @@ class Observation:
     """Ranks whose compute time per step stayed above the others' (reported once per streak)."""
     requests: tuple[Request, ...] = ()
     """Control requests (``sres resize/grow/shrink/status``) that arrived since the last tick."""
+    reclaimed: tuple[int, ...] = ()
+    """Lent nodes whose ranks got Slurm's signal that the node is being taken back."""
+    lendable: int | None = None
+    """Idle nodes the run could grow into, when looked at this tick (every ``LEND_PERIOD_S``)."""
 
     @property
     def errors(self) -> dict[str, Report]:
@@ -76,6 +80,10 @@ class Observation:
     def all_paused(self, members: Mapping[int, str]) -> bool:
         """Every rank left the generation at the agreed step boundary (a resize)."""
         return len(self.reports) == len(members) and all(r.kind == "paused" for r in self.reports.values())
+
+
+LEND_PERIOD_S = 3.0
+"""How often a world below ``--max-nodes`` asks Slurm for idle nodes (one ``sinfo``)."""
 
 
 class Observer:
@@ -95,6 +103,9 @@ class Observer:
         self._limits: tuple[float | None, float | None] | None = None
         self.step_reports = StepReports(store, config.log_dir, config.straggler)
         self._stragglers: list[Straggler] = []
+        self._reclaims_seen = 0
+        self._reclaimed: set[int] = set()
+        self._next_lend_look = 0.0
 
     def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
                 dead_nodes: Iterable[int]) -> Observation:
@@ -119,7 +130,8 @@ class Observer:
                            node_kills=self._node_kill_requests(members, set(dead_nodes)),
                            child_kill=self._child_kill_request(), preempted=self.preempted,
                            time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
-                           requests=self._requests())
+                           requests=self._requests(), reclaimed=self._reclaimed_nodes(),
+                           lendable=self._lendable(now, members))
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
@@ -178,6 +190,21 @@ class Observer:
             {s: self.slots[s].heartbeat > 0 for s in alive},
             now, self.config.hang_timeout_s, self.config.startup_timeout_s,
         )
+
+    def _reclaimed_nodes(self) -> tuple[int, ...]:
+        count = self.store.add(membership.RECLAIMS, 0)
+        if count != self._reclaims_seen:
+            self._reclaims_seen = count
+            live = [s for s, st in self.slots.items() if st.alive]
+            self._reclaimed |= {self.slots[s].info.node for s in membership.reclaimed_slots(self.store, live)}
+        return tuple(sorted(self._reclaimed))
+
+    def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
+        nodes = {self.slots[s].info.node for s in members.values()}
+        if now < self._next_lend_look or len(nodes) >= self.config.elastic.max_nodes:
+            return None
+        self._next_lend_look = now + LEND_PERIOD_S
+        return self.placement.lendable()
 
     def _child_kill_request(self) -> bool:
         if not self.store.check([membership.CHILD_KILL]):

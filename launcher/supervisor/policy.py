@@ -17,15 +17,16 @@ from launcher.placement import NodeEvidence
 from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, RefillSpare, Requeue, StartStandby, UseIdleNode, WaitForNode,
+    Publish, RefillSpare, Release, Requeue, StartStandby, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
-from launcher.supervisor.resize import ResizeState, advance, node_slots, on_requests, shrink_after_loss
+from launcher.supervisor.resize import ResizeState, advance, node_slots, on_capacity, on_requests, shrink_after_loss
 from resilience.contract.membership import Report, SlotInfo
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
 SPARE_PROCESS_DIED = "a warm spare process of this node died"
+RECLAIMED = "Slurm took the lent node back (preempted)"
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -65,6 +66,10 @@ class RunState:
     """node -> its live standby processes (``warm`` says which are ready to take over)."""
     settled: bool = True
     """The current generation made its first step: background work (new standbys) may start."""
+    lent: frozenset[int] = frozenset()
+    """Nodes lent to the run by Slurm (satellites): the first to go in a shrink."""
+    changed_at: float = 0.0
+    """When the world last changed (a plan published): growth into idle nodes waits ``grow_snooze_s``."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -107,9 +112,12 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     if obs.all_done(state.members):
         return actions + [Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))]
     actions += on_stragglers(obs.stragglers, state, config)
-    if state.resize is not None:
+    capacity = on_capacity(now, obs.reclaimed, obs.lendable, state.nodes, state.resize, state.changed_at, config)
+    if capacity:
+        actions += capacity
+    elif state.resize is not None:
         actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
-                           config)
+                           config, state.lent)
     elif len(state.spare_nodes) < config.spares and now >= state.next_refill and not actions:
         actions.append(RefillSpare())
     if not actions and state.settled and state.resize is None:
@@ -243,8 +251,10 @@ _SOURCES: dict[str, Callable[[float, RunState, RunConfig, list[int]], list[Actio
 
 
 def _drains(state: RunState) -> list[Action]:
+    """Bad nodes leave the job drained; a lent node that Slurm takes back is only given back."""
     fault = state.fault
-    return [Drain(node, why) for node, why in sorted(fault.bad_nodes.items()) if node not in fault.drained]
+    return [Release(node, "preempted") if why == RECLAIMED else Drain(node, why)
+            for node, why in sorted(fault.bad_nodes.items()) if node not in fault.drained]
 
 
 def _no_node(state: RunState, homeless: list[int], config: RunConfig) -> str:
@@ -344,6 +354,8 @@ def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str
 
     The returned text becomes the drain reason (after ``sres:``), so it says what was seen.
     """
+    if evidence.reclaimed:
+        return RECLAIMED
     if not evidence.slurmd_answers:
         return "slurmd not responding"
     if not evidence.slurm_usable:

@@ -35,6 +35,8 @@ class PendingResize:
     why: str
     t: float
     generation: int
+    jobs: dict[str, str] | None = None
+    """The Slurm job each node of the new world runs in (host -> job id; a satellite's own)."""
 
 
 class RecoveryWatch:
@@ -47,8 +49,9 @@ class RecoveryWatch:
     def fault(self, kind: str, t: float, progress: int, generation: int) -> None:
         self.pending.append(PendingFault(kind, t, progress, generation))
 
-    def resized(self, from_world: int, to_world: int, why: str, t: float, generation: int) -> None:
-        self.resizes.append(PendingResize(from_world, to_world, why, t, generation))
+    def resized(self, from_world: int, to_world: int, why: str, t: float, generation: int,
+                jobs: dict[str, str] | None = None) -> None:
+        self.resizes.append(PendingResize(from_world, to_world, why, t, generation, jobs))
 
     def check(self, generation: int) -> None:
         """Emit ``recovered`` for the pending faults and ``resize`` for a resize once generation
@@ -91,7 +94,7 @@ class RecoveryWatch:
                              transfer_s=info["recovered_t"] - info["formed_t"],
                              first_step_s=first_step_t - info["recovered_t"],
                              accumulation=batch.get("accumulation"), global_batch=batch.get("global_batch"),
-                             lr_scale=batch.get("lr_scale"))
+                             lr_scale=batch.get("lr_scale"), **({"jobs": r.jobs} if r.jobs else {}))
             kept = "" if not batch else f", global batch {batch['global_batch']} x{batch['lr_scale']:g} lr"
             self.say(f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}")
         self.resizes.clear()

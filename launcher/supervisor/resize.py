@@ -1,5 +1,9 @@
 """The elastic rules of the policy: shrinking after a node loss, and resizes on request. Pure.
 
+Slurm's own priorities move the world too (:func:`on_capacity`): idle nodes lent to the run
+(satellites) are grown into after ``grow_snooze_s``, and a lent node that Slurm takes back
+(preemption) leaves at the next step boundary, inside the partition's grace time.
+
 A resize that is not forced by a fault happens at a step boundary: new nodes' processes
 start and warm up first (:class:`AddNodes`), then every rank is asked to leave the generation
 before the same step (:class:`Pause`), then the plan of the new size is published
@@ -34,6 +38,8 @@ class ResizeState:
     joining: tuple[int, ...] = ()
     """Nodes started for it (growth), taking ranks when the plan of the new size is published."""
     pausing_since: float | None = None
+    release: tuple[int, ...] = ()
+    """The nodes a shrink lets go; empty: lent nodes first, then the newest, never node 0."""
 
 
 def renumber(members: Mapping[int, str], keep: set[str], new_slots: Sequence[str] = ()) -> dict[int, str]:
@@ -80,7 +86,7 @@ def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: Resiz
 
 
 def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: Mapping[str, SlotInfo],
-            warm: frozenset[str], all_paused: bool, config: RunConfig) -> list[Action]:
+            warm: frozenset[str], all_paused: bool, config: RunConfig, lent: frozenset[int] = frozenset()) -> list[Action]:
     """The next step of a resize under way."""
     nodes = sorted({slots[s].node for s in members.values()})
     grow = resize.nodes - len(nodes)
@@ -90,8 +96,9 @@ def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: 
     if grow > 0:
         if not resize.added:
             return [AddNodes(grow)]
-        if len(resize.joining) < grow:
+        if len(resize.joining) < grow and (resize.why != "idle" or not resize.joining):
             return [AbandonResize(f"only {len(resize.joining)} of {grow} node(s) could be started")]
+        grow = len(resize.joining)  # growing into idle nodes: as many as Slurm lent
         new_slots = [s for node in resize.joining for s in node_slots(node, config.procs_per_node)]
         if not all(s in warm for s in new_slots):
             if now - resize.since > config.startup_timeout_s:
@@ -101,10 +108,41 @@ def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: 
         return [Pause()]
     if not all_paused and now - resize.pausing_since < config.elastic.drain_grace_s:
         return []
-    release = tuple(nodes[len(nodes) + grow:]) if grow < 0 else ()
+    release = (resize.release or tuple(released_first(nodes, lent)[:-grow])) if grow < 0 else ()
     keep = {s for s in members.values() if slots[s].node not in release}
     return [Resize(renumber(members, keep, new_slots), resize.why, len(members), release=release,
                    joined=resize.joining)]
+
+
+def released_first(nodes: Sequence[int], lent: frozenset[int]) -> list[int]:
+    """The order in which a shrink lets nodes go: lent ones (satellites) first, newest first;
+    node 0, where the supervisor and its store run under Slurm, last. Pure."""
+    return sorted(nodes, key=lambda n: (n == 0, n not in lent, -n))
+
+
+def on_capacity(now: float, reclaimed: Sequence[int], lendable: int | None, nodes: Sequence[int],
+                resize: ResizeState | None, changed_at: float, config: RunConfig) -> list[Action]:
+    """Follow Slurm's priorities. Pure.
+
+    A lent node being taken back (its ranks got the preemption signal) leaves at the next step
+    boundary, before its grace time ends; a growth under way gives way to it. Below
+    ``min_nodes`` the node is not let go early: when Slurm ends it, the loss is a fault like
+    any other. Idle nodes (``lendable``) are grown into once the world has been unchanged for
+    ``grow_snooze_s``.
+    """
+    elastic = config.elastic
+    going = tuple(n for n in reclaimed if n in nodes)
+    if going:
+        if resize is not None and resize.why == "idle":
+            return [AbandonResize("Slurm is taking lent nodes back")]
+        target = len(nodes) - len(going)
+        if resize is not None or not elastic.allowed(target, config.nodes):
+            return []
+        return [BeginResize(target, "preempted", release=going)]
+    if resize is not None or not lendable or now - changed_at < elastic.grow_snooze_s:
+        return []
+    target = elastic.largest_allowed(min(elastic.max_nodes, len(nodes) + lendable), config.nodes)
+    return [BeginResize(target, "idle")] if target is not None and target > len(nodes) else []
 
 
 def shrink_after_loss(members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int],

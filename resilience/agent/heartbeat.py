@@ -88,6 +88,8 @@ class Heartbeat:
         self.watch = watch
         self._stop = threading.Event()
         self.preempted = threading.Event()
+        self.reclaimed = threading.Event()
+        self.slot = slot
         self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -108,6 +110,9 @@ class Heartbeat:
                 if self.preempted.is_set():
                     self.store.set(membership.PREEMPT, self.key)
                     self.preempted.clear()
+                if self.reclaimed.is_set():
+                    membership.report_reclaimed(self.store, self.slot)
+                    self.reclaimed.clear()
                 generation = self.watch.generation
                 if generation and self.store.check([membership.plan_key(generation + 1)]):
                     if self.watch.release_now():

@@ -116,16 +116,16 @@ class Agent:
                 self.tiers.close()
 
     def _relay_preemption(self) -> None:
-        """``scancel --signal=USR2`` reaches the steps, not the supervisor: pass it on.
-
-        Without a handler the signal would kill the rank. The heartbeat thread, not the
-        handler, talks to the store (a handler may run in the middle of a store call).
-        """
-        name = self.env.preempt_signal_name
-        try:
-            signal.signal(getattr(signal, name), lambda *_: self._heartbeat.preempted.set())
-        except ValueError:  # not the main thread
-            log.warning("cannot catch %s here: preemption reaches this rank unannounced", name)
+        """``scancel --signal=USR2``, and a lent node's SIGTERM (Slurm takes it back), reach the steps,
+        not the supervisor: pass them on, from the heartbeat thread (not from inside a store call)."""
+        relays = {self.env.preempt_signal_name: self._heartbeat.preempted}
+        if self.env.reclaim_signal:
+            relays[self.env.reclaim_signal_name] = self._heartbeat.reclaimed
+        for name, event in relays.items():
+            try:
+                signal.signal(getattr(signal, name), lambda *_, event=event: event.set())
+            except ValueError:  # not the main thread
+                log.warning("cannot catch %s here: it reaches this rank unannounced", name)
 
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""

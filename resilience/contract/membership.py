@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
@@ -184,7 +184,23 @@ CHILD_KILL = "inject-supervisor-child"
 """Set by a rank that fires ``kill-supervisor-child``: the supervisor kills a warm spare's process."""
 PREEMPT = "preempt"
 """Set by a rank that received the preemption signal (``scancel --signal`` reaches steps only)."""
+RECLAIMS = "reclaim-count"
+"""How many reclaim notices ranks wrote: the supervisor reads the slots' keys only when it moves."""
 PROGRESS = "progress"
+
+
+def reclaim_key(slot: str) -> str:
+    return f"reclaim/{slot}"
+
+
+def report_reclaimed(store: dist.Store, slot: str) -> None:
+    """A rank on a lent node got Slurm's signal that the node is being taken back."""
+    store.set(reclaim_key(slot), "1")
+    store.add(RECLAIMS, 1)
+
+
+def reclaimed_slots(store: dist.Store, slots: Iterable[str]) -> list[str]:
+    return [s for s in slots if store.check([reclaim_key(s)])]
 STATS = "stats"
 
 

@@ -38,6 +38,7 @@ _VARS = {
     "backend": "SRES_BACKEND", "injections": "SRES_INJECT", "heartbeat_s": "SRES_HEARTBEAT_S",
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S", "replication_factor": "SRES_REPLICATION_FACTOR",
     "liveness_port": "SRES_LIVENESS_PORT", "preempt_signal": "SRES_PREEMPT_SIGNAL", "log_dir": "SRES_LOG_DIR",
+    "reclaim_signal": "SRES_RECLAIM_SIGNAL",
     "tiers": TIERS_ENV, "elastic": ELASTIC_ENV,
 }
 RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers",
@@ -65,6 +66,9 @@ class RankEnv:
     liveness_port: int = 0
     preempt_signal: str = PREEMPT_SIGNAL
     log_dir: str = ""
+    reclaim_signal: str = ""
+    """Set on a node lent to the run (a satellite): this signal means Slurm takes the node back
+    (preemption signals steps first, then ends the job after its grace time)."""
     step_id: str = ""
     """Slurm's step id of this process (``SLURM_STEP_ID``, set by srun, not by us)."""
     tiers: TierConfig | None = None
@@ -86,12 +90,17 @@ class RankEnv:
             raise RankEnvError("heartbeat_s, reform_timeout_s and collective_timeout_s must be positive")
         if self.replication_factor < 1:
             raise RankEnvError(f"replication_factor {self.replication_factor}: at least 1")
-        if not hasattr(signal, "SIG" + self.preempt_signal.upper().removeprefix("SIG")):
-            raise RankEnvError(f"preempt signal {self.preempt_signal!r}: not a signal name")
+        for what, name in (("preempt", self.preempt_signal), ("reclaim", self.reclaim_signal or "TERM")):
+            if not hasattr(signal, "SIG" + name.upper().removeprefix("SIG")):
+                raise RankEnvError(f"{what} signal {name!r}: not a signal name")
 
     @property
     def preempt_signal_name(self) -> str:
         return "SIG" + self.preempt_signal.upper().removeprefix("SIG")
+
+    @property
+    def reclaim_signal_name(self) -> str:
+        return "SIG" + self.reclaim_signal.upper().removeprefix("SIG")
 
     def to_environ(self) -> dict[str, str]:
         """The variables that give a rank process this configuration (``LOCAL_RANK`` too)."""
@@ -148,6 +157,11 @@ def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConf
     return merged
 
 
+def reclaim_environ(signal_name: str) -> dict[str, str]:
+    """The variable a placement adds for ranks on a node Slurm may take back."""
+    return {_VARS["reclaim_signal"]: signal_name}
+
+
 def node_name_environ(name: str) -> dict[str, str]:
     """The variable a placement adds when it knows the node's Slurm name."""
     return {_VARS["node_name"]: name}
@@ -171,6 +185,6 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         liveness_port=int(env.get(v["liveness_port"], "0")),
         preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL), log_dir=env.get(v["log_dir"], ""),
-        step_id=env.get("SLURM_STEP_ID", ""), tiers=TierConfig.from_environ(env),
+        reclaim_signal=env.get(v["reclaim_signal"], ""), step_id=env.get("SLURM_STEP_ID", ""), tiers=TierConfig.from_environ(env),
         elastic=ElasticConfig.from_json(env[ELASTIC_ENV]) if env.get(ELASTIC_ENV) else None,
     )

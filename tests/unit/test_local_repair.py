@@ -24,7 +24,7 @@ def test_a_drained_node_returns_after_its_repair_under_a_new_number(tmp_path):
     assert placement.idle_node() is None
     clock.now = 5.0
     back = placement.idle_node()
-    assert (back.node, back.host, back.how) == (3, "node3", "returned")
+    assert (back.node, back.host, back.how, back.returned) == (3, "node3", "idle", True)
     assert placement.idle_node() is None  # once
     placement.stop_all()
 

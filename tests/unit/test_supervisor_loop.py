@@ -22,6 +22,7 @@ class FakePlacement:
     """Processes are exit codes; the node evidence and extra nodes are set by the test."""
 
     store_host = "127.0.0.1"
+    job_id = None
 
     def __init__(self, requeueable: bool = False, idle: Sequence[int] = (), growable: Sequence[int] = ()) -> None:
         self.echo_slot: str | None = None
@@ -59,11 +60,24 @@ class FakePlacement:
         self.retired.append((node, why))
 
     def idle_node(self) -> NewNode | None:
-        return NewNode(self._idle.pop(0), "idle", "allocation", 0.0) if self._idle else None
+        return NewNode(self._idle.pop(0), "idle", "idle", 0.0) if self._idle else None
 
     def grow(self) -> NewNode | None:
         node = self._growable.pop(0) if self._growable else None
         return None if node is None else NewNode(node, f"gpu{node}", "expansion", 0.1)
+
+    def new_node(self, index: int) -> NewNode | None:
+        return self.grow()
+
+    def release(self, node: int, why: str) -> str | None:
+        self.retired.append((node, f"released: {why}"))
+        return None
+
+    def lendable(self) -> int:
+        return len(self._growable)
+
+    def job_of(self, node: int) -> str | None:
+        return None
 
     def requeue(self, why: str) -> None:
         self.requeued.append(why)
@@ -136,7 +150,7 @@ def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script, spares=1)
     assert outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "finished"]
+    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "node-released", "finished"]
     assert events[2]["kind"] == "node" and events[2]["why"] == "slurmd not responding"
     assert (events[3]["slot"], events[3]["how"]) == ("n3p0", "spare")
     assert placement.retired == [(2, "slurmd not responding")]
@@ -149,9 +163,10 @@ def test_without_a_spare_the_job_grows_after_the_drain(tmp_path):
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script)
     assert outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "drained", "node-added", "replaced", "generation",
-                             "finished"]
-    assert events[4]["how"] == "expansion" and events[5]["how"] == "expansion" and events[5]["slot"] == "n3p0"
+    assert kinds(events) == ["start", "generation", "fault", "drained", "node-released", "node-added", "replaced",
+                             "generation", "finished"]
+    assert events[4]["why"] == "fault" and events[5]["how"] == "expansion"
+    assert events[6]["how"] == "expansion" and events[6]["slot"] == "n3p0"
 
 
 def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
@@ -160,7 +175,7 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
     script.at(3, lambda: placement.rc.update({"n1p0": -9}))
     outcome, events = run(tmp_path, placement, script)
     assert outcome.requeued and not outcome.ok
-    assert kinds(events)[-2:] == ["drained", "requeue"]
+    assert kinds(events)[-3:] == ["drained", "node-released", "requeue"]
     assert placement.requeued == ["node gpu1 was lost and no spare node is left, nor an idle node to grow into"]
 
 

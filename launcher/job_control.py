@@ -1,0 +1,87 @@
+"""``sres grow|shrink|resize|status --job J``: a Slurm job id instead of the run's log dir.
+
+The supervisor records its log dir in the job's ``Comment`` (``sres-run=<dir>``), which
+``scontrol show job`` shows to whoever may see the job. Only the job's user or root may
+control it; the refusal is one line, before anything is sent. Where the supervisor's
+control port (loopback, on the job's batch host) cannot be reached from here, the request
+goes as a step of the job itself (``srun --jobid=J --overlap`` on the batch host): Slurm then
+checks the user too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.errors import ConfigError, SlurmError
+from launcher.slurm import SlurmClient
+from launcher.supervisor import control
+
+log = logging.getLogger(__name__)
+
+COMMENT_PREFIX = "sres-run="
+
+
+def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
+    """Name the run's log dir in the job's Comment, unless the user gave the job one."""
+    try:
+        comment = client.job(job_id).extra.get("Comment", "")
+        if comment in ("", "(null)") or comment.startswith(COMMENT_PREFIX):
+            client.set_comment(job_id, f"{COMMENT_PREFIX}{Path(log_dir).resolve()}")
+        else:
+            log.warning("job %s has a comment of its own: sres ... --job %s will not find the run", job_id, job_id)
+    except SlurmError as err:
+        log.warning("could not record the run in job %s's comment (%s): use its log dir to control it", job_id, err)
+
+
+def owner_uid(job_user: str) -> int | None:
+    """``root(0)`` -> 0, as ``scontrol show job`` spells ``UserId``."""
+    inside = job_user.partition("(")[2].rstrip(")")
+    return int(inside) if inside.isdigit() else None
+
+
+def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
+    """The run's log dir of job ``job_id``, after checking that this user may control it."""
+    try:
+        job = client.job(job_id)
+    except SlurmError as err:
+        raise ConfigError(f"job {job_id}: {err}") from None
+    uid = os.getuid() if uid is None else uid
+    owner = owner_uid(job.extra.get("UserId", ""))
+    if uid != 0 and owner is not None and owner != uid:
+        raise ConfigError(f"job {job_id} belongs to {job.extra.get('UserId')}; only its user or root may control it "
+                          f"(you are {_user(uid)})")
+    if job.finished or not job.running:
+        raise ConfigError(f"job {job_id} is {job.state}: nothing to control")
+    comment = job.extra.get("Comment", "")
+    if not comment.startswith(COMMENT_PREFIX):
+        raise ConfigError(f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
+                          f"{COMMENT_PREFIX}...): give the run's log dir instead")
+    return Path(comment.removeprefix(COMMENT_PREFIX))
+
+
+def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str], int]) -> int:
+    """Deliver ``sres <argv[0]> <run dir> <argv[1:]>`` to the job's supervisor: ``here`` (the
+    command itself, given the run dir) when its control port answers from this host, else the
+    same command as a step of the job on its batch host."""
+    log_dir = run_dir(client, job_id)
+    try:
+        return here(str(log_dir))
+    except control.ControlError as err:
+        if "does not answer" not in str(err) and "no run at" not in str(err):
+            raise
+    command = [argv[0], str(log_dir), *argv[1:]]
+    sys.stdout.write(client.run_step(job_id, client.job(job_id).batch_host,
+                                     [sys.executable, "-m", "launcher.cli", *command]))
+    return 0
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}({uid})"
+    except KeyError:
+        return str(uid)

@@ -1,0 +1,138 @@
+"""Satellite jobs: one-node jobs of the training job's own user that lend it a node.
+
+Job expansion is off by default since Slurm 19.05 and gone from its tests in 25.11; a job
+of one's own, though, every Slurm accepts, and ``srun --jobid=<satellite> --overlap`` starts
+rank steps in it from the training job's batch host. A satellite sits in a partition of the
+user's choice (``--lend-partition``): in a low-priority, preemptible one the scheduler lends
+idle nodes to training and takes them back by preemption, its own priorities deciding.
+
+A satellite never outlives its job: its batch step (:mod:`launcher.satellite_watch`) ends
+it within seconds once the training job is no longer running, however that job ended, and
+the supervisor cancels its satellites when the run stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import ConfigError, SlurmError
+from launcher.slurm import SlurmClient
+from launcher.slurm_types import Job
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 20.0
+"""How long a satellite may stay pending before it is cancelled: a node that is not idle now
+is not lent now (the run asks again later)."""
+WATCH_PERIOD_S = 2.0
+
+
+def satellite_name(main_job: str) -> str:
+    """Satellites are found by name: ``sres status --job J`` lists them, the epilog of no one needs to."""
+    return f"sres-satellite-{main_job}"
+
+
+@dataclass(frozen=True)
+class Satellite:
+    job_id: str
+    node: str
+    seconds: float
+    """From submission to running: Slurm's scheduling time, not ours."""
+
+
+class Satellites:
+    """The satellites of one training job: submit, wait until running, release."""
+
+    def __init__(self, client: SlurmClient, main_job: str, partition: str | None, log_dir: Path,
+                 start_timeout_s: float = START_TIMEOUT_S, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.client, self.main_job, self.log_dir = client, main_job, Path(log_dir)
+        self.start_timeout_s, self.clock, self.sleep = start_timeout_s, clock, sleep
+        main = client.job(main_job)
+        self.partition = partition or main.partition or None
+        self.account = main.extra.get("Account", "") if main.extra.get("Account", "") not in ("(null)",) else ""
+        self.held: dict[str, Satellite] = {}
+        """node name -> its satellite, while we hold it."""
+
+    def check_partition(self) -> None:
+        """A lend partition that does not exist is the user's mistake: one line, at the start."""
+        if self.partition and self.partition not in self.client.partitions():
+            known = ", ".join(sorted(self.client.partitions()))
+            raise ConfigError(f"--lend-partition {self.partition}: no such partition (the cluster has {known})")
+
+    def idle(self) -> int:
+        """Nodes of the lend partition idle now: what a satellite could get at once."""
+        return len(self.client.idle_nodes(self.partition))
+
+    def acquire(self, exclude: list[str]) -> Satellite | None:
+        """Submit one satellite and wait until it runs; None when it does not start in time
+        (then it is cancelled, so nothing of ours waits in the queue)."""
+        t0 = self.clock()
+        watcher = shlex.join([sys.executable, "-m", "launcher.satellite_watch", self.main_job,
+                              "--period", str(WATCH_PERIOD_S)])
+        args = ["--nodes=1", "--ntasks=1", "--exclusive", "--no-requeue", f"--job-name={satellite_name(self.main_job)}",
+                f"--output={self.log_dir.resolve() / 'satellite-%j.out'}", f"--wrap=exec {watcher}"]
+        args += [f"--partition={self.partition}"] if self.partition else []
+        args += [f"--account={self.account}"] if self.account else []
+        args += [f"--exclude={','.join(exclude)}"] if exclude else []
+        try:
+            job_id = self.client.submit(args)
+        except SlurmError as err:
+            log.warning("could not submit a satellite of job %s: %s", self.main_job, err)
+            return None
+        while True:
+            job = self._job(job_id)
+            if job is not None and job.running and job.nodes:
+                sat = Satellite(job_id, job.nodes[0], self.clock() - t0)
+                self.held[sat.node] = sat
+                return sat
+            if job is None or job.finished or self.clock() - t0 > self.start_timeout_s:
+                self._cancel(job_id)
+                return None
+            self.sleep(0.1)
+
+    def release(self, node: str) -> str | None:
+        """Give the node back (cancel its satellite); returns the satellite's job id."""
+        sat = self.held.pop(node, None)
+        if sat is not None:
+            self._cancel(sat.job_id)
+        return sat.job_id if sat else None
+
+    def release_all(self) -> None:
+        for node in list(self.held):
+            self.release(node)
+        for job in self.listed():  # ones submitted but not yet seen running, from any earlier life
+            self._cancel(job.job_id)
+
+    def listed(self) -> list[Job]:
+        return self.client.jobs_named(satellite_name(self.main_job))
+
+    def reclaimed(self, node: str) -> bool:
+        """Whether Slurm is taking the satellite back (preempted, cancelled, ended)."""
+        sat = self.held.get(node)
+        if sat is None:
+            return False
+        job = self._job(sat.job_id)
+        return job is None or not job.running or _preempted(job)
+
+    def _job(self, job_id: str) -> Job | None:
+        try:
+            return self.client.job(job_id)
+        except SlurmError:
+            return None
+
+    def _cancel(self, job_id: str) -> None:
+        try:
+            self.client.cancel(job_id)
+        except SlurmError as err:
+            log.info("scancel of satellite %s: %s", job_id, err)
+
+
+def _preempted(job: Job) -> bool:
+    return job.extra.get("PreemptTime", "None") not in ("None", "(null)", "")
