@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, report, simulate_cli
+from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, job_control, report, simulate_cli
+from launcher.satellites import GROW_BY
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.slurm import SlurmClient
@@ -105,8 +106,9 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         if job_hosts is None or len(job_hosts.hosts) < nodes + spares:
             job_hosts = place(client, os.environ, nodes + spares)  # says clearly what is missing
         liveness = LivenessServer()
-        placement = SrunPlacement(client, job_hosts, log_dir, liveness,
-                              srun_args=step_args, partition=partition, grow=not args.no_grow)
+        placement = SrunPlacement(client, job_hosts, log_dir, liveness, srun_args=step_args, partition=partition,
+                                  grow=not args.no_grow, grow_by=args.grow_by, lend_partition=args.lend_partition)
+        job_control.register(client, placement.job_id, log_dir)
         hosts = ", ".join(placement.hosts[:nodes + spares])
         where = f"job {placement.job_id} ({hosts})"
     else:
@@ -231,7 +233,14 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
                    help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
                         "spare (default: report it)")
     p.add_argument("--no-grow", action="store_true",
-                   help="in a Slurm job: never grow the job by expansion; requeue when no spare node is left")
+                   help="in a Slurm job: never add nodes (satellites or expansion); requeue when no spare node is left")
+    p.add_argument("--grow-by", choices=GROW_BY, default="satellite",
+                   help="in a Slurm job: how the run gains a node when it has no spare or idle one, and how it grows "
+                        "into idle nodes below --max-nodes: a one-node job of yours whose node runs rank steps "
+                        "(satellite, the default), or job expansion where the cluster permits it (sres doctor says)")
+    p.add_argument("--lend-partition", metavar="P",
+                   help="in a Slurm job: the partition satellites are submitted to (default: the job's own), e.g. a "
+                        "low-priority preemptible one whose idle nodes the scheduler lends and takes back")
     p.add_argument("--repair-after", type=float, default=None, metavar="S",
                    help="local runs: a drained simulated node comes back healthy S seconds later and refills the "
                         "spares (on Slurm, a node resumed by an admin or the health hooks does); default: never")

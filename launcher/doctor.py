@@ -82,7 +82,22 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
     except SlurmError as err:
         findings.append(Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs"))
     findings.append(Finding("backend", Status.OK, f"{client.choice.name} ({client.choice.why})"))
+    try:
+        findings.append(growth_finding(*client.growth_methods()))
+    except SlurmError as err:
+        findings.append(Finding("growth", Status.INFO, f"cannot read slurmctld's configuration: {err}"))
     return findings
+
+
+def growth_finding(expansion: bool, preempt_type: str) -> Finding:
+    """How runs gain nodes here: satellites work on every Slurm; job expansion only where permitted."""
+    lending = ("lent nodes can be taken back by preemption" if preempt_type != "preempt/none"
+               else "no preemption configured: lent nodes are never taken back early")
+    if expansion:
+        return Finding("growth", Status.OK, f"satellites (default) and job expansion (--grow-by expansion) both "
+                                            f"work; {preempt_type}: {lending}")
+    return Finding("growth", Status.INFO, f"job expansion is disabled (the default since Slurm 19.05): runs grow by "
+                                          f"satellites (--grow-by satellite, the default); {preempt_type}: {lending}")
 
 
 def check_spank(plugstack: str | None) -> Finding:

@@ -27,6 +27,8 @@ from launcher.slurm_types import Job
 
 log = logging.getLogger(__name__)
 
+GROW_BY = ("satellite", "expansion")
+"""How a Slurm run gains nodes (``--grow-by``)."""
 START_TIMEOUT_S = 20.0
 """How long a satellite may stay pending before it is cancelled: a node that is not idle now
 is not lent now (the run asks again later)."""

@@ -48,6 +48,7 @@ class SlurmDriver(Protocol):
     def cancel(self, job_id: str, signal: str | None = None) -> None: ...
     def jobs(self) -> list[Job]: ...
     def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str: ...
+    def config(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,17 @@ class SlurmClient:
 
     def job(self, job_id: str | int) -> Job:
         return self.driver.job(str(job_id))
+
+    def config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``), key -> value."""
+        return self.driver.config()
+
+    def growth_methods(self) -> tuple[bool, str]:
+        """Whether job expansion is permitted here (``SchedulerParameters=permit_job_expansion``,
+        off by default since 19.05), and the preemption type (lent nodes taken back or not)."""
+        config = self.config()
+        return ("permit_job_expansion" in config.get("SchedulerParameters", "").split(","),
+                config.get("PreemptType", "preempt/none"))
 
     def jobs_named(self, name: str) -> list[Job]:
         """Jobs of that name Slurm still lists and that have not ended."""

@@ -92,6 +92,9 @@ class CliDriver:
             raise SlurmError(f"Slurm knows no job {job_id}")
         return job_from_scontrol(pick_record(records, str(job_id)))
 
+    def config(self) -> dict[str, str]:
+        return parse_show_config(self.command(["scontrol", "show", "config"]))
+
     def jobs(self) -> list[Job]:
         out = self.command(["scontrol", "-o", "show", "job"])
         return [job_from_scontrol(parse_scontrol_record(line)) for line in out.splitlines()
@@ -179,6 +182,16 @@ def parse_scontrol_record(line: str) -> dict[str, str]:
     a value runs until the next whitespace-separated ``Key=``.
     """
     return {m.group(1): m.group(2).strip() for m in _RECORD.finditer(line.strip())}
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``Key = Value`` lines of ``scontrol show config``; the header and other lines are skipped."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
 
 
 def pick_record(records: Sequence[Mapping[str, str]], job_id: str) -> Mapping[str, str]:

@@ -119,6 +119,9 @@ class PyslurmDriver:
     def jobs(self) -> list[Job]:
         return self.cli.jobs()
 
+    def config(self) -> dict[str, str]:
+        return self.cli.config()
+
     def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str:
         return self.cli.run_step(job_id, node, argv, timeout_s)
 

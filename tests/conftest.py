@@ -15,7 +15,8 @@ from tests.slurm_cluster import SlurmCluster
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """Five real nodes (n1..n5) in partition ``gpu``, SlurmdTimeout=10 s.
+    """Five real nodes (n1..n5) in partitions ``gpu`` (default, never preempted), ``lend`` (low
+    priority, preempted with a 10 s grace time) and ``urgent`` (high priority); SlurmdTimeout=10 s.
 
     Fails every test that uses it with one line when the machine cannot run Slurm:
     a Slurm test never passes without Slurm.

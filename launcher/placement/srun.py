@@ -28,12 +28,10 @@ from launcher import nodes as node_discovery
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
-from launcher.satellites import Satellites
+from launcher.satellites import GROW_BY, Satellites
 from launcher.slurm import SlurmClient
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import node_name_environ, reclaim_environ
-
-GROW_BY = ("satellite", "expansion")
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +187,7 @@ class SrunPlacement(LocalPlacement):
         if not self.grow_allowed:
             return None
         if self.grow_by == "satellite":
-            sat = self.satellites.acquire(exclude=sorted(set(self.hosts)))
+            sat = self.satellites.acquire(exclude=sorted({h for i, h in enumerate(self.hosts) if i not in self._retired}))
             if sat is None:
                 return None
             self.hosts.append(sat.node)

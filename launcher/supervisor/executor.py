@@ -68,6 +68,7 @@ class Books:
     settled: int = 0
     """The newest generation seen to make its first step."""
     changed_at: float = 0.0
+    asked_nodes: int | None = None
 
 
 class Executor:
@@ -107,7 +108,8 @@ class Executor:
             requeueable=self.placement.requeueable, collateral_since=b.collateral_since, fault=b.fault,
             resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready),
             next_refill=b.next_refill, standby=self._standby_by_node(), settled=self._settled(),
-            lent=frozenset(n for n, how in b.origin.items() if how == "satellite"), changed_at=b.changed_at)
+            lent=frozenset(n for n, how in b.origin.items() if how == "satellite"), changed_at=b.changed_at,
+            asked_nodes=b.asked_nodes)
 
     def _standby_by_node(self) -> dict[int, tuple[str, ...]]:
         """Live standbys by node; a dead one is forgotten (then replaced), a newly warm one announced."""
@@ -339,8 +341,13 @@ class Executor:
                 "job_id": self.placement.job_id, "jobs": {self.placement.host(n): self.placement.job_of(n) for n in nodes if self.placement.job_of(n)}}
 
     def _begin_resize(self, a: act.BeginResize) -> None:
-        self.books.resize = ResizeState(a.nodes, a.why, self.clock(), a.request, release=a.release)
-        if a.why != "request":
+        under_way = self.books.resize  # Slurm taking back more lent nodes: the same pause serves
+        pausing = under_way.pausing_since if under_way is not None and under_way.why == a.why else None
+        self.books.resize = ResizeState(a.nodes, a.why, self.clock(), a.request, release=a.release,
+                                        pausing_since=pausing)
+        if a.why == "request":
+            self.books.asked_nodes = a.nodes
+        else:
             self.say(f"resizing to {a.nodes} node(s) at the next step boundary ({a.why})")
 
     def _add_nodes(self, a: act.AddNodes) -> None:

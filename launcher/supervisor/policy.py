@@ -70,6 +70,8 @@ class RunState:
     """Nodes lent to the run by Slurm (satellites): the first to go in a shrink."""
     changed_at: float = 0.0
     """When the world last changed (a plan published): growth into idle nodes waits ``grow_snooze_s``."""
+    asked_nodes: int | None = None
+    """The size a user last asked for (``sres resize/grow/shrink``): growth into idle nodes stops there."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -112,7 +114,8 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     if obs.all_done(state.members):
         return actions + [Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))]
     actions += on_stragglers(obs.stragglers, state, config)
-    capacity = on_capacity(now, obs.reclaimed, obs.lendable, state.nodes, state.resize, state.changed_at, config)
+    capacity = on_capacity(now, obs.reclaimed, obs.lendable, state.nodes, state.resize, state.changed_at, config,
+                           state.asked_nodes)
     if capacity:
         actions += capacity
     elif state.resize is not None:

@@ -121,14 +121,15 @@ def released_first(nodes: Sequence[int], lent: frozenset[int]) -> list[int]:
 
 
 def on_capacity(now: float, reclaimed: Sequence[int], lendable: int | None, nodes: Sequence[int],
-                resize: ResizeState | None, changed_at: float, config: RunConfig) -> list[Action]:
+                resize: ResizeState | None, changed_at: float, config: RunConfig,
+                asked: int | None = None) -> list[Action]:
     """Follow Slurm's priorities. Pure.
 
     A lent node being taken back (its ranks got the preemption signal) leaves at the next step
     boundary, before its grace time ends; a growth under way gives way to it. Below
     ``min_nodes`` the node is not let go early: when Slurm ends it, the loss is a fault like
     any other. Idle nodes (``lendable``) are grown into once the world has been unchanged for
-    ``grow_snooze_s``.
+    ``grow_snooze_s``, up to ``max_nodes``, or to the size a user ``asked`` for last.
     """
     elastic = config.elastic
     going = tuple(n for n in reclaimed if n in nodes)
@@ -136,12 +137,15 @@ def on_capacity(now: float, reclaimed: Sequence[int], lendable: int | None, node
         if resize is not None and resize.why == "idle":
             return [AbandonResize("Slurm is taking lent nodes back")]
         target = len(nodes) - len(going)
-        if resize is not None or not elastic.allowed(target, config.nodes):
+        if resize is not None and (resize.why != "preempted" or set(going) <= set(resize.release)):
+            return []  # a shrink on request finishes first; one taking lent nodes back takes the later ones too
+        if not elastic.allowed(target, config.nodes):
             return []
         return [BeginResize(target, "preempted", release=going)]
     if resize is not None or not lendable or now - changed_at < elastic.grow_snooze_s:
         return []
-    target = elastic.largest_allowed(min(elastic.max_nodes, len(nodes) + lendable), config.nodes)
+    ceiling = elastic.max_nodes if asked is None else min(asked, elastic.max_nodes)
+    target = elastic.largest_allowed(min(ceiling, len(nodes) + lendable), config.nodes)
     return [BeginResize(target, "idle")] if target is not None and target > len(nodes) else []
 
 

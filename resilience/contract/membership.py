@@ -194,9 +194,11 @@ def reclaim_key(slot: str) -> str:
 
 
 def report_reclaimed(store: dist.Store, slot: str) -> None:
-    """A rank on a lent node got Slurm's signal that the node is being taken back."""
+    """A rank on a lent node got Slurm's signal that the node is being taken back (the
+    ``reclaim-signal`` event's time is when the rank passed it on, within a heartbeat poll)."""
     store.set(reclaim_key(slot), "1")
     store.add(RECLAIMS, 1)
+    push_event(store, "reclaim-signal", slot=slot)
 
 
 def reclaimed_slots(store: dist.Store, slots: Iterable[str]) -> list[str]:

@@ -35,9 +35,10 @@ def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, 
     assert job.of("finished")[0]["steps"] == STEPS
 
 
-def test_without_spares_the_job_grows_into_an_idle_node(cluster, tmp_path, reference3):
+def test_without_spares_the_job_grows_into_an_idle_node_by_expansion(cluster, tmp_path, reference3):
+    """--grow-by expansion, where the cluster permits it (satellites, the default: test_satellites.py)."""
     job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"))
+                          sres_srun(tmp_path / "run", "--auto-resume=1", "--grow-by", "expansion", "-N", "3"))
     job.wait_step(6)
     victim = job.hosts()[2]
     before = set(job.client.job(job.job_id).nodes)

@@ -9,11 +9,12 @@ import pytest
 from launcher.errors import ConfigError
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
-    AbandonResize, AddNodes, Answer, BeginResize, Drain, Fail, Pause, ReportStatus, Resize, WaitForNode,
+    AbandonResize, AddNodes, Answer, BeginResize, Drain, Fail, Pause, Release, ReportStatus, Resize, WaitForNode,
 )
 from launcher.supervisor.control import Request
 from launcher.supervisor.observe import Observation
-from launcher.supervisor.policy import FaultState, RunState
+from launcher.placement import NodeEvidence
+from launcher.supervisor.policy import RECLAIMED, FaultState, RunState, node_verdict
 from launcher.supervisor.resize import ResizeState
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 from resilience.contract.membership import Report, SlotInfo
@@ -102,7 +103,45 @@ CASES = {
         Observation(), state(resize=ResizeState(3, "request", 50.0, pausing_since=60.0)),
         config(min_nodes=2, drain_grace_s=30), [Resize({0: "n0p0", 1: "n1p0", 2: "n2p0"}, "request", 4,
                                                        release=(3,))]),
+    # --- capacity from the scheduler: lent nodes (satellites) ------------------------------------
+    "idle nodes: grow into them after the snooze, up to --max-nodes": (
+        Observation(lendable=5), state(changed_at=NOW - 31), config(min_nodes=2, max_nodes=6),
+        [BeginResize(6, "idle")]),
+    "idle nodes within the snooze: not yet": (
+        Observation(lendable=5), state(changed_at=NOW - 29), config(min_nodes=2, max_nodes=6), []),
+    "idle nodes: not above the size a user asked for": (
+        Observation(lendable=5), state(changed_at=0.0, asked_nodes=5), config(max_nodes=6),
+        [BeginResize(5, "idle")]),
+    "growing into idle nodes: as many as Slurm lent": (
+        Observation(reports=PAUSED),
+        state(resize=ResizeState(6, "idle", 90.0, added=True, joining=(4,), pausing_since=99.0),
+              warm=frozenset({"n4p0"})), config(max_nodes=6),
+        [Resize({0: "n0p0", 1: "n1p0", 2: "n2p0", 3: "n3p0", 4: "n4p0"}, "idle", 4, joined=(4,))]),
+    "a lent node taken back: it leaves at the next step boundary": (
+        Observation(reclaimed=(2, 5)), state(lent=frozenset({2})), config(min_nodes=2),
+        [BeginResize(3, "preempted", release=(2,))]),
+    "another lent node taken back during that shrink: it goes too": (
+        Observation(reclaimed=(2, 3)), state(resize=ResizeState(3, "preempted", 90.0, release=(2,))), config(min_nodes=2),
+        [BeginResize(2, "preempted", release=(2, 3))]),
+    "a lent node taken back while growing: the growth gives way": (
+        Observation(reclaimed=(2,)), state(resize=ResizeState(6, "idle", 90.0)), config(max_nodes=6),
+        [AbandonResize("Slurm is taking lent nodes back")]),
+    "a lent node taken back below --min-nodes: its end is a fault like any other": (
+        Observation(reclaimed=(2,)), state(), config(min_nodes=4), []),
+    "a shrink on request lets lent nodes go first, never node 0": (
+        Observation(reports=PAUSED), state(resize=ResizeState(2, "request", 90.0, pausing_since=99.0),
+                                           lent=frozenset({1})),
+        config(min_nodes=2), [Resize({0: "n0p0", 1: "n2p0"}, "request", 4, release=(1, 3))]),
+    "a lent node lost after Slurm took it back is given back, not drained": (
+        Observation(), state(dead_nodes=DEAD_1, fault=FaultState(lost={1: "node"}, bad_nodes={1: RECLAIMED},
+                                                                 tried=frozenset({"idle-node", "new-node"}))),
+        config(min_nodes=2), [Resize({0: "n0p0", 1: "n2p0", 2: "n3p0"}, "fault", 4), Release(1, "preempted")]),
 }
+
+
+def test_a_reclaimed_node_is_no_fault_of_the_node():
+    assert node_verdict(NodeEvidence(reclaimed=True), 0, 2) == RECLAIMED
+    assert node_verdict(NodeEvidence(reclaimed=True, slurmd_answers=False), 0, 2) == RECLAIMED
 
 
 @pytest.mark.parametrize("name", CASES)
