@@ -56,8 +56,10 @@ def _cmd_srun(args: argparse.Namespace) -> int:
     request = parse(args.srun_args[1:] if args.srun_args[:1] == ["--"] else args.srun_args)
     job_hosts = place(_client(), os.environ, 1)
     held = len(job_hosts.hosts)
+    if args.all_satellites and request.nodes is None:
+        raise ConfigError("sres srun --all-satellites needs -N (the nodes that hold ranks, all satellites)")
     nodes = request.nodes if request.nodes is not None else held - (request.spares or 0)
-    spares = request.spares if request.spares is not None else max(0, held - nodes)
+    spares = request.spares if request.spares is not None else (0 if args.all_satellites else max(0, held - nodes))
     return _supervise(args, request.command, nodes, request.procs_per_node, spares, request.retries, "slurm",
                       step_args=request.step_args, partition=request.partition, job_hosts=job_hosts)
 
@@ -103,11 +105,12 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         from resilience.contract.liveness import LivenessServer
 
         client = _client()
-        if job_hosts is None or len(job_hosts.hosts) < nodes + spares:
-            job_hosts = place(client, os.environ, nodes + spares)  # says clearly what is missing
+        if job_hosts is None or (len(job_hosts.hosts) < nodes + spares and not args.all_satellites):
+            job_hosts = place(client, os.environ, 1 if args.all_satellites else nodes + spares)
         liveness = LivenessServer()
         placement = SrunPlacement(client, job_hosts, log_dir, liveness, srun_args=step_args, partition=partition,
-                                  grow=not args.no_grow, grow_by=args.grow_by, lend_partition=args.lend_partition)
+                                  grow=not args.no_grow, grow_by=args.grow_by, lend_partition=args.lend_partition,
+                                  satellite_nodes=nodes + spares if args.all_satellites else 0)
         job_control.register(client, placement.job_id, log_dir)
         hosts = ", ".join(placement.hosts[:nodes + spares])
         where = f"job {placement.job_id} ({hosts})"
@@ -238,6 +241,11 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
                    help="in a Slurm job: how the run gains a node when it has no spare or idle one, and how it grows "
                         "into idle nodes below --max-nodes: a one-node job of yours whose node runs rank steps "
                         "(satellite, the default), or job expansion where the cluster permits it (sres doctor says)")
+    p.add_argument("--all-satellites", action="store_true",
+                   help="in a Slurm job: every node that holds ranks (and every spare) is a satellite; this job's own "
+                        "node runs only the supervisor and its store, so losing any training node, rank 0's "
+                        "included, never loses them (submit this job to a small CPU partition; "
+                        "sbatch_templates/train_supervisor_apart.sbatch)")
     p.add_argument("--lend-partition", metavar="P",
                    help="in a Slurm job: the partition satellites are submitted to (default: the job's own), e.g. a "
                         "low-priority preemptible one whose idle nodes the scheduler lends and takes back")

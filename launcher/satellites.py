@@ -73,9 +73,35 @@ class Satellites:
         return len(self.client.idle_nodes(self.partition))
 
     def acquire(self, exclude: list[str]) -> Satellite | None:
-        """Submit one satellite and wait until it runs; None when it does not start in time
-        (then it is cancelled, so nothing of ours waits in the queue)."""
+        """One satellite, running; None when none starts in time (it is cancelled then, so
+        nothing of ours waits in the queue)."""
+        got = self.acquire_many(1, exclude, self.start_timeout_s)
+        return got[0] if got else None
+
+    def acquire_many(self, count: int, exclude: list[str], timeout_s: float) -> list[Satellite]:
+        """Submit ``count`` satellites at once and wait until they run: the ones running after
+        ``timeout_s``, the rest cancelled."""
         t0 = self.clock()
+        submitted = [job for job in (self._submit(exclude) for _ in range(count)) if job is not None]
+        running: dict[str, Satellite] = {}
+        while submitted:
+            for job_id in list(submitted):
+                job = self._job(job_id)
+                if job is not None and job.running and job.nodes:
+                    running[job_id] = Satellite(job_id, job.nodes[0], self.clock() - t0)
+                    submitted.remove(job_id)
+                elif job is None or job.finished:
+                    submitted.remove(job_id)
+            if not submitted or self.clock() - t0 > timeout_s:
+                break
+            self.sleep(0.1)
+        for job_id in submitted:
+            self._cancel(job_id)
+        for sat in running.values():
+            self.held[sat.node] = sat
+        return sorted(running.values(), key=lambda sat: sat.node)
+
+    def _submit(self, exclude: list[str]) -> str | None:
         watcher = shlex.join([sys.executable, "-m", "launcher.satellite_watch", self.main_job,
                               "--period", str(WATCH_PERIOD_S)])
         args = ["--nodes=1", "--ntasks=1", "--exclusive", "--no-requeue", f"--job-name={satellite_name(self.main_job)}",
@@ -84,20 +110,10 @@ class Satellites:
         args += [f"--account={self.account}"] if self.account else []
         args += [f"--exclude={','.join(exclude)}"] if exclude else []
         try:
-            job_id = self.client.submit(args)
+            return self.client.submit(args)
         except SlurmError as err:
             log.warning("could not submit a satellite of job %s: %s", self.main_job, err)
             return None
-        while True:
-            job = self._job(job_id)
-            if job is not None and job.running and job.nodes:
-                sat = Satellite(job_id, job.nodes[0], self.clock() - t0)
-                self.held[sat.node] = sat
-                return sat
-            if job is None or job.finished or self.clock() - t0 > self.start_timeout_s:
-                self._cancel(job_id)
-                return None
-            self.sleep(0.1)
 
     def release(self, node: str) -> str | None:
         """Give the node back (cancel its satellite); returns the satellite's job id."""

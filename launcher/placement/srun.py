@@ -79,11 +79,16 @@ class SrunPlacement(LocalPlacement):
     def __init__(self, client: SlurmClient, placement: JobHosts, log_dir: Path, liveness: LivenessServer,
                  srun_args: Sequence[str] = (), partition: str | None = None, grow: bool = True,
                  probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout, grow_by: str = "satellite",
-                 lend_partition: str | None = None) -> None:
+                 lend_partition: str | None = None, satellite_nodes: int = 0,
+                 satellite_timeout_s: float = 300.0) -> None:
+        """``satellite_nodes``: every node that holds ranks (and spares) is a satellite, this
+        many of them; the job's own node runs only the supervisor and its store."""
         super().__init__(log_dir, echo)
         self.client = client
         self.job_id = placement.job_id
         self.hosts = list(placement.hosts)
+        self._own = tuple(placement.hosts)
+        self._apart = bool(satellite_nodes)
         self.store_host = placement.store_host
         self.requeueable = placement.batch_job
         self.liveness = liveness
@@ -101,6 +106,17 @@ class SrunPlacement(LocalPlacement):
         self._satellite_of: dict[int, str] = {}
         """node -> the satellite job it runs in (nodes of the job itself are absent)."""
         self._node_of_slot: dict[str, int] = {}
+        if satellite_nodes:
+            self._start_apart(satellite_nodes, satellite_timeout_s)
+
+    def _start_apart(self, count: int, timeout_s: float) -> None:
+        got = self.satellites.acquire_many(count, exclude=list(self._own), timeout_s=timeout_s)
+        if len(got) < count:
+            self.satellites.release_all()
+            raise ConfigError(f"only {len(got)} of {count} satellite node(s) started within {timeout_s:g} s in "
+                              f"partition {self.satellites.partition or '(default)'}")
+        self.hosts = [sat.node for sat in got]
+        self._satellite_of = {i: sat.job_id for i, sat in enumerate(got)}
 
     def host(self, node: int) -> str:
         return self.hosts[node]
@@ -169,6 +185,8 @@ class SrunPlacement(LocalPlacement):
         health hooks resumed it, still in the job): it comes back under a new node number, so
         nothing of its earlier life (slots, fault counts) is mistaken for the new one's.
         """
+        if self._apart:
+            return None  # the job's own node runs the supervisor, never ranks
         t0 = time.monotonic()
         alloc = node_discovery.discover(self.client, self.job_id)
         for name in alloc.healthy:
@@ -187,7 +205,8 @@ class SrunPlacement(LocalPlacement):
         if not self.grow_allowed:
             return None
         if self.grow_by == "satellite":
-            sat = self.satellites.acquire(exclude=sorted({h for i, h in enumerate(self.hosts) if i not in self._retired}))
+            live = {h for i, h in enumerate(self.hosts) if i not in self._retired}
+            sat = self.satellites.acquire(exclude=sorted(live | set(self._own)))
             if sat is None:
                 return None
             self.hosts.append(sat.node)

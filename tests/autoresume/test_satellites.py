@@ -4,16 +4,18 @@ training; satellites never outlive their job; ``sres status|shrink|grow --job J`
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
 
 import pytest
 
-from launcher import job_control
+from launcher import job_control, templates
 from launcher.errors import ConfigError
+from launcher.slurm import SlurmClient
 from resilience.elastic import coverage
-from tests.training_jobs import REPO, STEPS, TrainingJob, sres_srun, submit_training, wait_job
+from tests.training_jobs import REPO, TRAIN, TrainingJob, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
 
@@ -139,3 +141,33 @@ def test_refusals_are_one_line(cluster, tmp_path):
         job.output
     bad = sres_cmd(cluster, "run", "--nodes", "2", "--min-nodes", "3", "--max-nodes", "2", "--", "true")
     assert bad.returncode == 1 and bad.stderr == "sres: error: --max-nodes 2 is below --min-nodes 3\n"
+
+
+def test_with_the_supervisor_apart_losing_rank_0s_node_loses_nothing(cluster, tmp_path, reference3):
+    """train_supervisor_apart.sbatch: the job's one CPU runs the supervisor and the store; the
+    three training nodes are satellites. Rank 0's node dies; a new satellite takes its rank."""
+    train = shlex.join([sys.executable, *TRAIN, "--sleep-s", "0.25", "--out", str(tmp_path / "out")])
+    script = tmp_path / "job.sbatch"
+    script.write_text(templates.load("train_supervisor_apart").fill(
+        {"nodes": "3", "spares": "0", "retries": "1", "time": "00:10:00", "command": train,
+         "sres": f"{shlex.quote(sys.executable)} -m launcher.cli"}))
+    client = SlurmClient.create("cli", env=cluster.env())
+    job = TrainingJob(client.submit([f"--chdir={REPO}", f"--output={tmp_path / 'job.out'}",
+                                     f"--export=ALL,SRES_LOG_DIR={tmp_path / 'run'},PYTHONPATH={REPO}", str(script)]),
+                      tmp_path, client)
+    job.wait_step(6)
+    supervisor_node, = client.job(job.job_id).nodes
+    hosts = job.hosts()
+    assert supervisor_node not in hosts and len(satellites(job)) == 3
+    cluster.kill_node(hosts[0])
+
+    done = job.wait_done()
+    assert done.state == "COMPLETED" and done.restart_count == 0, job.output
+    assert job.digests() == reference3, job.output
+    replaced, = job.of("replaced")
+    assert (replaced["rank"], replaced["how"]) == (0, "satellite") and replaced["host"] not in hosts
+    assert job.of("recovered")[0]["source"] == "peer"
+    t0 = time.monotonic()
+    while satellites(job):
+        assert time.monotonic() - t0 < 30, f"satellites outlived their job: {satellites(job)}"
+        time.sleep(0.5)
