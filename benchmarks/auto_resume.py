@@ -1,16 +1,18 @@
 """From a node kill to training resumed on the replacement, on a real local Slurm cluster.
 
 Starts its own 5-node cluster (tests/slurm_cluster.py; root and slurm-wlm needed) and runs a
-3-node training job under ``sres srun`` twice per round: once with a warm spare node held by
-the job, once with none (the job grows into an idle node by expansion). Each run kills one
+3-node training job under ``sres srun`` three times per round: once with a warm spare node held
+by the job, and twice with none: a satellite job takes the lost ranks (the default), or the
+job grows into an idle node by expansion (``--grow-by expansion``). Each run kills one
 training node's slurmd and every process on it mid-run, then splits the time from the kill
 to the first step on the replacement into:
 
   detection    kill -> the supervisor's fault event (its own watch: liveness socket + slurmd probe)
   drain        the drain of the dead node (scontrol), and the shrink of the job
-  replacement  spare: nothing to do; expansion: allocating and merging a new node
+  replacement  spare: nothing to do; satellite: sbatch until it runs; expansion: allocating and
+               merging a new node
   re-form      from the fault to the new generation's process group (includes the new node's
-               cold start for an expansion)
+               cold start for a satellite or an expansion)
   transfer     state to the replaced ranks from peers
   first step   the first training step of the new generation
 
@@ -38,11 +40,15 @@ from tests.training_jobs import sres_srun, submit_training  # noqa: E402
 PHASES = ("detection", "drain", "replacement", "re-form", "transfer", "first step", "kill -> resumed")
 
 
-def one_run(cluster: SlurmCluster, tmp: Path, spare: bool) -> tuple[dict[str, float], float]:
+KINDS = {"spare": ("-N4", ()), "satellite": ("-N3", ()), "expansion": ("-N3", ("--grow-by", "expansion"))}
+
+
+def one_run(cluster: SlurmCluster, tmp: Path, kind: str) -> tuple[dict[str, float], float]:
     """Kill a node mid-run; return the phase split and Slurm's own time to see the node dead."""
     cluster.reset()
-    sbatch = ["-N4" if spare else "-N3", "--no-kill", "--requeue"]
-    job = submit_training(cluster, tmp, sbatch, sres_srun(tmp / "run", "--auto-resume=1", "-N", "3"))
+    nodes, flags = KINDS[kind]
+    job = submit_training(cluster, tmp, [nodes, "--no-kill", "--requeue"],
+                          sres_srun(tmp / "run", "--auto-resume=1", *flags, "-N", "3"))
     job.wait_step(6)
     victim = job.hosts()[1]
     slurm_saw: list[float] = []
@@ -85,7 +91,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--slurmd-timeout", type=int, default=10)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"spare": [], "expansion": []}
+    results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     slurm: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp, \
             SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=args.slurmd_timeout) as cluster:
@@ -93,17 +99,16 @@ def main() -> int:
             for kind in results:
                 run_dir = Path(tmp) / f"{kind}-{r}"
                 run_dir.mkdir()
-                split, seen = one_run(cluster, run_dir, spare=kind == "spare")
+                split, seen = one_run(cluster, run_dir, kind)
                 results[kind].append(split)
                 slurm.append(seen)
                 print(f"round {r + 1} {kind:9}: resumed {split['kill -> resumed']:.2f} s after the kill; "
                       f"Slurm saw the node dead after {seen:.1f} s", file=sys.stderr)
     print(f"\nnode kill -> training resumed, 3-node job, local cluster, SlurmdTimeout={args.slurmd_timeout}, "
           f"median of {args.rounds}")
-    print(f"{'phase':18} {'spare (s)':>10} {'expansion (s)':>14}")
+    print(f"{'phase':18}" + "".join(f" {kind + ' (s)':>15}" for kind in results))
     for phase in PHASES:
-        cells = [statistics.median(run[phase] for run in results[k]) for k in results]
-        print(f"{phase:18} {cells[0]:10.3f} {cells[1]:14.3f}")
+        print(f"{phase:18}" + "".join(f" {statistics.median(run[phase] for run in results[k]):15.3f}" for k in results))
     baseline = statistics.median(slurm)
     print(f"{'Slurm sees it dead':18} {baseline:10.1f}   (baseline: the earliest any Slurm-driven recovery can start)")
     for kind in results:

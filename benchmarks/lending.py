@@ -11,8 +11,9 @@ ours:
               SIGTERM -> training resumed on the smaller world             (ours: relay, pause at
                                                                             the step boundary, re-form, first step)
   growth      the nodes idle again -> the satellites running               (Slurm: sbatch + scheduling)
-              the rest, to the first step on the larger world              (ours: noticing the idle nodes,
-                                                                            new ranks' start-up, pause, re-form)
+              the rest, to the first step on the larger world              (ours: noticing the idle nodes
+                                                                            (sinfo every 3 s), the new ranks'
+                                                                            start-up, pause, re-form, first step)
 
 Baseline, measured in the same run: what a preempted job that does not shrink gracefully
 has left before Slurm kills it (SIGTERM -> job ended: the partition's GraceTime + KillWait),
@@ -37,7 +38,8 @@ from tests.slurm_cluster import SlurmCluster  # noqa: E402
 from tests.training_jobs import TrainingJob, sres_srun, submit_training, wait_job  # noqa: E402
 
 ELASTIC = ("--dataset", "320", "--global-batch", "32", "--micro-batch", "4")
-ROWS = ("preemption: Slurm", "preemption: ours", "growth: Slurm", "growth: ours")
+ROWS = ("preemption: Slurm", "preemption: ours", "growth: Slurm", "growth: ours", "  noticing idle",
+        "  rank start-up", "  pause to 1st step")
 
 
 def _until(job: TrainingJob, ready, what: str, timeout: float = 180.0) -> None:
@@ -70,8 +72,12 @@ def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
     shrink, regrow = job.of("resize")[1], job.of("resize")[2]
     added = job.of("node-added")[2:]
     scheduling = sum(e["seconds"] for e in added)
+    decided = added[0]["t"] - added[0]["seconds"]  # the first satellite's sbatch
+    paused = regrow["t"] - regrow["seconds"]  # every new rank warm: the pause begins
     return {"preemption: Slurm": signal_t - submitted, "preemption: ours": shrink["t"] - signal_t,
-            "growth: Slurm": scheduling, "growth: ours": regrow["t"] - freed - scheduling}
+            "growth: Slurm": scheduling, "growth: ours": regrow["t"] - freed - scheduling,
+            "  noticing idle": decided - freed, "  rank start-up": paused - added[-1]["t"],
+            "  pause to 1st step": regrow["seconds"]}
 
 
 def _nodes_idle_at(cluster: SlurmCluster, nodes: list[str]) -> float:
