@@ -101,17 +101,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     if args.repair_after is not None and (launcher == "slurm" or args.repair_after < 0):
         raise ConfigError("--repair-after S (S >= 0) simulates repairs of local nodes; on Slurm, resume the node")
     if launcher == "slurm":
-        from launcher.placement.srun import SrunPlacement, place
-        from resilience.contract.liveness import LivenessServer
-
-        client = _client()
-        if job_hosts is None or (len(job_hosts.hosts) < nodes + spares and not args.all_satellites):
-            job_hosts = place(client, os.environ, 1 if args.all_satellites else nodes + spares)
-        liveness = LivenessServer()
-        placement = SrunPlacement(client, job_hosts, log_dir, liveness, srun_args=step_args, partition=partition,
-                                  grow=not args.no_grow, grow_by=args.grow_by, lend_partition=args.lend_partition,
-                                  satellite_nodes=nodes + spares if args.all_satellites else 0)
-        job_control.register(client, placement.job_id, log_dir)
+        placement, liveness = _srun_placement(args, log_dir, nodes + spares, step_args, partition, job_hosts)
         hosts = ", ".join(placement.hosts[:nodes + spares])
         where = f"job {placement.job_id} ({hosts})"
     else:
@@ -126,6 +116,23 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
     if outcome.requeued:
         return 0  # Slurm ends this batch script now; the job runs again from its saved state
     return 0 if outcome.ok else 1
+
+
+def _srun_placement(args: argparse.Namespace, log_dir: Path, needed: int, step_args: tuple[str, ...],
+                    partition: str | None, job_hosts):
+    """Ranks as srun steps of this job (and its satellites), and the run recorded in the job's Comment."""
+    from launcher.placement.srun import SrunPlacement, place
+    from resilience.contract.liveness import LivenessServer
+
+    client = _client()
+    if job_hosts is None or (len(job_hosts.hosts) < needed and not args.all_satellites):
+        job_hosts = place(client, os.environ, 1 if args.all_satellites else needed)  # says clearly what is missing
+    liveness = LivenessServer()
+    placement = SrunPlacement(client, job_hosts, log_dir, liveness, srun_args=step_args, partition=partition,
+                              grow=not args.no_grow, grow_by=args.grow_by, lend_partition=args.lend_partition,
+                              satellite_nodes=needed if args.all_satellites else 0)
+    job_control.register(client, placement.job_id, log_dir)
+    return placement, liveness
 
 
 def _client() -> SlurmClient:
@@ -190,6 +197,24 @@ def _run_default(field: str):
     return RunConfig.__dataclass_fields__[field].default
 
 
+def _add_capacity_options(p: argparse.ArgumentParser) -> None:
+    """Where a Slurm run's nodes come from beyond its own allocation."""
+    p.add_argument("--no-grow", action="store_true",
+                   help="in a Slurm job: never add nodes (satellites or expansion); requeue when no spare node is left")
+    p.add_argument("--grow-by", choices=GROW_BY, default="satellite",
+                   help="in a Slurm job: how the run gains a node when it has no spare or idle one, and how it grows "
+                        "into idle nodes below --max-nodes: a one-node job of yours whose node runs rank steps "
+                        "(satellite, the default), or job expansion where the cluster permits it (sres doctor says)")
+    p.add_argument("--all-satellites", action="store_true",
+                   help="in a Slurm job: every node that holds ranks (and every spare) is a satellite; this job's own "
+                        "node runs only the supervisor and its store, so losing any training node, rank 0's "
+                        "included, never loses them (submit this job to a small CPU partition; "
+                        "sbatch_templates/train_supervisor_apart.sbatch)")
+    p.add_argument("--lend-partition", metavar="P",
+                   help="in a Slurm job: the partition satellites are submitted to (default: the job's own), e.g. a "
+                        "low-priority preemptible one whose idle nodes the scheduler lends and takes back")
+
+
 def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", action="append", default=[], metavar="SPEC",
                    help="fault to inject (repeatable): kill|raise|hang|kill-during-commit|kill-during-copy:rank=R:step=S "
@@ -235,20 +260,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--straggler-action", choices=ACTIONS, default="none",
                    help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
                         "spare (default: report it)")
-    p.add_argument("--no-grow", action="store_true",
-                   help="in a Slurm job: never add nodes (satellites or expansion); requeue when no spare node is left")
-    p.add_argument("--grow-by", choices=GROW_BY, default="satellite",
-                   help="in a Slurm job: how the run gains a node when it has no spare or idle one, and how it grows "
-                        "into idle nodes below --max-nodes: a one-node job of yours whose node runs rank steps "
-                        "(satellite, the default), or job expansion where the cluster permits it (sres doctor says)")
-    p.add_argument("--all-satellites", action="store_true",
-                   help="in a Slurm job: every node that holds ranks (and every spare) is a satellite; this job's own "
-                        "node runs only the supervisor and its store, so losing any training node, rank 0's "
-                        "included, never loses them (submit this job to a small CPU partition; "
-                        "sbatch_templates/train_supervisor_apart.sbatch)")
-    p.add_argument("--lend-partition", metavar="P",
-                   help="in a Slurm job: the partition satellites are submitted to (default: the job's own), e.g. a "
-                        "low-priority preemptible one whose idle nodes the scheduler lends and takes back")
+    _add_capacity_options(p)
     p.add_argument("--repair-after", type=float, default=None, metavar="S",
                    help="local runs: a drained simulated node comes back healthy S seconds later and refills the "
                         "spares (on Slurm, a node resumed by an admin or the health hooks does); default: never")

@@ -71,7 +71,10 @@ def summary(events: list[dict[str, Any]]) -> str:
         if event["event"] == "drained":
             lines.append(f"  drained {event['host']}: sres: {event['why']}")
         elif event["event"] == "node-added":
-            lines.append(f"  added {event['host']} ({event['how']}, {event['seconds']:.2f} s)")
+            job = f" job {event['job']}" if event.get("job") else ""
+            lines.append(f"  added {event['host']} ({event['how']}{job}, {event['seconds']:.2f} s)")
+        elif event["event"] == "node-released" and event["why"] != "fault":  # a fault's node: "drained" above
+            lines.append(f"  released {event['host']} ({event['why']})")
         elif event["event"] == "resize":
             batch = (f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
                      if event.get("global_batch") is not None else "")

@@ -202,8 +202,9 @@ class SrunPlacement(LocalPlacement):
     def grow(self) -> NewNode | None:
         """One more node: a satellite job (``--grow-by satellite``) or one merged into the job
         (``expansion``); None with --no-grow or when Slurm has no idle node for it."""
-        if not self.grow_allowed:
-            return None
+        if not self.grow_allowed or not self.client.idle_nodes(self.satellites.partition if self.grow_by == "satellite"
+                                                               else self.partition):
+            return None  # nothing would start now: do not wait in the queue for it
         if self.grow_by == "satellite":
             live = {h for i, h in enumerate(self.hosts) if i not in self._retired}
             sat = self.satellites.acquire(exclude=sorted(live | set(self._own)))
@@ -213,8 +214,6 @@ class SrunPlacement(LocalPlacement):
             self._satellite_of[len(self.hosts) - 1] = sat.job_id
             return NewNode(len(self.hosts) - 1, sat.node, "satellite", sat.seconds)
         t0 = time.monotonic()
-        if not self.client.idle_nodes(self.partition):
-            return None
         try:
             added = self.client.grow(self.job_id, 1, self.partition)
         except SlurmError as err:

@@ -75,8 +75,12 @@ def test_usr1_is_refused_as_preemption_signal():
 def test_templates_fill_every_placeholder_and_derive_total_nodes():
     for name in templates.names():
         text = templates.load(name).fill({"nodes": "5", "spares": "2"})
-        assert "{{" not in text and "#SBATCH --nodes=7\n" in text and "#@ nodes = 5" in text
-        assert "--no-kill" in text and "--requeue" in text and "--signal=B:USR2@" in text and "USR1@" not in text
+        assert "{{" not in text and "#@ nodes = 5" in text
+        assert "--requeue" in text and "--signal=B:USR2@" in text and "USR1@" not in text
+        if name == "train_supervisor_apart.sbatch":  # the job is the supervisor's CPU; nodes are satellites
+            assert "#SBATCH --nodes=1\n" in text and "--all-satellites" in text and "--nodes=5 --spares=2" in text
+        else:
+            assert "#SBATCH --nodes=7\n" in text and "--no-kill" in text
     with pytest.raises(ConfigError, match="no template 'nope'"):
         templates.load("nope")
 
