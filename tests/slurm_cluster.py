@@ -2,7 +2,9 @@
 
 Every Slurm test in this project runs against this cluster, never against a mocked
 ``scontrol``. It follows ../shared/slurm-testbed.md: one ``NodeName`` range on a port
-range, ``%n`` in per-node paths, one ``slurmd -N <name>`` per node.
+range, ``%n`` in per-node paths, one ``slurmd -N <name>`` per node. Three partitions span
+every node: ``gpu`` (the default, never preempted), ``lend`` (low priority, preempted with a
+``GraceTime``) and ``urgent`` (high priority), under ``PreemptType=preempt/partition_prio``.
 
 By hand::
 
