@@ -36,7 +36,7 @@ WATCH_PERIOD_S = 2.0
 
 
 def satellite_name(main_job: str) -> str:
-    """Satellites are found by name: ``sres status --job J`` lists them, the epilog of no one needs to."""
+    """Satellites are found by name: the run's cleanup cancels any it did not see start."""
     return f"sres-satellite-{main_job}"
 
 
@@ -58,7 +58,8 @@ class Satellites:
         self.start_timeout_s, self.clock, self.sleep = start_timeout_s, clock, sleep
         main = client.job(main_job)
         self.partition = partition or main.partition or None
-        self.account = main.extra.get("Account", "") if main.extra.get("Account", "") not in ("(null)",) else ""
+        account = main.extra.get("Account", "")
+        self.account = "" if account == "(null)" else account  # "same account" as the job
         self.held: dict[str, Satellite] = {}
         """node name -> its satellite, while we hold it."""
 

@@ -317,7 +317,8 @@ class Executor:
         if b.fault.waiting_since is None:
             timeout = self.config.elastic.resize_timeout_s
             self.events.emit("waiting", why="no spare node, and the world may not shrink further",
-                             timeout_s=timeout, world_size=len(b.plan.members) - len(b.fault.lost))
+                             timeout_s=timeout, world_size=len(b.plan.members) - len(b.fault.lost),
+                             t=self.wall() - (self.clock() - a.since))  # when the timeout started
             self.say(f"waiting up to {timeout:g} s for a node (sres grow adds one)")
         b.fault = dataclasses.replace(b.fault, waiting_since=a.since)
 

@@ -130,7 +130,7 @@ class Observer:
                            node_kills=self._node_kill_requests(members, set(dead_nodes)),
                            child_kill=self._child_kill_request(), preempted=self.preempted,
                            time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
-                           requests=self._requests(), reclaimed=self._reclaimed_nodes(),
+                           requests=self._requests(), reclaimed=tuple(sorted(self._reclaimed)),
                            lendable=self._lendable(now, members))
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
@@ -175,6 +175,7 @@ class Observer:
         self._stragglers += self.step_reports.read(generation, members)
         if self.preempted is None and self.store.check([membership.PREEMPT]):
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
+        self._read_reclaims()
         alive = [s for s, st in self.slots.items() if st.alive]
         for slot in alive:
             value = self.store.add(membership.heartbeat_key(slot), 0)
@@ -191,17 +192,19 @@ class Observer:
             now, self.config.hang_timeout_s, self.config.startup_timeout_s,
         )
 
-    def _reclaimed_nodes(self) -> tuple[int, ...]:
+    def _read_reclaims(self) -> None:
+        """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the
+        heartbeats, not every tick, as a grace time is tens of seconds."""
         count = self.store.add(membership.RECLAIMS, 0)
         if count != self._reclaims_seen:
             self._reclaims_seen = count
             live = [s for s, st in self.slots.items() if st.alive]
             self._reclaimed |= {self.slots[s].info.node for s in membership.reclaimed_slots(self.store, live)}
-        return tuple(sorted(self._reclaimed))
 
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
-        nodes = {self.slots[s].info.node for s in members.values()}
-        if now < self._next_lend_look or len(nodes) >= self.config.elastic.max_nodes:
+        if now < self._next_lend_look:
+            return None
+        if len({self.slots[s].info.node for s in members.values()}) >= self.config.elastic.max_nodes:
             return None
         self._next_lend_look = now + LEND_PERIOD_S
         return self.placement.lendable()

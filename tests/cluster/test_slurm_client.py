@@ -184,3 +184,22 @@ def _wait(predicate, timeout, message):
         if time.monotonic() > deadline:
             raise AssertionError(message)
         time.sleep(0.2)
+
+
+def test_jobs_by_name_config_comment_and_a_step_in_another_job(cluster, client, tmp_path):
+    """What satellites and `--job J` are built from: jobs found by name, slurmctld's config, a
+    job's Comment, and a step started in one running job of ours from outside it."""
+    first = client.submit(["-N1", "--job-name=sres-satellite-test", "--output=/dev/null", "--wrap", "sleep 60"])
+    other = client.submit(["-N1", "--job-name=other", "--output=/dev/null", "--wrap", "sleep 60"])
+    wait_job(client, first, lambda j: j.running)
+    assert [j.job_id for j in client.jobs_named("sres-satellite-test")] == [first]
+    assert {"gpu", "lend", "urgent"} <= client.partitions()
+    assert client.growth_methods() == (True, "preempt/partition_prio")
+    client.set_comment(first, "sres-run=/tmp/x")
+    assert client.job(first).extra["Comment"] == "sres-run=/tmp/x"
+    node = client.job(first).nodes[0]
+    assert client.run_step(first, node, ["printenv", "SLURMD_NODENAME"]).strip() == node
+    client.cancel(first)
+    client.cancel(other)
+    wait_job(client, first, lambda j: j.finished)
+    assert client.jobs_named("sres-satellite-test") == []
