@@ -93,7 +93,8 @@ def grace_baseline(cluster: SlurmCluster, tmp: Path) -> float:
     log = tmp / "grace.log"
     script = f"trap 'echo $(date +%s.%N) >> {log}' TERM; while true; do sleep 0.1; done"
     client = SlurmClient.create("cli", env=cluster.env())
-    victim = client.submit(["--partition=lend", "--nodes=1", "--exclusive", "--output=/dev/null", f"--wrap=srun bash -c \"{script}\""])
+    victim = client.submit(["--partition=lend", "--nodes=1", "--exclusive", "--output=/dev/null",
+                            f"--wrap=srun bash -c \"{script}\""])
     wait_job(client, victim, lambda j: j.running and bool(j.nodes))
     time.sleep(1)
     node = client.job(victim).nodes[0]

@@ -69,7 +69,8 @@ def _reply(args: argparse.Namespace, op: str, **fields) -> int:
         from launcher import job_control
         from launcher.slurm import default_client
 
-        argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))] + (["--json"] if getattr(args, "json", False) else [])
+        argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))]
+        argv += ["--json"] if getattr(args, "json", False) else []
         return job_control.send(default_client(), args.job, argv, lambda run: _deliver(run, args, op, fields))
     return _deliver(args.run, args, op, fields)
 
@@ -97,8 +98,8 @@ def _status_text(s: dict) -> str:
                                     f"{r['generation']})" if r else "none"))
     lent = {host: job for host, job in (s.get("jobs") or {}).items() if job != s.get("job_id")}
     if s.get("jobs"):
-        lines.append(f"slurm job   {s.get('job_id')}" + (f"; satellites: {', '.join(f'{h} (job {j})' for h, j in lent.items())}"
-                                                          if lent else "; no satellites"))
+        held = ", ".join(f"{host} (job {job})" for host, job in lent.items())
+        lines.append(f"slurm job    {s.get('job_id')}; " + (f"satellites: {held}" if lent else "no satellites"))
     if s.get("resizing_to"):
         lines.append(f"resizing to  {s['resizing_to']} node(s)")
     return "\n".join(lines)

@@ -339,7 +339,11 @@ class Executor:
                 "step": progress, "faults": b.faults, "last_resize": b.last_resize,
                 "resizing_to": b.resize.nodes if b.resize is not None else None,
                 "min_nodes": self.config.elastic.min_nodes, "max_nodes": self.config.elastic.max_nodes,
-                "job_id": self.placement.job_id, "jobs": {self.placement.host(n): self.placement.job_of(n) for n in nodes if self.placement.job_of(n)}}
+                "job_id": self.placement.job_id, "jobs": self._jobs(nodes)}
+
+    def _jobs(self, nodes) -> dict[str, str]:
+        """host -> the Slurm job its ranks run in (the job itself or a satellite); empty locally."""
+        return {self.placement.host(n): job for n in sorted(nodes) if (job := self.placement.job_of(n))}
 
     def _begin_resize(self, a: act.BeginResize) -> None:
         under_way = self.books.resize  # Slurm taking back more lent nodes: the same pause serves
@@ -397,9 +401,8 @@ class Executor:
         self.publish(dict(a.members), (), f"resize-{a.why}")
         b.last_resize = {"from_world": a.from_world, "to_world": len(a.members), "why": a.why,
                          "generation": b.plan.generation, "t": started_t}
-        jobs = {self.placement.host(n): self.placement.job_of(n) for n in {b.slots[s].info.node for s in a.members.values()}}
-        self.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation,
-                              jobs if any(jobs.values()) else None)
+        jobs = self._jobs({b.slots[s].info.node for s in a.members.values()})
+        self.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation, jobs or None)
         self.say(f"resizing: world {a.from_world} -> {len(a.members)} ({a.why})"
                  + (f", released {', '.join(self.placement.host(n) for n in a.release)}" if a.release else "")
                  + (f", {', '.join(self.placement.host(n) for n in a.to_spares)} kept as spare" if a.to_spares else ""))

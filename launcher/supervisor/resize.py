@@ -86,7 +86,8 @@ def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: Resiz
 
 
 def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: Mapping[str, SlotInfo],
-            warm: frozenset[str], all_paused: bool, config: RunConfig, lent: frozenset[int] = frozenset()) -> list[Action]:
+            warm: frozenset[str], all_paused: bool, config: RunConfig,
+            lent: frozenset[int] = frozenset()) -> list[Action]:
     """The next step of a resize under way."""
     nodes = sorted({slots[s].node for s in members.values()})
     grow = resize.nodes - len(nodes)

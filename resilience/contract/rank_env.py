@@ -185,6 +185,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         liveness_port=int(env.get(v["liveness_port"], "0")),
         preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL), log_dir=env.get(v["log_dir"], ""),
-        reclaim_signal=env.get(v["reclaim_signal"], ""), step_id=env.get("SLURM_STEP_ID", ""), tiers=TierConfig.from_environ(env),
+        reclaim_signal=env.get(v["reclaim_signal"], ""), step_id=env.get("SLURM_STEP_ID", ""),
+        tiers=TierConfig.from_environ(env),
         elastic=ElasticConfig.from_json(env[ELASTIC_ENV]) if env.get(ELASTIC_ENV) else None,
     )

@@ -121,8 +121,8 @@ CASES = {
         Observation(reclaimed=(2, 5)), state(lent=frozenset({2})), config(min_nodes=2),
         [BeginResize(3, "preempted", release=(2,))]),
     "another lent node taken back during that shrink: it goes too": (
-        Observation(reclaimed=(2, 3)), state(resize=ResizeState(3, "preempted", 90.0, release=(2,))), config(min_nodes=2),
-        [BeginResize(2, "preempted", release=(2, 3))]),
+        Observation(reclaimed=(2, 3)), state(resize=ResizeState(3, "preempted", 90.0, release=(2,))),
+        config(min_nodes=2), [BeginResize(2, "preempted", release=(2, 3))]),
     "a lent node taken back while growing: the growth gives way": (
         Observation(reclaimed=(2,)), state(resize=ResizeState(6, "idle", 90.0)), config(max_nodes=6),
         [AbandonResize("Slurm is taking lent nodes back")]),

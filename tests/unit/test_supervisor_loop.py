@@ -150,7 +150,8 @@ def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script, spares=1)
     assert outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "node-released", "finished"]
+    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "node-released",
+                             "finished"]
     assert events[2]["kind"] == "node" and events[2]["why"] == "slurmd not responding"
     assert (events[3]["slot"], events[3]["how"]) == ("n3p0", "spare")
     assert placement.retired == [(2, "slurmd not responding")]
