@@ -33,6 +33,9 @@ START_TIMEOUT_S = 20.0
 """How long a satellite may stay pending before it is cancelled: a node that is not idle now
 is not lent now (the run asks again later)."""
 WATCH_PERIOD_S = 2.0
+TAKEN_BACK_HOLD_S = 30.0
+"""A node Slurm just took back is idle for a moment before the job that preempted it starts:
+it is not lent again until that job has held it, or for this long."""
 
 
 def satellite_name(main_job: str) -> str:
@@ -62,6 +65,8 @@ class Satellites:
         self.account = "" if account == "(null)" else account  # "same account" as the job
         self.held: dict[str, Satellite] = {}
         """node name -> its satellite, while we hold it."""
+        self._taken_back: dict[str, float] = {}
+        """node name -> when Slurm took it back from us (preemption)."""
 
     def check_partition(self) -> None:
         """A lend partition that does not exist is the user's mistake: one line, at the start."""
@@ -69,9 +74,15 @@ class Satellites:
             known = ", ".join(sorted(self.client.partitions()))
             raise ConfigError(f"--lend-partition {self.partition}: no such partition (the cluster has {known})")
 
-    def idle(self) -> int:
-        """Nodes of the lend partition idle now: what a satellite could get at once."""
-        return len(self.client.idle_nodes(self.partition))
+    def idle(self) -> list[str]:
+        """Nodes of the lend partition a satellite could get at once: idle now, and not just
+        taken back by Slurm for another job (that job starts on them in a moment)."""
+        idle = self.client.idle_nodes(self.partition)
+        now = self.clock()
+        for node, since in list(self._taken_back.items()):
+            if node not in idle or now - since > TAKEN_BACK_HOLD_S:
+                del self._taken_back[node]  # the other job has it (or never came): idle next time is free
+        return [n for n in idle if n not in self._taken_back]
 
     def acquire(self, exclude: list[str]) -> Satellite | None:
         """One satellite, running; None when none starts in time (it is cancelled then, so
@@ -83,6 +94,7 @@ class Satellites:
         """Submit ``count`` satellites at once and wait until they run: the ones running after
         ``timeout_s``, the rest cancelled."""
         t0 = self.clock()
+        exclude = sorted(set(exclude) | set(self._taken_back))
         submitted = [job for job in (self._submit(exclude) for _ in range(count)) if job is not None]
         running: dict[str, Satellite] = {}
         while submitted:
@@ -116,8 +128,11 @@ class Satellites:
             log.warning("could not submit a satellite of job %s: %s", self.main_job, err)
             return None
 
-    def release(self, node: str) -> str | None:
-        """Give the node back (cancel its satellite); returns the satellite's job id."""
+    def release(self, node: str, taken_back: bool = False) -> str | None:
+        """Give the node back (cancel its satellite); returns the satellite's job id.
+        ``taken_back``: Slurm preempted it for another job, which is about to start there."""
+        if taken_back:
+            self._taken_back[node] = self.clock()
         sat = self.held.pop(node, None)
         if sat is not None:
             self._cancel(sat.job_id)

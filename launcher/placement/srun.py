@@ -202,8 +202,8 @@ class SrunPlacement(LocalPlacement):
     def grow(self) -> NewNode | None:
         """One more node: a satellite job (``--grow-by satellite``) or one merged into the job
         (``expansion``); None with --no-grow or when Slurm has no idle node for it."""
-        if not self.grow_allowed or not self.client.idle_nodes(self.satellites.partition if self.grow_by == "satellite"
-                                                               else self.partition):
+        idle = self.satellites.idle() if self.grow_by == "satellite" else self.client.idle_nodes(self.partition)
+        if not self.grow_allowed or not idle:
             return None  # nothing would start now: do not wait in the queue for it
         if self.grow_by == "satellite":
             live = {h for i, h in enumerate(self.hosts) if i not in self._retired}
@@ -232,14 +232,14 @@ class SrunPlacement(LocalPlacement):
         if node not in self._satellite_of:
             return None
         self._retired.add(node)
-        self.satellites.release(self.hosts[node])
+        self.satellites.release(self.hosts[node], taken_back=why == "preempted")
         return self._satellite_of[node]
 
     def lendable(self) -> int:
         if not self.grow_allowed or self.grow_by != "satellite":
             return 0
         try:
-            return self.satellites.idle()
+            return len(self.satellites.idle())
         except SlurmError as err:
             log.info("could not count idle nodes: %s", err)
             return 0
