@@ -55,7 +55,7 @@ def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
     if uid != 0 and owner is not None and owner != uid:
         raise ConfigError(f"job {job_id} belongs to {job.extra.get('UserId')}; only its user or root may control it "
                           f"(you are {_user(uid)})")
-    if job.finished or not job.running:
+    if not job.running:
         raise ConfigError(f"job {job_id} is {job.state}: nothing to control")
     comment = job.extra.get("Comment", "")
     if not comment.startswith(COMMENT_PREFIX):
@@ -71,9 +71,8 @@ def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str]
     log_dir = run_dir(client, job_id)
     try:
         return here(str(log_dir))
-    except control.ControlError as err:
-        if "does not answer" not in str(err) and "no run at" not in str(err):
-            raise
+    except control.Unreachable:
+        pass
     command = [argv[0], str(log_dir), *argv[1:]]
     sys.stdout.write(client.run_step(job_id, client.job(job_id).batch_host,
                                      [sys.executable, "-m", "launcher.cli", *command]))

@@ -106,4 +106,4 @@ class RunConfig:
 
     @property
     def preempt_signal_name(self) -> str:
-        return "SIG" + self.preempt_signal.upper().removeprefix("SIG")
+        return rank_env.signal_name(self.preempt_signal)

@@ -32,6 +32,11 @@ class ControlError(SresError):
     """A control request that could not be delivered or was refused."""
 
 
+class Unreachable(ControlError):
+    """No supervisor answers at this run's address from here (or no run is found here):
+    ``--job`` then asks through a step of the job on its batch host."""
+
+
 @dataclass(frozen=True)
 class Request:
     id: int
@@ -151,7 +156,7 @@ def find_run(run: str) -> Path:
     for candidate in (Path(run), Path("sres-runs") / run, Path("sres-runs") / f"run-{run}"):
         if (candidate / "events.jsonl").exists() or (candidate / ADDRESS_FILE).exists():
             return candidate
-    raise ControlError(f"no run at {run!r}: give its log dir (printed at start) or its name under sres-runs/")
+    raise Unreachable(f"no run at {run!r}: give its log dir (printed at start) or its name under sres-runs/")
 
 
 def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: Any) -> dict[str, Any]:
@@ -174,7 +179,7 @@ def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: A
             conn.sendall((json.dumps({"token": token, "op": op, **fields}) + "\n").encode())
             line = conn.makefile("r").readline()
     except OSError as err:
-        raise ControlError(f"run {log_dir}: its supervisor does not answer ({err}); has it ended?") from None
+        raise Unreachable(f"run {log_dir}: its supervisor does not answer ({err}); has it ended?") from None
     if not line:
         raise ControlError(f"run {log_dir}: its supervisor closed the connection; has it ended?")
     return json.loads(line)

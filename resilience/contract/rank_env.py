@@ -91,16 +91,16 @@ class RankEnv:
         if self.replication_factor < 1:
             raise RankEnvError(f"replication_factor {self.replication_factor}: at least 1")
         for what, name in (("preempt", self.preempt_signal), ("reclaim", self.reclaim_signal or "TERM")):
-            if not hasattr(signal, "SIG" + name.upper().removeprefix("SIG")):
+            if not hasattr(signal, signal_name(name)):
                 raise RankEnvError(f"{what} signal {name!r}: not a signal name")
 
     @property
     def preempt_signal_name(self) -> str:
-        return "SIG" + self.preempt_signal.upper().removeprefix("SIG")
+        return signal_name(self.preempt_signal)
 
     @property
     def reclaim_signal_name(self) -> str:
-        return "SIG" + self.reclaim_signal.upper().removeprefix("SIG")
+        return signal_name(self.reclaim_signal)
 
     def to_environ(self) -> dict[str, str]:
         """The variables that give a rank process this configuration (``LOCAL_RANK`` too)."""
@@ -157,9 +157,14 @@ def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConf
     return merged
 
 
-def reclaim_environ(signal_name: str) -> dict[str, str]:
+def signal_name(text: str) -> str:
+    """``usr2``, ``SIGUSR2`` -> ``SIGUSR2``: how users spell a signal, as the signal module names it."""
+    return "SIG" + text.upper().removeprefix("SIG")
+
+
+def reclaim_environ(name: str) -> dict[str, str]:
     """The variable a placement adds for ranks on a node Slurm may take back."""
-    return {_VARS["reclaim_signal"]: signal_name}
+    return {_VARS["reclaim_signal"]: name}
 
 
 def node_name_environ(name: str) -> dict[str, str]:
