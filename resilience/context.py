@@ -3,9 +3,13 @@
 ``train(ctx)`` is re-entered after every fault. User code rebuilds its model and optimizer
 on each entry; ``ctx.register`` loads the recovered state into them, ``ctx.steps`` yields
 from the step after the last commit, and ``ctx.commit()`` makes a step's update atomic:
-when its block exits, the step is committed and protected (a copy is kept in this process's
-memory and, for sharded state, on buddy ranks). Registered state must change only inside
-``commit()`` blocks; everything between commits is redone after a fault.
+when its block exits, the step is committed and protected. Everything after the commit is
+redone after a fault, on every rank, from the state as of the commit
+(:mod:`resilience.state.committed`): registered objects, data loaders' positions and the random
+streams, so that a loop that draws random numbers or advances an iterator between commits is
+redone exactly. What the loop changes after the commit block and before its next step belongs
+to the step just committed: it is taken again at the step boundary (and a warning says that a
+fault landing in between would miss it).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from resilience.elastic import BatchPlan, ElasticSampler
-from resilience.state import snapshot
+from resilience.errors import RegistrationError
+from resilience.state import committed, snapshot
 
 
 _restored_modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -31,6 +36,7 @@ class _Runtime(Protocol):
     def before_step(self, step: int) -> None: ...
     def before_commit(self) -> None: ...
     def after_commit(self, step: int, ctx: "Context") -> None: ...
+    def committed(self, step: int, ctx: "Context", changed: list[str]) -> None: ...
 
 
 class Context:
@@ -38,14 +44,17 @@ class Context:
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, generation: int, step: int,
                  restored: dict[str, Any] | None = None, runtime: _Runtime | None = None, log_dir: str = "",
-                 batch_settings: tuple[str, str] | None = None) -> None:
+                 batch_settings: tuple[str, str] | None = None, restore_rng: bool = True) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
         self.generation = generation
         self.step = step
         """Index of the last committed step; -1 before the first commit."""
-        self._restored = restored or {}
+        self._restored = dict(restored or {})
+        self._rng = restore_rng
+        self._rng_pending = self._restored.pop(committed.RNG, None) if restore_rng else None
+        """The random streams as of the commit resumed from: set before the first step."""
         self._runtime = runtime
         self._objects: dict[str, Any] = {}
         self._current: int | None = None
@@ -54,6 +63,11 @@ class Context:
         self._sampler: ElasticSampler | None = None
         self._batch_settings = batch_settings
         """The run's (batch policy, LR scaling), for a sampler not given its own."""
+        self._view: dict[str, dict[str, Any]] | None = None
+        """Every part's state as of step ``_view_step``'s commit (:func:`committed.take`)."""
+        self._view_step = -2
+        self._small: dict[str, Any] = {}
+        self._checked = -2
 
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).
@@ -62,8 +76,7 @@ class Context:
         and their optimizers are kept as their local shards (:mod:`resilience.fsdp`).
         """
         for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")) and not isinstance(obj, dict):
-                raise TypeError(f"register({name}=...): needs state_dict/load_state_dict or a dict, got {type(obj).__name__}")
+            _check_registrable(name, obj)
             if _is_module(obj) or _is_optimizer(obj):
                 from resilience import fsdp
 
@@ -77,14 +90,48 @@ class Context:
                 _load(obj, self._restored.pop(name))
                 if _is_module(obj):
                     _restored_modules.add(obj)
+            elif self.step >= 0 and committed.part_of(obj) == "rank":
+                raise RegistrationError(
+                    f"register({name}=...): no position of this rank's data loader as of step {self.step} "
+                    f"(saved at another world size, or lost with its copies): a loader's position is per "
+                    f"rank; for resizes use resilience.ElasticSampler, which names batches by step")
 
     def steps(self, total: int) -> Iterator[int]:
         """Step indices from the one after the last commit up to ``total - 1``."""
         for step in range(self.step + 1, total):
+            self._at_boundary()
             if self._runtime is not None:
                 self._runtime.before_step(step)
             self._current = step
             yield step
+        self._at_boundary()
+
+    def _at_boundary(self) -> None:
+        """Step ``self.step`` is over. On entry: the random streams as of the commit resumed
+        from, and the state as loaded is that commit's. Otherwise: what the loop changed after
+        the commit block belongs to that step; it replaces what the commit took."""
+        if self._rng_pending is not None:
+            committed.set_rng_state(self._rng_pending)
+            self._rng_pending = None
+        if self._view_step != self.step:
+            self._take(self.step)
+            return
+        if self._checked == self.step:
+            return
+        self._checked = self.step
+        before = self._small
+        self._take(self.step)
+        if self._runtime is not None:
+            self._runtime.committed(self.step, self, committed.changed(before, self._small))
+
+    boundary = _at_boundary
+    """Called by ``steps()`` between steps; the runtime calls it once more when ``train`` returns
+    (a loop that left ``steps()`` early never reached the last boundary)."""
+
+    def _take(self, step: int) -> None:
+        self._view = committed.take(self._objects, self._rng)
+        self._view_step = step
+        self._small = committed.small(self._view, self._objects)
 
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:
@@ -95,9 +142,10 @@ class Context:
             self._runtime.before_commit()
         yield
         step = self._current
+        self._take(step)
+        self.step = step
         if self._runtime is not None:
             self._runtime.after_commit(step, self)
-        self.step = step
         if self._sampler is not None and self.log_dir:
             self._sampler.record(self.log_dir, step, self.rank, self.world_size, self.generation)
 
@@ -130,20 +178,42 @@ class Context:
         return found.pop() if len(found) == 1 else ()
 
     def states(self) -> dict[str, dict[str, Any]]:
-        """name -> state of every registered object, split by kind: ``replicated`` / ``sharded``."""
-        out: dict[str, dict[str, Any]] = {"replicated": {}, "sharded": {}}
-        for name, obj in self._objects.items():
-            kind = "sharded" if getattr(obj, "sharded", False) else "replicated"
-            out[kind][name] = obj.state_dict() if hasattr(obj, "state_dict") else obj
-        return out
+        """name -> state of every registered object as of the last commit (or, before the
+        first, as registered), by part: ``replicated`` / ``sharded`` / ``rank``."""
+        if self._view is None or self._view_step != self.step:
+            self._take(self.step)
+        return self._view
+
+    def matches_commit(self) -> bool:
+        """Whether the live objects still hold what the last commit took: nothing kept by
+        reference (parameters, moments, large tensors) was changed in place since. Only then may
+        a survivor resume from them without a copy."""
+        return self._view is not None and not committed.changed(self._small, committed.small(self._view, self._objects))
 
     def state_digest(self) -> str:
-        """SHA-256 of this rank's registered state: compare runs bitwise."""
-        states = self.states()
+        """SHA-256 of this rank's registered state now (random streams left out): compare runs bitwise."""
+        states = committed.take(self._objects, rng=False)
         h = hashlib.sha256()
-        for kind in ("replicated", "sharded"):
-            h.update(snapshot.capture(states[kind], self.step).digest().encode())
+        for kind in committed.PARTS:
+            if states[kind] or kind != "rank":
+                h.update(snapshot.capture(states[kind], self.step).digest().encode())
         return h.hexdigest()
+
+
+def _check_registrable(name: str, obj: Any) -> None:
+    if name == committed.RNG:
+        raise RegistrationError(f"register({name}=...): that name is sres's own; choose another")
+    if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict") or isinstance(obj, dict):
+        return
+    import torch
+
+    if isinstance(obj, torch.utils.data.DataLoader):
+        raise RegistrationError(
+            f"register({name}=...): a plain DataLoader cannot say where it is, so a recovered rank would "
+            f"start its epoch over: use torchdata.stateful_dataloader.StatefulDataLoader, or "
+            f"resilience.ElasticSampler and take the batch of each step from it")
+    raise RegistrationError(f"register({name}=...): needs state_dict/load_state_dict or a dict, "
+                            f"got {type(obj).__name__}")
 
 
 def _load(obj: Any, state: Any) -> None:

@@ -17,3 +17,7 @@ class OptionError(ResilienceError, TypeError):
 
 class RankEnvError(ResilienceError, ValueError):
     """The environment the supervisor gave this rank is incomplete or malformed."""
+
+
+class RegistrationError(ResilienceError, TypeError):
+    """``ctx.register`` got an object whose state sres cannot protect or bring back as it was."""

@@ -54,7 +54,8 @@ class OpenFault:
 
     ``t``: when it was seen; ``lost``: member rank -> how it was lost ("kill", "exit N", "hang", "node");
     ``bad_nodes``: node -> why it must leave the job; ``culprit``: the first own error when
-    no process was lost; ``process_faults``: the per-node fault counts after this fault.
+    no process was lost; ``process_faults``: the per-node fault counts after this fault;
+    ``recurred``: the culprit raised the same error at the same step in an earlier fault.
     """
 
     t: float
@@ -62,6 +63,7 @@ class OpenFault:
     bad_nodes: Mapping[int, str] = field(default_factory=dict)
     culprit: Report | None = None
     process_faults: Mapping[int, int] = field(default_factory=dict)
+    recurred: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,8 @@ class Finish:
 @dataclass(frozen=True)
 class Fail:
     reason: str
+    culprit: Report | None = None
+    """The error whose traceback is shown; None: the run's first culprit, if any."""
 
 
 Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | RefillSpare

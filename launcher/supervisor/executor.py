@@ -21,7 +21,7 @@ from launcher.placement import NewNode, Placement
 from launcher.supervisor import actions as act
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
-from launcher.supervisor.policy import FaultState, RunState, requeues_counted
+from launcher.supervisor.policy import ErrorAt, FaultState, RunState, error_at, requeues_counted
 from launcher.supervisor.recovery import RecoveryWatch
 from launcher.supervisor.resize import ResizeState, node_slots
 from resilience import tiers
@@ -69,6 +69,8 @@ class Books:
     """The newest generation seen to make its first step."""
     changed_at: float = 0.0
     asked_nodes: int | None = None
+    errors_seen: set[ErrorAt] = field(default_factory=set)
+    """Every fault's own exception, where it was raised (a recurrence fails the run)."""
 
 
 class Executor:
@@ -109,7 +111,7 @@ class Executor:
             resize=b.resize, warm=frozenset(s for s, st in b.slots.items() if st.alive and st.ready),
             next_refill=b.next_refill, standby=self._standby_by_node(), settled=self._settled(),
             lent=frozenset(n for n, how in b.origin.items() if how == "satellite"), changed_at=b.changed_at,
-            asked_nodes=b.asked_nodes)
+            asked_nodes=b.asked_nodes, errors_seen=frozenset(b.errors_seen))
 
     def _standby_by_node(self) -> dict[int, tuple[str, ...]]:
         """Live standbys by node; a dead one is forgotten (then replaced), a newly warm one announced."""
@@ -198,9 +200,12 @@ class Executor:
             c = a.culprit
             node = b.slots[b.plan.members[c.rank]].info.node
             self.events.emit("fault", kind="exception", rank=c.rank, node=node, host=self.placement.host(node),
-                             step=progress + 1, generation=generation, message=c.message, t=t)
+                             step=progress + 1, generation=generation, message=c.message, t=t,
+                             **({"recurred": True} if a.recurred else {}))
             self.say(f"fault: exception in rank {c.rank}: {c.message}")
             b.first_culprit = b.first_culprit or c
+            if (where := error_at(c)) is not None:
+                b.errors_seen.add(where)
         b.process_faults = dict(a.process_faults)
         if b.resize is not None:
             b.resize = dataclasses.replace(b.resize, pausing_since=None)  # pause again in the next generation
@@ -444,12 +449,14 @@ class Executor:
             tiers.remove_job(self.config.tiers.job_id)
 
     def _fail(self, a: act.Fail) -> Outcome:
-        culprit = self.books.first_culprit
+        culprit = a.culprit or self.books.first_culprit
         blame = {} if culprit is None else {"rank": culprit.rank, "error_type": culprit.error_type,
                                             "traceback": culprit.traceback}
         self.events.emit("failed", reason=a.reason, faults=self.books.faults, **blame)
         if culprit is not None and culprit.traceback:
-            self.out.write(f"first failure (rank {culprit.rank}):\n{culprit.traceback}")
+            # a.culprit: an error that recurred, the run's first one again unless another came before
+            first = a.culprit is None or error_at(a.culprit) == error_at(self.books.first_culprit)
+            self.out.write(f"{'first failure' if first else 'failure'} (rank {culprit.rank}):\n{culprit.traceback}")
         for slot in self.books.slots:
             self.placement.kill(slot)
         self.say(f"error: {a.reason}")

@@ -74,6 +74,11 @@ class Observation:
     def unrecoverable(self) -> Report | None:
         return next((r for r in self.reports.values() if r.kind == "unrecoverable"), None)
 
+    @property
+    def refused(self) -> Report | None:
+        """A rank's ``train`` asked for what sres refuses (``RegistrationError``): the same on every entry."""
+        return next((r for r in self.reports.values() if r.kind == "refused"), None)
+
     def all_done(self, members: Mapping[int, str]) -> bool:
         return len(self.reports) == len(members) and all(r.kind == "done" for r in self.reports.values())
 

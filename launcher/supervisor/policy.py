@@ -43,6 +43,15 @@ class FaultState:
 
 
 @dataclass(frozen=True)
+class ErrorAt:
+    """A rank's own exception and the step it raised in: what a deterministic error repeats."""
+
+    error_type: str
+    message: str
+    step: int
+
+
+@dataclass(frozen=True)
 class RunState:
     """What the policy may know of the run: a frozen view the supervisor builds per decision."""
 
@@ -72,6 +81,8 @@ class RunState:
     """When the world last changed (a plan published): growth into idle nodes waits ``grow_snooze_s``."""
     asked_nodes: int | None = None
     """The size a user last asked for (``sres resize/grow/shrink``): growth into idle nodes stops there."""
+    errors_seen: frozenset[ErrorAt] = frozenset()
+    """The own exceptions of earlier faults, where they were raised: one seen again is deterministic."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -107,6 +118,8 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
         return actions + [requeue_or_fail(obs.preempted, config, save=True, cause="preemption")]
     if obs.unrecoverable is not None:
         return actions + [Fail(f"the state could not be recovered from peers: {obs.unrecoverable.message}")]
+    if obs.refused is not None:
+        return actions + [Fail(f"rank {obs.refused.rank}: {obs.refused.message}")]
     if await_culprit(obs.lost, obs.errors, state.collateral_since, now):
         return actions + [HoldForCulprit(state.collateral_since if state.collateral_since is not None else now)]
     if obs.lost or obs.errors:
@@ -167,11 +180,25 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
             bad[node] = why
     lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
     culprit = None if lost else min(obs.errors.values(), key=lambda r: (r.collateral, r.seq))
-    actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts)]
+    where = error_at(culprit)
+    recurred = where is not None and where in state.errors_seen
+    actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts, recurred)]
     actions += [KillNode(node, why) for node, why in sorted(bad.items())]
-    if state.restarts + 1 > config.max_restarts:
+    if recurred:
+        said = culprit.message.splitlines()[0] if culprit.message else culprit.error_type  # the traceback has the rest
+        actions.append(Fail(f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
+                            f"it: the error is deterministic; not retrying", culprit))
+    elif state.restarts + 1 > config.max_restarts:
         actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))
     return actions
+
+
+def error_at(report: Report | None) -> ErrorAt | None:
+    """Where a rank's own exception was raised; None for a peer's fault seen by a survivor
+    (collateral) and for an exception raised outside ``ctx.steps()`` (no step). Pure."""
+    if report is None or report.collateral or report.origin != "own" or report.step is None:
+        return None
+    return ErrorAt(report.error_type, report.message, report.step)
 
 
 REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "shrink", "wait", "requeue", "fail")

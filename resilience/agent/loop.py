@@ -11,6 +11,7 @@ waits here for a plan that gives it a rank (and, a standby, its local rank)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -30,18 +31,21 @@ from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeo
 from resilience import fsdp
 from resilience.agent import blame, faults
 from resilience.agent.abort import GroupSockets
+from resilience.agent.commits import CommitPipeline
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
+from resilience.agent.rank_parts import RankParts
 from resilience.agent.step_timer import StepTimer
+from resilience.agent.commits import Paused
 from resilience.context import Context
 from resilience.ddp import deterministic_by_default
-from resilience.errors import ResilienceError
+from resilience.errors import RegistrationError
 from resilience.contract import liveness, membership
 from resilience.contract.membership import Plan, Report
 from resilience.contract.rank_env import RankEnv
 from resilience.state import snapshot
 from resilience.state.replication import (
-    KEEP_OWN, BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_recovery,
-    recv_snapshot, send_snapshot, send_state,
+    KEEP_OWN, BuddyReplicator, Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_rank_parts,
+    plan_recovery, recv_snapshot, send_snapshot, send_state,
 )
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
@@ -49,12 +53,7 @@ from resilience.tiers.restore import Restored
 log = logging.getLogger("resilience")
 
 
-class Paused(BaseException):
-    """Leaving the generation at a step boundary for a resize (a BaseException, so that user
-    code's ``except Exception`` does not swallow it)."""
-
-
-class Agent:
+class Agent(CommitPipeline):
     """Lives as long as the process; carries snapshots from one generation to the next."""
 
     def __init__(self, env: RankEnv) -> None:
@@ -64,6 +63,8 @@ class Agent:
                           if env.liveness_port else None)
         self.own = {"replicated": SnapshotRing(KEEP_OWN), "sharded": SnapshotRing(KEEP_OWN)}
         self.replicas: dict[int, SnapshotRing] = {}
+        self.parts = RankParts()
+        self._changed_warned: set[str] = set()
         self.sharded = False
         self._shard_world, self._shard_rank = 0, -1  # where the held shards were made (Holdings)
         self._twins: tuple[int, ...] = ()  # ranks whose shards are this rank's too (HSDP)
@@ -141,18 +142,22 @@ class Agent:
             recovery, restored = self._recover(plan)
             ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=int(local_rank),
                           generation=plan.generation, step=recovery.step, restored=restored, runtime=self,
-                          log_dir=self.env.log_dir, batch_settings=self._batch_settings)
+                          log_dir=self.env.log_dir, batch_settings=self._batch_settings,
+                          restore_rng=self.env.restore_rng)
             self._live = ctx
             self._timer = StepTimer(self.store, self.env.slot, plan.generation)
             self._timer.activate()
             train(ctx)
-            digest = snapshot.fingerprint(ctx.states())
+            ctx.boundary()
+            digest = snapshot.fingerprint({k: v for k, v in ctx.states().items() if k != "rank"})
             self._wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
         except Paused:
             failure = self._leave_at_boundary()
+        except RegistrationError as err:  # the same on every entry: retrying cannot help
+            failure = Report("refused", self.rank, message=str(err), error_type=blame.error_type(err))
         except Unrecoverable as err:
             failure = Report("unrecoverable", self.rank, message=str(err), traceback=traceback.format_exc(),
                              error_type=blame.error_type(err))
@@ -160,7 +165,7 @@ class Agent:
             where = blame.origin(err, released=self._watch.released())
             failure = Report("error", self.rank, message=f"{type(err).__name__}: {err}",
                              traceback=traceback.format_exc(), collateral=where != blame.OWN, origin=where,
-                             error_type=blame.error_type(err))
+                             error_type=blame.error_type(err), step=getattr(self._live, "_current", None))
         finally:
             ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
         if failure is not None:
@@ -202,6 +207,7 @@ class Agent:
         self._watch.enter(plan.generation, self.env.backend, sockets,
                           [_get_default_group(), self.state_group])
         self._commits_this_generation = 0
+        self.parts.enter(plan.world_size)
         fsdp.forget_old_meshes()  # this process's rank may have changed
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
@@ -214,7 +220,8 @@ class Agent:
         own = self.own["replicated"].steps() or ((live_step,) if live is not None else ())
         mine = Holdings(self.rank, own=own, shards=self.own["sharded"].steps(),
                         replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded,
-                        shard_world=self._shard_world, shard_rank=self._shard_rank, twins=self._twins)
+                        shard_world=self._shard_world, shard_rank=self._shard_rank, twins=self._twins,
+                        **self.parts.holdings(self.rank, plan.world_size))
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
         recovery, tiered = self._plan(plan, gathered)
@@ -238,6 +245,11 @@ class Agent:
                     self._shard_world, self._shard_rank = plan.world_size, self.rank
         for ring in self.own.values():
             ring.drop_after(recovery.step)
+        if tiered is None:
+            mine = self.parts.recover(recovery.rank_parts, recovery.step, self.rank, plan.world_size,
+                                      self.state_group)
+        else:  # the tiers' copy of this rank's part (adopted by _plan)
+            mine = snapshot.materialize(tiered.snaps["rank"]) if "rank" in tiered.snaps else {}
         resharded = self._reshard(recovery) if recovery.reshard else {}
         if tiered is not None and not tiered.snaps:
             restored = dict(tiered.states)  # resharded from another world size
@@ -245,6 +257,10 @@ class Agent:
             restored = self._restored_state(recovery.step, live_step, live)
             if restored is not None:
                 restored.update(resharded)
+                restored.update(mine)
+        if recovery.inexact and self.rank == 0:
+            membership.push_event(self.store, "inexact", step=recovery.step, ranks=list(recovery.inexact),
+                                  why="their random streams and data positions of that step were lost")
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
         moved_total = [0] * plan.world_size
@@ -288,14 +304,17 @@ class Agent:
         cannot serve some rank's shard. Every rank decides alike (same gathered holdings), so
         all of them enter the collective restore or none does.
         """
+        holdings = {h.rank: h for h in gathered if h is not None}
         try:
-            recovery, peer_error = plan_recovery(plan.world_size, {h.rank: h for h in gathered if h is not None},
-                                                 self.env.replication_factor), None
+            recovery, peer_error = plan_recovery(plan.world_size, holdings, self.env.replication_factor), None
+            parts, inexact = plan_rank_parts(recovery.step, plan.world_size, holdings)
+            recovery = dataclasses.replace(recovery, rank_parts=parts, inexact=inexact)
         except Unrecoverable as err:
             recovery, peer_error = RecoveryPlan(-1), err
         tiered = None
-        if self.tiers is not None and (peer_error is not None or recovery.step < 0):
-            tiered = self.tiers.restore(plan, self.state_group, recovery.step)
+        if self.tiers is not None and (peer_error is not None or recovery.step < 0 or recovery.inexact):
+            # Some rank's own part of the peers' step is lost: an older step the tiers hold whole is exact.
+            tiered = self.tiers.restore(plan, self.state_group, -1 if recovery.inexact else recovery.step)
         if tiered is None:
             if peer_error is not None:
                 raise peer_error
@@ -304,6 +323,7 @@ class Agent:
             ring.clear()
             if kind in tiered.snaps:
                 ring.put(tiered.snaps[kind])
+        self.parts.adopt(tiered.snaps.get("rank"), self.rank, plan.world_size)
         if "sharded" in tiered.snaps:
             self._shard_world, self._shard_rank = plan.world_size, self.rank
         self.sharded = "sharded" in tiered.snaps or any(
@@ -323,8 +343,8 @@ class Agent:
         if self.sharded or ctx is None:
             return -1, None
         self.own["replicated"].clear()
-        if dirty or ctx.step < 0:
-            return -1, None
+        if dirty or ctx.step < 0 or not ctx.matches_commit():
+            return -1, None  # cut off inside a commit, or changed in place since: a peer's copy serves
         return ctx.step, ctx.states()["replicated"]
 
     def _restored_state(self, step: int, live_step: int, live: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -341,118 +361,6 @@ class Agent:
         if not self.sharded:
             self.own["replicated"].clear()
         return restored
-
-    # --- hooks called by Context ----------------------------------------------------------------
-
-    def before_step(self, step: int) -> None:
-        if self._resizable and membership.pause_before(self.store, self.plan.generation, step):
-            raise Paused(step)
-        self._timer.step_started()
-        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=faults.AT_STEP_START))
-        self._slow.before_step(self._timer.median_compute)
-
-    def _inject(self, due: list[faults.Injection]) -> None:
-        for injection in due:
-            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
-
-    def before_commit(self) -> None:
-        # The previous commit's copy and buddy round must finish before the optimizer
-        # changes the state they read.
-        started = time.perf_counter()
-        self._wait_background()
-        self._timer.blocked(time.perf_counter() - started)
-        self._in_commit = True
-
-    def after_commit(self, step: int, ctx: Context) -> None:
-        step_s = self._timer.step_committed(step)
-        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill-during-commit",)))
-        self._in_commit = False
-        self.sharded = self.sharded or ctx.has_sharded
-        if self.sharded:
-            # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
-            # (The tiers take their own copy in the same background thread.)
-            if (self._shard_world, self._shard_rank) != (self.plan.world_size, self.rank):
-                # The first commit in this world (or as this rank): older shards are of another layout.
-                self.own["sharded"].clear()
-                self.replicas.clear()
-                self._shard_world, self._shard_rank = self.plan.world_size, self.rank
-            states = ctx.states()
-            if self.replicator is None:
-                plan = self.plan
-                self._twins = ctx.twins()
-                self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                                  self.env.replication_factor, self.replicas, len(self._twins),
-                                                  faults.copy_hook(self.env.injections, self.store, self.rank,
-                                                                   self.env.node, plan.world_size))
-            reuse = {kind: self.own[kind].take_oldest() for kind in self.own}
-            self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
-                                             name="sres-snapshot", daemon=True)
-            self._capture.start()
-        elif self.tiers is not None:
-            # The tiers' copy runs while the next step computes; before_commit waits for it.
-            self._capture = threading.Thread(target=self._capture_tiers, args=(step, ctx.states()),
-                                             name="sres-snapshot", daemon=True)
-            self._capture.start()
-        if self._commits_this_generation > 0 and step_s is not None:
-            self._step_times.append(step_s)
-        self._commits_this_generation += 1
-        if self.rank == 0:
-            self.store.set(membership.PROGRESS, str(step))
-            if self._commits_this_generation == 1:
-                batch = ctx.batch
-                if batch is not None:
-                    self.store.set(membership.batch_key(self.plan.generation), json.dumps({
-                        "global_batch": batch.global_batch, "accumulation": batch.accumulation,
-                        "lr_scale": batch.lr_scale, "kept": batch.kept}))
-                self.store.set(membership.first_step_key(self.plan.generation), repr(time.time()))
-
-    def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
-        try:
-            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.own}
-            for kind, snap in snaps.items():
-                self.own[kind].put(snap)
-            if self.replicator is not None and states["sharded"]:
-                self.replicator.start(snaps["sharded"])
-            if self.tiers is not None:
-                self.tiers.saver.save(step, states)
-        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
-            if threading.current_thread() is self._capture:  # not a copy left behind
-                self._capture_error = err
-
-    def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
-        try:
-            self.tiers.saver.save(step, states)
-        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
-            if threading.current_thread() is self._capture:  # not a copy left behind
-                self._capture_error = err
-
-    def _wait_background(self, raise_errors: bool = True) -> None:
-        if self._capture is not None:
-            self._join(self._capture)
-            self._capture = None
-        error, self._capture_error = self._capture_error, None
-        try:
-            if self.replicator is not None:
-                if self.replicator.in_flight is not None:
-                    self._join(self.replicator.in_flight)
-                self.replicator.wait()
-        except BaseException as err:  # noqa: BLE001
-            error = error or err
-        if error is not None and raise_errors:
-            raise error
-
-    def _join(self, thread: threading.Thread) -> None:
-        """Wait for a background copy unless the generation ends first (a gloo send to a stuck
-        peer may never return): the copy is then left behind, and this rank keeps its memory."""
-        while thread.is_alive():
-            thread.join(0.05)
-            if thread.is_alive() and self._watch.released():
-                self._capture = None
-                if self.replicator is not None:
-                    self.replicator.abandon()
-                raise ResilienceError("the generation ended during a background copy of the last commit")
 
     # --- leaving a generation -------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -258,7 +258,9 @@ class Plan:
 class Report:
     """What a rank says at the end of its part in a generation."""
 
-    kind: str  # "done" | "error" | "unrecoverable" | "paused" (left at a step boundary for a resize)
+    kind: str
+    """``done`` | ``error`` | ``unrecoverable`` | ``refused`` (``train`` registered what sres cannot
+    protect: the same on every entry) | ``paused`` (left at a step boundary for a resize)."""
     rank: int
     seq: int = 0
     message: str = ""
@@ -274,13 +276,19 @@ class Report:
     """``done``: the fingerprint of the rank's registered state at the end
     (``snapshot.fingerprint``), which the ``finished`` event lists: runs with and without faults
     are compared by it."""
+    step: int | None = None
+    """``error``: the step the rank was in when it raised (the one ``ctx.steps()`` last
+    yielded); None when it raised outside the step loop. The supervisor stops a run whose own
+    error recurs at the same step."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Report":
-        return cls(**json.loads(text))
+        """Fields this version does not know (a newer writer's) are left out."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
 def connect(host: str, port: int, timeout_s: float = 60.0) -> dist.TCPStore:

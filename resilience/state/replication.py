@@ -57,6 +57,12 @@ class Holdings:
     twins: tuple[int, ...] = ()
     """Ranks whose sharded state is this rank's too (HSDP: the same shard in the other replica
     groups): they serve it without buddy copies."""
+    ranked: tuple[int, ...] = ()
+    """Steps of this rank's own per-rank part (random streams, loader positions)."""
+    rank_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """owner -> steps of its per-rank part held here (this rank is its buddy)."""
+    rank_world: int = 0
+    """World size in which the per-rank parts held here were taken; 0: none."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,16 @@ class Transfer:
 
 
 @dataclass(frozen=True)
+class RankPart:
+    """Where rank ``rank`` gets its own per-rank part from: ``holder`` (itself or a buddy), as
+    taken at ``step``'s commit (older than the recovery's step only when the newer was lost)."""
+
+    rank: int
+    holder: int
+    step: int
+
+
+@dataclass(frozen=True)
 class RecoveryPlan:
     step: int  # -1: nothing committed yet, start from scratch
     transfers: tuple[Transfer, ...] = ()
@@ -77,8 +93,44 @@ class RecoveryPlan:
     """After a resize: (owner in the old world, holder now) for every old shard; each holder
     broadcasts it and every rank rebuilds its own shard of the new world from all of them."""
 
+    rank_parts: tuple[RankPart, ...] = ()
+    inexact: tuple[int, ...] = ()
+    """Ranks whose per-rank part of ``step`` is on no live process: they resume with an older
+    one (or none), and the run is no longer bitwise what a fault-free run gives."""
+
     def source(self, rank: int) -> str:
         return "peer" if any(t.dst == rank for t in self.transfers) else "self"
+
+
+def plan_rank_parts(step: int, world: int, holdings: Mapping[int, Holdings]) -> tuple[
+        tuple[RankPart, ...], tuple[int, ...]]:
+    """Where each rank's per-rank part of ``step`` comes from, and which ranks lack it. Pure.
+
+    A rank's part is its own: from itself, else from a buddy's copy; never another rank's.
+    When both were lost at ``step`` (a node lost after the commit, before the copy reached the
+    buddy) the newest older copy serves and the rank is named inexact. After a resize the
+    parts belong to another numbering and none is used.
+    """
+    if step < 0 or not any(h.ranked or h.rank_replicas for h in holdings.values()):
+        return (), ()
+    if {h.rank_world for h in holdings.values() if h.rank_world} != {world}:
+        return (), ()
+    parts, inexact = [], []
+    for rank in range(world):
+        offers = [(s, rank) for s in holdings.get(rank, Holdings(rank)).ranked]
+        offers += [(s, q) for q, h in sorted(holdings.items()) if q != rank for s in h.rank_replicas.get(rank, ())]
+        exact = [o for o in offers if o[0] == step]
+        older = [o for o in offers if o[0] < step]
+        if exact:
+            pick = min(exact, key=lambda o: (o[1] != rank, o[1]))
+        elif older:
+            pick = max(older, key=lambda o: (o[0], o[1] == rank, -o[1]))
+            inexact.append(rank)
+        else:
+            inexact.append(rank)
+            continue
+        parts.append(RankPart(rank, pick[1], pick[0]))
+    return tuple(parts), tuple(inexact)
 
 
 def buddies(rank: int, world: int, procs_per_node: int, factor: int, twins: int = 0) -> list[int]:
@@ -200,24 +252,26 @@ class SnapshotRing:
 # --- transfers over a (gloo) process group -------------------------------------------------
 
 def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None,
-                  midway: Callable[[], None] | None = None) -> int:
-    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway)
+                  midway: Callable[[], None] | None = None, tag: int = 0) -> int:
+    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway, tag)
 
 
 def send_state(step: int, skeleton: bytes, tensors: list[torch.Tensor], sizes: dict[str, int], dst: int,
-               group: dist.ProcessGroup | None = None, midway: Callable[[], None] | None = None) -> int:
+               group: dist.ProcessGroup | None = None, midway: Callable[[], None] | None = None,
+               tag: int = 0) -> int:
     """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
     ones (no copy into a snapshot first); the caller must not change them until this returns.
-    ``midway`` runs when the metadata and half the tensors are out (where faults are injected)."""
+    ``midway`` runs when the metadata and half the tensors are out (where faults are injected).
+    ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
     meta = pickle.dumps((step, skeleton, sizes, checksum(skeleton, tensors)))
-    dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group)
-    dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group)
+    dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group, tag=tag)
+    dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group, tag=tag)
     sent = len(meta)
     for i, t in enumerate(tensors):
         if midway is not None and i == len(tensors) // 2:
             midway()
         flat = t.detach().contiguous().reshape(-1)
-        dist.send(flat, dst, group=group)
+        dist.send(flat, dst, group=group, tag=tag)
         sent += flat.numel() * flat.element_size()
     return sent
 
@@ -243,16 +297,16 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     return out
 
 
-def recv_snapshot(src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
+def recv_snapshot(src: int, group: dist.ProcessGroup | None = None, tag: int = 0) -> Snapshot:
     size = torch.empty(1, dtype=torch.int64)
-    dist.recv(size, src, group=group)
+    dist.recv(size, src, group=group, tag=tag)
     meta = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.recv(meta, src, group=group)
+    dist.recv(meta, src, group=group, tag=tag)
     step, skeleton, sizes, expected = pickle.loads(meta.numpy().tobytes())
     snap = empty_like_layout(step, skeleton, sizes)
     regions = snap.regions()
     for region in regions:
-        dist.recv(region, src, group=group)
+        dist.recv(region, src, group=group, tag=tag)
     if checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
     return snap
@@ -268,9 +322,11 @@ class BuddyReplicator:
 
     def __init__(self, group: dist.ProcessGroup, rank: int, world: int, procs_per_node: int, factor: int,
                  replicas: dict[int, SnapshotRing], twins: int = 0,
-                 sending: Callable[[int], None] | None = None) -> None:
-        """``sending(step)`` runs half-way through each copy sent (fault injection's hook)."""
+                 sending: Callable[[int], None] | None = None, tag: int = 0) -> None:
+        """``sending(step)`` runs half-way through each copy sent (fault injection's hook);
+        ``tag`` sets this replicator's rounds apart from another's on the same group."""
         self.group = group
+        self.tag = tag
         self.sending = sending
         self.targets = buddies(rank, world, procs_per_node, factor, twins)
         self.sources = [s for s in range(world) if rank in buddies(s, world, procs_per_node, factor, twins)]
@@ -312,14 +368,14 @@ class BuddyReplicator:
                 sending, receiving = peer in self.targets, peer in self.sources
                 if me < peer:
                     if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway)
+                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
                     if receiving:
-                        self._store(peer, recv_snapshot(peer, self.group))
+                        self._store(peer, recv_snapshot(peer, self.group, self.tag))
                 else:
                     if receiving:
-                        self._store(peer, recv_snapshot(peer, self.group))
+                        self._store(peer, recv_snapshot(peer, self.group, self.tag))
                     if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway)
+                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
             if threading.current_thread() is self._thread:  # not a round that was abandoned
                 self._error = err

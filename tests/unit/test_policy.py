@@ -14,7 +14,7 @@ from launcher.supervisor.actions import (
     Publish, RefillSpare, Requeue, StartStandby, UseIdleNode,
 )
 from launcher.supervisor.observe import Observation
-from launcher.supervisor.policy import REPLACEMENT_ORDER, FaultState, RunState
+from launcher.supervisor.policy import REPLACEMENT_ORDER, ErrorAt, FaultState, RunState, error_at
 from resilience.contract.membership import Report, SlotInfo
 
 # Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
@@ -38,6 +38,15 @@ def report(kind="error", rank=1, seq=1, collateral=False, message="boom") -> Rep
 
 def fault(lost, bad=None, **kw) -> FaultState:
     return FaultState(lost=lost, bad_nodes=bad or {}, **kw)
+
+
+def raised(rank, **kw) -> Report:
+    """A rank's own ValueError at step 5 (``kw`` changes it)."""
+    return Report(**{**dict(kind="error", rank=rank, seq=1, message="ValueError: bad batch", error_type="ValueError",
+                            step=5), **kw})
+
+
+SEEN_AT_5 = frozenset({ErrorAt("ValueError", "ValueError: bad batch", 5)})
 
 
 CASES = {
@@ -126,6 +135,31 @@ CASES = {
     "too many restarts": (
         Observation(lost={1: "kill"}, evidence={1: NodeEvidence()}), state(restarts=5), CONFIG,
         [OpenFault(0.0, {1: "kill"}, {}, None, {1: 1}), Fail("gave up after 5 restart(s)")]),
+    # --- a deterministic error: the same own exception at the same step again ----------------------
+    "an error seen before at the same step: fail at once, naming it": (
+        Observation(reports={"n1p0": raised(1)}), state(errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(1), {}, recurred=True),
+         Fail("rank 1 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
+              "deterministic; not retrying", raised(1))]),
+    "...whichever rank raises it this time": (
+        Observation(reports={"n2p0": raised(2)}), state(errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(2), {}, recurred=True),
+         Fail("rank 2 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
+              "deterministic; not retrying", raised(2))]),
+    "the same error at another step: retried": (
+        Observation(reports={"n1p0": raised(1, step=6)}), state(errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(1, step=6), {})]),
+    "another error at the same step: retried": (
+        Observation(reports={"n1p0": raised(1, message="KeyError: 'x'", error_type="KeyError")}),
+        state(errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(1, message="KeyError: 'x'", error_type="KeyError"), {})]),
+    "an error raised outside ctx.steps() (no step): retried": (
+        Observation(reports={"n1p0": raised(1, step=None)}), state(errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(1, step=None), {})]),
+    "a survivor's collateral error is never a recurrence": (
+        Observation(reports={"n0p0": raised(0, collateral=True, origin="peer")}),
+        state(collateral_since=NOW - 2, errors_seen=SEEN_AT_5), CONFIG,
+        [OpenFault(0.0, {}, {}, raised(0, collateral=True, origin="peer"), {})]),
     # --- replacing what a fault lost, in REPLACEMENT_ORDER -------------------------------------
     "process fault: respawn on its own node": (
         Observation(), state(fault=fault({1: "kill"}), respawns=4), CONFIG,
@@ -189,3 +223,25 @@ def test_two_lost_nodes_need_two_spares():
     st = RunState(**{**st.__dict__, "spare_nodes": (2, 3)})
     assert decide(NOW, Observation(), st, CONFIG) == [
         Publish({0: "n2p0", 1: "n3p0"}, (0, 1), "fault", (), (2, 3))]
+
+
+def test_only_a_ranks_own_error_inside_the_step_loop_has_a_place():
+    assert error_at(raised(1)) == ErrorAt("ValueError", "ValueError: bad batch", 5)
+    assert error_at(raised(1, step=None)) is None  # raised outside ctx.steps()
+    assert error_at(raised(1, collateral=True, origin="peer")) is None
+    assert error_at(raised(1, collateral=True, origin="released")) is None
+    assert error_at(None) is None
+
+
+def test_a_multi_line_message_is_named_by_its_first_line():
+    message = "ValueError: bad batch\nshape (3, 4)"
+    seen = frozenset({ErrorAt("ValueError", message, 5)})
+    *_, fail = decide(NOW, Observation(reports={"n1p0": raised(1, message=message)}), state(errors_seen=seen), CONFIG)
+    assert fail.reason.startswith("rank 1 raised ValueError: bad batch at step 5 again") and "\n" not in fail.reason
+
+
+def test_a_report_without_a_step_and_one_with_unknown_fields_are_read():
+    old = '{"kind": "error", "rank": 1, "message": "ValueError: x"}'
+    assert Report.from_json(old).step is None
+    newer = '{"kind": "error", "rank": 1, "step": 5, "a_later_field": 1}'
+    assert Report.from_json(newer) == Report("error", 1, step=5)

@@ -209,3 +209,33 @@ def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
     fault = next(e for e in events if e["event"] == "fault")
     assert (fault["kind"], fault["rank"], fault["message"]) == ("exception", 2, "ValueError: bad batch")
     assert [e["generation"] for e in events if e["event"] == "generation"] == [1, 2]
+
+
+def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_path):
+    """A deterministic error: retried once (it might have been transient), then the run stops
+    with one line saying it recurred, and its traceback once."""
+    placement, script = FakePlacement(), Script()
+
+    def raise_at(step: int) -> Callable[[], None]:
+        def report() -> None:
+            store, g = script.supervisor.store, script.supervisor.plan.generation
+            membership.report(store, g, "n1p0", Report(
+                "error", 1, message="ValueError: bad batch", error_type="ValueError", step=step,
+                traceback="Traceback (most recent call last):\nValueError: bad batch\n"))
+        return report
+
+    script.at(3, raise_at(5))
+    script.at(10, raise_at(7))  # another step: retried
+    script.at(20, raise_at(5))
+    outcome, events = run(tmp_path, placement, script, max_restarts=10)
+    assert not outcome.ok
+    assert kinds(events) == ["start", "generation", "fault", "generation", "fault", "generation", "fault", "failed"]
+    faults = [e for e in events if e["event"] == "fault"]
+    assert [f.get("recurred", False) for f in faults] == [False, False, True]
+    failed = events[-1]
+    reason = "rank 1 raised ValueError: bad batch at step 5 again after recovering from it: the error is " \
+             "deterministic; not retrying"
+    assert failed["reason"] == reason and failed["rank"] == 1 and failed["error_type"] == "ValueError"
+    out = script.supervisor.executor.out.getvalue()
+    assert [line for line in out.splitlines() if "error:" in line] == [f"sres: error: {reason}"]
+    assert out.count("Traceback (most recent call last)") == 1 and "first failure (rank 1):" in out

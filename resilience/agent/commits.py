@@ -1,0 +1,183 @@
+"""The commit pipeline of a rank: the hooks ``Context`` calls around each step and commit.
+
+Before a step: a resize's pause, injected faults. At a commit: this rank's own part goes to its
+buddies at once; at the step boundary after it (``committed``), what the commit protects is
+final, and the background copies start (sharded snapshots and buddy copies, the tiers), to be
+joined before the next commit changes what they read. Part of :class:`~resilience.agent.loop.Agent`,
+split off by phase: it uses the agent's generation state (plan, rank, groups, rings).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from resilience.agent import faults
+from resilience.context import Context
+from resilience.contract import membership
+from resilience.errors import ResilienceError
+from resilience.state import committed, snapshot
+from resilience.state.replication import BuddyReplicator
+
+log = logging.getLogger("resilience")
+
+
+class Paused(BaseException):
+    """Leaving the generation at a step boundary for a resize (a BaseException, so that user
+    code's ``except Exception`` does not swallow it)."""
+
+
+class CommitPipeline:
+    """The :class:`~resilience.agent.loop.Agent`'s hooks called by ``Context``."""
+
+    def before_step(self, step: int) -> None:
+        if self._resizable and membership.pause_before(self.store, self.plan.generation, step):
+            raise Paused(step)
+        self._timer.step_started()
+        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
+                                kinds=faults.AT_STEP_START))
+        self._slow.before_step(self._timer.median_compute)
+
+    def _inject(self, due: list[faults.Injection]) -> None:
+        """An injected fault lands once this rank's part of the last commit reached its buddy
+        (a round of a few KiB, under a millisecond): a real fault in that instant is served
+        by the tiers instead, an older step but as exact."""
+        if due and self.parts.in_flight is not None:
+            self._join(self.parts.in_flight)
+        for injection in due:
+            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
+
+    def before_commit(self) -> None:
+        # The previous commit's copy and buddy round must finish before the optimizer
+        # changes the state they read.
+        started = time.perf_counter()
+        self._wait_background()
+        self._timer.blocked(time.perf_counter() - started)
+        self._in_commit = True
+
+    def after_commit(self, step: int, ctx: Context) -> None:
+        step_s = self._timer.step_committed(step)
+        plan = self.plan
+        # This rank's own part goes to its buddies first: a rank lost from here on is
+        # replaced with its part of this step.
+        self.parts.commit(step, ctx.states()["rank"], self.state_group, self.rank, plan.world_size,
+                          plan.procs_per_node, self.env.replication_factor)
+        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
+                                kinds=("kill-during-commit",)))
+        self._in_commit = False
+        self.sharded = self.sharded or ctx.has_sharded
+        if self._commits_this_generation > 0 and step_s is not None:
+            self._step_times.append(step_s)
+        self._commits_this_generation += 1
+        if self.rank == 0:
+            self.store.set(membership.PROGRESS, str(step))
+            if self._commits_this_generation == 1:
+                batch = ctx.batch
+                if batch is not None:
+                    self.store.set(membership.batch_key(plan.generation), json.dumps({
+                        "global_batch": batch.global_batch, "accumulation": batch.accumulation,
+                        "lr_scale": batch.lr_scale, "kept": batch.kept}))
+                self.store.set(membership.first_step_key(plan.generation), repr(time.time()))
+
+    def committed(self, step: int, ctx: Context, changed: list[str]) -> None:
+        """Step ``step`` is over (the next starts, or the loop ended): what its commit protects
+        is final. Copies of it start here, in the background, while the next step computes."""
+        if changed:
+            self._changed_after_commit(step, ctx, changed)
+        if self.sharded:
+            # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
+            # (The tiers take their own copy in the same background thread.)
+            if (self._shard_world, self._shard_rank) != (self.plan.world_size, self.rank):
+                # The first commit in this world (or as this rank): older shards are of another layout.
+                self.own["sharded"].clear()
+                self.replicas.clear()
+                self._shard_world, self._shard_rank = self.plan.world_size, self.rank
+            states = ctx.states()
+            if self.replicator is None:
+                plan = self.plan
+                self._twins = ctx.twins()
+                self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
+                                                  self.env.replication_factor, self.replicas, len(self._twins),
+                                                  faults.copy_hook(self.env.injections, self.store, self.rank,
+                                                                   self.env.node, plan.world_size))
+            reuse = {kind: self.own[kind].take_oldest() for kind in self.own}
+            self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
+                                             name="sres-snapshot", daemon=True)
+            self._capture.start()
+        elif self.tiers is not None:
+            # The tiers' copy runs while the next step computes; before_commit waits for it.
+            self._capture = threading.Thread(target=self._capture_tiers, args=(step, ctx.states()),
+                                             name="sres-snapshot", daemon=True)
+            self._capture.start()
+
+    def _changed_after_commit(self, step: int, ctx: Context, changed: list[str]) -> None:
+        """The loop changed registered state after the commit block: that belongs to the step
+        just committed, and replaces what the commit took. Said once per object, since a fault
+        landing between the commit block and the next step misses it."""
+        rank_part = ctx.states()["rank"]
+        if any(name in rank_part for name in changed):
+            if self.parts.in_flight is not None:
+                self._join(self.parts.in_flight)
+            self.parts.commit(step, rank_part, self.state_group, self.rank, self.plan.world_size,
+                              self.plan.procs_per_node, self.env.replication_factor)
+        new = [n for n in changed if n not in self._changed_warned and n != committed.RNG]
+        if new:
+            self._changed_warned.update(new)
+            log.warning("registered %s changed after the commit block of step %d: taken again at the next step; "
+                        "move that change inside `with ctx.commit():` (a fault landing in between would miss it)",
+                        ", ".join(repr(n) for n in new), step)
+            membership.push_event(self.store, "changed-after-commit", rank=self.rank, step=step, names=new)
+
+    def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
+        try:
+            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.own}
+            for kind, snap in snaps.items():
+                self.own[kind].put(snap)
+            if self.replicator is not None and states["sharded"]:
+                self.replicator.start(snaps["sharded"])
+            if self.tiers is not None:
+                self.tiers.saver.save(step, states)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
+            if threading.current_thread() is self._capture:  # not a copy left behind
+                self._capture_error = err
+
+    def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
+        try:
+            self.tiers.saver.save(step, states)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
+            if threading.current_thread() is self._capture:  # not a copy left behind
+                self._capture_error = err
+
+    def _wait_background(self, raise_errors: bool = True) -> None:
+        if self._capture is not None:
+            self._join(self._capture)
+            self._capture = None
+        error, self._capture_error = self._capture_error, None
+        try:
+            if self.parts.in_flight is not None:
+                self._join(self.parts.in_flight)
+            self.parts.wait()
+            if self.replicator is not None:
+                if self.replicator.in_flight is not None:
+                    self._join(self.replicator.in_flight)
+                self.replicator.wait()
+        except BaseException as err:  # noqa: BLE001
+            error = error or err
+        if error is not None and raise_errors:
+            raise error
+
+    def _join(self, thread: threading.Thread) -> None:
+        """Wait for a background copy unless the generation ends first (a gloo send to a stuck
+        peer may never return): the copy is then left behind, and this rank keeps its memory."""
+        while thread.is_alive():
+            thread.join(0.05)
+            if thread.is_alive() and self._watch.released():
+                self._capture = None
+                self.parts.abandon()
+                if self.replicator is not None:
+                    self.replicator.abandon()
+                raise ResilienceError("the generation ended during a background copy of the last commit")
+

@@ -1,0 +1,81 @@
+"""The model zoo: ordinary training loops end bitwise identical to a fault-free run after a process
+kill taken over by a standby, a node loss served by a spare and a kill of every rank served by
+the RAM tier, having trained exactly the same samples at every step."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.models.conftest import CASES, FAULTS, NODES, STEPS, ZooRun, zoo_run
+
+pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
+
+COMPARED = ("digest", "model_sha", "optimizer_sha", "ema_sha", "scheduler_sha", "scaler_sha", "loss", "step")
+"""Fields of ``rank<R>.json`` that must be equal to the reference's (those a case writes)."""
+
+
+def succeeded(run: ZooRun) -> None:
+    if run.returncode != 0:
+        pytest.fail(f"sres run exited {run.returncode}:\n{run.tail()}", pytrace=False)
+
+
+def finals(run: ZooRun) -> dict[int, dict]:
+    return {rank: {k: v for k, v in data.items() if k in COMPARED} for rank, data in run.finals().items()}
+
+
+def sample_differences(run: ZooRun, reference: ZooRun) -> list[str]:
+    """Each (rank, step) whose trained samples differ from the reference's, missing or extra."""
+    mine, ref = run.trained(), reference.trained()
+    step_of = {(rank, tuple(samples)): step for (rank, step), samples in ref.items()}
+    out = []
+    for key in sorted(set(mine) | set(ref)):
+        if mine.get(key) != ref.get(key):
+            got = mine.get(key)
+            known = step_of.get((key[0], tuple(got))) if got is not None else None
+            what = f"the reference's step {known} batch" if known is not None else str(got)
+            out.append(f"rank {key[0]} step {key[1]}: {what} (reference {ref.get(key)})")
+    return out
+
+
+def check_sample_log(run: ZooRun) -> None:
+    """Every rank committed every step; a step is written again only by a later generation (redone
+    after a rollback), never twice in one."""
+    lines = run.sample_lines()
+    assert set(lines) == set(range(NODES))
+    for rank, written in lines.items():
+        assert {line["step"] for line in written} == set(range(STEPS)), f"rank {rank}: steps missing"
+        seen: dict[int, int] = {}
+        for line in written:
+            twice = f"rank {rank}: step {line['step']} written twice in generation {line['generation']}"
+            assert line["generation"] > seen.get(line["step"], 0), twice
+            seen[line["step"]] = line["generation"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reference_is_deterministic(tmp_path, reference, case):
+    """Two fault-free runs agree: what the faulty run is compared with is the script's own result."""
+    ref = reference(case)
+    check_sample_log(ref)
+    again = zoo_run(tmp_path, case)
+    succeeded(again)
+    assert sample_differences(again, ref) == []
+    assert finals(again) == finals(ref)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, case):
+    ref = reference(case)
+    run = zoo_run(tmp_path, case, *FAULTS)
+    succeeded(run)
+    # The faults happened, and each was recovered the way it should be.
+    assert {f["kind"] for f in run.of("fault")} >= {"kill", "node"}, run.of("fault")
+    hows = {(r["rank"], r["how"]) for r in run.of("replaced")}
+    assert {(1, "standby"), (1, "spare")} <= hows, run.of("replaced")
+    assert {r["source"] for r in run.of("recovered")} >= {"peer", "ram"}, run.of("recovered")
+    # The same samples at every step, none skipped or trained twice.
+    check_sample_log(run)
+    differences = sample_differences(run, ref)
+    assert not differences, f"{len(differences)} (rank, step) trained other samples:\n" + "\n".join(differences[:8])
+    # The same bits at the end.
+    assert finals(run) == finals(ref)
+
