@@ -18,8 +18,10 @@ from resilience.context import Context
 from resilience.ddp import ddp
 from resilience.elastic import ElasticSampler
 from resilience.exact import ExactDataParallel, GradientNotRepresentable
+from resilience.micro_random import micro_batch_ids, micro_batch_rng
+from resilience.state.committed import PerRank
 from resilience.state.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer
 
 __all__ = ["Context", "run", "ddp", "ElasticSampler", "ExactDataParallel", "GradientNotRepresentable",
-           "ShardedOptimizer", "Unrecoverable"]
+           "PerRank", "ShardedOptimizer", "Unrecoverable", "micro_batch_ids", "micro_batch_rng"]

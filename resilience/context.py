@@ -113,8 +113,9 @@ class Context:
         if self._rng_pending is not None:
             committed.set_rng_state(self._rng_pending)
             self._rng_pending = None
-        if self._view_step != self.step:
+        if self._view_step != self.step:  # entry: nothing was committed in this generation yet
             self._take(self.step)
+            self._checked = self.step
             return
         if self._checked == self.step:
             return

@@ -7,6 +7,13 @@ mean over every micro-batch of the step, on every rank: the same bits whether 1 
 of them or 4 ranks did a quarter each, and whatever re-formations happened in between. Runs
 are then comparable bit for bit across elastic resizes, not only across faults.
 
+A loop that leaves out ``no_sync()`` (every backward synchronizes) stays exact: a backward
+outside ``no_sync()`` sums every micro-batch of the step so far, not only its own, and the
+step goes on until the gradients it handed out are changed (``zero_grad()``, in place or to
+None). Such a loop pays one all-reduce per micro-batch, as with DDP, and ends with the bits
+of the loop that uses ``no_sync()``; summing per micro-batch and adding the means (DDP's way)
+would round differently at each world size.
+
 What the user keeps in mind: every backward counts as one micro-batch of equal weight (give
 the loss of each micro-batch its own mean; do not divide by the number of accumulation steps,
 which changes with the world size), and the micro-batches themselves must be the same at
@@ -27,6 +34,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.autograd.graph import get_gradient_edge
 
 from resilience import fixed_point
 from resilience.agent import step_timer
@@ -50,7 +58,9 @@ class ExactDataParallel(torch.nn.Module):
 
     ``on_overflow``: ``raise`` (default) stops with :class:`GradientNotRepresentable` naming the
     tensor; ``skip`` drops the step's gradients on every rank (the optimizer then skips
-    the step, as AMP's GradScaler does) and counts it in ``skipped_steps``.
+    the step, as AMP's GradScaler does) and counts it in ``skipped_steps``. In a loop without
+    ``no_sync()`` a skip hands out no gradient to tell whether the step goes on: it ends the step
+    at that backward (use ``no_sync()`` where steps may be skipped).
     """
 
     def __init__(self, module: torch.nn.Module, *, process_group: Any = None, bits: int = fixed_point.BITS,
@@ -76,6 +86,10 @@ class ExactDataParallel(torch.nn.Module):
                        for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])]
         self._scratch = torch.empty(max(sizes, default=0), device=device)
         self._sync, self._queued, self._count = True, False, 0
+        self._handed: list[tuple[torch.nn.Parameter, torch.Tensor, int]] | None = None
+        """The gradients the step's newest sum handed out, with their versions; None while no
+        sum was made since the step began."""
+        self._accumulators: list[Any] = []
         self._attach_hooks()
         if self._world() > 1:
             self._broadcast_initial_state()
@@ -90,7 +104,7 @@ class ExactDataParallel(torch.nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Backward passes inside accumulate locally; the next one outside sums the step."""
+        """Backward passes inside accumulate locally; one outside sums the step so far."""
         previous, self._sync = self._sync, False
         try:
             yield
@@ -100,17 +114,46 @@ class ExactDataParallel(torch.nn.Module):
     # --- the mechanism --------------------------------------------------------------------------
 
     def _attach_hooks(self) -> None:
+        """A hook before each parameter's gradient accumulation: the first of a backward pass
+        decides, before autograd adds into ``p.grad``, whether the pass continues the step
+        (:meth:`_before_backward`). A hook on the accumulation node runs only when a backward
+        accumulates (``torch.autograd.grad`` does not); the nodes are kept, or autograd makes
+        new ones without the hook."""
         for handle in _hooks.pop(self.module, []):
             handle.remove()
         me = weakref.ref(self)
 
-        def on_grad(_: torch.Tensor) -> None:
+        def before_accumulation(_: Any) -> None:
             wrapper = me()
             if wrapper is not None and not wrapper._queued:
                 wrapper._queued = True
+                wrapper._before_backward()
                 torch.autograd.Variable._execution_engine.queue_callback(wrapper._after_backward)
 
-        _hooks[self.module] = [p.register_post_accumulate_grad_hook(on_grad) for _, p in self._named]
+        self._accumulators = [get_gradient_edge(p).node for _, p in self._named]
+        _hooks[self.module] = [node.register_prehook(before_accumulation) for node in self._accumulators]
+
+    def _before_backward(self) -> None:
+        """A backward pass begins: one more micro-batch of the step, or the first of a new one.
+
+        After a sum, the step goes on only if every gradient it handed out is untouched (a loop
+        without ``no_sync()``): they are set aside, to be summed again with this micro-batch.
+        A gradient changed or dropped (``zero_grad()``) means the optimizer had them: a new step.
+        """
+        handed, self._handed = self._handed, None
+        if handed is None:
+            return
+        if handed and all(p.grad is grad and grad._version == version for p, grad, version in handed):
+            for p, _, _ in handed:
+                p.grad = None
+            return
+        self._new_step()
+
+    def _new_step(self) -> None:
+        # The next micro-batch's first add overwrites the sums: no zeroing pass.
+        for slot in self._slots:
+            slot.reset()
+        self._count = 0
 
     def _after_backward(self) -> None:
         """End of a backward pass: fold this micro-batch into the integer sums."""
@@ -138,6 +181,7 @@ class ExactDataParallel(torch.nn.Module):
             dist.all_reduce(header, op=dist.ReduceOp.MAX, group=self.process_group)
         rows = header.tolist()
         plan = fixed_point.plan_sum(rows[:-1], bound_count=world * rows[-1][0])
+        handed: list[tuple[torch.nn.Parameter, torch.Tensor, int]] = []
         try:
             if plan.problem:
                 self._refuse(plan)
@@ -154,10 +198,11 @@ class ExactDataParallel(torch.nn.Module):
                     p.grad = fixed_point.dequantize(wire[a:b].view(p.shape), low, count, p.dtype)
                 elif seen:
                     p.grad = torch.zeros_like(p)
-        finally:  # the next micro-batch's first add overwrites the sums: no zeroing pass
-            for slot in self._slots:
-                slot.reset()
-            self._count = 0
+                else:
+                    continue
+                handed.append((p, p.grad, p.grad._version))
+        finally:  # the sums are kept: the step may go on (a loop without no_sync)
+            self._handed = handed
 
     def _wire(self, dtype: torch.dtype) -> torch.Tensor:
         """The all-reduced integers: int32 when every sum fits (half the bytes), else int64."""

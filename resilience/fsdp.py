@@ -123,12 +123,29 @@ def from_local(state: Any, mesh: Any) -> Any:
 
 
 def mesh_of(module: torch.nn.Module) -> Any:
-    """The one device mesh of ``module``'s DTensor parameters."""
-    meshes = {id(p.device_mesh): p.device_mesh for p in module.parameters() if isinstance(p, DTensor)}
+    """The one device mesh of ``module``'s DTensor parameters.
+
+    FSDP2 as its documentation and torchtitan apply it (``fully_shard`` on each block, then on
+    the root) gives each call its own mesh object unless one is passed in: meshes are therefore
+    one mesh when they are equal (:func:`mesh_key`), whatever their number of objects.
+    """
+    meshes = {mesh_key(p.device_mesh): p.device_mesh for p in module.parameters() if isinstance(p, DTensor)}
     if len(meshes) != 1:
-        raise ResilienceError(f"an FSDP2 model with parameters on {len(meshes)} device meshes: sres supports one mesh "
-                              "(1-D FSDP or 2-D HSDP) per registered model")
+        described = "; ".join(_describe(key) for key in meshes) or "none"
+        raise ResilienceError(f"an FSDP2 model with parameters on {len(meshes)} different device meshes ({described}): "
+                              "sres supports one mesh (1-D FSDP or 2-D HSDP) per registered model")
     return next(iter(meshes.values()))
+
+
+def mesh_key(mesh: Any) -> tuple[Any, ...]:
+    """What makes two device meshes the same mesh: device type, rank layout and dimension names
+    (not the object, nor its process groups: those are the same ranks' in one generation)."""
+    return mesh.device_type, tuple(mesh.mesh.shape), tuple(mesh.mesh.flatten().tolist()), mesh.mesh_dim_names
+
+
+def _describe(key: tuple[Any, ...]) -> str:
+    device_type, shape, ranks, names = key
+    return f"{device_type} {'x'.join(map(str, shape))} ranks {list(ranks)}" + (f" dims {list(names)}" if names else "")
 
 
 def twins(module: torch.nn.Module) -> tuple[int, ...]:

@@ -61,6 +61,7 @@ class Supervisor:
         self.books = self.executor.books
         self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
         self._rank_events = membership.RankEvents(self.store)
+        self._warned: set[str] = set()
         self.metrics = metrics.start(config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events)
         self._next_metrics = 0.0
 
@@ -174,6 +175,10 @@ class Supervisor:
     def _collect_rank_events(self, writers_gone: bool = False) -> None:
         """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
         for record in self._rank_events.pop(writers_gone):
+            line = _warning(record)
+            if line is not None and line not in self._warned:
+                self._warned.add(line)
+                self._say(line)
             self.events.emit(record.pop("event"), **record)
 
     def flush_persistent(self, timeout_s: float) -> int | None:
@@ -189,3 +194,17 @@ class Supervisor:
 
     def _say(self, text: str) -> None:
         self.executor.say(text)
+
+
+def _warning(record: dict) -> str | None:
+    """The line a rank event that weakens the run's promise is also said with (once)."""
+    if record["event"] == "inexact":
+        return (f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} without "
+                f"their own random streams and data positions of that step ({record['why']}): this run is no "
+                f"longer bitwise what a fault-free run gives")
+    if record["event"] == "changed-after-commit":
+        return (f"warning: {', '.join(record['names'])} changed after the commit block (step {record['step']}): "
+                f"taken again at the next step; a fault landing in between would miss it: move it into "
+                f"`with ctx.commit():`")
+    return None
+

@@ -258,8 +258,10 @@ class Agent(CommitPipeline):
             if restored is not None:
                 restored.update(resharded)
                 restored.update(mine)
-        if recovery.inexact and self.rank == 0:
-            membership.push_event(self.store, "inexact", step=recovery.step, ranks=list(recovery.inexact),
+        inexact = tiered.inexact if tiered is not None else recovery.inexact
+        if inexact and self.rank == 0:
+            step = tiered.step if tiered is not None else recovery.step
+            membership.push_event(self.store, "inexact", step=step, ranks=list(inexact),
                                   why="their random streams and data positions of that step were lost")
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
         _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)

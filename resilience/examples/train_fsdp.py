@@ -1,4 +1,4 @@
-"""A small transformer sharded with FSDP2 (``fully_shard`` per block): the sharded workload.
+"""A small transformer sharded with FSDP2 (``fully_shard`` per block, then the root): the sharded workload.
 
 Every parameter and optimizer state is a DTensor shard held by one rank (``--hsdp R``: by one
 rank in each of R replica groups), so a lost rank's state comes from a buddy's copy, not
@@ -64,13 +64,17 @@ class TinyLM(torch.nn.Module):
 
 
 def build(args: argparse.Namespace, world: int) -> torch.nn.Module:
-    """The model, sharded: each block, then the root (embedding, final norm and head)."""
+    """The model, sharded as FSDP2's documentation and torchtitan shard it: each block, then the
+    root (embedding, final norm and head). ``--mesh default``: each call makes its own mesh
+    object; ``passed``: one mesh passed to every call (always under ``--hsdp``)."""
     torch.manual_seed(args.seed)
     model = TinyLM(args.vocab, args.dim, args.depth, args.heads)
     if args.hsdp > 1:
         mesh = init_device_mesh("cpu", (args.hsdp, world // args.hsdp), mesh_dim_names=("replicate", "shard"))
-    else:
+    elif args.mesh == "passed":
         mesh = init_device_mesh("cpu", (world,))
+    else:
+        mesh = None
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     return fully_shard(model, mesh=mesh)
@@ -128,6 +132,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--hsdp", type=int, default=1, help="replica groups: HSDP on a (R, world/R) mesh")
+    parser.add_argument("--mesh", choices=("default", "passed"), default="default",
+                        help="1-D FSDP: each fully_shard call makes its own mesh (default), or one mesh passed to all")
     parser.add_argument("--compute-s", type=float, default=0.0,
                         help="simulated accelerator time per step: the host waits in forward-backward")
     parser.add_argument("--trace-digests", action="store_true",

@@ -36,11 +36,13 @@ def wrap(model: torch.nn.Module, kind: str, bits: int | None = None) -> torch.nn
     return resilience.ddp(model) if kind == "resilience" else torch.nn.parallel.DistributedDataParallel(model)
 
 
-def build_model(width: int, depth: int, seed: int) -> torch.nn.Module:
+def build_model(width: int, depth: int, seed: int, dropout: float = 0.0) -> torch.nn.Module:
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for _ in range(depth):
         layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+        if dropout:
+            layers.append(torch.nn.Dropout(dropout))
     layers.append(torch.nn.Linear(width, width))
     return torch.nn.Sequential(*layers)
 
@@ -59,18 +61,21 @@ def sample(index: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilience.ElasticSampler, step: int,
-                 width: int, seed: int, exact: bool = False) -> torch.Tensor:
+                 width: int, seed: int, exact: bool = False, sync_every_backward: bool = False) -> torch.Tensor:
     """One step of the global batch in micro-batches; gradients are the global batch's mean
     whatever the world size. DDP averages over ranks, so each rank's micro-losses are summed
     over its share; exact mode averages over micro-batches, so each is a plain mean (a divisor
-    that changes with the world size would change the bits)."""
+    that changes with the world size would change the bits). Random ops (dropout) draw from
+    the micro-batch's own stream (``resilience.micro_batch_rng``): the same masks at any world size."""
     micro = sampler.indices(step, ctx.rank, ctx.world_size)
+    ids = resilience.micro_batch_ids(ctx.batch, ctx.rank)
     per_rank = ctx.batch.per_rank
     total = torch.zeros(())
     for i, indices in enumerate(micro):
         xs, ys = zip(*(sample(j, width, seed) for j in indices))
-        sync = contextlib.nullcontext() if i == len(micro) - 1 or not hasattr(ddp, "no_sync") else ddp.no_sync()
-        with sync:
+        last = i == len(micro) - 1 or sync_every_backward
+        sync = contextlib.nullcontext() if last or not hasattr(ddp, "no_sync") else ddp.no_sync()
+        with sync, resilience.micro_batch_rng(seed, step, ids[i]):
             per_sample = torch.nn.functional.mse_loss(ddp(torch.stack(xs)), torch.stack(ys), reduction="none").mean(1)
             loss = per_sample.mean() if exact else per_sample.sum() / per_rank
             loss.backward()
@@ -80,9 +85,13 @@ def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilie
 
 @torch.no_grad()
 def eval_loss(model: torch.nn.Module, width: int, seed: int, count: int = 64) -> float:
-    """Mean loss over the first ``count`` samples: comparable across runs of any world size."""
+    """Mean loss over the first ``count`` samples (without dropout): comparable across runs of any world size."""
     xs, ys = zip(*(sample(j, width, seed) for j in range(count)))
-    return torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys)).item()
+    model.eval()
+    try:
+        return torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys)).item()
+    finally:
+        model.train()
 
 
 def model_digest(model: torch.nn.Module) -> str:
@@ -126,6 +135,11 @@ def parse_args() -> argparse.Namespace:
                         help="elastic mode: a dataset of this many samples through resilience.ElasticSampler")
     parser.add_argument("--global-batch", type=int, default=24, help="elastic mode: samples per step, all ranks")
     parser.add_argument("--micro-batch", type=int, default=4, help="elastic mode: samples per micro-batch")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="dropout after each hidden layer; in elastic mode each micro-batch draws its masks "
+                             "from resilience.micro_batch_rng (the same masks at any world size)")
+    parser.add_argument("--sync-every-backward", action="store_true",
+                        help="elastic mode: no no_sync() around any micro-batch (every backward synchronizes)")
     return parser.parse_args()
 
 
@@ -136,7 +150,7 @@ def main() -> None:
     def train(ctx: resilience.Context) -> None:
         if args.fail_always:
             raise ValueError("this train function always fails")
-        model = build_model(args.width, args.depth, args.seed)
+        model = build_model(args.width, args.depth, args.seed, args.dropout)
         if args.sharded:
             opt = resilience.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=args.lr)
         else:
@@ -154,7 +168,8 @@ def main() -> None:
         last = time.perf_counter()
         for step in ctx.steps(args.steps):
             if sampler is not None:
-                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed, exact=args.ddp == "exact")
+                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed, exact=args.ddp == "exact",
+                                    sync_every_backward=args.sync_every_backward)
             else:
                 x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
                 loss = torch.nn.functional.mse_loss(ddp(x), y)

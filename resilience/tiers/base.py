@@ -45,7 +45,10 @@ class Offer:
     step: int
     world_size: int
     interchangeable: bool = False
-    """The copy holds replicated state only, the same on every rank: it can serve any rank."""
+    """The copy holds no shard: its replicated state, the same on every rank, can serve any rank."""
+    per_rank: bool = False
+    """The copy holds its owner's own part too (random streams, loader positions): another rank
+    served from it gets the replicated state only, and is no longer exact."""
 
 
 class Tier(ABC):
@@ -77,7 +80,9 @@ class Tier(ABC):
                 except mf.CheckpointInvalid as err:
                     report(self.name, owner, step, str(err))
                     continue
-                out.append(Offer(self.name, holder, owner, step, m.world_size, set(m.layout) == {"replicated"}))
+                kinds = set(m.layout)
+                out.append(Offer(self.name, holder, owner, step, m.world_size,
+                                 "replicated" in kinds and "sharded" not in kinds, "rank" in kinds))
         return out
 
     def write(self, where: Where, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],

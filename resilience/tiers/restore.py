@@ -58,17 +58,24 @@ def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
     Each rank's copy comes from the cheapest tier that has it (own RAM, neighbour,
     persistent), preferring a copy on its own process's node (``holder == owner``).
     ``bad`` holds (tier, owner, step) copies that failed verification. A rank with no copy of
-    its own at a step takes another rank's, where that copy holds replicated state only (it
-    is the same on every rank): one corrupt or missing copy then costs no steps. A checkpoint
-    written by another world size is used only from the persistent tier and only with all
-    its ranks (resharding), and only when no same-size checkpoint is as new.
+    its own at a step may take another rank's, where that copy holds no shard (its replicated
+    state is the same on every rank): one corrupt or missing copy then costs no steps. A copy
+    that also holds its owner's per-rank part (random streams, loader positions) serves another
+    rank only when no step can be restored otherwise (that rank is then not exact). A
+    checkpoint written by another world size is used only from the persistent tier and only
+    with all its ranks (resharding), and only when no same-size checkpoint is as new.
     """
     usable = [o for o in offers if (o.tier, o.owner, o.step) not in bad and o.step > after_step]
+    exact = _newest(world, usable, lambda o: o.interchangeable and not o.per_rank)
+    return exact if exact is not None else _newest(world, usable, lambda o: o.interchangeable)
+
+
+def _newest(world: int, usable: list[Offer], lendable: Callable[[Offer], bool]) -> TierPlan | None:
     for step in sorted({o.step for o in usable}, reverse=True):
         here = [o for o in usable if o.step == step and o.world_size == world]
         sources = []
         for owner in range(world):
-            mine = [o for o in here if o.owner == owner] or [o for o in here if o.interchangeable]
+            mine = [o for o in here if o.owner == owner] or [o for o in here if lendable(o)]
             if not mine:
                 break
             best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder, o.owner))
@@ -109,6 +116,8 @@ class Restored:
     bytes_moved: int
     borrowed: dict[int, int] = field(default_factory=dict)
     """rank -> the rank whose copy of the replicated state it loaded (its own was unusable)."""
+    inexact: tuple[int, ...] = ()
+    """Borrowers whose own per-rank part (random streams, loader positions) was in no usable copy."""
 
     @property
     def source(self) -> str:
@@ -154,9 +163,12 @@ class Restorer:
             failed = [f for f in failures if f is not None]
             if not failed:
                 states, snaps = result
+                per_rank = {(o.tier, o.holder, o.owner, o.step) for o in offers if o.per_rank}
                 return Restored(plan.step, {s.owner: s.tier for s in plan.sources}, states, snaps,
                                 time.perf_counter() - started, moved,
-                                {s.owner: s.of for s in plan.sources if s.of != s.owner})
+                                {s.owner: s.of for s in plan.sources if s.of != s.owner},
+                                tuple(s.owner for s in plan.sources if s.of != s.owner
+                                      and (s.tier, s.holder, s.of, plan.step) in per_rank))
             for tier, owner, step, why in failed:
                 bad.add((tier, owner, step))
                 if error is not None and error[:3] == (tier, owner, step):
@@ -171,9 +183,10 @@ class Restorer:
         loaded: dict[str, Snapshot] = {}
         for src in plan.sources:
             local = registry.tier(src.tier).shared or src.holder == src.owner
+            kinds = ("replicated",) if src.of != src.owner else None  # never another rank's own part
             if local and src.owner == self.rank:
                 try:
-                    loaded = self._load(src.tier, plan.step, src.of)
+                    loaded = self._load(src.tier, plan.step, src.of, kinds=kinds)
                 except mf.CheckpointInvalid as err:
                     error = (src.tier, src.of, plan.step, str(err))
             elif not local and src.holder == self.rank:
@@ -184,7 +197,7 @@ class Restorer:
                 here = registry.TIERS[0]
                 try:
                     moved += recv_checkpoint(here.path(self.where, plan.step, src.of), src.holder, self.group)
-                    loaded = self._load(here.name, plan.step, src.of, tier_name=src.tier)
+                    loaded = self._load(here.name, plan.step, src.of, tier_name=src.tier, kinds=kinds)
                 except mf.CheckpointInvalid as err:
                     error = (src.tier, src.of, plan.step, str(err))
         if error is not None:
@@ -211,7 +224,7 @@ class Restorer:
         for owner in range(plan.world_size):
             try:  # replicated state is the same on every rank: read rank 0's only
                 snaps = self._load(plan.tier_of(owner), plan.step, owner, world=plan.world_size,
-                                   kinds=None if owner == 0 else ("sharded",))
+                                   kinds=("replicated", "sharded") if owner == 0 else ("sharded",))
             except mf.CheckpointInvalid as err:
                 return (plan.tier_of(owner), owner, plan.step, str(err)), None, 0
             if owner == 0 and "replicated" in snaps:

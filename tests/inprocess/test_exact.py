@@ -14,6 +14,8 @@ from tests.inprocess.conftest import Run, sres, sres_run, when_event
 STEPS = 60
 EXACT = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "2", "--ddp", "exact")
 """2 divides every rank's share of 24 at 1-4 ranks, so the micro-batches are the same at each size."""
+DROPOUT = (*EXACT, "--dropout", "0.1")
+"""The example MLP with dropout; each micro-batch draws from its own stream."""
 CURVE_RTOL = 1e-4
 """Exact vs float mode, training loss logged every 10 of 200 steps (measured: equal in all 6
 printed decimals) and the final eval loss (measured: 1.1e-7 apart)."""
@@ -35,6 +37,29 @@ def by_world(tmp_path_factory) -> dict[int, set[str]]:
 def test_every_world_size_ends_with_the_same_bits(by_world):
     assert all(len(d) == 1 for d in by_world.values()), by_world  # replicas agree
     assert len(set().union(*by_world.values())) == 1, by_world
+
+
+def test_a_loop_without_no_sync_ends_with_the_bits_of_one_with_it(tmp_path, by_world):
+    """Every backward synchronizes (3 ranks, 4 micro-batches each): each sums the step so far, so
+    the last one hands the optimizer what the loop with no_sync() gets (before: each rank folded
+    the previous sums into its next micro-batch, which differed at every world size)."""
+    run = sres_run(tmp_path, "--no-tiers", nodes=3, steps=STEPS, train_args=(*EXACT, "--sync-every-backward"))
+    assert digests(run) == by_world[1]
+
+
+@pytest.fixture(scope="module")
+def dropout_at_one(tmp_path_factory) -> set[str]:
+    return digests(sres_run(tmp_path_factory.mktemp("dropout1"), "--no-tiers", nodes=1, steps=STEPS,
+                            train_args=DROPOUT))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_dropout_drawn_per_micro_batch_ends_alike_at_every_world_size(tmp_path, world, dropout_at_one, by_world):
+    """Each micro-batch's masks come from ``resilience.micro_batch_rng(seed, step, id)``: the
+    same samples get the same masks whichever rank runs them."""
+    assert dropout_at_one != by_world[1]  # dropout changes the training
+    run = sres_run(tmp_path, "--no-tiers", nodes=world, steps=STEPS, train_args=DROPOUT)
+    assert digests(run) == dropout_at_one
 
 
 def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world):

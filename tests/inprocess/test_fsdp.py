@@ -2,7 +2,9 @@
 
 Every FSDP2 shard exists on one rank; its buddy (the same local rank on the next node) holds
 a copy of each commit. A replaced rank gets exactly its shards from there, survivors keep
-theirs, and the run ends with the parameters and optimizer state of a fault-free run.
+theirs, and the run ends with the parameters and optimizer state of a fault-free run. The
+example shards as FSDP2's documentation and torchtitan do: each block, then the root, each call
+on a mesh of its own (equal meshes, one mesh to sres); HSDP passes its 2-D mesh in.
 """
 
 from __future__ import annotations

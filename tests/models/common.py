@@ -36,8 +36,12 @@ import resilience
 warnings.filterwarnings("ignore", message=r"'set_vital' is deprecated")
 
 
-def parse_args(description: str, *, steps: int = 16, batch: int = 4, lr: float = 1e-3) -> argparse.Namespace:
+def parse_args(description: str, *, steps: int = 16, batch: int = 4, lr: float = 1e-3,
+               flags: tuple[tuple[str, str], ...] = ()) -> argparse.Namespace:
+    """The zoo's common arguments; ``flags``: (name, help) of a case's own on/off options."""
     parser = argparse.ArgumentParser(description=description)
+    for name, text in flags:
+        parser.add_argument(name, action="store_true", help=text)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--batch", type=int, default=batch, help="samples per rank and step")
     parser.add_argument("--lr", type=float, default=lr)

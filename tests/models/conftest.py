@@ -50,11 +50,13 @@ class ZooRun(Run):
         return self.stderr[-4000:]
 
 
-def zoo_run(tmp: Path, case: str, *args: str, name: str = "run", steps: int = STEPS, timeout: float = 420) -> ZooRun:
+def zoo_run(tmp: Path, case: str, *args: str, name: str = "run", steps: int = STEPS, timeout: float = 420,
+            train_args: tuple[str, ...] = ()) -> ZooRun:
     log_dir = tmp / name
     cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--log-dir", str(log_dir),
            "--hang-timeout", "5", "--reform-timeout", "30", *args, "--",
-           sys.executable, "-m", f"tests.models.{case}", "--steps", str(steps), "--out", str(log_dir / "out")]
+           sys.executable, "-m", f"tests.models.{case}", "--steps", str(steps), "--out", str(log_dir / "out"),
+           *train_args]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
     run = run_command(cmd, env, log_dir, timeout)

@@ -27,7 +27,8 @@ def build() -> torch.nn.Module:
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, lr=3e-3)
+    args = common.parse_args(__doc__, lr=3e-3, flags=(
+        ("--after-commit", "step the scheduler and the EMA after the commit block, as many loops do"),))
     common.deterministic()
 
     def train(ctx: resilience.Context) -> None:
@@ -50,10 +51,14 @@ def main() -> None:
             with ctx.commit():
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.5)
                 optimizer.step()
-                scheduler.step()
-                ema.update_parameters(model)
+                if not args.after_commit:
+                    scheduler.step()
+                    ema.update_parameters(model)
                 optimizer.zero_grad()
                 samples.record(step, batch["index"])
+            if args.after_commit:
+                scheduler.step()
+                ema.update_parameters(model)
             common.progress(ctx, step, args.steps, loss, args)
         common.finish(ctx, args, model, optimizer, loss, ema=ema.state_dict(), scheduler=scheduler.state_dict())
 

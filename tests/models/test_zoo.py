@@ -79,3 +79,18 @@ def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, case):
     # The same bits at the end.
     assert finals(run) == finals(ref)
 
+
+
+def test_state_changed_after_the_commit_block_is_exact_and_said(tmp_path, reference):
+    """The scheduler and the EMA stepped after ``with ctx.commit():`` (as many loops do): taken
+    again at the step boundary, so the faulty run still ends as the fault-free one (where they
+    are stepped inside the block: the same arithmetic), and a warning says where they belong."""
+    ref = reference("sched_ema_workers")
+    run = zoo_run(tmp_path, "sched_ema_workers", *FAULTS, train_args=("--after-commit",))
+    succeeded(run)
+    assert not sample_differences(run, ref)
+    assert finals(run) == finals(ref)
+    # The scheduler sets the optimizer's learning rate: all three changed after the block.
+    said = [e for e in run.of("changed-after-commit") if e["step"] == 0]
+    assert said and all(set(e["names"]) == {"ema", "optimizer", "scheduler"} for e in said), said
+    assert run.stderr.count("ema, optimizer, scheduler changed after the commit block (step 0)") == 1, run.tail()

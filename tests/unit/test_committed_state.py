@@ -117,3 +117,21 @@ def test_a_parameter_changed_in_place_after_the_commit_is_seen_without_reading_i
     with torch.no_grad():
         model.weight.mul_(2)
     assert not ctx.matches_commit()
+
+
+def test_the_state_loaded_on_entry_is_not_committed_again():
+    seen = []
+
+    class Runtime:
+        def before_step(self, step): pass
+        def before_commit(self): pass
+        def after_commit(self, step, ctx): pass
+        def committed(self, step, ctx, changed): seen.append(step)
+
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=2, step=8, runtime=Runtime(),
+                  restored={"counter": {"n": 8}})
+    ctx.register(counter={})
+    for _ in ctx.steps(9):  # nothing left to train
+        pass
+    ctx.boundary()
+    assert seen == []

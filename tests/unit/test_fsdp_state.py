@@ -13,7 +13,7 @@ from torch.distributed.tensor import DTensor
 
 from resilience.context import Context
 from resilience.errors import ResilienceError
-from resilience.fsdp import DTENSOR, assemble
+from resilience.fsdp import DTENSOR, assemble, forget_old_meshes, mesh_of
 from resilience.state import snapshot
 
 
@@ -122,3 +122,29 @@ def test_assembling_refuses_missing_shards_and_two_sharded_mesh_dimensions():
     two_d = {**form, "placements": (("shard", 0), ("shard", 1)), "index": (0, 0)}
     with pytest.raises(ResilienceError, match="one sharded mesh dimension"):
         assemble([two_d])
+
+
+def test_blocks_sharded_on_default_meshes_are_one_mesh(world_of_one):
+    """``fully_shard`` per block, then the root, each call making its own mesh object (FSDP2's
+    documentation, torchtitan): equal meshes are one mesh, and the state loads back."""
+    forget_old_meshes()  # else DTensor's cache hands out an equal mesh of an earlier test
+    model, opt = build(None)
+    assert len({id(p.device_mesh) for p in model.parameters()}) > 1  # what this test is about
+    train_step(model, opt, 0)
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=0)
+    ctx.register(model=model, optimizer=opt)
+    restored = snapshot.materialize(snapshot.capture(ctx.states()["sharded"], 0))
+    model2, opt2 = build(None, seed=1)
+    ctx2 = Context(rank=0, world_size=1, local_rank=0, generation=2, step=0, restored=restored)
+    ctx2.register(model=model2, optimizer=opt2)
+    assert ctx2.state_digest() == ctx.state_digest()
+
+
+def test_parameters_on_truly_different_meshes_are_refused_with_one_line(world_of_one):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    fully_shard(model[0], mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp",)))
+    fully_shard(model, mesh=world_of_one)
+    with pytest.raises(ResilienceError, match=r"on 2 different device meshes \(cpu 1 ranks \[0\] dims \['dp'\]; "
+                                              r"cpu 1 ranks \[0\]\): sres supports one mesh"):
+        mesh_of(model)
