@@ -99,17 +99,20 @@ class Context:
     def steps(self, total: int) -> Iterator[int]:
         """Step indices from the one after the last commit up to ``total - 1``."""
         for step in range(self.step + 1, total):
-            self._at_boundary()
+            self.boundary()
             if self._runtime is not None:
                 self._runtime.before_step(step)
             self._current = step
             yield step
-        self._at_boundary()
+        self.boundary()
 
-    def _at_boundary(self) -> None:
+    def boundary(self) -> None:
         """Step ``self.step`` is over. On entry: the random streams as of the commit resumed
         from, and the state as loaded is that commit's. Otherwise: what the loop changed after
-        the commit block belongs to that step; it replaces what the commit took."""
+        the commit block belongs to that step; it replaces what the commit took.
+
+        ``steps()`` calls it between steps; the runtime once more when ``train`` returns (a
+        loop that left ``steps()`` early never reached the last boundary)."""
         if self._rng_pending is not None:
             committed.set_rng_state(self._rng_pending)
             self._rng_pending = None
@@ -124,10 +127,6 @@ class Context:
         self._take(self.step)
         if self._runtime is not None:
             self._runtime.committed(self.step, self, committed.changed(before, self._small))
-
-    boundary = _at_boundary
-    """Called by ``steps()`` between steps; the runtime calls it once more when ``train`` returns
-    (a loop that left ``steps()`` early never reached the last boundary)."""
 
     def _take(self, step: int) -> None:
         self._view = committed.take(self._objects, self._rng)

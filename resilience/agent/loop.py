@@ -165,7 +165,7 @@ class Agent(CommitPipeline):
             where = blame.origin(err, released=self._watch.released())
             failure = Report("error", self.rank, message=f"{type(err).__name__}: {err}",
                              traceback=traceback.format_exc(), collateral=where != blame.OWN, origin=where,
-                             error_type=blame.error_type(err), step=getattr(self._live, "_current", None))
+                             error_type=blame.error_type(err), step=_failed_at(self._live))
         finally:
             ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
         if failure is not None:
@@ -225,6 +225,30 @@ class Agent(CommitPipeline):
         gathered: list[Holdings | None] = [None] * plan.world_size
         dist.all_gather_object(gathered, mine, group=self.state_group)
         recovery, tiered = self._plan(plan, gathered)
+        moved = self._transfer(plan, recovery, live)
+        if tiered is None:
+            mine = self.parts.recover(recovery.rank_parts, recovery.step, self.rank, plan.world_size,
+                                      self.state_group)
+        else:  # the tiers' copy of this rank's part (adopted by _plan)
+            mine = snapshot.materialize(tiered.snaps["rank"]) if "rank" in tiered.snaps else {}
+        resharded = self._reshard(recovery) if recovery.reshard else {}
+        if tiered is not None and not tiered.snaps:
+            restored = dict(tiered.states)  # resharded from another world size
+        else:
+            restored = self._restored_state(recovery.step, live_step, live)
+            if restored is not None:
+                restored.update(resharded)
+                restored.update(mine)
+        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
+        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
+        moved_total = [0] * plan.world_size
+        dist.all_gather_object(moved_total, moved, group=self.state_group)
+        if self.rank == 0:
+            self._publish_recovery(plan, recovery, tiered, sum(moved_total) // 2, started, formed_t)
+        return recovery, restored
+
+    def _transfer(self, plan: Plan, recovery: RecoveryPlan, live: dict[str, Any] | None) -> int:
+        """Send and receive replicated state and shards as ``recovery`` says; bytes moved here."""
         moved = 0
         midway = faults.transfer_hook(self.env.injections, self.store, self.rank, plan.world_size, recovery.step)
         for t in recovery.transfers:
@@ -245,37 +269,22 @@ class Agent(CommitPipeline):
                     self._shard_world, self._shard_rank = plan.world_size, self.rank
         for ring in self.own.values():
             ring.drop_after(recovery.step)
-        if tiered is None:
-            mine = self.parts.recover(recovery.rank_parts, recovery.step, self.rank, plan.world_size,
-                                      self.state_group)
-        else:  # the tiers' copy of this rank's part (adopted by _plan)
-            mine = snapshot.materialize(tiered.snaps["rank"]) if "rank" in tiered.snaps else {}
-        resharded = self._reshard(recovery) if recovery.reshard else {}
-        if tiered is not None and not tiered.snaps:
-            restored = dict(tiered.states)  # resharded from another world size
-        else:
-            restored = self._restored_state(recovery.step, live_step, live)
-            if restored is not None:
-                restored.update(resharded)
-                restored.update(mine)
+        return moved
+
+    def _publish_recovery(self, plan: Plan, recovery: RecoveryPlan, tiered: Restored | None, peer_bytes: int,
+                          started: float, formed_t: float) -> None:
+        """Rank 0 tells the supervisor how the generation recovered (its ``recovered`` event)."""
         inexact = tiered.inexact if tiered is not None else recovery.inexact
-        if inexact and self.rank == 0:
-            step = tiered.step if tiered is not None else recovery.step
-            membership.push_event(self.store, "inexact", step=step, ranks=list(inexact),
+        if inexact:
+            membership.push_event(self.store, "inexact", step=recovery.step, ranks=list(inexact),
                                   why="their random streams and data positions of that step were lost")
-        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s))
-        _set_pg_timeout(timedelta(seconds=self.env.collective_timeout_s), self.state_group)
-        moved_total = [0] * plan.world_size
-        dist.all_gather_object(moved_total, moved, group=self.state_group)
-        if self.rank == 0:
-            self.store.set(membership.recovery_key(plan.generation), json.dumps({
-                "step": recovery.step,
-                "source": tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
-                "bytes": tiered.bytes_moved if tiered is not None else sum(moved_total) // 2,
-                "recover_s": time.perf_counter() - started,
-                "formed_t": formed_t, "recovered_t": time.time(),
-            }))
-        return recovery, restored
+        self.store.set(membership.recovery_key(plan.generation), json.dumps({
+            "step": recovery.step,
+            "source": tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+            "bytes": tiered.bytes_moved if tiered is not None else peer_bytes,
+            "recover_s": time.perf_counter() - started,
+            "formed_t": formed_t, "recovered_t": time.time(),
+        }))
 
     def _reshard(self, recovery: RecoveryPlan) -> dict[str, Any]:
         """The world changed since the shards were made: every old shard is broadcast by a
@@ -408,3 +417,12 @@ def _warm_up() -> None:
     states = snapshot.materialize(snapshot.capture({"model": model.state_dict(), "opt": opt.state_dict()}, 0))
     model.load_state_dict(states["model"])
     opt.load_state_dict(states["opt"])
+
+
+def _failed_at(ctx: Context | None) -> int | None:
+    """The step a rank's own error belongs to: the one being trained, else the one ``train`` was
+    about to start (an error while registering recurs there too); None outside ``train``."""
+    if ctx is None:
+        return None
+    return ctx._current if ctx._current is not None else ctx.step + 1
+

@@ -166,7 +166,11 @@ def test_with_the_supervisor_apart_losing_rank_0s_node_loses_nothing(cluster, tm
     assert job.digests() == reference3, job.output
     replaced, = job.of("replaced")
     assert (replaced["rank"], replaced["how"]) == (0, "satellite") and replaced["host"] not in hosts
-    assert job.of("recovered")[0]["source"] == "peer"
+    # From peers; or, when the node died within milliseconds of a commit (the test kills it as
+    # soon as it sees that step's progress), before rank 0's own part of it reached its buddy:
+    # from the tiers, at the same step.
+    (recovered,) = job.of("recovered")
+    assert recovered["source"] in ("peer", "neighbour") and recovered["steps_lost"] == 0, recovered
     t0 = time.monotonic()
     while satellites(job):
         assert time.monotonic() - t0 < 30, f"satellites outlived their job: {satellites(job)}"

@@ -67,14 +67,15 @@ def test_node_loss_without_a_spare_fails_clearly(tmp_path):
     assert "no spare node is left (start with --spares)" in run.stderr
 
 
-def test_train_that_always_raises_gives_up_with_the_traceback_once(tmp_path):
-    run = sres_run(tmp_path, "--max-restarts", "2", train_args=("--fail-always",))
+def test_train_that_always_raises_stops_at_the_second_time_with_the_traceback_once(tmp_path):
+    """It raises before its first step, on every entry: deterministic, so not retried to --max-restarts."""
+    run = sres_run(tmp_path, "--max-restarts", "5", train_args=("--fail-always",))
     assert run.returncode == 1
     assert run.stderr.count("Traceback (most recent call last)") == 1
     traceback = run.stderr[run.stderr.index("Traceback"):]
     assert 'raise ValueError("this train function always fails")' in traceback
-    assert "gave up after 2 restart(s)" in run.stderr
-    assert len(run.of("fault")) == 3
+    assert "at step 0 again after recovering from it: the error is deterministic; not retrying" in run.stderr
+    assert len(run.of("fault")) == 2
 
 
 @pytest.mark.parametrize("args, words", [

@@ -94,3 +94,30 @@ def test_state_changed_after_the_commit_block_is_exact_and_said(tmp_path, refere
     said = [e for e in run.of("changed-after-commit") if e["step"] == 0]
     assert said and all(set(e["names"]) == {"ema", "optimizer", "scheduler"} for e in said), said
     assert run.stderr.count("ema, optimizer, scheduler changed after the commit block (step 0)") == 1, run.tail()
+
+
+def test_loaders_with_workers_resume_after_a_requeue(tmp_path, reference):
+    """A job whose every rank died (as a requeue finds it) restarts under the same job id: the
+    RAM tier gives each rank its loader's position (2 worker processes) and random streams back."""
+    ref = reference("sched_ema_workers")
+    first = zoo_run(tmp_path, "sched_ema_workers", "--job-id", "zoo-requeue", "--inject", "kill-all:step=9",
+                    "--max-restarts", "0", name="first")
+    assert first.returncode == 1 and "gave up after 0 restart(s)" in first.stderr, first.tail()
+    second = zoo_run(tmp_path, "sched_ema_workers", "--job-id", "zoo-requeue", name="second")
+    succeeded(second)
+    (restored,) = second.of("restored")
+    assert restored["step"] == 8 and set(restored["tiers"].values()) == {"ram"}, restored
+    trained = {**first.trained(), **second.trained()}  # the second run's lines win
+    assert trained == ref.trained()
+    assert finals(second) == finals(ref)
+
+
+def test_a_loader_position_at_another_world_size_is_refused_in_one_line(tmp_path):
+    """A node lost with no spare shrinks the world 2 -> 1: a StatefulDataLoader's position is per
+    rank, so the run stops with one line naming ElasticSampler instead of mis-sharding data."""
+    run = zoo_run(tmp_path, "gpt2_ddp", "--min-nodes", "1", "--inject", "node:1:step=5", steps=8)
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "no position of this rank's data loader" in lines[0], run.tail()
+    assert "ElasticSampler" in lines[0] and "Traceback" not in run.stderr
+    assert max(line["step"] for line in run.sample_lines()[0]) == 4  # nothing trained after the shrink
