@@ -97,6 +97,12 @@ def changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
 
 
 def same(a: Any, b: Any) -> bool:
+    if type(a) in (dict, list, tuple) and type(a) is type(b):
+        try:  # plain values compare in C; a tensor inside makes == ambiguous: then item by item
+            if (a == b) is True:
+                return True
+        except (RuntimeError, TypeError, ValueError):
+            pass
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
                 and a.shape == b.shape and torch.equal(a, b))
@@ -164,7 +170,7 @@ def rng_state() -> dict[str, Any]:
     version, mt, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
-        "python": {"version": version, "mt": torch.tensor(mt, dtype=torch.int64), "gauss": gauss},
+        "python": {"version": version, "mt": torch.from_numpy(np.array(mt, dtype=np.int64)), "gauss": gauss},
         "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "cached": float(cached)},
         "torch": torch.get_rng_state(),
