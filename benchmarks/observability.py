@@ -43,8 +43,9 @@ def timer_cost_us(steps: int = 20_000) -> float:
 
     sys.path.insert(0, str(ROOT))
     from resilience.agent.step_timer import StepTimer, collective_started
+    from resilience.contract.run_store import RunStore
 
-    timer = StepTimer(dist.HashStore(), "n0p0", 1)
+    timer = StepTimer(RunStore(dist.HashStore()), "n0p0", 1)
     timer.activate()
     start = time.perf_counter()
     for step in range(steps):

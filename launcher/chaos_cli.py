@@ -49,8 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default: from the clock; printed)")
     p.add_argument("--every", type=float, default=6.0, help="one fault per this many steps on average (default 6)")
     p.add_argument("--kinds", default=",".join(fault_schedule.DEFAULT_KINDS),
-                   help=f"fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
-                        f"with tiers)")
+                   help="fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
+                        "with tiers)")
     p.add_argument("--log-dir", type=Path, default=None, help="where both runs' log dirs go (default sres-runs/chaos-<seed>)")
     p.add_argument("--progress-every", type=int, default=25, metavar="N",
                    help="print a progress line every N faults seen (default 25; 0: never)")

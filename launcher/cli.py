@@ -19,6 +19,7 @@ from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, job_control, repo
 from launcher.satellites import GROW_BY
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
+from launcher.run import environment
 from launcher.slurm import SlurmClient
 from launcher.straggler import ACTIONS, StragglerConfig
 
@@ -69,13 +70,14 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
                job_hosts=None) -> int:
     """Build the run's config and placement, run the supervisor, and turn its outcome into an exit code."""
     from launcher.supervisor import RunConfig, Supervisor
-    from resilience.agent import fault_schedule, faults
+    from resilience.agent import fault_schedule
+    from resilience.contract.injections import InjectSpecError
 
     try:
         # --inject on the command line wins; SRES_INJECT serves under sbatch.
         specs = args.inject or [s for s in (os.environ.get("SRES_INJECT") or "").split(";") if s.strip()]
         injections, schedules = fault_schedule.injections_from(specs, nodes * procs_per_node)
-    except faults.InjectSpecError as err:
+    except InjectSpecError as err:
         raise ConfigError(str(err)) from None
     job_id = os.environ.get("SLURM_JOB_ID")
     restart_count = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
@@ -269,7 +271,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     # Each option also reads SRES_<NAME> (srun --auto-resume passes no sres options; sbatch scripts export these).
     for action in p._actions:  # noqa: SLF001 - argparse keeps no public list
         name = next((o for o in action.option_strings if o.startswith("--")), None)
-        value = os.environ.get("SRES_" + name[2:].upper().replace("-", "_")) if name else None
+        value = os.environ.get(environment.variable(name)) if name else None
         if value is None or action.dest in ("help", "inject"):
             continue
         p.set_defaults(**{action.dest: value.lower() in ("1", "true", "yes") if action.nargs == 0 else value})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from launcher.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
-from resilience.agent import faults
+from resilience.contract.injections import parse as parse_injections
 from resilience.examples.train_mlp import state_mb
 
 
@@ -39,7 +39,7 @@ def _train_command(c: DemoConfig, out: Path) -> tuple[str, ...]:
 def _run(c: DemoConfig, name: str, inject: tuple[str, ...], out=sys.stdout) -> tuple[bool, Path]:
     log_dir = c.log_dir / name
     config = RunConfig(command=_train_command(c, log_dir / "out"), nodes=c.nodes, spares=1,
-                       injections=faults.parse(inject), log_dir=log_dir, hang_timeout_s=30)
+                       injections=parse_injections(inject), log_dir=log_dir, hang_timeout_s=30)
     outcome = Supervisor(config, out=out).run()
     return outcome.ok, log_dir
 

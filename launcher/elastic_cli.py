@@ -10,7 +10,7 @@ from pathlib import Path
 from launcher.errors import ConfigError
 from launcher.supervisor import control
 from resilience.contract.elastic_config import ON_NO_SPARE, ElasticConfig, ElasticConfigError
-from resilience.elastic import BATCH_POLICIES, LR_SCALINGS
+from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
 
 # flag -> ElasticConfig key
 _FLAGS = {

@@ -26,10 +26,9 @@ from typing import Any
 
 import torch
 
+from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
 from resilience.errors import ResilienceError
 
-BATCH_POLICIES = ("keep-closest", "fail")
-LR_SCALINGS = ("linear", "sqrt", "none")
 SAMPLES_DIR = "samples"
 """Under the run's log dir: one JSON line per committed step and rank (``ElasticSampler.record``)."""
 

@@ -1,7 +1,7 @@
 """Errors of the code inside a rank. One base, so that callers can tell ours from the rest.
 
 Each says in one line what happened and what to do; it crosses to the supervisor as a
-structured report (``resilience.contract.membership.Report``), never as parsed text.
+structured report (``resilience.contract.messages.Report``), never as parsed text.
 """
 
 from __future__ import annotations

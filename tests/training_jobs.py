@@ -95,9 +95,10 @@ def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: s
     return TrainingJob(job_id, tmp, client)
 
 
-def sres_srun(log_dir: Path, *args: str) -> str:
-    """The shell fragment that runs ``sres srun`` (the module, as in the repository under test)."""
-    return " ".join([shlex.quote(sys.executable), "-m", "launcher.cli", "srun", "--log-dir", shlex.quote(str(log_dir)),
-                     "--hang-timeout", "5", *args])
+def sres_srun(log_dir: Path, *args: str, module: str = "launcher.cli") -> str:
+    """The shell fragment that runs ``sres srun`` (the module, as in the repository under test);
+    ``module="launcher.entry"``: as the installed console script, which latches the requeue signal first."""
+    return " ".join([shlex.quote(sys.executable), "-m", module, "srun", "--log-dir",
+                     shlex.quote(str(log_dir)), "--hang-timeout", "5", *args])
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from resilience.contract.membership import Report
+from resilience.contract.messages import Report
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from launcher.errors import ConfigError
 from launcher.straggler import StragglerConfig
 from resilience.tiers import TierConfig
-from resilience.agent import faults
+from resilience.contract.injections import Injection
 from resilience.contract import rank_env
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 
@@ -26,7 +26,7 @@ class RunConfig:
     """Warm standby processes per node holding ranks: a rank whose process dies on a healthy
     node is taken over by one, with its imports and warm-up already paid (a cold start of
     Python and torch costs seconds; taking over, a re-formation)."""
-    injections: tuple[faults.Injection, ...] = ()
+    injections: tuple[Injection, ...] = ()
     log_dir: Path = Path("sres-logs")
     backend: str = rank_env.BACKEND
     hang_timeout_s: float = 30.0

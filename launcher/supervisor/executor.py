@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import torch.distributed as dist
-
 from launcher.errors import SresError
 from launcher.events import EventLog, summary
 from launcher.placement import NewNode, Placement
@@ -25,8 +23,8 @@ from launcher.supervisor.policy import ErrorAt, FaultState, RunState, error_at, 
 from launcher.supervisor.recovery import RecoveryWatch
 from launcher.supervisor.resize import ResizeState, node_slots
 from resilience import tiers
-from resilience.contract import membership
-from resilience.contract.membership import Plan, Report, SlotInfo
+from resilience.contract.messages import Plan, Report, SlotInfo
+from resilience.contract.run_store import RunStore
 
 
 REFILL_PERIOD_S = 3.0
@@ -74,7 +72,7 @@ class Books:
 
 
 class Executor:
-    def __init__(self, config: RunConfig, placement: Placement, store: dist.TCPStore, events: EventLog,
+    def __init__(self, config: RunConfig, placement: Placement, store: RunStore, events: EventLog,
                  env: Callable[[str, int, int], dict[str, str]], recovery: RecoveryWatch,
                  flush: Callable[[float], int | None], clock: Callable[[], float], wall: Callable[[], float],
                  sleep: Callable[[float], None], out: TextIO,
@@ -131,7 +129,7 @@ class Executor:
         b = self.books
         if b.plan is None or not self.config.standby:
             return False
-        if b.settled < b.plan.generation and self.store.check([membership.first_step_key(b.plan.generation)]):
+        if b.settled < b.plan.generation and self.store.first_step_t(b.plan.generation) is not None:
             b.settled = b.plan.generation
         return b.settled == b.plan.generation
 
@@ -187,7 +185,7 @@ class Executor:
         b = self.books
         b.collateral_since = None
         t = a.t
-        progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
+        progress = self._progress()
         generation = b.plan.generation
         for rank, how in sorted(a.lost.items()):
             node = b.slots[b.plan.members[rank]].info.node
@@ -310,7 +308,7 @@ class Executor:
         plan = Plan(generation=generation, world_size=len(members), members=dict(members),
                     slots={s: b.slots[s].info for s in members.values()},
                     procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
-        membership.publish_plan(self.store, plan)
+        self.store.publish_plan(plan)
         b.plan, b.changed_at = plan, self.clock()
         self.placement.echo_slot = members[0]
         self.events.emit("generation", generation=generation, world_size=plan.world_size, replaced=list(replaced))
@@ -335,10 +333,14 @@ class Executor:
     def _status(self, a: act.ReportStatus) -> None:
         self.answer(a.request, True, "running", status=self.status())
 
+    def _progress(self) -> int:
+        progress = self.store.progress()
+        return -1 if progress is None else progress
+
     def status(self) -> dict:
         b = self.books
         nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
-        progress = int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else -1
+        progress = self._progress()
         return {"world_size": b.plan.world_size, "nodes": [self.placement.host(n) for n in nodes],
                 "spares": [self.placement.host(n) for n in b.spare_nodes], "generation": b.plan.generation,
                 "step": progress, "faults": b.faults, "last_resize": b.last_resize,
@@ -377,7 +379,7 @@ class Executor:
 
     def _pause(self, a: act.Pause) -> None:
         b = self.books
-        membership.request_pause(self.store, b.plan.generation, b.resize.why)
+        self.store.request_pause(b.plan.generation, b.resize.why)
         b.resize = dataclasses.replace(b.resize, pausing_since=self.clock())
 
     def _abandon_resize(self, a: act.AbandonResize) -> None:
@@ -426,7 +428,7 @@ class Executor:
         used, cap, flag = requeues_counted(c, a.cause)
         self.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
                  + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")"))
-        self.store.set(membership.SHUTDOWN, "1")
+        self.store.shut_down()
         try:
             self.placement.requeue(a.why)
         except SresError as err:

@@ -8,42 +8,37 @@ apart: a rank one behind copies it once it commits it) to the persistent directo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 
-import torch.distributed as dist
-
 from launcher.events import EventLog
-from resilience.contract import membership
+from resilience.contract.messages import FlushDone
+from resilience.contract.run_store import RunStore
 from resilience.tiers.registry import PERSISTENT
 
 
-def flush_persistent(store: dist.Store, ranks: Iterable[int], events: EventLog, timeout_s: float,
+def flush_persistent(store: RunStore, ranks: Iterable[int], events: EventLog, timeout_s: float,
                      clock: Callable[[], float], sleep: Callable[[float], None]) -> int | None:
     """The step persisted on every rank, or None (nothing committed, a failure, the timeout;
     a ``flush-failed`` event says why). Callable from any thread with its own store clone."""
     ranks = list(ranks)
     deadline = clock() + timeout_s
     answers = _round(store, ranks, None, deadline, clock, sleep)
-    target = max((a["step"] for a in answers or () if a["step"] is not None), default=None)
-    if answers and target is not None and all(a["step"] is not None for a in answers):
+    target = max((a.step for a in answers or () if a.step is not None), default=None)
+    if answers and target is not None and all(a.step is not None for a in answers):
         answers = _round(store, ranks, target, deadline, clock, sleep)
-        if answers and all(a["step"] == target for a in answers):
+        if answers and all(a.step == target for a in answers):
             events.emit("flushed", step=target, tier=PERSISTENT.name)
             return target
-    errors = sorted({a["error"] for a in answers or () if a["error"]}) or ["timeout"]
+    errors = sorted({a.error for a in answers or () if a.error}) or ["timeout"]
     events.emit("flush-failed", errors=errors)
     return None
 
 
-def _round(store: dist.Store, ranks: list[int], step: int | None, deadline: float, clock: Callable[[], float],
-           sleep: Callable[[float], None]) -> list[dict] | None:
-    request = store.add(membership.FLUSH_SEQ, 1)
-    store.set(membership.FLUSH_REQUEST, json.dumps({"id": request, "step": step,
-                                                    "timeout_s": max(1.0, deadline - clock())}))
-    keys = [membership.flush_done_key(request, rank) for rank in ranks]
-    while not store.check(keys):
+def _round(store: RunStore, ranks: list[int], step: int | None, deadline: float, clock: Callable[[], float],
+           sleep: Callable[[float], None]) -> list[FlushDone] | None:
+    request = store.request_flush(step, max(1.0, deadline - clock()))
+    while (answers := store.flush_answers(request, ranks)) is None:
         if clock() > deadline:
             return None
         sleep(0.05)
-    return [json.loads(store.get(k)) for k in keys]
+    return answers

@@ -16,11 +16,8 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
-
-import torch.distributed as dist
 
 from launcher import metrics, signal_latch
 from launcher.events import EventLog
@@ -34,7 +31,8 @@ from launcher.supervisor.flush import flush_persistent
 from launcher.supervisor.observe import Observer
 from launcher.supervisor.policy import decide
 from launcher.supervisor.recovery import RecoveryWatch
-from resilience.contract import membership
+from resilience.contract.messages import RankEvent
+from resilience.contract.run_store import RankEvents, RunStore
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv
 
@@ -52,15 +50,14 @@ class Supervisor:
         self.liveness = liveness or LivenessServer()
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                   timeout=timedelta(seconds=60))
+        self.store = RunStore.host()
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.executor = Executor(config, self.placement, self.store, self.events, self._rank_env, self.recovery,
                                  self.flush_persistent, clock, wall, sleep, out, answer=self.control.answer)
         self.books = self.executor.books
         self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
-        self._rank_events = membership.RankEvents(self.store)
+        self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
         self.metrics = metrics.start(config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events)
         self._next_metrics = 0.0
@@ -103,7 +100,7 @@ class Supervisor:
             if previous is not None:
                 signal.signal(getattr(signal, c.preempt_signal_name), previous)
             self.control.close()
-            self.store.set(membership.SHUTDOWN, "1")
+            self.store.shut_down()
             self.placement.stop_all(timeout_s=30.0)
             self.executor.after_stop()
             self._collect_rank_events(writers_gone=True)
@@ -138,7 +135,7 @@ class Supervisor:
             self.sleep(TICK_S)
 
     def _progress(self) -> int | None:
-        return int(self.store.get(membership.PROGRESS)) if self.store.check([membership.PROGRESS]) else None
+        return self.store.progress()
 
     def tick(self) -> Outcome | None:
         """Observe once and perform what the policy decides; a fault is handled to its end
@@ -174,12 +171,12 @@ class Supervisor:
 
     def _collect_rank_events(self, writers_gone: bool = False) -> None:
         """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
-        for record in self._rank_events.pop(writers_gone):
-            line = _warning(record)
+        for event in self._rank_events.pop(writers_gone):
+            line = _warning(event)
             if line is not None and line not in self._warned:
                 self._warned.add(line)
                 self._say(line)
-            self.events.emit(record.pop("event"), **record)
+            self.events.emit(event.event, **event.fields, t=event.t)
 
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).
@@ -196,13 +193,14 @@ class Supervisor:
         self.executor.say(text)
 
 
-def _warning(record: dict) -> str | None:
+def _warning(event: RankEvent) -> str | None:
     """The line a rank event that weakens the run's promise is also said with (once)."""
-    if record["event"] == "inexact":
+    record = event.fields
+    if event.event == "inexact":
         return (f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} without "
                 f"their own random streams and data positions of that step ({record['why']}): this run is no "
                 f"longer bitwise what a fault-free run gives")
-    if record["event"] == "changed-after-commit":
+    if event.event == "changed-after-commit":
         return (f"warning: {', '.join(record['names'])} changed after the commit block (step {record['step']}): "
                 f"taken again at the next step; a fault landing in between would miss it: move it into "
                 f"`with ctx.commit():`")

@@ -11,15 +11,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import torch.distributed as dist
-
 from launcher.placement import NodeEvidence, Placement
 from launcher.straggler import Straggler
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
 from launcher.supervisor.step_reports import StepReports
-from resilience.contract import membership
-from resilience.contract.membership import Report, SlotInfo
+from resilience.contract.messages import Report, SlotInfo
+from resilience.contract.run_store import RunStore
 
 
 @dataclass
@@ -94,7 +92,7 @@ LEND_PERIOD_S = 3.0
 class Observer:
     """Reads the world for the supervisor; cheap enough to run every tick."""
 
-    def __init__(self, config: RunConfig, placement: Placement, store: dist.Store,
+    def __init__(self, config: RunConfig, placement: Placement, store: RunStore,
                  slots: dict[str, SlotState], wall: Callable[[], float],
                  requests: Callable[[], tuple[Request, ...]] = tuple) -> None:
         self.config, self.placement, self.store, self.slots, self.wall = config, placement, store, slots, wall
@@ -158,12 +156,11 @@ class Observer:
         # One counter per generation says how many reports exist: read them only when it moves.
         if generation != self._reports_seen[1]:
             self._reports = {}
-        count = self.store.add(membership.report_ready_key(generation), 0)
+        count = self.store.reports_written(generation)
         if (count, generation) != self._reports_seen:
             for slot in members.values():
-                key = membership.report_key(generation, slot)
-                if slot not in self._reports and self.store.check([key]):
-                    self._reports[slot] = Report.from_json(self.store.get(key))
+                if slot not in self._reports and (report := self.store.report_of(generation, slot)) is not None:
+                    self._reports[slot] = report
             self._reports_seen = (count, generation)
         return dict(self._reports)
 
@@ -178,17 +175,17 @@ class Observer:
             return []
         self._next_heartbeat_check = now + self.config.heartbeat_s / 2
         self._stragglers += self.step_reports.read(generation, members)
-        if self.preempted is None and self.store.check([membership.PREEMPT]):
+        if self.preempted is None and self.store.preempted():
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s, st in self.slots.items() if st.alive]
         for slot in alive:
-            value = self.store.add(membership.heartbeat_key(slot), 0)
+            value = self.store.heartbeats(slot)
             state = self.slots[slot]
             if value != state.heartbeat:
                 state.heartbeat, state.heartbeat_changed = value, now
             if not state.ready and value > 0:
-                state.ready = self.store.check([membership.ready_key(slot)])
+                state.ready = self.store.is_ready(slot)
         member_slots = set(members.values())
         return silent_slots(
             {s: self.slots[s].heartbeat_changed for s in alive if s in member_slots},
@@ -200,11 +197,11 @@ class Observer:
     def _read_reclaims(self) -> None:
         """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the
         heartbeats, not every tick, as a grace time is tens of seconds."""
-        count = self.store.add(membership.RECLAIMS, 0)
+        count = self.store.reclaims()
         if count != self._reclaims_seen:
             self._reclaims_seen = count
             live = [s for s, st in self.slots.items() if st.alive]
-            self._reclaimed |= {self.slots[s].info.node for s in membership.reclaimed_slots(self.store, live)}
+            self._reclaimed |= {self.slots[s].info.node for s in self.store.reclaimed_slots(live)}
 
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
         if now < self._next_lend_look:
@@ -215,24 +212,16 @@ class Observer:
         return self.placement.lendable()
 
     def _child_kill_request(self) -> bool:
-        if not self.store.check([membership.CHILD_KILL]):
-            return False
-        self.store.delete_key(membership.CHILD_KILL)
-        return True
+        return self.store.take_child_kill()
 
     def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
         """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""
-        count = self.store.add(membership.NODE_KILLS, 0)
+        count = self.store.node_kill_requests()
         if count == self._node_kills_seen:
             return ()
         self._node_kills_seen = count
-        out = []
-        for node in sorted({self.slots[s].info.node for s in members.values()} - dead_nodes):
-            key = membership.node_kill_key(node)
-            if self.store.check([key]):
-                self.store.delete_key(key)
-                out.append(node)
-        return tuple(out)
+        nodes = sorted({self.slots[s].info.node for s in members.values()} - dead_nodes)
+        return tuple(node for node in nodes if self.store.take_node_kill(node))
 
 
 def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float], seen: Mapping[str, bool],

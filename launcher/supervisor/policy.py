@@ -22,7 +22,7 @@ from launcher.supervisor.actions import (
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.resize import ResizeState, advance, node_slots, on_capacity, on_requests, shrink_after_loss
-from resilience.contract.membership import Report, SlotInfo
+from resilience.contract.messages import Report, SlotInfo
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
 SPARE_PROCESS_DIED = "a warm spare process of this node died"

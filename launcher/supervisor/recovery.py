@@ -6,18 +6,15 @@ completed; the faults that led to that generation then get one ``recovered`` eve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed as dist
-
 from launcher import goodput
 from launcher.events import EventLog
 from launcher.supervisor import step_reports
-from resilience.contract import membership
-from resilience.contract.membership import Report
+from resilience.contract.messages import RecoveryInfo
+from resilience.contract.run_store import RunStore
 
 
 @dataclass
@@ -40,7 +37,7 @@ class PendingResize:
 
 
 class RecoveryWatch:
-    def __init__(self, store: dist.Store, events: EventLog, slots: Callable[[], Iterable[str]],
+    def __init__(self, store: RunStore, events: EventLog, slots: Callable[[], Iterable[str]],
                  say: Callable[[str], None]) -> None:
         self.store, self.events, self.slots, self.say = store, events, slots, say
         self.pending: list[PendingFault] = []
@@ -58,44 +55,44 @@ class RecoveryWatch:
         G's first step is done."""
         if not self.pending and not self.resizes:
             return
-        keys = [membership.first_step_key(generation), membership.recovery_key(generation)]
-        if not self.store.check(keys):
+        first_step_t = self.store.first_step_t(generation)
+        info = self.store.recovery(generation) if first_step_t is not None else None
+        if first_step_t is None or info is None:
             return
-        first_step_t = float(self.store.get(keys[0]))
-        info = json.loads(self.store.get(keys[1]))
         self._emit_resizes(generation, first_step_t, info)
         for fault in self.pending:
             seconds = first_step_t - fault.t
-            self.events.emit("recovered", generation=generation, step=info["step"], source=info["source"],
-                             bytes=info["bytes"], seconds=seconds, steps_lost=max(0, fault.progress - info["step"]),
-                             release_s=self._release_seconds(fault), reform_s=info["formed_t"] - fault.t,
-                             transfer_s=info["recovered_t"] - info["formed_t"],
-                             first_step_s=first_step_t - info["recovered_t"])
-            self.say(f"recovered: generation {generation} resumed after step {info['step']} from {info['source']} "
+            self.events.emit("recovered", generation=generation, step=info.step, source=info.source,
+                             bytes=info.bytes, seconds=seconds, steps_lost=max(0, fault.progress - info.step),
+                             release_s=self._release_seconds(fault), reform_s=info.formed_t - fault.t,
+                             transfer_s=info.recovered_t - info.formed_t,
+                             first_step_s=first_step_t - info.recovered_t)
+            self.say(f"recovered: generation {generation} resumed after step {info.step} from {info.source} "
                      f"in {seconds:.2f} s")
         lost = max((f.progress for f in self.pending), default=-1)
-        if info["step"] < 0 <= lost:
+        if info.step < 0 <= lost:
             self.say(f"warning: no peer and no checkpoint tier held a usable step: generation {generation} starts "
                      f"over from the initial state, {lost + 1} step(s) to redo (the result is unchanged; "
                      f"--persistent-dir keeps a copy that survives this)")
         self.pending = []
 
-    def _emit_resizes(self, generation: int, first_step_t: float, info: dict) -> None:
-        batch_key = membership.batch_key(generation)
-        batch = json.loads(self.store.get(batch_key)) if self.store.check([batch_key]) else {}
+    def _emit_resizes(self, generation: int, first_step_t: float, info: RecoveryInfo) -> None:
+        batch = self.store.batch(generation)
+        sizes = dict.fromkeys(("accumulation", "global_batch", "lr_scale"))
+        if batch is not None:
+            sizes = {"accumulation": batch.accumulation, "global_batch": batch.global_batch, "lr_scale": batch.lr_scale}
         left = self._reports_t(generation - 1) if self.resizes else []
         for r in self.resizes:
             seconds = first_step_t - r.t
             # A requested resize waits for every rank to leave at the step boundary (training goes on).
             boundary = max(left) - r.t if left and r.why != "fault" else None
             self.events.emit("resize", from_world=r.from_world, to_world=r.to_world, why=r.why, generation=generation,
-                             step=info["step"], seconds=seconds, boundary_s=boundary,
-                             reform_s=info["formed_t"] - r.t - (boundary or 0.0),
-                             transfer_s=info["recovered_t"] - info["formed_t"],
-                             first_step_s=first_step_t - info["recovered_t"],
-                             accumulation=batch.get("accumulation"), global_batch=batch.get("global_batch"),
-                             lr_scale=batch.get("lr_scale"), **({"jobs": r.jobs} if r.jobs else {}))
-            kept = "" if not batch else f", global batch {batch['global_batch']} x{batch['lr_scale']:g} lr"
+                             step=info.step, seconds=seconds, boundary_s=boundary,
+                             reform_s=info.formed_t - r.t - (boundary or 0.0),
+                             transfer_s=info.recovered_t - info.formed_t,
+                             first_step_s=first_step_t - info.recovered_t,
+                             **sizes, **({"jobs": r.jobs} if r.jobs else {}))
+            kept = "" if batch is None else f", global batch {batch.global_batch} x{batch.lr_scale:g} lr"
             self.say(f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}")
         self.resizes.clear()
 
@@ -106,21 +103,16 @@ class RecoveryWatch:
 
     def _reports_t(self, generation: int) -> list[float]:
         """When each rank reported leaving ``generation``."""
-        times = []
-        for slot in self.slots():
-            key = membership.report_key(generation, slot)
-            if self.store.check([key]):
-                times.append(Report.from_json(self.store.get(key)).t)
-        return times
+        reports = (self.store.report_of(generation, slot) for slot in self.slots())
+        return [r.t for r in reports if r is not None]
 
     def finished(self, end_t: float) -> dict[str, Any]:
         """Fields of the ``finished`` event: steps done, wall time, goodput (the share of the
         wall time that became steps) and the account of that time by cause."""
-        steps = int(self.store.get(membership.PROGRESS)) + 1 if self.store.check([membership.PROGRESS]) else 0
-        first = membership.first_step_key(1)
-        first_step_t = float(self.store.get(first)) if self.store.check([first]) else None
-        median = json.loads(self.store.get(membership.STATS))["median_step_s"] \
-            if self.store.check([membership.STATS]) else None
+        progress, stats = self.store.progress(), self.store.stats()
+        steps = progress + 1 if progress is not None else 0
+        first_step_t = self.store.first_step_t(1)
+        median = stats.median_step_s if stats is not None else None
         records = step_reports.read_file(self.events.path.parent)
         causes = goodput.account(self.events.events, end_t, steps, median, first_step_t, records)
         wall = sum(causes.values())  # from the start event to the end

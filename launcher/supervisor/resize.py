@@ -22,7 +22,7 @@ from launcher.supervisor.actions import (
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
-from resilience.contract.membership import SlotInfo
+from resilience.contract.messages import SlotInfo
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,9 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-import torch.distributed as dist
-
 from launcher.events import read_events
 from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
-from resilience.contract import membership
+from resilience.contract.run_store import RunStore
 
 FILE = "step_times.jsonl"
 
@@ -28,7 +26,7 @@ def read_file(log_dir: Path) -> list[dict]:
 
 
 class StepReports:
-    def __init__(self, store: dist.Store, log_dir: Path, config: StragglerConfig) -> None:
+    def __init__(self, store: RunStore, log_dir: Path, config: StragglerConfig) -> None:
         self.store, self.config = store, config
         self.path = Path(log_dir) / FILE
         self._generation = 0
@@ -42,17 +40,16 @@ class StepReports:
         reports: dict[int, dict[int, float]] = {}
         lines = []
         for rank, slot in members.items():
-            key = membership.compute_key(generation, slot)
-            if not self.store.check([key]):
-                continue
-            new = [r for r in json.loads(self.store.get(key)) if r[0] > self._seen.get(rank, -1)]
+            recent = self.store.recent_steps(generation, slot)
+            new = [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
             if not new:
                 continue
-            self._seen[rank] = new[-1][0]
-            reports[rank] = {r[0]: r[1] for r in new}
-            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": s, "t": t,
-                                  "compute_s": round(c, 6), "step_s": round(w, 6), "blocked_s": round(b, 6)})
-                      for s, c, w, t, b in new]
+            self._seen[rank] = new[-1].step
+            reports[rank] = {r.step: r.compute_s for r in new}
+            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": r.step, "t": r.t,
+                                  "compute_s": round(r.compute_s, 6), "step_s": round(r.step_s, 6),
+                                  "blocked_s": round(r.blocked_s, 6)})
+                      for r in new]
         if lines:
             with self.path.open("a") as f:
                 f.write("\n".join(lines) + "\n")

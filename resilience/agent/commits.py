@@ -9,7 +9,6 @@ split off by phase: it uses the agent's generation state (plan, rank, groups, ri
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -17,7 +16,8 @@ from typing import Any
 
 from resilience.agent import faults
 from resilience.context import Context
-from resilience.contract import membership
+from resilience.contract.injections import Injection
+from resilience.contract.messages import BatchInfo
 from resilience.errors import ResilienceError
 from resilience.state import committed, snapshot
 from resilience.state.replication import BuddyReplicator
@@ -34,14 +34,14 @@ class CommitPipeline:
     """The :class:`~resilience.agent.loop.Agent`'s hooks called by ``Context``."""
 
     def before_step(self, step: int) -> None:
-        if self._resizable and membership.pause_before(self.store, self.plan.generation, step):
+        if self._resizable and self.store.pause_before(self.plan.generation, step):
             raise Paused(step)
         self._timer.step_started()
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=faults.AT_STEP_START))
         self._slow.before_step(self._timer.median_compute)
 
-    def _inject(self, due: list[faults.Injection]) -> None:
+    def _inject(self, due: list[Injection]) -> None:
         """An injected fault lands once this rank's part of the last commit reached its buddy
         (a round of a few KiB, under a millisecond): a real fault in that instant is served
         by the tiers instead, an older step but as exact."""
@@ -73,14 +73,13 @@ class CommitPipeline:
             self._step_times.append(step_s)
         self._commits_this_generation += 1
         if self.rank == 0:
-            self.store.set(membership.PROGRESS, str(step))
+            self.store.set_progress(step)
             if self._commits_this_generation == 1:
                 batch = ctx.batch
                 if batch is not None:
-                    self.store.set(membership.batch_key(plan.generation), json.dumps({
-                        "global_batch": batch.global_batch, "accumulation": batch.accumulation,
-                        "lr_scale": batch.lr_scale, "kept": batch.kept}))
-                self.store.set(membership.first_step_key(plan.generation), repr(time.time()))
+                    self.store.publish_batch(plan.generation, BatchInfo(batch.global_batch, batch.accumulation,
+                                                                        batch.lr_scale, batch.kept))
+                self.store.mark_first_step(plan.generation, time.time())
 
     def committed(self, step: int, ctx: Context, changed: list[str]) -> None:
         """Step ``step`` is over (the next starts, or the loop ended): what its commit protects
@@ -129,7 +128,7 @@ class CommitPipeline:
             log.warning("registered %s changed after the commit block of step %d: taken again at the next step; "
                         "move that change inside `with ctx.commit():` (a fault landing in between would miss it)",
                         ", ".join(repr(n) for n in new), step)
-            membership.push_event(self.store, "changed-after-commit", rank=self.rank, step=step, names=new)
+            self.store.push_event("changed-after-commit", rank=self.rank, step=step, names=new)
 
     def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
         try:

@@ -20,7 +20,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from resilience.agent.faults import InjectSpecError, Injection
+from resilience.contract.injections import InjectSpecError, Injection
+from resilience.contract.injections import parse as parse_specs
 
 DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
@@ -116,9 +117,7 @@ def injections_from(specs: list[str], world_size: int) -> tuple[tuple[Injection,
     """Every ``--inject`` spec as injections, random schedules expanded after the others (so
     that indices, which the ranks recompute from the specs, agree), and a summary line for
     each schedule."""
-    from resilience.agent import faults
-
-    injections = faults.parse([s for s in specs if not is_random(s)])
+    injections = parse_specs([s for s in specs if not is_random(s)])
     lines = []
     for spec in (s for s in specs if is_random(s)):
         random_faults = parse(spec)

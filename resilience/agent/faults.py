@@ -38,17 +38,19 @@ replays step S after recovery does not fault again.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from resilience.contract.injections import Injection
 from resilience.errors import ResilienceError
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow", "corrupt-ram",
-         "kill-during-transfer", "fill-disk", "free-disk", "kill-supervisor-child")
+if TYPE_CHECKING:  # the CLI parses specs before torch is imported
+    from resilience.contract.run_store import RunStore
+
 AT_STEP_START = ("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram", "fill-disk", "free-disk",
                  "kill-supervisor-child")
 """The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
@@ -56,90 +58,8 @@ FILL_LIMIT_BYTES = 1 << 30
 """``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
 
 
-class InjectSpecError(ResilienceError, ValueError):
-    """An ``--inject`` spec that cannot be parsed; the message names the spec."""
-
-
 class InjectedFault(ResilienceError, RuntimeError):
     """The exception that ``raise:`` injects."""
-
-
-@dataclass(frozen=True)
-class Injection:
-    kind: str
-    step: int | None
-    rank: int | None = None
-    node: int | None = None
-    index: int = 0
-    generation: int | None = None
-    factor: float | None = None
-    """``slow``: how many times slower."""
-
-    @property
-    def spec(self) -> str:
-        when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
-        if self.kind in ("kill-all", "kill-during-transfer", "kill-supervisor-child"):
-            return f"{self.kind}:{when}"
-        if self.kind == "slow":
-            return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
-        target = f"{self.node}" if self.kind == "node" and self.node is not None else f"rank={self.rank}"
-        when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
-        return f"{self.kind}:{target}:{when}"
-
-
-_RANK_SPEC = re.compile(
-    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|corrupt-ram|fill-disk|free-disk)"
-    r":rank=(\d+):(step|gen)=(\d+)$")
-_NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
-_NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
-_ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer|kill-supervisor-child):step=(\d+)$")
-_SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
-
-
-def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
-    out = []
-    for index, raw in enumerate(s.strip() for s in specs):
-        if not raw:
-            continue
-        if m := _RANK_SPEC.match(raw):
-            kind, target, when, value = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
-            if when == "gen" and kind != "kill":
-                raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with kill and node only")
-            out.append(_injection(kind, when, value, index, rank=target))
-        elif m := _SLOW_SPEC.match(raw):
-            if float(m.group(2)) <= 1:
-                raise InjectSpecError(f"bad --inject spec {raw!r}: factor must exceed 1")
-            out.append(Injection("slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))))
-        elif m := _ALL_SPEC.match(raw):  # kill-supervisor-child: fired by rank 0
-            rank = 0 if m.group(1) == "kill-supervisor-child" else None
-            out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))
-        elif m := _NODE_SPEC.match(raw):
-            out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
-        elif m := _NODE_OF_RANK_SPEC.match(raw):  # the node that runs rank R then
-            out.append(Injection("node", int(m.group(2)), rank=int(m.group(1)), index=index))
-        else:
-            kind = raw.split(":", 1)[0]
-            hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
-            raise InjectSpecError(
-                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
-                "|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
-                "or kill-all|kill-during-transfer|kill-supervisor-child:step=S "
-                "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
-            )
-    return tuple(out)
-
-
-def _injection(kind: str, when: str, value: int, index: int, **target: int) -> Injection:
-    if when == "gen":
-        if value < 2:
-            raise InjectSpecError(f"gen={value}: generation 1 is the start; a fault during recovery needs gen >= 2")
-        return Injection(kind, None, index=index, generation=value, **target)
-    return Injection(kind, value, index=index, **target)
-
-
-def parse_env(value: str | None) -> tuple[Injection, ...]:
-    return parse(value.split(";")) if value else ()
 
 
 def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterable[str],
@@ -159,57 +79,49 @@ class SlowNode:
     """A ``slow:`` injection as its node lives it: once the store says the node is slow, each
     step of its ranks starts with a sleep of (factor - 1) x the compute time it had before."""
 
-    def __init__(self, store, node: int, injections: Iterable[Injection]) -> None:
-        from resilience.contract import membership
-
-        self.store, self.key = store, membership.slow_key(node)
+    def __init__(self, store: RunStore, node: int, injections: Iterable[Injection]) -> None:
+        self.store, self.node = store, node
         self.armed = any(i.kind == "slow" for i in injections)
         self.delay_s: float | None = None
 
     def before_step(self, base_compute_s: Callable[[], float | None]) -> None:
         if not self.armed:
             return
-        if self.delay_s is None and self.store.check([self.key]):
-            factor = float(self.store.get(self.key))
+        if self.delay_s is None and (factor := self.store.slow_factor(self.node)) is not None:
             self.delay_s = (factor - 1) * (base_compute_s() or 0.01)
         if self.delay_s:
             time.sleep(self.delay_s)
 
 
-def fire(injection: Injection, store, rank: int, node: int, world_size: int, generation: int | None = None) -> None:
+def fire(injection: Injection, store: RunStore, rank: int, node: int, world_size: int,
+         generation: int | None = None) -> None:
     """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
-    from resilience.contract import membership
-
-    key = membership.fired_key(injection.index) + (f"/{rank}" if injection.kind == "kill-all" else "")
-    if store.add(key, 1) != 1:
+    if not store.first_to_fire(injection.index, f"/{rank}" if injection.kind == "kill-all" else ""):
         return
     if injection.kind == "kill-all":
         # Die together: no rank is lost (and no survivor released) before all got here. A rank
         # that another fault killed on its way never comes: once its loss ends the generation,
         # who got here dies now (found by the soak: they waited, past the release grace).
-        arrived = membership.fired_key(injection.index) + "/arrived"
-        store.add(arrived, 1)
-        ended = [membership.plan_key(generation + 1)] if generation is not None else None
+        store.arrive(injection.index)
         deadline = time.monotonic() + 60
-        while store.add(arrived, 0) < world_size and time.monotonic() < deadline:
-            if ended is not None and store.check(ended):
+        while store.arrived(injection.index) < world_size and time.monotonic() < deadline:
+            if generation is not None and store.has_plan(generation + 1):
                 break
             time.sleep(0.005)
     if injection.kind == "kill-supervisor-child":  # the supervisor's to do
-        store.set(membership.CHILD_KILL, injection.spec)
+        store.request_child_kill(injection.spec)
         return
     if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
-        store.set(membership.slow_key(node), str(injection.factor))
+        store.mark_slow(node, injection.factor)
         return
     if injection.kind == "node":
         # A node dies as a whole: the supervisor SIGKILLs every process of it.
-        store.set(membership.node_kill_key(node), injection.spec)
-        store.add(membership.NODE_KILLS, 1)
+        store.request_node_kill(node, injection.spec)
         time.sleep(3600)
     perform(injection)
 
 
-def copy_hook(injections: Iterable[Injection], store, rank: int, node: int,
+def copy_hook(injections: Iterable[Injection], store: RunStore, rank: int, node: int,
               world_size: int) -> Callable[[int], None] | None:
     """The buddy replicator's ``sending(step)`` hook that fires ``kill-during-copy``; ``None``
     when none is injected. It runs on the replicator's thread, so it has its own store client."""
@@ -224,7 +136,7 @@ def copy_hook(injections: Iterable[Injection], store, rank: int, node: int,
     return sending
 
 
-def transfer_hook(injections: Iterable[Injection], store, rank: int, world_size: int,
+def transfer_hook(injections: Iterable[Injection], store: RunStore, rank: int, world_size: int,
                   recovered_step: int) -> Callable[[], None] | None:
     """The ``midway`` hook of this rank's state transfers in a recovery that resumes after
     ``recovered_step``: it fires a due ``kill-during-transfer``. ``None`` when none is due."""

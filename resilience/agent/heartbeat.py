@@ -17,7 +17,7 @@ import time
 import torch.distributed as dist
 
 from resilience.agent.abort import GroupSockets, release
-from resilience.contract import membership
+from resilience.contract.run_store import RunStore
 
 log = logging.getLogger("resilience")
 
@@ -81,9 +81,8 @@ class Heartbeat:
     wait that spun at 100% CPU after its sockets were shut down). The supervisor sees a
     process fault and restarts it; its state comes from peers. Progress is guaranteed."""
 
-    def __init__(self, store: dist.TCPStore, slot: str, period_s: float, watch: GenerationWatch) -> None:
+    def __init__(self, store: RunStore, slot: str, period_s: float, watch: GenerationWatch) -> None:
         self.store = store.clone()
-        self.key = membership.heartbeat_key(slot)
         self.period_s = period_s
         self.watch = watch
         self._stop = threading.Event()
@@ -105,16 +104,16 @@ class Heartbeat:
             try:
                 now = time.monotonic()
                 if now >= next_beat:
-                    self.store.add(self.key, 1)
+                    self.store.beat(self.slot)
                     next_beat = now + self.period_s
                 if self.preempted.is_set():
-                    self.store.set(membership.PREEMPT, self.key)
+                    self.store.mark_preempted(self.slot)
                     self.preempted.clear()
                 if self.reclaimed.is_set():
-                    membership.report_reclaimed(self.store, self.slot)
+                    self.store.report_reclaimed(self.slot)
                     self.reclaimed.clear()
                 generation = self.watch.generation
-                if generation and self.store.check([membership.plan_key(generation + 1)]):
+                if generation and self.store.has_plan(generation + 1):
                     if self.watch.release_now():
                         log.info("generation %d ended: released this rank", generation)
                 if self.watch.stuck_for() > self.RELEASE_GRACE_S:

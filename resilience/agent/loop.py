@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import logging
 import os
 import signal
@@ -39,8 +38,9 @@ from resilience.agent.commits import Paused
 from resilience.context import Context
 from resilience.ddp import deterministic_by_default
 from resilience.errors import RegistrationError
-from resilience.contract import liveness, membership
-from resilience.contract.membership import Plan, Report
+from resilience.contract import liveness
+from resilience.contract.messages import Plan, RecoveryInfo, Report, RunStats
+from resilience.contract.run_store import RunStore
 from resilience.contract.rank_env import RankEnv
 from resilience.state import snapshot
 from resilience.state.replication import (
@@ -58,7 +58,7 @@ class Agent(CommitPipeline):
 
     def __init__(self, env: RankEnv) -> None:
         self.env = env
-        self.store = membership.connect(env.store_host, env.store_port)
+        self.store = RunStore.connect(env.store_host, env.store_port)
         self._liveness = (liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
                           if env.liveness_port else None)
         self.own = {"replicated": SnapshotRing(KEEP_OWN), "sharded": SnapshotRing(KEEP_OWN)}
@@ -101,11 +101,11 @@ class Agent(CommitPipeline):
         # collector's way, so that the collection at each teardown scans only new objects
         # (measured: 0.2-0.3 s per collection without this, on the recovery path).
         gc.freeze()
-        self.store.set(membership.ready_key(self.env.slot), "1")  # warm: a growing world may take it now
+        self.store.mark_ready(self.env.slot)  # warm: a growing world may take it now
         generation = 0
         try:
             while True:
-                plan = membership.wait_plan(self.store, self.env.slot, generation)
+                plan = self.store.wait_plan(self.env.slot, generation)
                 if plan is None:
                     return  # shutdown: a spare that was never needed, or the run ended
                 generation = plan.generation
@@ -134,7 +134,7 @@ class Agent(CommitPipeline):
         local_rank = os.environ["LOCAL_RANK"] = str(plan.slots[self.env.slot].local_rank)  # a standby's is new
         self._inject(faults.due(self.env.injections, generation=plan.generation, rank=self.rank,
                                 node=self.env.node, kinds=("kill", "node")))
-        if not membership.join(self.store, plan):
+        if not self.store.join(plan):
             return False  # a later fault superseded this generation: go to the newest plan
         failure: Report | None = None
         try:
@@ -174,7 +174,7 @@ class Agent(CommitPipeline):
             self._teardown()
             return False
         if self.rank == 0 and self._step_times:
-            self.store.set(membership.STATS, json.dumps({"median_step_s": statistics.median(self._step_times)}))
+            self.store.publish_stats(RunStats(statistics.median(self._step_times)))
         self._timer.publish()  # before "done": the supervisor's account reads every step
         self._report(Report("done", self.rank, digest=digest))
         self._teardown()
@@ -195,7 +195,7 @@ class Agent(CommitPipeline):
     # --- forming a generation -----------------------------------------------------------------
 
     def _form(self, plan: Plan) -> None:
-        store = dist.PrefixStore(membership.pg_prefix(plan.generation), self.store)
+        store = self.store.group_store(plan.generation)
         sockets = GroupSockets()
         self._watch.enter(plan.generation, self.env.backend, sockets, [])
         with sockets:
@@ -276,15 +276,13 @@ class Agent(CommitPipeline):
         """Rank 0 tells the supervisor how the generation recovered (its ``recovered`` event)."""
         inexact = tiered.inexact if tiered is not None else recovery.inexact
         if inexact:
-            membership.push_event(self.store, "inexact", step=recovery.step, ranks=list(inexact),
+            self.store.push_event("inexact", step=recovery.step, ranks=list(inexact),
                                   why="their random streams and data positions of that step were lost")
-        self.store.set(membership.recovery_key(plan.generation), json.dumps({
-            "step": recovery.step,
-            "source": tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
-            "bytes": tiered.bytes_moved if tiered is not None else peer_bytes,
-            "recover_s": time.perf_counter() - started,
-            "formed_t": formed_t, "recovered_t": time.time(),
-        }))
+        self.store.publish_recovery(plan.generation, RecoveryInfo(
+            step=recovery.step,
+            source=tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+            bytes=tiered.bytes_moved if tiered is not None else peer_bytes,
+            recover_s=time.perf_counter() - started, formed_t=formed_t, recovered_t=time.time()))
 
     def _reshard(self, recovery: RecoveryPlan) -> dict[str, Any]:
         """The world changed since the shards were made: every old shard is broadcast by a
@@ -377,7 +375,7 @@ class Agent(CommitPipeline):
 
     def _report(self, report: Report) -> None:
         try:
-            membership.report(self.store, self.plan.generation, self.env.slot, report)
+            self.store.report(self.plan.generation, self.env.slot, report)
         except Exception as err:  # noqa: BLE001 - the supervisor still sees the process state
             log.warning("could not report %s to the supervisor: %s", report.kind, err)
 

@@ -11,13 +11,11 @@ supervisor reads them about once a second.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
-import torch.distributed as dist
-
-from resilience.contract import membership
+from resilience.contract.messages import RecentSteps, StepRecord
+from resilience.contract.run_store import RunStore
 
 REPORT_EVERY = 5
 """Steps per store write of a rank: one small write per 5 steps costs nothing measurable."""
@@ -36,13 +34,12 @@ def collective_started() -> None:
 
 
 class StepTimer:
-    def __init__(self, store: dist.Store, slot: str, generation: int,
+    def __init__(self, store: RunStore, slot: str, generation: int,
                  clock: Callable[[], float] = time.perf_counter, wall: Callable[[], float] = time.time) -> None:
-        self.store, self.key, self.clock, self.wall = store, membership.compute_key(generation, slot), clock, wall
+        self.store, self.slot, self.generation, self.clock, self.wall = store, slot, generation, clock, wall
         self.start_t: float | None = None
         self.collective_t: float | None = None
-        self.recent: list[tuple[int, float, float, float, float]] = []
-        """(step, compute s, step s, wall-clock t, s blocked on the previous commit's copies)"""
+        self.recent: list[StepRecord] = []
         self.blocked_s = 0.0
         self._since_report = 0
         self._last_end: float | None = None
@@ -71,7 +68,7 @@ class StepTimer:
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
         self._last_end, self.start_t = now, None
-        self.recent = self.recent[-(KEEP - 1):] + [(step, compute, wall, self.wall(), self.blocked_s)]
+        self.recent = self.recent[-(KEEP - 1):] + [StepRecord(step, compute, wall, self.wall(), self.blocked_s)]
         self._since_report += 1
         if self._since_report >= REPORT_EVERY:
             self.publish()
@@ -81,11 +78,11 @@ class StepTimer:
         """Best effort: timing is never worth failing a step or a teardown for."""
         if self.recent and self._since_report:
             try:
-                self.store.set(self.key, json.dumps(self.recent))
+                self.store.publish_steps(self.generation, self.slot, RecentSteps(tuple(self.recent)))
             except (RuntimeError, OSError):  # the store is going away with the run
                 return
             self._since_report = 0
 
     def median_compute(self, last: int = 10) -> float | None:
-        values = sorted(r[1] for r in self.recent[-last:])
+        values = sorted(r.compute_s for r in self.recent[-last:])
         return values[len(values) // 2] if values else None

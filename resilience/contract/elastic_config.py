@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from resilience.elastic import BATCH_POLICIES, LR_SCALINGS
 from resilience.errors import ResilienceError
 
+BATCH_POLICIES = ("keep-closest", "fail")
+"""What a world that does not divide the global batch does (``resilience.elastic.batch_plan``)."""
+LR_SCALINGS = ("linear", "sqrt", "none")
 ON_NO_SPARE = ("shrink", "wait", "requeue", "fail")
 ELASTIC_ENV = "SRES_ELASTIC"
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from resilience.agent import faults
+from resilience.contract.injections import Injection, parse_env
 from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig, ElasticConfigError
 from resilience.errors import OptionError, RankEnvError
-from resilience.tiers.layout import TIERS_ENV, TierConfig
+from resilience.contract.tier_config import TIERS_ENV, TierConfig
 
 HEARTBEAT_S = 0.5
 """How often a rank bumps its heartbeat; the supervisor's hang timeout must exceed two."""
@@ -58,7 +58,7 @@ class RankEnv:
     node_name: str = ""
     """The node's Slurm name; empty for a local run's simulated nodes."""
     backend: str = BACKEND
-    injections: tuple[faults.Injection, ...] = ()
+    injections: tuple[Injection, ...] = ()
     heartbeat_s: float = HEARTBEAT_S
     reform_timeout_s: float = REFORM_TIMEOUT_S
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
@@ -189,7 +189,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         store_host=env.get(v["store_host"], "127.0.0.1"), store_port=int(env[v["store_port"]]), slot=env[v["slot"]],
         node=int(env.get(v["node"], "0")), local_rank=int(env.get(v["local_rank"], "0")),
         node_name=env.get(v["node_name"], ""), backend=env.get(v["backend"], BACKEND),
-        injections=faults.parse_env(env.get(v["injections"])),
+        injections=parse_env(env.get(v["injections"])),
         heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),

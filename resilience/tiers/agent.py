@@ -15,8 +15,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from resilience.contract import membership
-from resilience.contract.membership import Plan
+from resilience.contract.messages import Plan
+from resilience.contract.run_store import RunStore
 from resilience.tiers.restore import Restored, Restorer
 from resilience.tiers.saver import FlushWatcher, RankPlace, TierSaver
 from resilience.tiers.transport import NeighbourServer
@@ -26,7 +26,7 @@ log = logging.getLogger("resilience")
 
 
 class TierAgent:
-    def __init__(self, config: TierConfig, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
+    def __init__(self, config: TierConfig, store: RunStore, slot: str, node: int, rank: Callable[[], int],
                  host: str = "127.0.0.1", node_name: str = "") -> None:
         self.config, self.slot, self.node, self.rank = config, slot, node, rank
         self.ram_node: NodeKey = node_name or node
@@ -41,12 +41,12 @@ class TierAgent:
         if config.neighbour:
             self.server = NeighbourServer(neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram,
                                           host).start()
-            store.set(membership.tier_address_key(slot), self.server.address)
+            store.publish_tier_address(slot, self.server.address)
         self.saver = TierSaver(config, RankPlace(-1, 0, self.ram_node), self.emit)
         self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
 
     @classmethod
-    def create(cls, config: TierConfig | None, store: dist.Store, slot: str, node: int, rank: Callable[[], int],
+    def create(cls, config: TierConfig | None, store: RunStore, slot: str, node: int, rank: Callable[[], int],
                store_host: str = "127.0.0.1", node_name: str = "") -> "TierAgent | None":
         if config is None or not config.enabled:
             return None
@@ -56,7 +56,7 @@ class TierAgent:
     def emit(self, event: str, **fields: Any) -> None:
         try:
             with self._lock:
-                membership.push_event(self.store, event, **{"rank": self.rank(), **fields})
+                self.store.push_event(event, **{"rank": self.rank(), **fields})
         except Exception as err:  # noqa: BLE001 - the store is gone: the run is ending
             log.warning("tier event %s not delivered: %s (%s)", event, fields, err)
 
@@ -77,11 +77,11 @@ class TierAgent:
         for slot in on_target:
             if slot in self._addresses:
                 return self._addresses[slot]
-            key = membership.tier_address_key(slot)
             with self._lock:
-                if self.store.check([key]):
-                    self._addresses[slot] = self.store.get(key).decode()
-                    return self._addresses[slot]
+                address = self.store.tier_address(slot)
+            if address is not None:
+                self._addresses[slot] = address
+                return address
         return None
 
     def restore(self, plan: Plan, group: dist.ProcessGroup, after_step: int) -> Restored | None:

@@ -23,116 +23,15 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from resilience.contract.tier_config import TierConfig, check_job_id
 from resilience.tiers import manifest as mf
-from resilience.errors import ResilienceError
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
-TIERS_ENV = "SRES_TIERS"
 JOB_CONFIG = "tiers.json"
 """Written into the job's RAM directory: tells ``cleanup_job`` where the persistent copy is."""
-
-
-class TierConfigError(ResilienceError, ValueError):
-    """A tier configuration that cannot work; the message says which setting."""
-
-
-@dataclass(frozen=True)
-class TierConfig:
-    """Which tiers a run uses, validated when built. One place: ``sres run`` flags, a YAML
-    file (``from_yaml``), or ``resilience.run(train, tiers=...)``; ranks get it as JSON in
-    ``SRES_TIERS``."""
-
-    job_id: str
-    ram: bool = True
-    neighbour: bool = True
-    persistent_dir: str | None = None
-    persist_every: int = 0
-    """K: every K-th commit goes to the persistent tier (0: only on flush requests)."""
-    ram_every: int = 1
-    """Every N-th step (by step number, the same on every rank) goes to the RAM and neighbour
-    tiers. 1 protects every commit; each save costs a copy, a /dev/shm write and a send in the
-    background, which competes with training where CPU cores are scarce."""
-    keep_ram: int = 2
-    keep_persistent: int = 2
-    fsync: bool = True
-    """fsync persistent files before their manifest (a crash of the file server must not leave
-    a manifest that names unwritten data)."""
-    persist_replicated_once: bool = True
-    """In the persistent tier, ranks other than 0 write only their sharded state; their
-    manifests point at rank 0's replicated file and carry their own checksum for it, which a
-    restore verifies. Data parallelism then sends the model to the shared filesystem once, not
-    once per rank. A rank that finds its replicated state differs from rank 0's (checked at
-    its next save) writes its own copy from then on."""
-
-    def __post_init__(self) -> None:
-        job_ram_dir(self.job_id)  # validates the id
-        if self.persist_every < 0:
-            raise TierConfigError(f"persist_every must be >= 0 (got {self.persist_every})")
-        if self.persist_every and not self.persistent_dir:
-            raise TierConfigError("persist_every needs a persistent directory (--persistent-dir)")
-        if self.ram_every < 1:
-            raise TierConfigError(f"ram_every must be >= 1 (got {self.ram_every})")
-        if self.keep_ram < 1 or self.keep_persistent < 1:
-            raise TierConfigError("keep_ram and keep_persistent must be >= 1")
-        if self.neighbour and not self.ram:
-            raise TierConfigError("the neighbour tier copies the RAM tier: it needs ram=True")
-
-    @property
-    def enabled(self) -> bool:
-        return self.ram or bool(self.persistent_dir)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> "TierConfig":
-        values = {**dict(data), **{k: v for k, v in overrides.items() if v is not None}}
-        unknown = set(values) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise TierConfigError(f"unknown tier setting(s): {', '.join(sorted(unknown))}")
-        if values.get("persistent_dir") is not None:
-            values["persistent_dir"] = str(values["persistent_dir"])
-        return cls(**values)
-
-    @classmethod
-    def from_yaml(cls, path: Path, **overrides: Any) -> "TierConfig":
-        """Settings from a YAML file (top level, or under ``tiers:``); ``overrides`` that are
-        not None win (command-line flags)."""
-        return cls.from_mapping(_yaml_settings(path), **overrides)
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> "TierConfig | None":
-        text = env.get(TIERS_ENV)
-        return cls.from_mapping(json.loads(text)) if text else None
-
-    @classmethod
-    def from_option(cls, option: Any, current: "TierConfig | None", env: Mapping[str, str]) -> "TierConfig | None":
-        """``resilience.run(train, tiers=...)``: a TierConfig, a mapping of settings, a YAML
-        path, or None (tiers off). Settings not given keep what ``sres run`` configured."""
-        if option is None or isinstance(option, TierConfig):
-            return option
-        base = asdict(current) if current is not None else {"job_id": env.get("SLURM_JOB_ID") or "local"}
-        if isinstance(option, (str, Path)):
-            option = _yaml_settings(Path(option))
-        return cls.from_mapping({**base, **dict(option)})
-
-
-def _yaml_settings(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise TierConfigError(f"{path}: cannot read the tier settings ({err})") from None
-    data = data.get("tiers", data) if isinstance(data, dict) else data
-    if not isinstance(data, dict):
-        raise TierConfigError(f"{path}: expected a mapping of tier settings")
-    return data
 
 
 def default_job_id(env: Mapping[str, str], log_dir: Path) -> str:
@@ -151,8 +50,7 @@ def ram_root() -> Path:
 
 def job_ram_dir(job_id: str, root: Path | None = None) -> Path:
     """The RAM-tier directory of one job on this node."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_id or "") or job_id in (".", ".."):
-        raise ValueError(f"not a job id: {job_id!r}")
+    check_job_id(job_id)
     return (root or ram_root()) / f"job-{job_id}"
 
 

@@ -19,7 +19,6 @@ warnings (an event, once per failure streak): training goes on, and the next sav
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -31,6 +30,8 @@ from typing import Any
 
 import torch
 
+from resilience.contract.messages import FlushDone
+from resilience.contract.run_store import RunStore
 from resilience.tiers import manifest as mf
 from resilience.state import snapshot
 from resilience.state.snapshot import Snapshot
@@ -450,10 +451,7 @@ class FlushWatcher:
     is blocked (no commit needed): the newest state in the RAM tier is what gets persisted.
     """
 
-    def __init__(self, store: Any, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25) -> None:
-        from resilience.contract import membership
-
-        self.m = membership
+    def __init__(self, store: RunStore, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25) -> None:
         self.store = store
         self.saver = saver
         self.rank = rank
@@ -472,19 +470,15 @@ class FlushWatcher:
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                if not self.store.check([self.m.FLUSH_REQUEST]):
+                request = self.store.flush_request()
+                if request is None or request.id <= self.seen or self.rank() < 0:
                     continue
-                request = json.loads(self.store.get(self.m.FLUSH_REQUEST))
-                if request["id"] <= self.seen or self.rank() < 0:
-                    continue
-                self.seen = request["id"]
-                timeout_s = float(request.get("timeout_s", 300))
-                if request.get("step") is None:
-                    step, why = self.saver.flush_hold(timeout_s)
+                self.seen = request.id
+                if request.step is None:
+                    step, why = self.saver.flush_hold(request.timeout_s)
                 else:
-                    step, why = self.saver.flush_persistent(int(request["step"]), timeout_s)
-                self.store.set(self.m.flush_done_key(request["id"], self.rank()),
-                               json.dumps({"step": step, "error": why}))
+                    step, why = self.saver.flush_persistent(request.step, request.timeout_s)
+                self.store.answer_flush(request.id, self.rank(), FlushDone(step, why))
             except Exception as err:  # noqa: BLE001 - the store is gone: the run ended
                 log.debug("flush watcher: %s", err)
                 return

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import processes_with_env
 from tests.training_jobs import REPO, STEPS, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
@@ -67,6 +68,46 @@ def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, referen
     # The flushed step at least; the RAM tiers may hold a commit made after the flush.
     assert restored["step"] >= flushed["step"], job.events
     assert not job.of("fault")
+
+
+def test_preemption_signal_from_the_environment_during_start_up_requeues(cluster, tmp_path, reference3):
+    """Issue 28: ``SRES_PREEMPT_SIGNAL=TERM`` exported (no --preempt-signal, as under srun --auto-resume),
+    TERM to the batch shell while sres still imports torch: the shell survives and the run requeues."""
+    srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", module="launcher.entry")
+    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
+                          f"export SRES_PREEMPT_SIGNAL=TERM\nexec {srun}")  # sres is the batch shell
+    _wait_latched(job.job_id)
+    assert not job.of("start"), "the supervisor was up before the signal: not a start-up signal"
+    subprocess.run(["scancel", "--batch", "--signal=TERM", job.job_id], env=cluster.env(), check=True)
+    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1 or j.finished, timeout=120)
+    assert requeued.restart_count == 1, f"not requeued: {requeued.state}\n{job.output}"
+    assert "preempted (SIGTERM, during start-up)" in job.of("requeue")[0]["why"], job.events
+
+    done = job.wait_done(timeout=240)
+    assert done.state == "COMPLETED", job.output
+    assert job.of("start")[-1]["restart_count"] == 1
+    assert job.of("finished")[-1]["steps"] == STEPS
+    assert job.digests() == reference3, job.output
+
+
+def _wait_latched(job_id: str, timeout: float = 60.0) -> None:
+    """Until the job's sres process has run the signal latch (it catches TERM or USR2, which a
+    Python process does not by default) but not long after: torch's import follows."""
+    mask = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGUSR2 - 1))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in processes_with_env(f"SLURM_JOB_ID={job_id}"):
+            try:
+                if b"launcher.entry" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            caught = next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1]
+            if int(caught, 16) & mask:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"job {job_id}: no sres process latched a signal within {timeout:.0f} s")
 
 
 def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):

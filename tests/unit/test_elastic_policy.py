@@ -17,7 +17,7 @@ from launcher.placement import NodeEvidence
 from launcher.supervisor.policy import RECLAIMED, FaultState, RunState, node_verdict
 from launcher.supervisor.resize import ResizeState
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
-from resilience.contract.membership import Report, SlotInfo
+from resilience.contract.messages import Report, SlotInfo
 
 SLOTS = {f"n{n}p0": SlotInfo(n, 0) for n in range(6)}
 MEMBERS = {n: f"n{n}p0" for n in range(4)}

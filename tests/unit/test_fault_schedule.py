@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from resilience.agent import fault_schedule as fs
-from resilience.agent.faults import InjectSpecError, due, parse
+from resilience.agent.faults import due
+from resilience.contract.injections import InjectSpecError, parse
 
 
 def test_a_recorded_seed_replays_the_same_faults():

@@ -1,6 +1,7 @@
 import pytest
 
-from resilience.agent.faults import InjectSpecError, due, parse
+from resilience.agent.faults import due
+from resilience.contract.injections import InjectSpecError, parse
 
 
 def test_parse_every_kind():
@@ -53,10 +54,12 @@ def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
 
     child = ("import torch.distributed as dist\n"
              "from resilience.agent import faults\n"
-             "from resilience.contract import membership\n"
-             "store = dist.HashStore()\n"
-             "store.set(membership.plan_key(2), 'the next generation')\n"
-             "faults.fire(faults.parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n")
+             "from resilience.contract.run_store import RunStore\n"
+             "store = RunStore(dist.HashStore())\n"
+             "from resilience.contract.messages import Plan\n"
+             "store.publish_plan(Plan(2, 1, {0: 'the next generation'}, {}, 1))\n"
+             "from resilience.contract.injections import parse\n"
+             "faults.fire(parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr

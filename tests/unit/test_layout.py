@@ -100,3 +100,45 @@ def test_functions_stay_short():
                 if length > MAX_FUNCTION_LINES:
                     long[f"{name}.{node.name}"] = length
     assert long == {}
+
+
+STORE_CALLS = {"set", "get", "add", "check", "compare_set", "delete_key", "multi_get", "multi_set", "wait",
+               "num_keys"}
+STORE_CLASSES = {"TCPStore", "PrefixStore", "HashStore", "FileStore"}
+
+
+def _a_store(node: ast.expr) -> bool:
+    return ast.unparse(node).lower().endswith("store")
+
+
+def _raw_store_uses(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Attribute) and node.attr in STORE_CLASSES
+                or isinstance(node, ast.Name) and node.id in STORE_CLASSES
+                or isinstance(node, ast.Attribute) and node.attr == "raw" and _a_store(node.value)):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORE_CALLS
+              and _a_store(node.func.value)):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+    return found
+
+
+def test_the_store_is_used_only_through_the_contract():
+    """Keys and encodings live in resilience.contract (run_store.RunStore): a key spelled, or a
+    value parsed, anywhere else is where two processes start to disagree."""
+    raw = {name: uses for name, path in _modules().items()
+           if not name.startswith("resilience.contract") and (uses := _raw_store_uses(path))}
+    assert raw == {}
+
+
+def test_the_contract_imports_none_of_the_code_it_describes():
+    """Both sides import the contract; it imports neither (resilience.errors is a leaf of
+    exception classes, shared by all)."""
+    modules = _modules()
+    leaks = {}
+    for name, path in modules.items():
+        if name.startswith("resilience.contract"):
+            deps = {d for d in _imports(name, path, modules) if d.split(".")[0] in PACKAGES}
+            leaks[name] = sorted(d for d in deps if not d.startswith("resilience.contract") and d != "resilience.errors")
+    assert {n: d for n, d in leaks.items() if d} == {}

@@ -15,7 +15,7 @@ from launcher.supervisor.actions import (
 )
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.policy import REPLACEMENT_ORDER, ErrorAt, FaultState, RunState, error_at
-from resilience.contract.membership import Report, SlotInfo
+from resilience.contract.messages import Report, SlotInfo
 
 # Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
 SLOTS = {f"n{n}p0": SlotInfo(n, 0) for n in range(4)}
@@ -242,6 +242,6 @@ def test_a_multi_line_message_is_named_by_its_first_line():
 
 def test_a_report_without_a_step_and_one_with_unknown_fields_are_read():
     old = '{"kind": "error", "rank": 1, "message": "ValueError: x"}'
-    assert Report.from_json(old).step is None
+    assert Report.decode(old).step is None
     newer = '{"kind": "error", "rank": 1, "step": 5, "a_later_field": 1}'
-    assert Report.from_json(newer) == Report("error", 1, step=5)
+    assert Report.decode(newer) == Report("error", 1, step=5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import resilience
-from resilience.agent import faults
+from resilience.contract import injections
 from resilience.contract.rank_env import RankEnv, node_name_environ
 from resilience.errors import OptionError, RankEnvError
 from resilience.tiers import TierConfig
@@ -14,7 +14,7 @@ from resilience.tiers import TierConfig
 
 def full() -> RankEnv:
     return RankEnv(store_host="10.0.0.1", store_port=29500, slot="n1p0r2", node=1, local_rank=0, node_name="gpu7",
-                   backend="nccl", injections=tuple(faults.parse(["kill:rank=1:step=3", "node:2:step=5"])),
+                   backend="nccl", injections=tuple(injections.parse(["kill:rank=1:step=3", "node:2:step=5"])),
                    heartbeat_s=0.25, reform_timeout_s=30.0, replication_factor=3, liveness_port=4242,
                    preempt_signal="TERM", log_dir="/logs/run", tiers=TierConfig(job_id="77", persistent_dir="/p"))
 

@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from resilience.contract import injections
 from resilience.agent import blame, faults
-from resilience.contract.membership import Report
+from resilience.contract.messages import Report
 from resilience.errors import ResilienceError
 from resilience.state.replication import Unrecoverable
-from resilience.tiers.layout import TierConfigError
+from resilience.contract.tier_config import TierConfigError
 from resilience.tiers.manifest import CheckpointInvalid
 
 
@@ -32,7 +33,7 @@ def test_a_users_own_error_is_own_even_when_it_names_a_connection():
 
 
 def test_an_injected_raise_is_own():
-    injection = faults.parse(["raise:rank=0:step=1"])[0]
+    injection = injections.parse(["raise:rank=0:step=1"])[0]
     err = caught(lambda: faults.perform(injection))
     assert blame.origin(err, released=False) == blame.OWN
 
@@ -80,11 +81,11 @@ def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
 
 def test_reports_carry_the_origin_and_type_and_old_reports_still_read():
     rep = Report("error", 2, message="RuntimeError: x", collateral=True, origin="peer", error_type="RuntimeError")
-    assert Report.from_json(rep.to_json()) == rep
-    old = Report.from_json('{"kind": "error", "rank": 1, "message": "m", "collateral": false}')
+    assert Report.decode(rep.encode()) == rep
+    old = Report.decode('{"kind": "error", "rank": 1, "message": "m", "collateral": false}')
     assert old.origin == "own" and old.error_type == ""
 
 
-@pytest.mark.parametrize("error", [Unrecoverable, CheckpointInvalid, TierConfigError, faults.InjectSpecError])
+@pytest.mark.parametrize("error", [Unrecoverable, CheckpointInvalid, TierConfigError, injections.InjectSpecError])
 def test_every_error_of_the_rank_side_has_one_base(error):
     assert issubclass(error, ResilienceError)

@@ -6,8 +6,8 @@ import pytest
 
 from launcher.errors import ConfigError
 from launcher.supervisor import RunConfig, await_culprit, replace, silent_slots
-from resilience.agent.faults import parse
-from resilience.contract.membership import Report, SlotInfo
+from resilience.contract.injections import parse
+from resilience.contract.messages import Report, SlotInfo
 
 SLOTS = {f"n{n}p{l}": SlotInfo(n, l) for n in range(4) for l in range(2)}
 MEMBERS = {n * 2 + l: f"n{n}p{l}" for n in range(3) for l in range(2)}  # node 3 is the spare

@@ -14,8 +14,7 @@ from pathlib import Path
 from launcher.events import read_events
 from launcher.placement import NewNode, NodeEvidence
 from launcher.supervisor import RunConfig, Supervisor
-from resilience.contract import membership
-from resilience.contract.membership import Plan, Report
+from resilience.contract.messages import Report
 
 
 class FakePlacement:
@@ -112,9 +111,9 @@ class Script:
         """Every member of the newest plan reports done."""
         store = self.supervisor.store
         g = self.supervisor.plan.generation
-        plan = Plan.from_json(store.get(membership.plan_key(g)))
+        plan = store.plan(g)
         for rank, slot in plan.members.items():
-            membership.report(store, g, slot, Report("done", rank))
+            store.report(g, slot, Report("done", rank))
 
 
 def run(tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw):
@@ -182,10 +181,10 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
 
 def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
     placement, script = FakePlacement(), Script()
-    store_beats = lambda: [script.supervisor.store.add(membership.heartbeat_key(f"n{n}p0"), 1) for n in (0, 2)]
+    store_beats = lambda: [script.supervisor.store.beat(f"n{n}p0") for n in (0, 2)]
     for tick in range(1, 400):  # ranks 0 and 2 beat; rank 1 beat once, then froze
         script.at(tick, store_beats)
-    script.at(1, lambda: script.supervisor.store.add(membership.heartbeat_key("n1p0"), 1))
+    script.at(1, lambda: script.supervisor.store.beat("n1p0"))
     script.at(600, script.finish_generation)
     outcome, events = run(tmp_path, placement, script, hang_timeout_s=3.0)
     assert outcome.ok
@@ -200,8 +199,8 @@ def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
 
     def reports():
         store = script.supervisor.store
-        membership.report(store, 1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
-        membership.report(store, 1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
+        store.report(1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
+        store.report(1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
     script.at(3, reports)
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script)
@@ -219,7 +218,7 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     def raise_at(step: int) -> Callable[[], None]:
         def report() -> None:
             store, g = script.supervisor.store, script.supervisor.plan.generation
-            membership.report(store, g, "n1p0", Report(
+            store.report(g, "n1p0", Report(
                 "error", 1, message="ValueError: bad batch", error_type="ValueError", step=step,
                 traceback="Traceback (most recent call last):\nValueError: bad batch\n"))
         return report

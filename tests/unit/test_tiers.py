@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+from resilience.contract import injections
 from resilience.tiers import manifest as mf
 from resilience.state import snapshot
 from resilience.sharded import partition, reshard
@@ -247,7 +248,7 @@ def test_job_id_is_the_slurm_job_id_else_stable_per_log_dir(tmp_path):
 def test_kill_all_spec_targets_every_rank():
     from resilience.agent import faults
 
-    (inj,) = faults.parse(["kill-all:step=5"])
+    (inj,) = injections.parse(["kill-all:step=5"])
     assert inj.spec == "kill-all:step=5"
     assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=5) == [inj]
     assert faults.due([inj], rank=3, node=1, kinds=("kill-all",), step=4) == []

@@ -1,0 +1,1 @@
+"""What ``sres run``/``sres srun`` reads before the command line is parsed (standard library only)."""

@@ -1,0 +1,122 @@
+"""The names of a run's store keys. Only :mod:`resilience.contract.run_store` reads this module:
+everyone else goes through its typed accessors, so no two processes can spell a key differently.
+
+Layout (G: a generation, S: a slot, R: a rank, N: a node index):
+
+============================ =============================================================
+``plan/G``                   :class:`~resilience.contract.messages.Plan` (supervisor)
+``pg/G/...``                 the process group of generation G (torch's own keys)
+``join/G``                   members arrived in G (counter)
+``pause/G``, ``pause-step/G`` a resize asked to leave G; the first step no rank may start
+``report/G/S``, ``report-seq/G``, ``report-ready/G``  reports, their order, their count
+``recovery/G``, ``batch/G``, ``first-step/G``  how G recovered; its batch; its first step's time
+``hb/S``, ``ready/S``        heartbeats (counter); warm and waiting for a plan
+``compute/G/S``              recent per-step times
+``tier-addr/S``              the slot's neighbour-copy server
+``tier-flush*``              persist-now requests and answers
+``rank-events``, ``rank-event/I``  events from ranks for the supervisor's log
+``progress``, ``stats``      the newest committed step; the run's median step time
+``preempt``, ``reclaim*``    a rank caught the preemption signal; lent nodes taken back
+``inject-*``                 fault injection: fired once, node kills, slow nodes, spare kills
+``shutdown``                 the run is over
+============================ =============================================================
+"""
+
+from __future__ import annotations
+
+SHUTDOWN = "shutdown"
+PROGRESS = "progress"
+STATS = "stats"
+PREEMPT = "preempt"
+RECLAIMS = "reclaim-count"
+RANK_EVENTS = "rank-events"
+NODE_KILLS = "inject-node-count"
+CHILD_KILL = "inject-supervisor-child"
+FLUSH_SEQ = "tier-flush-seq"
+FLUSH_REQUEST = "tier-flush"
+
+
+def plan(generation: int) -> str:
+    return f"plan/{generation}"
+
+
+def pg_prefix(generation: int) -> str:
+    return f"pg/{generation}/"
+
+
+def join(generation: int) -> str:
+    return f"join/{generation}"
+
+
+def pause(generation: int) -> str:
+    return f"pause/{generation}"
+
+
+def pause_step(generation: int) -> str:
+    return f"pause-step/{generation}"
+
+
+def report(generation: int, slot: str) -> str:
+    return f"report/{generation}/{slot}"
+
+
+def report_seq(generation: int) -> str:
+    return f"report-seq/{generation}"
+
+
+def report_ready(generation: int) -> str:
+    """Bumped after a report is written: what the supervisor polls (the sequence counter moves
+    before the report exists)."""
+    return f"report-ready/{generation}"
+
+
+def recovery(generation: int) -> str:
+    return f"recovery/{generation}"
+
+
+def batch(generation: int) -> str:
+    return f"batch/{generation}"
+
+
+def first_step(generation: int) -> str:
+    return f"first-step/{generation}"
+
+
+def heartbeat(slot: str) -> str:
+    return f"hb/{slot}"
+
+
+def ready(slot: str) -> str:
+    return f"ready/{slot}"
+
+
+def compute(generation: int, slot: str) -> str:
+    return f"compute/{generation}/{slot}"
+
+
+def tier_address(slot: str) -> str:
+    return f"tier-addr/{slot}"
+
+
+def flush_done(request: int, rank: int) -> str:
+    return f"tier-flush-done/{request}/{rank}"
+
+
+def rank_event(index: int) -> str:
+    return f"rank-event/{index}"
+
+
+def reclaim(slot: str) -> str:
+    return f"reclaim/{slot}"
+
+
+def fired(index: int) -> str:
+    return f"inject-fired/{index}"
+
+
+def node_kill(node: int) -> str:
+    return f"inject-node/{node}"
+
+
+def slow(node: int) -> str:
+    return f"inject-slow/{node}"

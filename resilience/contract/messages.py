@@ -1,0 +1,211 @@
+"""Every value that crosses between the supervisor and the ranks, as a frozen dataclass with its
+encoding. A field renamed on one side is a type error on both, not a ``KeyError`` at run time
+in another process; ``tests/unit/test_contract.py`` round-trips each of them.
+
+Encodings are JSON. Decoding leaves out fields this version does not know, so a newer writer's
+extra field never breaks an older reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+M = TypeVar("M", bound="Message")
+
+
+class Message:
+    """Base of the dataclasses below: JSON of their fields."""
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def decode(cls: type[M], raw: str | bytes) -> M:
+        return cls.from_mapping(json.loads(raw))
+
+    @classmethod
+    def from_mapping(cls: type[M], data: Mapping[str, Any]) -> M:
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """Where a slot (a rank process) runs: its node index and its place on that node."""
+
+    node: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class Plan(Message):
+    """Generation G: rank -> slot, and where each slot runs. Only the supervisor writes plans."""
+
+    generation: int
+    world_size: int
+    members: dict[int, str]
+    slots: dict[str, SlotInfo]
+    procs_per_node: int
+    replaced: tuple[int, ...] = ()
+    reason: str = ""
+    config: dict = field(default_factory=dict)
+
+    def rank_of(self, slot: str) -> int | None:
+        for rank, s in self.members.items():
+            if s == slot:
+                return rank
+        return None
+
+    def node_of_rank(self, rank: int) -> int:
+        return self.slots[self.members[rank]].node
+
+    def encode(self) -> str:
+        data = asdict(self)
+        data["members"] = {str(k): v for k, v in self.members.items()}
+        return json.dumps(data)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "Plan":
+        return cls(
+            generation=data["generation"], world_size=data["world_size"],
+            members={int(k): v for k, v in data["members"].items()},
+            slots={k: SlotInfo(**v) for k, v in data["slots"].items()},
+            procs_per_node=data["procs_per_node"], replaced=tuple(data.get("replaced", ())),
+            reason=data.get("reason", ""), config=data.get("config", {}),
+        )
+
+
+@dataclass(frozen=True)
+class Report(Message):
+    """What a rank says at the end of its part in a generation."""
+
+    kind: str
+    """``done`` | ``error`` | ``unrecoverable`` | ``refused`` (``train`` registered what sres cannot
+    protect: the same on every entry) | ``paused`` (left at a step boundary for a resize)."""
+    rank: int
+    seq: int = 0
+    message: str = ""
+    traceback: str = ""
+    collateral: bool = False
+    """The error came from a peer's fault (see ``origin``): the supervisor looks for the culprit."""
+    t: float = 0.0
+    origin: str = "own"
+    """``own`` (this rank's code), ``peer`` (a collective failed) or ``released`` (the generation ended)."""
+    error_type: str = ""
+    """The exception's class, e.g. ``RuntimeError`` or ``torch.distributed.DistBackendError``."""
+    digest: str = ""
+    """``done``: the fingerprint of the rank's registered state at the end
+    (``snapshot.fingerprint``), which the ``finished`` event lists: runs with and without faults
+    are compared by it."""
+    step: int | None = None
+    """``error``: the step the rank was in when it raised (the one ``ctx.steps()`` last
+    yielded); None when it raised outside the step loop. The supervisor stops a run whose own
+    error recurs at the same step."""
+
+
+@dataclass(frozen=True)
+class RecoveryInfo(Message):
+    """Rank 0's account of how generation G got its state: the ``recovered`` event's source."""
+
+    step: int
+    """The step restored (-1: none; training starts over)."""
+    source: str
+    """``self`` | ``peer`` | a tier's name."""
+    bytes: int
+    recover_s: float
+    formed_t: float
+    """Wall-clock time the process group was formed."""
+    recovered_t: float
+    """Wall-clock time the state was in place."""
+
+
+@dataclass(frozen=True)
+class BatchInfo(Message):
+    """The global batch generation G trains with (elastic runs)."""
+
+    global_batch: int
+    accumulation: int
+    lr_scale: float
+    kept: bool
+
+
+@dataclass(frozen=True)
+class RunStats(Message):
+    median_step_s: float
+    """Commit to commit, each generation's first step left out (rank 0's, at the end)."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    compute_s: float
+    """From the step's start to its first gradient collective."""
+    step_s: float
+    """From the previous commit (or the step's start) to this commit."""
+    t: float
+    """Wall-clock time of the commit."""
+    blocked_s: float
+    """Waiting for the previous commit's snapshot, tier copy or buddy round."""
+
+
+@dataclass(frozen=True)
+class RecentSteps(Message):
+    """A rank's recent steps in a generation (written every few steps; positional on the wire:
+    64 of them are read about twice a second)."""
+
+    records: tuple[StepRecord, ...]
+
+    def encode(self) -> str:
+        return json.dumps([[r.step, r.compute_s, r.step_s, r.t, r.blocked_s] for r in self.records])
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> "RecentSteps":
+        return cls(tuple(StepRecord(*row) for row in json.loads(raw)))
+
+
+@dataclass(frozen=True)
+class FlushRequest(Message):
+    """The supervisor asks every rank to persist: ``step`` None first (report the newest step
+    held), then the step to copy."""
+
+    id: int
+    step: int | None
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class FlushDone(Message):
+    """A rank's answer to a :class:`FlushRequest`."""
+
+    step: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RankEvent(Message):
+    """An event from a rank for the supervisor's ``events.jsonl`` (ranks may run where the log
+    folder is not). Flat on the wire, as the log line it becomes."""
+
+    event: str
+    fields: dict[str, Any]
+    t: float
+
+    def encode(self) -> str:
+        return json.dumps({"event": self.event, **self.fields, "t": self.t})
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "RankEvent":
+        rest = {k: v for k, v in data.items() if k not in ("event", "t")}
+        return cls(data["event"], rest, data.get("t", 0.0))
+
+    def record(self) -> dict[str, Any]:
+        """The line for the event log."""
+        return {"event": self.event, **self.fields, "t": self.t}
+
+
+MESSAGES: tuple[type[Message], ...] = (Plan, Report, RecoveryInfo, BatchInfo, RunStats, RecentSteps, FlushRequest,
+                                       FlushDone, RankEvent)
+"""Every message type (the contract test round-trips each)."""
