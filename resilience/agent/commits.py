@@ -45,8 +45,8 @@ class CommitPipeline:
         """An injected fault lands once this rank's part of the last commit reached its buddy
         (a round of a few KiB, under a millisecond): a real fault in that instant is served
         by the tiers instead, an older step but as exact."""
-        if due and self.parts.in_flight is not None:
-            self._join(self.parts.in_flight)
+        if due and self.kept.parts.in_flight is not None:
+            self._join(self.kept.parts.in_flight)
         for injection in due:
             faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
 
@@ -63,12 +63,12 @@ class CommitPipeline:
         plan = self.plan
         # This rank's own part goes to its buddies first: a rank lost from here on is
         # replaced with its part of this step.
-        self.parts.commit(step, ctx.states()["rank"], self.state_group, self.rank, plan.world_size,
-                          plan.procs_per_node, self.env.replication_factor)
+        self.kept.parts.commit(step, ctx.states()["rank"], self.state_group, self.rank, plan.world_size,
+                               plan.procs_per_node, self.env.replication_factor)
         self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
                                 kinds=("kill-during-commit",)))
         self._in_commit = False
-        self.sharded = self.sharded or ctx.has_sharded
+        self.kept.sharded = self.kept.sharded or ctx.has_sharded
         if self._commits_this_generation > 0 and step_s is not None:
             self._step_times.append(step_s)
         self._commits_this_generation += 1
@@ -86,23 +86,19 @@ class CommitPipeline:
         is final. Copies of it start here, in the background, while the next step computes."""
         if changed:
             self._changed_after_commit(step, ctx, changed)
-        if self.sharded:
+        if self.kept.sharded:
             # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
             # (The tiers take their own copy in the same background thread.)
-            if (self._shard_world, self._shard_rank) != (self.plan.world_size, self.rank):
-                # The first commit in this world (or as this rank): older shards are of another layout.
-                self.own["sharded"].clear()
-                self.replicas.clear()
-                self._shard_world, self._shard_rank = self.plan.world_size, self.rank
+            self.kept.shard_as(self.plan.world_size, self.rank)
             states = ctx.states()
             if self.replicator is None:
                 plan = self.plan
-                self._twins = ctx.twins()
+                self.kept.twins = ctx.twins()
+                hook = faults.copy_hook(self.env.injections, self.store, self.rank, self.env.node, plan.world_size)
                 self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                                  self.env.replication_factor, self.replicas, len(self._twins),
-                                                  faults.copy_hook(self.env.injections, self.store, self.rank,
-                                                                   self.env.node, plan.world_size))
-            reuse = {kind: self.own[kind].take_oldest() for kind in self.own}
+                                                  self.env.replication_factor, self.kept.replicas,
+                                                  len(self.kept.twins), hook)
+            reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
             self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
                                              name="sres-snapshot", daemon=True)
             self._capture.start()
@@ -118,9 +114,9 @@ class CommitPipeline:
         landing between the commit block and the next step misses it."""
         rank_part = ctx.states()["rank"]
         if any(name in rank_part for name in changed):
-            if self.parts.in_flight is not None:
-                self._join(self.parts.in_flight)
-            self.parts.commit(step, rank_part, self.state_group, self.rank, self.plan.world_size,
+            if self.kept.parts.in_flight is not None:
+                self._join(self.kept.parts.in_flight)
+            self.kept.parts.commit(step, rank_part, self.state_group, self.rank, self.plan.world_size,
                               self.plan.procs_per_node, self.env.replication_factor)
         new = [n for n in changed if n not in self._changed_warned and n != committed.RNG]
         if new:
@@ -132,9 +128,9 @@ class CommitPipeline:
 
     def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
         try:
-            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.own}
+            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.kept.own}
             for kind, snap in snaps.items():
-                self.own[kind].put(snap)
+                self.kept.own[kind].put(snap)
             if self.replicator is not None and states["sharded"]:
                 self.replicator.start(snaps["sharded"])
             if self.tiers is not None:
@@ -156,9 +152,9 @@ class CommitPipeline:
             self._capture = None
         error, self._capture_error = self._capture_error, None
         try:
-            if self.parts.in_flight is not None:
-                self._join(self.parts.in_flight)
-            self.parts.wait()
+            if self.kept.parts.in_flight is not None:
+                self._join(self.kept.parts.in_flight)
+            self.kept.parts.wait()
             if self.replicator is not None:
                 if self.replicator.in_flight is not None:
                     self._join(self.replicator.in_flight)
@@ -175,7 +171,7 @@ class CommitPipeline:
             thread.join(0.05)
             if thread.is_alive() and self._watch.released():
                 self._capture = None
-                self.parts.abandon()
+                self.kept.parts.abandon()
                 if self.replicator is not None:
                     self.replicator.abandon()
                 raise ResilienceError("the generation ended during a background copy of the last commit")

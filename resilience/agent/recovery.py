@@ -1,0 +1,204 @@
+"""Recovery, once per generation: agree on the step, move what is missing, say what to load.
+
+Every rank gathers what every rank holds (:class:`~resilience.state.replication.Holdings`),
+and all of them compute the same plan from it, so all enter the same transfers, or the same
+collective tier restore, or none. Peers' memory comes first: survivors hold the newest
+commit. The tiers serve when no peer holds the state (every rank process lost, a new job of
+the same id), when peers cannot serve some rank's shard, or when some rank's own part of the
+peers' step is lost (an older step the tiers hold whole is exact).
+
+Functions only: what a rank keeps across generations is :class:`~resilience.agent.kept.Kept`,
+passed in; a recovery keeps nothing of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _set_pg_timeout
+
+from resilience.agent import faults
+from resilience.agent.kept import Kept
+from resilience.context import Context
+from resilience.contract.messages import Plan, RecoveryInfo
+from resilience.contract.rank_env import RankEnv
+from resilience.contract.run_store import RunStore
+from resilience.state import snapshot
+from resilience.state.replication import (
+    Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_rank_parts, plan_recovery,
+    recv_snapshot, send_snapshot, send_state,
+)
+from resilience.tiers.agent import TierAgent
+from resilience.tiers.restore import Restored
+
+State = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scene:
+    """One generation as this rank sees it: where a recovery runs."""
+
+    plan: Plan
+    rank: int
+    group: dist.ProcessGroup
+    """The state group (gloo, CPU buffers): recovery traffic never meets training collectives."""
+    env: RankEnv
+    store: RunStore
+    tiers: TierAgent | None
+
+
+@dataclass(frozen=True)
+class Live:
+    """The previous generation's registered objects, when they hold exactly the last commit."""
+
+    step: int
+    states: State
+
+
+def take_live(ctx: Context | None, cut_off: bool, kept: Kept) -> Live | None:
+    """The previous generation's registered state, if it is the last clean commit.
+
+    Data-parallel state is not copied at every commit: the registered objects of the failed
+    generation hold exactly the last commit, unless the fault cut a commit off (then this rank
+    gets the state from a peer). Sharded runs snapshot every commit instead, since their
+    buddies may force a rollback to the commit before.
+    """
+    if kept.sharded or ctx is None:
+        return None
+    kept.own["replicated"].clear()
+    if cut_off or ctx.step < 0 or not ctx.matches_commit():
+        return None  # cut off inside a commit, or changed in place since: a peer's copy serves
+    return Live(ctx.step, ctx.states()["replicated"])
+
+
+def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | None]:
+    """Collective: the step this generation resumes after, and the state to load (None: none)."""
+    started, formed_t = time.perf_counter(), time.time()
+    world, rank = scene.plan.world_size, scene.rank
+    gathered: list[Holdings | None] = [None] * world
+    mine = kept.holdings(rank, world, live.step if live is not None else None)
+    dist.all_gather_object(gathered, mine, group=scene.group)
+    recovery, tiered = _decide(scene, kept, gathered)
+    moved = _transfer(scene, kept, recovery, live)
+    if tiered is None:
+        part = kept.parts.recover(recovery.rank_parts, recovery.step, rank, world, scene.group)
+    else:  # the tiers' copy of this rank's part (adopted by _decide)
+        part = snapshot.materialize(tiered.snaps["rank"]) if "rank" in tiered.snaps else {}
+    resharded = _reshard(scene, kept, recovery) if recovery.reshard else {}
+    if tiered is not None and not tiered.snaps:
+        restored = dict(tiered.states)  # resharded from another world size
+    else:
+        restored = _restored_state(kept, recovery.step, live)
+        if restored is not None:
+            restored.update(resharded)
+            restored.update(part)
+    for group in (None, scene.group):
+        _set_pg_timeout(timedelta(seconds=scene.env.collective_timeout_s), group)
+    moved_total = [0] * world
+    dist.all_gather_object(moved_total, moved, group=scene.group)
+    if rank == 0:
+        _publish(scene, recovery, tiered, sum(moved_total) // 2, started, formed_t)
+    return recovery.step, restored
+
+
+def _decide(scene: Scene, kept: Kept, gathered: list[Holdings | None]) -> tuple[RecoveryPlan, Restored | None]:
+    """The peers' recovery plan, or a restore from the tiers when they have a newer step (or
+    the only exact one). Every rank decides alike, from the same gathered holdings."""
+    holdings = {h.rank: h for h in gathered if h is not None}
+    world = scene.plan.world_size
+    try:
+        recovery, peer_error = plan_recovery(world, holdings, scene.env.replication_factor), None
+        parts, inexact = plan_rank_parts(recovery.step, world, holdings)
+        recovery = dataclasses.replace(recovery, rank_parts=parts, inexact=inexact)
+    except Unrecoverable as err:
+        recovery, peer_error = RecoveryPlan(-1), err
+    tiered = None
+    if scene.tiers is not None and (peer_error is not None or recovery.step < 0 or recovery.inexact):
+        tiered = scene.tiers.restore(scene.plan, scene.group, -1 if recovery.inexact else recovery.step)
+    if tiered is None:
+        if peer_error is not None:
+            raise peer_error
+        return recovery, None
+    kept.adopt(tiered, scene.rank, world)
+    return RecoveryPlan(tiered.step), tiered
+
+
+def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | None) -> int:
+    """Send and receive replicated state and shards as ``recovery`` says; bytes moved here."""
+    moved, rank = 0, scene.rank
+    midway = faults.transfer_hook(scene.env.injections, scene.store, rank, scene.plan.world_size, recovery.step)
+    for t in recovery.transfers:
+        if t.src == rank:
+            ring = kept.own[t.part] if t.owner == rank else kept.replicas[t.owner]
+            snap = ring.get(recovery.step)
+            if snap is not None:
+                moved += send_snapshot(snap, t.dst, scene.group, midway)
+            else:  # straight from the previous generation's objects: no copy first
+                skeleton, tensors, sizes = snapshot.describe(live.states)
+                moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, scene.group, midway)
+        elif t.dst == rank:
+            snap = recv_snapshot(t.src, scene.group)
+            moved += snap.nbytes
+            kept.own[t.part].put(snap)
+            if t.part == "sharded":
+                kept.shards_made(scene.plan.world_size, rank)
+    for ring in kept.own.values():
+        ring.drop_after(recovery.step)
+    return moved
+
+
+def _reshard(scene: Scene, kept: Kept, recovery: RecoveryPlan) -> State:
+    """The world changed since the shards were made: every old shard is broadcast by a
+    holder, each rank rebuilds its own from all of them (``ShardedOptimizer`` takes
+    ``{"shards": [...]}``). Every rank keeps them all as replicas until its first commit in
+    this world, so a fault before then reshards again."""
+    kept.sharded = True  # a rank that just joined has held no shard yet
+    shards: dict[int, snapshot.Snapshot] = {}
+    for owner, holder in recovery.reshard:
+        mine = None
+        if holder == scene.rank:
+            own = kept.own["sharded"].get(recovery.step) if kept.shard_rank == owner else None
+            mine = own if own is not None else kept.replicas[owner].get(recovery.step)
+        shards[owner] = broadcast_snapshot(mine, holder, scene.group)
+    kept.own["sharded"].clear()
+    kept.replicas.clear()
+    for owner, snap in shards.items():
+        kept.replicas.setdefault(owner, SnapshotRing()).put(snap)
+    kept.shard_rank = -1
+    states = [snapshot.materialize(shards[o], copy=True) for o in sorted(shards)]
+    return {name: {"shards": [s[name] for s in states]} for name in states[0]}
+
+
+def _restored_state(kept: Kept, step: int, live: Live | None) -> State | None:
+    if step < 0:
+        return None
+    if live is not None and live.step == step and kept.own["replicated"].get(step) is None:
+        return dict(live.states)  # the old objects' own state dicts: no copy at all
+    restored: State = {}
+    for ring in kept.own.values():
+        snap = ring.get(step)
+        if snap is not None:
+            # Kept snapshots (sharded runs: rollback) are copied; others are used once.
+            restored.update(snapshot.materialize(snap, copy=kept.sharded))
+    if not kept.sharded:
+        kept.own["replicated"].clear()
+    return restored
+
+
+def _publish(scene: Scene, recovery: RecoveryPlan, tiered: Restored | None, peer_bytes: int, started: float,
+             formed_t: float) -> None:
+    """Rank 0 tells the supervisor how the generation recovered (its ``recovered`` event)."""
+    inexact = tiered.inexact if tiered is not None else recovery.inexact
+    if inexact:
+        scene.store.push_event("inexact", step=recovery.step, ranks=list(inexact),
+                               why="their random streams and data positions of that step were lost")
+    scene.store.publish_recovery(scene.plan.generation, RecoveryInfo(
+        step=recovery.step,
+        source=tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+        bytes=tiered.bytes_moved if tiered is not None else peer_bytes,
+        recover_s=time.perf_counter() - started, formed_t=formed_t, recovered_t=time.time()))
