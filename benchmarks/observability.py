@@ -23,6 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.trees import worktree  # noqa: E402
+
 BASELINE_REF = "8b5e33d"
 """main before live metrics, the goodput account and straggler reporting."""
 
@@ -70,10 +74,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="sres-bench-observability-") as tmp:
         work = Path(tmp)
-        baseline = work / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(baseline), args.baseline_ref], check=True,
-                       capture_output=True, cwd=ROOT)
-        try:
+        with worktree(args.baseline_ref, work / "baseline") as baseline:
             times: dict[str, list[float]] = {"before (no metrics, no step timing)": [],
                                              "step timing (always on)": [],
                                              "metrics + textfile + step timing": []}
@@ -83,8 +84,6 @@ def main() -> int:
                 for name, (repo, extra) in zip(times, sides):
                     times[name].append(step_time(repo, work, args.steps, extra))
                     print(f"  trial {trial + 1} {name:38s} {times[name][-1] * 1000:7.1f} ms/step", flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(baseline)], cwd=ROOT, capture_output=True)
     mb = statistics.median(next(iter(times.values())))
     print(f"\n4 ranks, ~60 MiB of state per rank, median of {args.repeat} (ms/step, range; vs before)")
     for name, values in times.items():

@@ -12,6 +12,7 @@ In the manner of NVIDIA resiliency's ``StoreMixin``: one object, typed accessors
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -24,11 +25,15 @@ from resilience.contract.messages import (BatchInfo, FlushDone, FlushRequest, Pl
                                           RecoveryInfo, Report, RunStats)
 
 
+_FOREVER = timedelta(days=365)
+
+
 class RunStore:
     """Typed accessors over a ``torch.distributed.Store`` (a client or the supervisor's server)."""
 
     def __init__(self, store: dist.Store) -> None:
         self.raw = store
+        self._arrivals: dict[str, threading.Event] = {}
 
     @classmethod
     def host(cls, timeout_s: float = 60.0) -> "RunStore":
@@ -58,6 +63,24 @@ class RunStore:
     def _count(self, key: str) -> int:
         return self.raw.add(key, 0)
 
+    def _arrival(self, key: str) -> threading.Event:
+        """Set as soon as ``key`` exists: a blocking wait on a connection of its own, so that
+        the recovery path does not pay half a poll period per wait. (A wait with a timeout
+        logs a c10d warning each time it expires; this one never expires.)"""
+        event = self._arrivals.get(key)
+        if event is None:
+            event = self._arrivals[key] = threading.Event()
+            connection = self.raw.clone()  # type: ignore[attr-defined]
+
+            def wait() -> None:
+                try:
+                    connection.wait([key], _FOREVER)
+                except Exception:  # noqa: BLE001 - the store is gone: the caller's next check says so
+                    pass
+                event.set()
+            threading.Thread(target=wait, name="sres-store-wait", daemon=True).start()
+        return event
+
     # --- plans and generations (supervisor writes, ranks read) ------------------------------
 
     def publish_plan(self, plan: Plan) -> None:
@@ -71,7 +94,7 @@ class RunStore:
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
         return self._has(keys.plan(generation))
 
-    def wait_plan(self, slot: str, after: int, poll_s: float = 0.05) -> Plan | None:
+    def wait_plan(self, slot: str, after: int, poll_s: float = 0.2) -> Plan | None:
         """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
         Always the newest such generation: a process that starts late (a cold respawn) must not
@@ -89,20 +112,22 @@ class RunStore:
                 after = newest
             if self.is_shut_down():
                 return None
-            time.sleep(poll_s)
+            if self._arrival(keys.plan(newest + 1)).wait(poll_s):
+                self._arrivals.pop(keys.plan(newest + 1), None)
 
-    def join(self, plan: Plan, poll_s: float = 0.01) -> bool:
+    def join(self, plan: Plan, poll_s: float = 0.05) -> bool:
         """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it.
 
         ``init_process_group`` would block until its timeout for a member that will never come
         (it died after the plan was made); this barrier notices the newer plan instead, so a
         fault during re-formation costs one poll, not a timeout.
         """
-        self.raw.add(keys.join(plan.generation), 1)
-        while self._count(keys.join(plan.generation)) < plan.world_size:
+        if self.raw.add(keys.join(plan.generation), 1) == plan.world_size:
+            self.raw.set(keys.joined(plan.generation), "1")  # the last to join wakes the others
+        while not self._arrival(keys.joined(plan.generation)).wait(poll_s):
             if self.has_plan(plan.generation + 1) or self.is_shut_down():
                 return False
-            time.sleep(poll_s)
+        self._arrivals.pop(keys.joined(plan.generation), None)
         return True
 
     def group_store(self, generation: int) -> dist.Store:

@@ -74,3 +74,38 @@ def test_the_store_accessors_carry_each_message_whole():
     for rank in (0, 1):
         store.answer_flush(request, rank, m.FlushDone(40))
     assert store.flush_answers(request, [0, 1]) == [m.FlushDone(40), m.FlushDone(40)]
+
+
+def test_a_waiting_rank_wakes_when_its_plan_is_published_and_joins_without_polling():
+    """The recovery path waits on the store, not on a poll period: a plan published while a
+    rank waits is seen within milliseconds, the last member to join wakes the others, and a
+    shutdown ends the wait."""
+    import threading
+    import time
+
+    server = RunStore.host()
+    ranks = [RunStore.connect("127.0.0.1", server.port) for _ in range(2)]
+    plan = m.Plan(1, 2, {0: "a", 1: "b"}, {"a": m.SlotInfo(0, 0), "b": m.SlotInfo(1, 0)}, 1)
+    got: dict[str, tuple[m.Plan | None, float, bool]] = {}
+
+    def rank(store: RunStore, slot: str) -> None:
+        seen = store.wait_plan(slot, 0, poll_s=5.0)
+        at = time.monotonic()
+        got[slot] = (seen, at, store.join(seen, poll_s=5.0))
+
+    threads = [threading.Thread(target=rank, args=(s, slot)) for s, slot in zip(ranks, "ab")]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    published = time.monotonic()
+    server.publish_plan(plan)
+    for t in threads:
+        t.join(timeout=10)
+    assert all(got[s][0] == plan and got[s][2] for s in "ab")
+    assert max(got[s][1] for s in "ab") - published < 0.5  # not the 5 s poll period
+    spare = RunStore.connect("127.0.0.1", server.port)
+    ended = threading.Thread(target=lambda: got.setdefault("spare", (spare.wait_plan("c", 1, poll_s=0.05), 0, 0)))
+    ended.start()
+    server.shut_down()
+    ended.join(timeout=10)
+    assert got["spare"][0] is None
