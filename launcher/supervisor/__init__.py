@@ -1,13 +1,15 @@
 """The supervisor: one per job, never a rank. observe -> policy (pure) -> executor.
 
 ``config`` (RunConfig), ``observe`` (what was seen, one immutable Observation per tick),
+``view`` (the policy's frozen input, built purely from the books and the observation),
 ``policy`` (``decide(now, observation, state, config) -> actions``), ``actions`` (one frozen
-dataclass each), ``executor`` (performs them through the placement), ``recovery`` (recovery
-times, goodput), ``flush`` (persist now, before a requeue), ``loop`` (the Supervisor).
+dataclass each), ``executor`` (performs them through the placement: ``books``, ``hands`` and the
+``perform_*`` modules), ``recovery`` (recovery times, goodput), ``flush`` (persist now, before a
+requeue), ``loop`` (the Supervisor).
 """
 
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.executor import Outcome
+from launcher.supervisor.books import Outcome
 from launcher.supervisor.loop import Supervisor
 from launcher.supervisor.observe import silent_slots
 from launcher.supervisor.policy import await_culprit, decide, node_verdict, replace

@@ -98,6 +98,15 @@ class AcquireNode:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """Start the run: every process in ``spawn`` (slot, node, local rank: the nodes' and the
+    spares'), then plan 1, ``members`` (rank -> slot)."""
+
+    spawn: tuple[tuple[str, int, int], ...]
+    members: Mapping[int, str]
+
+
+@dataclass(frozen=True)
 class Publish:
     """Publish the next generation: ``members`` (rank -> slot), after starting ``spawn``
     (slot, node, local rank), taking ``used_spares`` out of the spare pool and giving each
@@ -224,5 +233,5 @@ class Fail:
 
 
 Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | RefillSpare
-          | StartStandby | AcquireNode | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause
+          | StartStandby | AcquireNode | Launch | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause
           | AbandonResize | Resize | Release | NoteStraggler | Requeue | Finish | Fail)

@@ -24,11 +24,13 @@ from launcher.events import EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
 from launcher.supervisor.actions import WaitForNode
+from launcher.supervisor.books import Books, Outcome
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import ControlServer
-from launcher.supervisor.executor import Executor, Outcome
+from launcher.supervisor.executor import Executor
 from launcher.supervisor.flush import flush_persistent
-from launcher.supervisor.observe import Observer
+from launcher.supervisor.hands import Clocks, Hands
+from launcher.supervisor.observe import Observation, Observer
 from launcher.supervisor.policy import decide
 from launcher.supervisor.recovery import RecoveryWatch
 from resilience.contract.messages import RankEvent
@@ -39,6 +41,21 @@ from resilience.contract.rank_env import RankEnv
 TICK_S = 0.02
 METRICS_PERIOD_S = 1.0
 """How often live metrics read the step counter (and rewrite the textfile)."""
+MAX_DECISIONS_PER_TICK = 16
+"""How many times one tick may ask the policy, plus one per node of the run. An open fault is
+re-decided after each step that changes the facts: each source of
+:data:`~launcher.supervisor.policy.REPLACEMENT_ORDER` is tried once, and a source that serves
+adds a node (at most one per node lost) or ends the fault. More decisions are a bug of ours."""
+
+
+class DecisionLoopError(RuntimeError):
+    """The policy was asked more often in one tick than :func:`decision_limit` allows: its
+    actions kept a fault open without ending it (a bug of the supervisor's, never the user's)."""
+
+
+def decision_limit(nodes: int) -> int:
+    """The most decisions one tick may take in a run of ``nodes`` nodes (spares included)."""
+    return MAX_DECISIONS_PER_TICK + nodes
 
 
 class Supervisor:
@@ -53,9 +70,11 @@ class Supervisor:
         self.store = RunStore.host()
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
-        self.executor = Executor(config, self.placement, self.store, self.events, self._rank_env, self.recovery,
-                                 self.flush_persistent, clock, wall, sleep, out, answer=self.control.answer)
-        self.books = self.executor.books
+        self.books = Books.for_run(config)
+        self.executor = Executor(Hands(
+            config=config, books=self.books, placement=self.placement, store=self.store, events=self.events,
+            recovery=self.recovery, env=self._rank_env, flush=self.flush_persistent,
+            clocks=Clocks(clock, wall, sleep), out=out, answer=self.control.answer))
         self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
         self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
@@ -82,12 +101,7 @@ class Supervisor:
             where = self.events.emit("metrics", **self.metrics.where())
             self._say(f"metrics: {where['url'] or where['textfile']}")
         previous = self._catch_preemption()
-        for node in range(c.nodes + c.spares):
-            for local in range(c.procs_per_node):
-                self.executor.spawn(f"n{node}p{local}", node, local)
-        self.executor.publish({node * c.procs_per_node + local: f"n{node}p{local}"
-                               for node in range(c.nodes) for local in range(c.procs_per_node)},
-                              replaced=(), reason="start")
+        self._settle(self.clock(), Observation())  # no plan yet: the policy starts the run (plan 1)
         try:
             return self._loop()
         except KeyboardInterrupt:
@@ -138,25 +152,46 @@ class Supervisor:
         return self.store.progress()
 
     def tick(self) -> Outcome | None:
-        """Observe once and perform what the policy decides; a fault is handled to its end
-        (the policy is asked again after each step that changes the facts)."""
+        """Observe and perform what the policy decides; when that killed a process (a hang, an
+        injected node loss), once more at once: its ranks are lost from that moment, so the
+        fault opens in this tick, not a tick later."""
+        killed = self._killed()
+        outcome = self._observe_and_settle()
+        if outcome is None and self._killed() > killed:
+            outcome = self._observe_and_settle()
+        return outcome
+
+    def _killed(self) -> int:
+        return sum(st.killed_as is not None for st in self.books.slots.values())
+
+    def _observe_and_settle(self) -> Outcome | None:
         now = self.clock()
         b = self.books
         obs = self.observer.observe(now, b.plan.generation, b.plan.members, self.executor.spare_slots(),
                                     b.dead_nodes)
         if obs.lost:
             obs = self.observer.with_evidence(obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes)
-        actions = decide(now, obs, self.executor.view(), self.config)
-        obs = dataclasses.replace(obs, requests=())  # answered once
-        while actions:
+        self.executor.note(obs)
+        return self._settle(now, obs)
+
+    def _settle(self, now: float, obs: Observation) -> Outcome | None:
+        """Perform what the policy decides on ``obs``; a fault is handled to its end (the policy
+        is asked again after each step that changes the facts), at most
+        :func:`decision_limit` times."""
+        limit = decision_limit(len({st.info.node for st in self.books.slots.values()}))
+        for _ in range(limit):
+            actions = decide(now, obs, self.executor.view(obs), self.config)
+            obs = dataclasses.replace(obs, requests=())  # answered once
+            if not actions:
+                return None
             for action in actions:
                 outcome = self.executor.perform(action)
                 if outcome is not None:
                     return outcome
-            if b.fault is None or any(isinstance(a, WaitForNode) for a in actions):
+            if self.books.fault is None or any(isinstance(a, WaitForNode) for a in actions):
                 return None
-            actions = decide(now, obs, self.executor.view(), self.config)
-        return None
+        raise DecisionLoopError(f"the policy was asked {limit} times in one tick and the fault is "
+                                f"still open: {self.books.fault}")
 
     # --- what ranks get ------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """What the supervisor sees each tick, as one immutable :class:`Observation`.
 
 The :class:`Observer` reads the world (process exits through the placement, heartbeats,
-reports and requests on the store, node evidence from Slurm) and keeps the bookkeeping that
-reading needs (who is alive, when each heartbeat last moved); it decides nothing.
+readiness, first steps, reports and requests on the store, node evidence from Slurm) and keeps
+the bookkeeping that reading needs (who is alive, when each heartbeat last moved) in books of
+its own; the executor's slots it only reads. It decides nothing and changes nothing of the run.
 """
 
 from __future__ import annotations
@@ -22,18 +23,29 @@ from resilience.contract.run_store import RunStore
 
 @dataclass
 class SlotState:
-    """One rank process, as the supervisor knows it."""
+    """One rank process, as the executor knows it (the executor alone writes it)."""
 
     info: SlotInfo
     started: float
     alive: bool = True
-    heartbeat: int = 0
-    heartbeat_changed: float = 0.0
+    """False once an observation said its process ended (:attr:`Observation.exited`)."""
     killed_as: str | None = None  # "hang" | "node": why we killed it
-    ready: bool = False
-    """Warmed up and waiting for a plan (its ``ready/<slot>`` key)."""
     killed_t: float | None = None
     """Wall-clock time we killed it: the fault's time (survivors may report before we look again)."""
+
+
+@dataclass
+class _Watch:
+    """What the Observer has read of one process: its own books, so that reading the world
+    never writes the executor's."""
+
+    started: float
+    """When the executor started the process (a slot name started again is a new process)."""
+    heartbeat_changed: float
+    alive: bool = True
+    heartbeat: int = 0
+    ready: bool = False
+    """Warmed up and waiting for a plan (its ``ready/<slot>`` key)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,14 @@ class Observation:
     """Lent nodes whose ranks got Slurm's signal that the node is being taken back."""
     lendable: int | None = None
     """Idle nodes the run could grow into, when looked at this tick (every ``LEND_PERIOD_S``)."""
+    exited: tuple[str, ...] = ()
+    """Slots whose process was seen to end in this look (members, spares and standbys alike)."""
+    warm: frozenset[str] = frozenset()
+    """Live slots that warmed up and wait for a plan (imports and first-use costs paid)."""
+    generation: int = 0
+    """The generation this look was taken for."""
+    first_step_t: float | None = None
+    """When ``generation`` made its first step; read only with ``--standby`` (which waits for it)."""
 
     @property
     def errors(self) -> dict[str, Report]:
@@ -109,17 +129,23 @@ class Observer:
         self._reclaims_seen = 0
         self._reclaimed: set[int] = set()
         self._next_lend_look = 0.0
+        self._watched: dict[str, _Watch] = {}
+        self._first_steps: dict[int, float] = {}
 
     def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
                 dead_nodes: Iterable[int]) -> Observation:
         seen_t = self.wall()
-        spares_exited = self._poll_exits(spare_slots)
+        exited = self._poll_exits()
+        spares_exited = tuple((self.slots[s].info.node, s) for s in exited if s in spare_slots)
         hung = self._silent(now, generation, members)
         reports = self._read_reports(generation, members)
         lost: dict[int, str] = {}
         for rank, slot in members.items():
             state = self.slots[slot]
-            if not state.alive and not (slot in reports and reports[slot].kind == "done"):
+            # A process the supervisor killed is lost from that moment, not from when its exit
+            # lands (tens of ms for a large process): a node's ranks are one fault at once.
+            gone = not self._watch(slot).alive or state.killed_as is not None
+            if gone and not (slot in reports and reports[slot].kind == "done"):
                 rc = self.placement.poll(slot)
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
                 if state.killed_t is not None:
@@ -134,7 +160,8 @@ class Observer:
                            child_kill=self._child_kill_request(), preempted=self.preempted,
                            time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
                            requests=self._requests(), reclaimed=tuple(sorted(self._reclaimed)),
-                           lendable=self._lendable(now, members))
+                           lendable=self._lendable(now, members), exited=exited, warm=self._warm(),
+                           generation=generation, first_step_t=self._first_step(generation))
 
     def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
@@ -143,14 +170,33 @@ class Observer:
             return obs
         return dataclasses.replace(obs, evidence={node: self.placement.evidence(node) for node in sorted(nodes)})
 
-    def _poll_exits(self, spare_slots: set[str]) -> tuple[tuple[int, str], ...]:
+    def _watch(self, slot: str) -> _Watch:
+        """This Observer's record of a slot, begun when it first looks at one the executor started."""
+        watch, started = self._watched.get(slot), self.slots[slot].started
+        if watch is None or watch.started != started:
+            watch = self._watched[slot] = _Watch(started, heartbeat_changed=started)
+        return watch
+
+    def _poll_exits(self) -> tuple[str, ...]:
         exited = []
-        for slot, state in self.slots.items():
-            if state.alive and self.placement.poll(slot) is not None:
-                state.alive = False
-                if slot in spare_slots:
-                    exited.append((state.info.node, slot))
+        for slot in self.slots:
+            watch = self._watch(slot)
+            if watch.alive and self.placement.poll(slot) is not None:
+                watch.alive = False
+                exited.append(slot)
         return tuple(exited)
+
+    def _warm(self) -> frozenset[str]:
+        return frozenset(s for s, w in self._watched.items() if w.alive and w.ready)
+
+    def _first_step(self, generation: int) -> float | None:
+        """Once seen, a generation's first step is kept: the store is asked until then, and only
+        when ``--standby`` waits for it."""
+        if generation not in self._first_steps and self.config.standby:
+            t = self.store.first_step_t(generation)
+            if t is not None:
+                self._first_steps[generation] = t
+        return self._first_steps.get(generation)
 
     def _read_reports(self, generation: int, members: Mapping[int, str]) -> dict[str, Report]:
         # One counter per generation says how many reports exist: read them only when it moves.
@@ -178,19 +224,19 @@ class Observer:
         if self.preempted is None and self.store.preempted():
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
-        alive = [s for s, st in self.slots.items() if st.alive]
+        alive = [s for s in self.slots if self._watch(s).alive]
         for slot in alive:
             value = self.store.heartbeats(slot)
-            state = self.slots[slot]
-            if value != state.heartbeat:
-                state.heartbeat, state.heartbeat_changed = value, now
-            if not state.ready and value > 0:
-                state.ready = self.store.is_ready(slot)
+            watch = self._watched[slot]
+            if value != watch.heartbeat:
+                watch.heartbeat, watch.heartbeat_changed = value, now
+            if not watch.ready and value > 0:
+                watch.ready = self.store.is_ready(slot)
         member_slots = set(members.values())
         return silent_slots(
-            {s: self.slots[s].heartbeat_changed for s in alive if s in member_slots},
+            {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},
             {s: self.slots[s].started for s in alive},
-            {s: self.slots[s].heartbeat > 0 for s in alive},
+            {s: self._watched[s].heartbeat > 0 for s in alive},
             now, self.config.hang_timeout_s, self.config.startup_timeout_s,
         )
 
@@ -200,7 +246,7 @@ class Observer:
         count = self.store.reclaims()
         if count != self._reclaims_seen:
             self._reclaims_seen = count
-            live = [s for s, st in self.slots.items() if st.alive]
+            live = [s for s in self.slots if self._watch(s).alive]
             self._reclaimed |= {self.slots[s].info.node for s in self.store.reclaimed_slots(live)}
 
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:

@@ -16,8 +16,8 @@ from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
 from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
-    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,
-    Publish, RefillSpare, Release, Requeue, StartStandby, UseIdleNode, WaitForNode,
+    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, Launch, NoteStraggler,
+    OpenFault, Publish, RefillSpare, Release, Requeue, StartStandby, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
@@ -83,6 +83,8 @@ class RunState:
     """The size a user last asked for (``sres resize/grow/shrink``): growth into idle nodes stops there."""
     errors_seen: frozenset[ErrorAt] = frozenset()
     """The own exceptions of earlier faults, where they were raised: one seen again is deterministic."""
+    started: bool = True
+    """Plan 1 is published; False: nothing runs yet, and the policy's first action starts the run."""
 
     def node_of(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
@@ -95,6 +97,8 @@ class RunState:
 
 def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     """The actions for this tick. Pure. Control requests are answered whatever else happens."""
+    if not state.started:
+        return [launch(config)]
     waiting = state.fault is not None and state.fault.waiting_since is not None
     answers = on_requests(obs.requests, state.nodes, state.resize, state.fault is not None, waiting, config)
     if state.fault is not None:
@@ -139,6 +143,16 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
     if not actions and state.settled and state.resize is None:
         actions += standbys_missing(state, config)
     return actions
+
+
+def launch(config: RunConfig) -> Launch:
+    """The run's start: every node's and spare's processes, node by node, then plan 1 over the
+    first ``nodes`` nodes (rank = node * procs_per_node + local rank)."""
+    ppn = config.procs_per_node
+    spawn = tuple((f"n{node}p{local}", node, local)
+                  for node in range(config.nodes + config.spares) for local in range(ppn))
+    members = {node * ppn + local: f"n{node}p{local}" for node in range(config.nodes) for local in range(ppn)}
+    return Launch(spawn, members)
 
 
 def standbys_missing(state: RunState, config: RunConfig) -> list[Action]:

@@ -69,6 +69,7 @@ class RunStore:
         logs a c10d warning each time it expires; this one never expires.)"""
         event = self._arrivals.get(key)
         if event is None:
+            self._arrivals = {k: e for k, e in self._arrivals.items() if not e.is_set()}
             event = self._arrivals[key] = threading.Event()
             connection = self.raw.clone()  # type: ignore[attr-defined]
 
@@ -89,6 +90,11 @@ class RunStore:
     def plan(self, generation: int) -> Plan | None:
         text = self._text(keys.plan(generation))
         return Plan.decode(text) if text is not None else None
+
+    def plan_arrival(self, generation: int) -> threading.Event:
+        """Set as soon as generation G is planned: what a rank of G-1 waits on to be released
+        the moment its generation ends."""
+        return self._arrival(keys.plan(generation))
 
     def has_plan(self, generation: int) -> bool:
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
@@ -112,8 +118,7 @@ class RunStore:
                 after = newest
             if self.is_shut_down():
                 return None
-            if self._arrival(keys.plan(newest + 1)).wait(poll_s):
-                self._arrivals.pop(keys.plan(newest + 1), None)
+            self.plan_arrival(newest + 1).wait(poll_s)
 
     def join(self, plan: Plan, poll_s: float = 0.05) -> bool:
         """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it.
@@ -126,8 +131,7 @@ class RunStore:
             self.raw.set(keys.joined(plan.generation), "1")  # the last to join wakes the others
         while not self._arrival(keys.joined(plan.generation)).wait(poll_s):
             if self.has_plan(plan.generation + 1) or self.is_shut_down():
-                return False
-        self._arrivals.pop(keys.joined(plan.generation), None)
+                return False  # (the wait for joined/G stays blocked on its own connection)
         return True
 
     def group_store(self, generation: int) -> dist.Store:

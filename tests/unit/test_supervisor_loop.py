@@ -11,9 +11,13 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import pytest
+
 from launcher.events import read_events
 from launcher.placement import NewNode, NodeEvidence
-from launcher.supervisor import RunConfig, Supervisor
+from launcher.supervisor import RunConfig, Supervisor, loop
+from launcher.supervisor.actions import OpenFault, UseIdleNode
+from resilience.contract.elastic_config import ElasticConfig
 from resilience.contract.messages import Report
 
 
@@ -238,3 +242,46 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     out = script.supervisor.executor.out.getvalue()
     assert [line for line in out.splitlines() if "error:" in line] == [f"sres: error: {reason}"]
     assert out.count("Traceback (most recent call last)") == 1 and "first failure (rank 1):" in out
+
+
+def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(tmp_path, monkeypatch):
+    """The loop re-decides while a fault is open, but not without a bound: a bug that keeps
+    the fault open ends the run with a "failed" event instead of spinning."""
+    calls = []
+
+    def stuck(now, obs, state, config):
+        if not state.started:
+            return real(now, obs, state, config)
+        calls.append(now)
+        return [UseIdleNode()] if state.fault is not None else [OpenFault(now, {1: "kill"})]
+
+    real = loop.decide
+    monkeypatch.setattr(loop, "decide", stuck)
+    placement, script = FakePlacement(), Script()
+    with pytest.raises(loop.DecisionLoopError, match="19 times in one tick"):
+        run(tmp_path, placement, script)
+    assert len(calls) == loop.decision_limit(3) == 19
+    events = read_events(tmp_path / "events.jsonl")
+    assert kinds(events) == ["start", "generation", "fault", "failed"]
+    assert events[-1]["reason"].startswith("internal error of the supervisor: DecisionLoopError")
+
+
+def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path):
+    """Growth into an idle node waits for the new process's readiness (an observation: its
+    ``ready`` key), then pauses the world and publishes the larger plan."""
+    placement, script = FakePlacement(growable=[3]), Script()
+
+    def warm_up_n3p0():
+        store = script.supervisor.store
+        store.beat("n3p0")
+        store.mark_ready("n3p0")
+
+    script.at(160, warm_up_n3p0)  # Slurm is first asked for idle nodes 3 s in (tick 150)
+    script.at(290, script.finish_generation)  # before n3p0's one heartbeat is 3 s old (a hang)
+    elastic = ElasticConfig(max_nodes=4, grow_snooze_s=0.1, drain_grace_s=1.0)
+    outcome, events = run(tmp_path, placement, script, elastic=elastic, heartbeat_s=0.2, hang_timeout_s=3.0)
+    assert outcome.ok
+    assert kinds(events) == ["start", "generation", "node-added", "generation", "finished"], events
+    assert events[3]["generation"] == 2 and events[3]["world_size"] == 4
+    added, grown = events[2]["t"], events[3]["t"]
+    assert added <= 1003.1 and grown >= 1000 + 160 * 0.02  # not before the new process was warm

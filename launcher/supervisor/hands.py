@@ -1,0 +1,105 @@
+"""What performing an action may touch, in one frozen place: :class:`Hands`.
+
+The performers (``perform_*`` modules) are plain functions ``(hands, action)``; they share the
+few effects that several of them need (start a process, publish a plan, give a node back, say
+a line) through these methods rather than through a common base class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TextIO
+
+from launcher.events import EventLog
+from launcher.placement import NewNode, Placement
+from launcher.supervisor.books import Books
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.observe import SlotState
+from launcher.supervisor.recovery import RecoveryWatch
+from launcher.supervisor.resize import node_slots
+from resilience.contract.messages import Plan, SlotInfo
+from resilience.contract.run_store import RunStore
+
+
+def _no_answer(request: int, ok: bool, message: str, **extra: object) -> None:
+    """Requests are answered nowhere (a supervisor without a control server)."""
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """Time, injected: ``clock`` (monotonic) for durations, ``wall`` for event times, ``sleep``."""
+
+    clock: Callable[[], float]
+    wall: Callable[[], float]
+    sleep: Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class Hands:
+    """The run's books and everything an action's effects go through.
+
+    ``env``: a slot's process environment (slot, node, local rank); ``flush``: persist the newest
+    commit now (its timeout) -> the step saved; ``answer``: reply to a control request.
+    """
+
+    config: RunConfig
+    books: Books
+    placement: Placement
+    store: RunStore
+    events: EventLog
+    recovery: RecoveryWatch
+    env: Callable[[str, int, int], dict[str, str]]
+    flush: Callable[[float], int | None]
+    clocks: Clocks
+    out: TextIO
+    answer: Callable[..., None] = _no_answer
+
+    def spawn(self, slot: str, node: int, local: int) -> None:
+        self.placement.spawn(slot, node, self.config.command, self.env(slot, node, local))
+        self.books.slots[slot] = SlotState(SlotInfo(node, local), started=self.clocks.clock())
+
+    def start_node(self, new: NewNode) -> None:
+        """Start a node's rank processes; they warm up and wait for a plan that includes them."""
+        for local, slot in enumerate(node_slots(new.node, self.config.procs_per_node)):
+            self.spawn(slot, new.node, local)
+        self.books.origin[new.node] = new.how
+        job = self.placement.job_of(new.node)
+        self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds,
+                         **({"returned": True} if new.returned else {}), **({"job": job} if job else {}))
+        self.say(f"added node {new.host} to the run ({new.how}{f' job {job}' if job else ''}, "
+                 f"{new.seconds:.2f} s)")
+
+    def publish(self, members: dict[int, str], replaced: tuple[int, ...], reason: str) -> None:
+        """The next generation's plan, to the store; the ranks in it form that generation."""
+        b = self.books
+        generation = b.plan.generation + 1 if b.plan else 1
+        plan = Plan(generation=generation, world_size=len(members), members=dict(members),
+                    slots={s: b.slots[s].info for s in members.values()},
+                    procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
+        self.store.publish_plan(plan)
+        b.plan, b.changed_at = plan, self.clocks.clock()
+        self.placement.echo_slot = members[0]
+        self.events.emit("generation", generation=generation, world_size=plan.world_size,
+                         replaced=list(replaced))
+
+    def give_back(self, node: int, why: str) -> None:
+        """A node leaves the run, not drained: a satellite's job is cancelled (``why``:
+        preempted or request)."""
+        job = self.placement.release(node, why)
+        host = self.placement.host(node)
+        self.events.emit("node-released", node=node, host=host, why=why, **({"job": job} if job else {}))
+        self.say(f"released {host} ({why}{f', job {job} cancelled' if job else ''})")
+
+    def progress(self) -> int:
+        progress = self.store.progress()
+        return -1 if progress is None else progress
+
+    def jobs(self, nodes: Iterable[int]) -> dict[str, str]:
+        """host -> the Slurm job its ranks run in (the job itself or a satellite); empty locally."""
+        return {self.placement.host(n): job for n in sorted(nodes) if (job := self.placement.job_of(n))}
+
+    def say(self, text: str) -> None:
+        for line in text.splitlines():
+            self.out.write(f"sres: {line}\n")
+        self.out.flush()

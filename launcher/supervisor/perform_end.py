@@ -1,0 +1,70 @@
+"""Performing the end of a run: requeue, finish, fail; and what a finished run leaves behind.
+
+Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
+:class:`~launcher.supervisor.hands.Hands` and returns the run's
+:class:`~launcher.supervisor.books.Outcome`.
+"""
+
+from __future__ import annotations
+
+from launcher.errors import SresError
+from launcher.events import summary
+from launcher.supervisor import actions as act
+from launcher.supervisor.books import Outcome
+from launcher.supervisor.hands import Hands
+from launcher.supervisor.policy import error_at, requeues_counted
+from resilience import tiers
+
+
+def requeue(h: Hands, a: act.Requeue) -> Outcome:
+    """``save``: every rank is alive (preemption), so the newest committed step is persisted
+    first; after a node loss the generation is broken and the last periodic save serves."""
+    c = h.config
+    saved = h.flush(c.preempt_save_timeout_s) if a.save else None
+    if a.save and saved is None:
+        h.say("warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
+              "the restart resumes from the newest state the tiers still hold")
+    h.events.emit("requeue", why=a.why, cause=a.cause, restart_count=c.restart_count, saved_step=saved)
+    used, cap, flag = requeues_counted(c, a.cause)
+    h.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
+          + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")"))
+    h.store.shut_down()
+    try:
+        h.placement.requeue(a.why)
+    except SresError as err:
+        return fail(h, act.Fail(f"{a.why}; and the job cannot be requeued: {err}"))
+    return Outcome(False, f"requeued: {a.why}", h.events.events, requeued=True)
+
+
+def finish(h: Hands, a: act.Finish) -> Outcome:
+    b = h.books
+    h.recovery.check(b.plan.generation)
+    fields = h.recovery.finished(h.clocks.wall())
+    h.events.emit("finished", faults=b.faults, generations=b.plan.generation, **fields,
+                  state_digests={str(rank): digest for rank, digest in a.digests})
+    h.say(summary(h.events.events))
+    b.finished = True
+    return Outcome(True, events=h.events.events)
+
+
+def fail(h: Hands, a: act.Fail) -> Outcome:
+    b = h.books
+    culprit = a.culprit or b.first_culprit
+    blame = {} if culprit is None else {"rank": culprit.rank, "error_type": culprit.error_type,
+                                        "traceback": culprit.traceback}
+    h.events.emit("failed", reason=a.reason, faults=b.faults, **blame)
+    if culprit is not None and culprit.traceback:
+        # a.culprit: an error that recurred, the run's first one again unless another came before
+        first = a.culprit is None or error_at(a.culprit) == error_at(b.first_culprit)
+        h.out.write(f"{'first failure' if first else 'failure'} (rank {culprit.rank}):\n{culprit.traceback}")
+    for slot in b.slots:
+        h.placement.kill(slot)
+    h.say(f"error: {a.reason}")
+    return Outcome(False, a.reason, h.events.events)
+
+
+def after_stop(h: Hands) -> None:
+    """Every process is gone: a finished run's RAM tier goes, as nothing will restart from
+    it (removed any earlier, a standby or spare still starting up would write it again)."""
+    if h.books.finished and h.config.tiers is not None:
+        tiers.remove_job(h.config.tiers.job_id)

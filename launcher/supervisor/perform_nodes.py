@@ -1,0 +1,82 @@
+"""Performing the actions that start processes and publish plans: the run's start, spares,
+standbys, nodes from Slurm, and the next generation after a fault.
+
+Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
+:class:`~launcher.supervisor.hands.Hands`; what to do was decided by the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from launcher.placement import NewNode
+from launcher.supervisor import actions as act
+from launcher.supervisor.hands import Hands
+from resilience.contract.messages import SlotInfo
+
+REFILL_PERIOD_S = 3.0
+"""How often a job short of spares asks its placement for a node that came back."""
+
+
+def launch(h: Hands, a: act.Launch) -> None:
+    for slot, node, local in a.spawn:
+        h.spawn(slot, node, local)
+    h.publish(dict(a.members), replaced=(), reason="start")
+
+
+def use_idle_node(h: Hands, a: act.UseIdleNode) -> None:
+    _add_node(h, h.placement.idle_node(), "idle-node")
+
+
+def acquire_node(h: Hands, a: act.AcquireNode) -> None:
+    _add_node(h, h.placement.grow(), "new-node")
+
+
+def _add_node(h: Hands, new: NewNode | None, source: str) -> None:
+    """A node for the open fault, as a cold spare; none: that source is tried and came up empty."""
+    b = h.books
+    if new is None:
+        b.fault = dataclasses.replace(b.fault, tried=b.fault.tried | {source})
+        return
+    h.start_node(new)
+    b.spare_nodes.append(new.node)
+
+
+def refill_spare(h: Hands, a: act.RefillSpare) -> None:
+    h.books.next_refill = h.clocks.clock() + REFILL_PERIOD_S
+    new = h.placement.idle_node()
+    if new is not None:
+        h.start_node(new)
+        h.books.spare_nodes.append(new.node)
+
+
+def start_standby(h: Hands, a: act.StartStandby) -> None:
+    b = h.books
+    b.standbys_started += 1
+    slot = f"n{a.node}s{b.standbys_started}"
+    h.spawn(slot, a.node, 0)  # its local rank is the one it takes over (Publish.promoted)
+    b.standby.add(slot)
+
+
+def publish(h: Hands, a: act.Publish) -> None:
+    """The next generation after a fault: spares taken, cold processes started, standbys
+    promoted; one ``replaced`` event per rank that moved, then the plan."""
+    b = h.books
+    for node in a.used_spares:
+        b.spare_nodes.remove(node)
+    for slot, node, local in a.spawn:
+        b.respawns += 1
+        h.spawn(slot, node, local)
+    for slot, local in a.promoted:
+        b.standby.discard(slot)
+        b.slots[slot].info = SlotInfo(b.slots[slot].info.node, local)
+    promoted = {slot for slot, _ in a.promoted}
+    for rank in a.replaced:
+        old_node = b.slots[b.plan.members[rank]].info.node
+        new_node = b.slots[a.members[rank]].info.node
+        how = (b.origin.get(new_node, "spare") if old_node in b.dead_nodes
+               else "standby" if a.members[rank] in promoted else "respawn")
+        h.events.emit("replaced", rank=rank, slot=a.members[rank], node=new_node,
+                      host=h.placement.host(new_node), how=how)
+    h.publish(dict(a.members), a.replaced, a.reason)
+    b.fault = None

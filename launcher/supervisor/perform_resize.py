@@ -1,0 +1,114 @@
+"""Performing the elastic actions: control requests answered, and the steps of a resize
+(begin, start nodes, pause, abandon, publish the new size).
+
+Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
+:class:`~launcher.supervisor.hands.Hands`; what to do was decided by the policy
+(:mod:`launcher.supervisor.resize`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from launcher.supervisor import actions as act
+from launcher.supervisor.hands import Hands
+from launcher.supervisor.resize import ResizeState, node_slots
+
+
+def answer(h: Hands, a: act.Answer) -> None:
+    h.events.emit("request", request=a.request, ok=a.ok, message=a.message)
+    h.say(f"request {a.request}: {a.message}")
+    h.answer(a.request, a.ok, a.message)
+
+
+def report_status(h: Hands, a: act.ReportStatus) -> None:
+    h.answer(a.request, True, "running", status=status(h))
+
+
+def status(h: Hands) -> dict:
+    """What ``sres status`` shows of a running job."""
+    b, c, host = h.books, h.config, h.placement.host
+    nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
+    return {"world_size": b.plan.world_size, "nodes": [host(n) for n in nodes],
+            "spares": [host(n) for n in b.spare_nodes], "generation": b.plan.generation,
+            "step": h.progress(), "faults": b.faults, "last_resize": b.last_resize,
+            "resizing_to": b.resize.nodes if b.resize is not None else None,
+            "min_nodes": c.elastic.min_nodes, "max_nodes": c.elastic.max_nodes,
+            "job_id": h.placement.job_id, "jobs": h.jobs(nodes)}
+
+
+def begin_resize(h: Hands, a: act.BeginResize) -> None:
+    under_way = h.books.resize  # Slurm taking back more lent nodes: the same pause serves
+    pausing = under_way.pausing_since if under_way is not None and under_way.why == a.why else None
+    h.books.resize = ResizeState(a.nodes, a.why, h.clocks.clock(), a.request, release=a.release,
+                                 pausing_since=pausing)
+    if a.why == "request":
+        h.books.asked_nodes = a.nodes
+    else:
+        h.say(f"resizing to {a.nodes} node(s) at the next step boundary ({a.why})")
+
+
+def add_nodes(h: Hands, a: act.AddNodes) -> None:
+    b = h.books
+    added = []
+    for _ in range(a.count):
+        index = 1 + max(st.info.node for st in b.slots.values())
+        new = h.placement.new_node(index)
+        if new is None:
+            break
+        h.start_node(new)
+        added.append(new.node)
+    if b.fault is not None:
+        b.spare_nodes += added  # a node loss waits for them: they take the lost ranks
+    elif b.resize is not None:
+        b.resize = dataclasses.replace(b.resize, added=True, joining=b.resize.joining + tuple(added))
+
+
+def pause(h: Hands, a: act.Pause) -> None:
+    b = h.books
+    h.store.request_pause(b.plan.generation, b.resize.why)
+    b.resize = dataclasses.replace(b.resize, pausing_since=h.clocks.clock())
+
+
+def abandon_resize(h: Hands, a: act.AbandonResize) -> None:
+    b = h.books
+    for node in b.resize.joining:
+        for slot in node_slots(node, h.config.procs_per_node):
+            h.placement.kill(slot)
+    h.events.emit("resize-abandoned", to_nodes=b.resize.nodes, why=a.why)
+    h.say(f"resize to {b.resize.nodes} node(s) abandoned: {a.why}")
+    b.resize = None
+
+
+def resize(h: Hands, a: act.Resize) -> None:
+    """Publish the world of the new size: leaving nodes' processes end and the nodes go back
+    (or stay as spares); the resize's start is the pause, or now for a shrink after a loss."""
+    b = h.books
+    pausing = b.resize.pausing_since if b.resize is not None and a.why != "fault" else None
+    t0 = pausing if pausing is not None else h.clocks.clock()  # the pause, or now: the decision to shrink
+    for slot, state in b.slots.items():  # respawned ranks and standbys too, not only the first slots
+        if state.info.node in a.release and state.alive:
+            h.placement.kill(slot)
+    for node in a.release:
+        h.give_back(node, "preempted" if a.why == "preempted" else "request")
+    b.spare_nodes += list(a.to_spares)
+    if a.why != "fault":
+        b.resize = None  # done; a resize asked for during a fault goes on from the new world
+    b.fault = None
+    started_t = h.clocks.wall() - (h.clocks.clock() - t0)
+    h.publish(dict(a.members), (), f"resize-{a.why}")
+    b.last_resize = {"from_world": a.from_world, "to_world": len(a.members), "why": a.why,
+                     "generation": b.plan.generation, "t": started_t}
+    jobs = h.jobs({b.slots[s].info.node for s in a.members.values()})
+    h.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation, jobs or None)
+    _say_resized(h, a)
+
+
+def _say_resized(h: Hands, a: act.Resize) -> None:
+    host = h.placement.host
+    text = f"resizing: world {a.from_world} -> {len(a.members)} ({a.why})"
+    if a.release:
+        text += f", released {', '.join(host(n) for n in a.release)}"
+    if a.to_spares:
+        text += f", {', '.join(host(n) for n in a.to_spares)} kept as spare"
+    h.say(text)
