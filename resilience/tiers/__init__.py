@@ -1,10 +1,12 @@
 """Tiered checkpoints: RAM, a neighbour node's RAM, persistent storage (see ARCHITECTURE.md).
 
 The names here are what the rest of the project (and users) import; the modules beside this
-one each do one part: ``layout`` (where files live, configuration, cleanup), ``manifest``
-(one rank's checkpoint on disk), ``saver`` (asynchronous saves), ``transport`` (moving
-checkpoints between nodes), ``restore`` (which tier serves whom), ``agent`` (the tiers inside
-a rank), ``dcp`` (``torch.distributed.checkpoint`` through the tiers).
+one each do one part: ``base`` (the ``Tier`` interface), ``ram``, ``neighbour``, ``persistent``
+(the tiers) and ``registry``, ``layout`` (where files live, configuration, cleanup),
+``manifest`` (one rank's checkpoint on disk), ``saver`` (asynchronous saves) with ``lanes``
+(its background lanes, one per tier), ``flush`` (the supervisor's "persist now"),
+``transport`` (moving checkpoints between nodes), ``restore`` (which tier serves whom),
+``agent`` (the tiers inside a rank), ``dcp`` (``torch.distributed.checkpoint`` through the tiers).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The tiers inside a rank process: what the in-process agent calls, in one place.
 
 Owns the saver (:mod:`resilience.tiers.saver`), the neighbour-copy server
-(:mod:`resilience.tiers.transport`), the flush watcher, and runs restores
-(:mod:`resilience.tiers.restore`). Events go to the supervisor through the store.
+(:mod:`resilience.tiers.transport`), the flush watcher (:mod:`resilience.tiers.flush`), and
+runs restores (:mod:`resilience.tiers.restore`). Events go to the supervisor through the store.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import torch.distributed as dist
 from resilience.contract.messages import Plan
 from resilience.contract.run_store import RunStore
 from resilience.tiers.restore import Restored, Restorer
-from resilience.tiers.saver import FlushWatcher, RankPlace, TierSaver
+from resilience.tiers.flush import FlushWatcher
+from resilience.tiers.saver import RankPlace, TierSaver
 from resilience.tiers.transport import NeighbourServer
 from resilience.tiers.layout import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
 

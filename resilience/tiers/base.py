@@ -3,8 +3,10 @@
 Every tier keeps checkpoints in the same on-disk form (``step-S/rank-R/``, manifest last:
 :mod:`resilience.tiers.manifest`); a tier is *where* they live and *who* can read them.
 The restore plan, the saver and the epilog use tiers only through this interface, so a new
-tier is one module and one line in :mod:`resilience.tiers.registry`; the contract tests
-(tests/unit/test_tier_contract.py) then run against it.
+tier is one module and one line in :mod:`resilience.tiers.registry`: the saver gives every
+tier a job's saves feed a background lane of its own that calls ``write``
+(:mod:`resilience.tiers.saver`), and the contract tests (tests/unit/test_tier_contract.py)
+run against each tier through that same ``write``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from typing import ClassVar
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import NodeKey, TierConfig, prune
+
+Source = Mapping[str, Snapshot] | Path
+"""What a tier's ``write`` copies: a rank's state itself (kind -> snapshot: the saver's capture
+buffers), or a complete checkpoint directory another tier wrote (copied file by file)."""
 
 Report = Callable[[str, int, int, str], None]
 """``report(tier, owner, step, why)``: a copy was refused (becomes a ``checkpoint-invalid`` event)."""
@@ -33,6 +39,27 @@ class Where:
     config: TierConfig
     node: NodeKey = 0
     ram_base: Path | None = None
+    neighbour_address: Callable[[], str | None] | None = None
+    """The next node's neighbour server (``host:port``), asked when a copy is sent: the plan,
+    and with it the next node, changes between generations. None where nothing is sent."""
+
+
+@dataclass(frozen=True)
+class Saving:
+    """How the saver feeds a tier, besides ``write`` (:mod:`resilience.tiers.saver`)."""
+
+    every_commit: bool = True
+    """Takes every commit the saver captures. False: only those the configuration marks
+    (every ``persist_every``-th) and flushes, for a tier too slow to take them all."""
+    warn_each_failure: bool = False
+    """Every failed save is a ``tier-warning`` ("NAME tier save failed"). False: one warning
+    per streak of failures and a ``tier-resumed`` when a save works again."""
+    announce: bool = False
+    """Rank 0 emits ``checkpoint-saved`` (tier, step, seconds) for each copy: the saves that
+    the run's metrics count, those a restarted job can resume from."""
+    failures: tuple[type[BaseException], ...] = (OSError,)
+    """The errors that mean "this copy failed" (a warning; training goes on and the next save
+    retries). Any other error is a bug: the lane logs it."""
 
 
 @dataclass(frozen=True)
@@ -52,17 +79,29 @@ class Offer:
 
 
 class Tier(ABC):
-    """Where a job's checkpoints can live. Subclasses say where (``root``) and may change how
-    offers are listed; the rest is the same for every tier."""
+    """Where a job's checkpoints can live. Subclasses say where (``root``) and whether a job's
+    saves write it (``saves``, ``keep``, ``saving``); they may change how offers are listed or
+    how a copy gets there (``write``). The rest is the same for every tier."""
 
     name: ClassVar[str]
     """The tier's name in events and plans: a contract (``ram``, ``neighbour``, ``persistent``)."""
     shared: ClassVar[bool] = False
-    """Every rank reads it directly (a shared filesystem), instead of a node's process serving it."""
+    """Every rank reads it directly (a shared filesystem), instead of a node's process serving it.
+    Data-parallel ranks may then store their replicated state once (``persist_replicated_once``)."""
+    saving: ClassVar[Saving] = Saving()
 
     @abstractmethod
     def root(self, where: Where) -> Path | None:
         """The directory of this job's checkpoints as seen from ``where``; None when the tier is off."""
+
+    @abstractmethod
+    def saves(self, config: TierConfig) -> bool:
+        """Whether this job's saves write this tier (it may be readable when they do not)."""
+
+    def keep(self, config: TierConfig) -> int | None:
+        """How many complete copies of a rank the saver keeps after each of its writes; None
+        when the saver never prunes this tier (whoever receives the copies does)."""
+        return None
 
     def path(self, where: Where, step: int, owner: int) -> Path:
         return mf.rank_dir(self._root(where), step, owner)
@@ -85,11 +124,20 @@ class Tier(ABC):
                                  "replicated" in kinds and "sharded" not in kinds, "rank" in kinds))
         return out
 
-    def write(self, where: Where, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],
-              share: Mapping[str, int] | None = None) -> Path:
-        """Write ``rank``'s snapshots as this tier's copy of ``step`` (manifest last, atomic)."""
-        return mf.write(self._root(where), where.config.job_id, step, world_size, rank, snaps,
-                        fsync=self.shared and where.config.fsync, share=share)
+    def write(self, where: Where, step: int, world_size: int, rank: int, source: Source,
+              share: Mapping[str, int] | None = None) -> Path | None:
+        """Write ``rank``'s copy of ``step`` into this tier (manifest last, atomic): the state
+        itself when this is the first tier a save reaches, else the first tier's directory,
+        so that a slow tier never holds a capture buffer. ``share``: files left to another
+        rank's directory of the same step (manifest.py).
+
+        Returns the new copy's directory; None when the tier has nowhere to put it now (the
+        copy is skipped: neither a success nor a failure). Raises ``saving.failures`` when
+        the copy failed."""
+        root, fsync = self._root(where), self.shared and where.config.fsync
+        if isinstance(source, Path):
+            return mf.copy_checkpoint(source, root, step, rank, fsync=fsync, share=share)
+        return mf.write(root, where.config.job_id, step, world_size, rank, source, fsync=fsync, share=share)
 
     def read(self, where: Where, step: int, owner: int, world_size: int,
              kinds: Collection[str] | None = None) -> dict[str, Snapshot]:

@@ -22,10 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.futures import Future
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
+from resilience.state.snapshot import checksum, matches
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import job_ram_dir
 from resilience.tiers.registry import PERSISTENT, RAM
@@ -75,7 +77,7 @@ class TieredStorageWriter(FileSystemWriter):
         results = super().write_data(plan, planner).wait()
         rank, world = _world()
         names = sorted({r.storage_data.relative_path for r in results})
-        entries = {name: mf.file_entry(self.targets[0] / name) for name in names}
+        entries = {name: file_entry(self.targets[0] / name) for name in names}
         sealed = mf.Manifest(self.job_id, self.step, world, rank, entries, created=time.time())
         mf.write_manifest(self.targets[0], sealed, _rank_manifest(rank), fsync=self._sync)
         for target in self.targets[1:]:
@@ -89,12 +91,32 @@ class TieredStorageWriter(FileSystemWriter):
     def finish(self, metadata: Any, results: list) -> None:
         super().finish(metadata, results)
         _, world = _world()
-        meta = mf.file_entry(self.targets[0] / ".metadata")
+        meta = file_entry(self.targets[0] / ".metadata")
         final = mf.Manifest(self.job_id, self.step, world, -1, {".metadata": meta}, created=time.time())
         for target in self.targets[1:]:
             shutil.copyfile(self.targets[0] / ".metadata", target / ".metadata")
         for target in self.targets:
             mf.write_manifest(target, final, fsync=self._sync)  # last: the checkpoint is complete
+
+
+def file_entry(path: Path) -> mf.FileEntry:
+    """Size and checksum of any file: DCP writes its own files, which are sealed this way."""
+    data = _file_words(path)
+    return mf.FileEntry(data.numel(), checksum(b"", [data]))
+
+
+def file_matches(path: Path, entry: mf.FileEntry) -> bool:
+    """Whether a file has the size and checksum of ``entry`` (of this version or an older one)."""
+    data = _file_words(path)
+    whole = data.numel() // 8 * 8  # how versions before xxHash cut a file (sum_checksum)
+    words = [data[:whole].view(torch.int64), data[whole:]]
+    return data.numel() == entry.size and matches(entry.checksum, b"", words)
+
+
+def _file_words(path: Path) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
 def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
@@ -104,7 +126,7 @@ def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
     for rank in range(top.world_size):
         ranked = mf.read_manifest(path, job_id, top.world_size, name=_rank_manifest(rank))
         for name, entry in {**ranked.files, **top.files}.items():
-            if not mf.file_matches(path / name, entry):
+            if not file_matches(path / name, entry):
                 raise mf.CheckpointInvalid(f"{path / name}: checksum mismatch (file corrupt)")
     return top
 

@@ -172,25 +172,6 @@ def write_manifest(path: Path, manifest: Manifest, name: str = MANIFEST, fsync: 
     _write_atomic(Path(path) / name, manifest.to_json().encode(), fsync)
 
 
-def file_entry(path: Path) -> FileEntry:
-    """Size and checksum of any file (the DCP adapters checksum DCP's own files this way)."""
-    data = _file_words(path)
-    return FileEntry(data.numel(), checksum(b"", [data]))
-
-
-def file_matches(path: Path, entry: FileEntry) -> bool:
-    """Whether a file has the size and checksum of ``entry`` (of this version or an older one)."""
-    data = _file_words(path)
-    whole = data.numel() // 8 * 8  # how versions before xxHash cut a file (sum_checksum)
-    return data.numel() == entry.size and matches(entry.checksum, b"", [data[:whole].view(torch.int64), data[whole:]])
-
-
-def _file_words(path: Path) -> torch.Tensor:
-    import numpy as np
-
-    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-
-
 def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:

@@ -6,19 +6,40 @@ offered, and a step's replicated state may be stored once (rank 0's file; see ma
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from resilience.tiers import manifest as mf
-from resilience.tiers.base import SHARED_HOLDER, Offer, Report, Tier, Where
-from resilience.tiers.layout import complete_steps
+from resilience.tiers.base import SHARED_HOLDER, Offer, Report, Saving, Source, Tier, Where
+from resilience.tiers.layout import TierConfig, complete_steps
 
 
 class PersistentTier(Tier):
     name = "persistent"
     shared = True
+    saving = Saving(every_commit=False, announce=True)
+    """Every K-th commit and flushes only (shared storage is slow); each copy is what a requeued
+    job resumes from, so rank 0 says it."""
 
     def root(self, where: Where) -> Path | None:
         return Path(where.config.persistent_dir) if where.config.persistent_dir else None
+
+    def saves(self, config: TierConfig) -> bool:
+        return bool(config.persistent_dir)
+
+    def keep(self, config: TierConfig) -> int | None:
+        return config.keep_persistent
+
+    def write(self, where: Where, step: int, world_size: int, rank: int, source: Source,
+              share: Mapping[str, int] | None = None) -> Path | None:
+        try:
+            return super().write(where, step, world_size, rank, source, share)
+        except OSError:
+            # Leave nothing half-written behind (a full disk must not stay full of our debris).
+            for tmp in mf.step_dir(self._root(where), step).glob(f"rank-{rank:05d}.tmp-*"):
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def offers(self, where: Where, holder: int, report: Report) -> list[Offer]:
         root = self.root(where)

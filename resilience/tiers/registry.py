@@ -1,6 +1,8 @@
 """The tiers, cheapest first: the order in which a restore prefers them.
 
-Adding a tier: one module with a :class:`~resilience.tiers.base.Tier`, one line below.
+Adding a tier: one module with a :class:`~resilience.tiers.base.Tier`, one line below. The
+saver then gives it a background lane when a job's saves feed it (``Tier.saves``), and the
+contract tests run it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from resilience.tiers.persistent import PersistentTier
 from resilience.tiers.ram import RamTier
 
 RAM, NEIGHBOUR, PERSISTENT = RamTier(), NeighbourTier(), PersistentTier()
-"""The three tiers the save pipeline feeds: RAM, then a push to the neighbour, then every K-th
-commit to persistent storage (resilience.tiers.saver)."""
+"""The three tiers the save pipeline feeds, a lane each: RAM, then a push to the neighbour, then
+every K-th commit to persistent storage (resilience.tiers.saver)."""
 
 TIERS: tuple[Tier, ...] = (
     RAM,

@@ -1,12 +1,16 @@
 """Every checkpoint tier passes the same contract (a new tier in the registry runs it too).
 
 Real files in temporary directories; each tier sees them as a rank on node ``gpu-a17`` of
-job ``j1`` would (its RAM root is the test's own).
+job ``j1`` would (its RAM root is the test's own). Copies are written the way the saver's
+lanes write them, through ``Tier.write``: the first tier a job's saves feed from the state
+itself, every later one from the first one's copy (``saver.fed_tiers``), with and without the
+RAM tier. A tier that sends its copies to the next node (the neighbour tier) sends them over
+TCP to a server of this one: a ring of one node.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -16,13 +20,57 @@ from resilience.tiers import manifest as mf
 from resilience.tiers.base import Tier, Where
 from resilience.tiers.layout import TierConfig
 from resilience.tiers.registry import NAMES, TIERS, cost, tier
+from resilience.tiers.saver import fed_tiers
+from resilience.tiers.transport import NeighbourServer
 
 WORLD = 2
 
 
-def where(tmp_path: Path, job: str = "j1") -> Where:
-    config = TierConfig(job_id=job, persistent_dir=str(tmp_path / "shared"))
-    return Where(config, node="gpu-a17", ram_base=tmp_path / "shm")
+@dataclass(frozen=True)
+class Route:
+    """How the saver writes ``tier``: from the state itself (``source`` None), or from
+    ``source``'s copy."""
+
+    tier: Tier
+    source: Tier | None
+
+    @property
+    def id(self) -> str:
+        return self.tier.name if self.source is None else f"{self.tier.name}<-{self.source.name}"
+
+
+def _routes() -> list[Route]:
+    out: dict[str, Route] = {}
+    for without in ({}, {"ram": False, "neighbour": False}):
+        first, *later = fed_tiers(TierConfig(job_id="j1", persistent_dir="/shared", **without))
+        for route in [Route(first, None)] + [Route(t, first) for t in later]:
+            out.setdefault(route.id, route)
+    return list(out.values())
+
+
+ROUTES = _routes()
+
+
+@pytest.fixture
+def where(tmp_path):
+    """``where(job)``: the tiers of a rank on ``gpu-a17``; its next node is this node."""
+    servers: dict[str, NeighbourServer] = {}
+
+    def make(job: str = "j1") -> Where:
+        config = TierConfig(job_id=job, persistent_dir=str(tmp_path / "shared"))
+        plain = Where(config, node="gpu-a17", ram_base=tmp_path / "shm")
+
+        def next_node() -> str:
+            if job not in servers:
+                root = tier("neighbour").root(plain)
+                servers[job] = NeighbourServer(root, job, config.keep_ram).start()
+            return servers[job].address
+
+        return Where(config, plain.node, plain.ram_base, neighbour_address=next_node)
+
+    yield make
+    for server in servers.values():
+        server.stop()
 
 
 def snaps(step: int) -> dict[str, snapshot.Snapshot]:
@@ -31,9 +79,27 @@ def snaps(step: int) -> dict[str, snapshot.Snapshot]:
     return {"replicated": snapshot.capture(state, step)}
 
 
-def write_all(t: Tier, w: Where, step: int) -> None:
-    for rank in range(WORLD):
-        t.write(w, step, WORLD, rank, snaps(step + 100 * rank))
+@pytest.fixture(params=ROUTES, ids=[r.id for r in ROUTES])
+def route(request) -> Route:
+    return request.param
+
+
+@pytest.fixture
+def each_tier(route) -> Tier:
+    return route.tier
+
+
+@pytest.fixture
+def write_all(route):
+    """``write_all(tier, where, step)``: every rank's copy of ``step``, as the saver writes it."""
+
+    def write(t: Tier, w: Where, step: int) -> None:
+        for rank in range(WORLD):
+            state = snaps(step + 100 * rank)
+            source = state if route.source is None else route.source.write(w, step, WORLD, rank, state)
+            assert t.write(w, step, WORLD, rank, source) is not None
+
+    return write
 
 
 def offered(t: Tier, w: Where) -> tuple[set[tuple[int, int]], list[tuple]]:
@@ -43,13 +109,8 @@ def offered(t: Tier, w: Where) -> tuple[set[tuple[int, int]], list[tuple]]:
     return {(o.step, o.owner) for o in offers}, refused
 
 
-@pytest.fixture(params=TIERS, ids=NAMES)
-def each_tier(request) -> Tier:
-    return request.param
-
-
-def test_round_trip_is_bitwise(each_tier, tmp_path):
-    w = where(tmp_path)
+def test_round_trip_is_bitwise(each_tier, where, write_all):
+    w = where()
     write_all(each_tier, w, 4)
     assert offered(each_tier, w) == ({(4, 0), (4, 1)}, [])
     for rank in range(WORLD):
@@ -57,8 +118,8 @@ def test_round_trip_is_bitwise(each_tier, tmp_path):
         assert back.digest() == snaps(4 + 100 * rank)["replicated"].digest()
 
 
-def test_a_flipped_byte_is_refused_naming_the_tier(each_tier, tmp_path):
-    w = where(tmp_path)
+def test_a_flipped_byte_is_refused_naming_the_tier(each_tier, where, write_all):
+    w = where()
     write_all(each_tier, w, 4)
     victim = each_tier.path(w, 4, 1) / "replicated.bin"
     data = bytearray(victim.read_bytes())
@@ -69,8 +130,8 @@ def test_a_flipped_byte_is_refused_naming_the_tier(each_tier, tmp_path):
     each_tier.read(w, 4, 0, WORLD)  # the other rank's copy is untouched
 
 
-def test_a_truncated_manifest_is_refused_and_never_offered(each_tier, tmp_path):
-    w = where(tmp_path)
+def test_a_truncated_manifest_is_refused_and_never_offered(each_tier, where, write_all):
+    w = where()
     write_all(each_tier, w, 4)
     manifest = each_tier.path(w, 4, 1) / mf.MANIFEST
     manifest.write_text(manifest.read_text()[:40])
@@ -81,15 +142,15 @@ def test_a_truncated_manifest_is_refused_and_never_offered(each_tier, tmp_path):
     assert [(name, owner, step) for name, owner, step, _ in refused] == [(each_tier.name, 1, 4)]
 
 
-def test_another_jobs_files_are_never_offered(each_tier, tmp_path):
-    write_all(each_tier, where(tmp_path, job="other"), 7)
-    assert offered(each_tier, where(tmp_path, job="j1")) == (set(), [])
+def test_another_jobs_files_are_never_offered(each_tier, where, write_all):
+    write_all(each_tier, where(job="other"), 7)
+    assert offered(each_tier, where(job="j1")) == (set(), [])
     with pytest.raises(mf.CheckpointInvalid):
-        each_tier.read(where(tmp_path, job="j1"), 7, 0, WORLD)
+        each_tier.read(where(job="j1"), 7, 0, WORLD)
 
 
-def test_pruning_keeps_the_only_complete_copy(each_tier, tmp_path):
-    w = where(tmp_path)
+def test_pruning_keeps_the_only_complete_copy(each_tier, where, write_all):
+    w = where()
     write_all(each_tier, w, 3)
     write_all(each_tier, w, 5)
     for rank in range(WORLD):  # the newest save broke half way: its manifests never came
@@ -102,10 +163,10 @@ def test_pruning_keeps_the_only_complete_copy(each_tier, tmp_path):
     assert mf.steps_in(each_tier.root(w)) == [8]
 
 
-def test_pruning_never_counts_or_removes_another_jobs_copies(each_tier, tmp_path):
+def test_pruning_never_counts_or_removes_another_jobs_copies(each_tier, where, write_all):
     """Two jobs in one directory (a shared persistent path): the other job's newer steps must not
     push this job's only copies out, and this job's pruning leaves the other's files alone."""
-    mine, other = where(tmp_path, job="j1"), where(tmp_path, job="other")
+    mine, other = where(job="j1"), where(job="other")
     write_all(each_tier, mine, 3)
     write_all(each_tier, other, 7)
     write_all(each_tier, other, 9)
@@ -122,6 +183,25 @@ def test_a_tier_that_is_off_offers_nothing(each_tier, tmp_path):
     off = Where(TierConfig(job_id="j1", ram=False, neighbour=False), node="gpu-a17", ram_base=tmp_path / "shm")
     assert each_tier.root(off) is None
     assert each_tier.offers(off, 0, lambda *a: None) == []
+
+
+def test_a_copy_with_nowhere_to_go_is_skipped_not_failed(route, tmp_path):
+    """No next node yet (the plan has none): a tier writes as before, or says None (skipped)
+    and holds nothing."""
+    config = TierConfig(job_id="j1", persistent_dir=str(tmp_path / "shared"))
+    w = Where(config, node="gpu-a17", ram_base=tmp_path / "shm", neighbour_address=lambda: None)
+    written = []
+    for rank in range(WORLD):
+        state = snaps(4 + 100 * rank)
+        source = state if route.source is None else route.source.write(w, 4, WORLD, rank, state)
+        written.append(route.tier.write(w, 4, WORLD, rank, source))
+    held = {(o.step, o.owner) for o in route.tier.offers(w, 0, lambda *a: None)}
+    assert held == (set() if written == [None] * WORLD else {(4, 0), (4, 1)})
+    assert None not in written or written == [None] * WORLD
+
+
+def test_every_registered_tier_is_written_the_way_the_saver_writes_it():
+    assert {r.tier.name for r in ROUTES} == set(NAMES)
 
 
 def test_the_registry_orders_tiers_cheapest_first():

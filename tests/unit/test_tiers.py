@@ -224,8 +224,8 @@ def test_save_blocks_only_for_the_copy(tmp_path):
     gate = threading.Event()
     config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False)
     saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
-    original = saver._persistent_lane._work
-    saver._persistent_lane._work = lambda job: (gate.wait(30), original(job))
+    original = saver.lane("persistent")._work
+    saver.lane("persistent")._work = lambda job: (gate.wait(30), original(job))
     for step in range(6):
         saver.save(step, {"replicated": {"w": torch.full((100,), float(step))}})
         saver.wait_ram()
