@@ -54,11 +54,6 @@ class GenerationWatch:
             release(self._backend, self._sockets, self._groups)
             return True
 
-    def releasable(self) -> bool:
-        """In a generation whose groups are formed and not yet released."""
-        with self._lock:
-            return self._sockets is not None and self._released_at is None
-
     def released(self) -> bool:
         """Whether the heartbeat thread ended this generation under the main thread."""
         with self._lock:
@@ -132,6 +127,4 @@ class Heartbeat:
                 if not self._stop.is_set():
                     os._exit(3)
                 return
-            # The next plan releases this rank the moment it is published, not at the next poll.
-            ended = self.store.plan_arrival(generation + 1) if self.watch.releasable() else self._stop
-            ended.wait(self.POLL_S)
+            self._stop.wait(self.POLL_S)

@@ -6,7 +6,7 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 ============================ =============================================================
 ``plan/G``                   :class:`~resilience.contract.messages.Plan` (supervisor)
 ``pg/G/...``                 the process group of generation G (torch's own keys)
-``join/G``, ``joined/G``      members arrived in G (counter); set when all have
+``join/G``                   members arrived in G (counter)
 ``pause/G``, ``pause-step/G`` a resize asked to leave G; the first step no rank may start
 ``report/G/S``, ``report-seq/G``, ``report-ready/G``  reports, their order, their count
 ``recovery/G``, ``batch/G``, ``first-step/G``  how G recovered; its batch; its first step's time
@@ -46,11 +46,6 @@ def pg_prefix(generation: int) -> str:
 
 def join(generation: int) -> str:
     return f"join/{generation}"
-
-
-def joined(generation: int) -> str:
-    """Set by the last member to join G: the others wait on it instead of polling the count."""
-    return f"joined/{generation}"
 
 
 def pause(generation: int) -> str:

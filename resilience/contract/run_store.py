@@ -12,7 +12,6 @@ In the manner of NVIDIA resiliency's ``StoreMixin``: one object, typed accessors
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -25,15 +24,11 @@ from resilience.contract.messages import (BatchInfo, FlushDone, FlushRequest, Pl
                                           RecoveryInfo, Report, RunStats)
 
 
-_FOREVER = timedelta(days=365)
-
-
 class RunStore:
     """Typed accessors over a ``torch.distributed.Store`` (a client or the supervisor's server)."""
 
     def __init__(self, store: dist.Store) -> None:
         self.raw = store
-        self._arrivals: dict[str, threading.Event] = {}
 
     @classmethod
     def host(cls, timeout_s: float = 60.0) -> "RunStore":
@@ -63,25 +58,6 @@ class RunStore:
     def _count(self, key: str) -> int:
         return self.raw.add(key, 0)
 
-    def _arrival(self, key: str) -> threading.Event:
-        """Set as soon as ``key`` exists: a blocking wait on a connection of its own, so that
-        the recovery path does not pay half a poll period per wait. (A wait with a timeout
-        logs a c10d warning each time it expires; this one never expires.)"""
-        event = self._arrivals.get(key)
-        if event is None:
-            self._arrivals = {k: e for k, e in self._arrivals.items() if not e.is_set()}
-            event = self._arrivals[key] = threading.Event()
-            connection = self.raw.clone()  # type: ignore[attr-defined]
-
-            def wait() -> None:
-                try:
-                    connection.wait([key], _FOREVER)
-                except Exception:  # noqa: BLE001 - the store is gone: the caller's next check says so
-                    pass
-                event.set()
-            threading.Thread(target=wait, name="sres-store-wait", daemon=True).start()
-        return event
-
     # --- plans and generations (supervisor writes, ranks read) ------------------------------
 
     def publish_plan(self, plan: Plan) -> None:
@@ -91,16 +67,11 @@ class RunStore:
         text = self._text(keys.plan(generation))
         return Plan.decode(text) if text is not None else None
 
-    def plan_arrival(self, generation: int) -> threading.Event:
-        """Set as soon as generation G is planned: what a rank of G-1 waits on to be released
-        the moment its generation ends."""
-        return self._arrival(keys.plan(generation))
-
     def has_plan(self, generation: int) -> bool:
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
         return self._has(keys.plan(generation))
 
-    def wait_plan(self, slot: str, after: int, poll_s: float = 0.2) -> Plan | None:
+    def wait_plan(self, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
         """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
         Always the newest such generation: a process that starts late (a cold respawn) must not
@@ -118,20 +89,20 @@ class RunStore:
                 after = newest
             if self.is_shut_down():
                 return None
-            self.plan_arrival(newest + 1).wait(poll_s)
+            time.sleep(poll_s)
 
-    def join(self, plan: Plan, poll_s: float = 0.05) -> bool:
+    def join(self, plan: Plan, poll_s: float = 0.005) -> bool:
         """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it.
 
         ``init_process_group`` would block until its timeout for a member that will never come
         (it died after the plan was made); this barrier notices the newer plan instead, so a
         fault during re-formation costs one poll, not a timeout.
         """
-        if self.raw.add(keys.join(plan.generation), 1) == plan.world_size:
-            self.raw.set(keys.joined(plan.generation), "1")  # the last to join wakes the others
-        while not self._arrival(keys.joined(plan.generation)).wait(poll_s):
+        self.raw.add(keys.join(plan.generation), 1)
+        while self._count(keys.join(plan.generation)) < plan.world_size:
             if self.has_plan(plan.generation + 1) or self.is_shut_down():
-                return False  # (the wait for joined/G stays blocked on its own connection)
+                return False
+            time.sleep(poll_s)
         return True
 
     def group_store(self, generation: int) -> dist.Store:
