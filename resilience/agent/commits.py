@@ -47,6 +47,12 @@ class CommitPipeline:
         by the tiers instead, an older step but as exact."""
         if due and self.kept.parts.in_flight is not None:
             self._join(self.kept.parts.in_flight)
+        if any(i.kind == "kill-all" for i in due) and self.tiers is not None:
+            # No process survives a kill-all: it tests the restart from the RAM tier, which then
+            # holds the last commit (a real loss of every node in that instant gets the one before).
+            if self._capture is not None:
+                self._join(self._capture)
+            self.tiers.saver.wait_ram(60.0)
         for injection in due:
             faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
 

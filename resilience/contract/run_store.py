@@ -37,9 +37,14 @@ class RunStore:
                                  timeout=timedelta(seconds=timeout_s)))
 
     @classmethod
-    def connect(cls, host: str, port: int, timeout_s: float = 60.0) -> "RunStore":
-        return cls(dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s),
-                                 wait_for_workers=False))
+    def connect(cls, host: str, port: int, timeout_s: float = 60.0, connect_s: float = 15.0) -> "RunStore":
+        """A rank's client. The supervisor's store is up before any rank starts, so a connection
+        that takes more than ``connect_s`` means the supervisor is gone (a cancelled job): the
+        rank then ends in seconds instead of retrying for the whole operation timeout."""
+        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=connect_s),
+                              wait_for_workers=False)
+        store.set_timeout(timedelta(seconds=timeout_s))
+        return cls(store)
 
     @property
     def port(self) -> int:
