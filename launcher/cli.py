@@ -15,13 +15,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, job_control, report, simulate_cli
+from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, job_control, observability_cli, report, simulate_cli
 from launcher.satellites import GROW_BY
 from launcher.errors import ConfigError, SresError
 from launcher.events import read_events
 from launcher.run import environment
 from launcher.slurm import SlurmClient
-from launcher.straggler import ACTIONS, StragglerConfig
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -97,7 +96,7 @@ def _supervise(args: argparse.Namespace, command: tuple[str, ...], nodes: int, p
         restart_count=restart_count, timeout_requeues=timeout_requeues(log_dir, restart_count),
         preempt_signal=args.preempt_signal, tiers=ckpt_cli.tier_config(args, log_dir),
         elastic=elastic_cli.elastic_config(args), metrics_port=args.metrics_port, metrics_addr=args.metrics_addr,
-        metrics_textfile=args.metrics_textfile, straggler=_straggler_config(args),
+        metrics_textfile=args.metrics_textfile, straggler=observability_cli.straggler_config(args),
     )
     placement = liveness = None
     if args.repair_after is not None and (launcher == "slurm" or args.repair_after < 0):
@@ -165,13 +164,6 @@ def _cmd_template(args: argparse.Namespace) -> int:
 
 def _default_log_dir() -> str:
     return time.strftime("sres-runs/run-%Y%m%d-%H%M%S")
-
-
-def _straggler_config(args: argparse.Namespace):
-    try:
-        return StragglerConfig(args.straggler_factor, args.straggler_steps, args.straggler_action)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
 
 
 def _count_or_none(text: str) -> int | None:
@@ -249,19 +241,7 @@ def _add_supervision_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preempt-signal", default=d("preempt_signal"),
                    help=f"signal that means 'save and requeue' (default {d('preempt_signal')}; USR1 is refused: "
                         "NCCL may use it)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve live metrics (Prometheus text) on this port; 0 picks a free one (see the metrics event)")
-    p.add_argument("--metrics-addr", default=d("metrics_addr"),
-                   help="address the metrics endpoint binds (default %(default)s: this host only)")
-    p.add_argument("--metrics-textfile", type=Path, default=None,
-                   help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)")
-    p.add_argument("--straggler-factor", type=float, default=StragglerConfig.factor,
-                   help="a rank computing this many times the median per step is slow (default %(default)g)")
-    p.add_argument("--straggler-steps", type=int, default=StragglerConfig.steps,
-                   help="...for this many steps in a row: a straggler event (default %(default)d)")
-    p.add_argument("--straggler-action", choices=ACTIONS, default="none",
-                   help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
-                        "spare (default: report it)")
+    observability_cli.add_run_arguments(p, d)
     _add_capacity_options(p)
     p.add_argument("--repair-after", type=float, default=None, metavar="S",
                    help="local runs: a drained simulated node comes back healthy S seconds later and refills the "

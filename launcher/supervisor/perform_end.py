@@ -12,7 +12,8 @@ from launcher.events import summary
 from launcher.supervisor import actions as act
 from launcher.supervisor.books import Outcome
 from launcher.supervisor.hands import Hands
-from launcher.supervisor.policy import error_at, requeues_counted
+from launcher.supervisor.policy import error_at
+from launcher.supervisor.requeue_policy import requeues_counted
 from resilience import tiers
 
 

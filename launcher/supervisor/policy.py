@@ -17,10 +17,11 @@ from launcher.placement import NodeEvidence
 from launcher.straggler import Straggler
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, Launch, NoteStraggler,
-    OpenFault, Publish, RefillSpare, Release, Requeue, StartStandby, UseIdleNode, WaitForNode,
+    OpenFault, Publish, RefillSpare, Release, StartStandby, UseIdleNode, WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
+from launcher.supervisor.requeue_policy import requeue_or_fail, signal_cause
 from launcher.supervisor.resize import ResizeState, advance, node_slots, on_capacity, on_requests, shrink_after_loss
 from resilience.contract.messages import Report, SlotInfo
 
@@ -308,41 +309,6 @@ def _no_node(state: RunState, homeless: list[int], config: RunConfig) -> str:
         text += (f"; the world may not shrink to {left} node(s) (--min-nodes {config.elastic.min_nodes}) and no "
                  f"node came within --resize-timeout {config.elastic.resize_timeout_s:g} s")
     return text
-
-
-def requeue_or_fail(why: str, config: RunConfig, save: bool = False, cause: str = "fault") -> Action:
-    """The job cannot go on here: requeue it (it resumes from its saved state) unless it
-    already used its requeues. Time-limit requeues have a cap of their own when one is set
-    (``--max-timeout-requeues``, submitit's ``max_num_timeout``): a job that cannot finish in
-    its time limit should stop, while one preempted by the scheduler was not at fault."""
-    used, cap, flag = requeues_counted(config, cause)
-    if cap is not None and used >= cap:
-        at_limit = " at its time limit" if flag == "--max-timeout-requeues" else ""
-        return Fail(f"{why}; the job was already requeued {used} time(s){at_limit} ({flag} {cap})")
-    return Requeue(why, save, cause)
-
-
-def requeues_counted(config: RunConfig, cause: str) -> tuple[int, int | None, str]:
-    """(requeues used so far, their cap or None, the option that sets it) for a requeue of ``cause``."""
-    if config.max_timeout_requeues is None:
-        return config.restart_count, config.max_requeues, "--max-requeues"
-    if cause == "time-limit":
-        return config.timeout_requeues, config.max_timeout_requeues, "--max-timeout-requeues"
-    return config.restart_count - config.timeout_requeues, config.max_requeues, "--max-requeues"
-
-
-TIME_LIMIT_WINDOW = (600.0, 0.2)
-"""A requeue signal counts as the time limit's when it comes in the job's last 10 minutes or
-last 20% of its limit, whichever is longer: submitit's rule, so ``max_num_timeout`` counts
-what it counts under submitit. Without a known limit it is a preemption."""
-
-
-def signal_cause(time_left_s: float | None, time_limit_s: float | None) -> str:
-    """``time-limit`` or ``preemption``: what a requeue signal (``--preempt-signal``) means."""
-    if time_left_s is None or time_limit_s is None:
-        return "preemption"
-    seconds, share = TIME_LIMIT_WINDOW
-    return "time-limit" if time_left_s <= max(seconds, share * time_limit_s) else "preemption"
 
 
 # --- the pure pieces the rules are made of ---------------------------------------------------

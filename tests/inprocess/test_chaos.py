@@ -26,7 +26,7 @@ def small_disk(tmp_path):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True,
                              text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}")
+        pytest.skip(reason=f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}")
     yield where
     subprocess.run(["umount", "-l", str(where)], check=True)
 

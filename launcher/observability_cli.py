@@ -1,0 +1,36 @@
+"""The options of ``sres run`` and ``sres srun`` that say how a run is watched: live metrics and
+stragglers (their reading is ``sres report``'s and the supervisor's)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import ConfigError
+from launcher.straggler import ACTIONS, StragglerConfig
+
+
+def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> None:
+    """``d``: the default of a ``RunConfig`` field."""
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve live metrics (Prometheus text) on this port; 0 picks a free one (see the metrics event)")
+    p.add_argument("--metrics-addr", default=d("metrics_addr"),
+                   help="address the metrics endpoint binds (default %(default)s: this host only)")
+    p.add_argument("--metrics-textfile", type=Path, default=None,
+                   help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)")
+    p.add_argument("--straggler-factor", type=float, default=StragglerConfig.factor,
+                   help="a rank computing this many times the median per step is slow (default %(default)g)")
+    p.add_argument("--straggler-steps", type=int, default=StragglerConfig.steps,
+                   help="...for this many steps in a row: a straggler event (default %(default)d)")
+    p.add_argument("--straggler-action", choices=ACTIONS, default="none",
+                   help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
+                        "spare (default: report it)")
+
+
+def straggler_config(args: argparse.Namespace) -> StragglerConfig:
+    try:
+        return StragglerConfig(args.straggler_factor, args.straggler_steps, args.straggler_action)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
