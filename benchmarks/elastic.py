@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from launcher.events import read_events  # noqa: E402
+from launcher.observability.events import read_events  # noqa: E402
 from resilience.examples.train_mlp import state_mb  # noqa: E402
 
 GLOBAL_BATCH, MICRO = 24, 6

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.recovery import spawn_world  # noqa: E402
-from launcher.events import read_events  # noqa: E402
+from launcher.observability.events import read_events  # noqa: E402
 from resilience.examples.train_fsdp import state_mib  # noqa: E402
 from resilience.state.replication import KEEP, KEEP_OWN  # noqa: E402
 

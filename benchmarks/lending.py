@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.slurm import SlurmClient  # noqa: E402
+from launcher.slurm.client import SlurmClient  # noqa: E402
 from tests.slurm_cluster import SlurmCluster  # noqa: E402
 from tests.training_jobs import TrainingJob, sres_srun, submit_training, wait_job  # noqa: E402
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.trees import worktree  # noqa: E402
-from launcher.events import read_events  # noqa: E402
+from launcher.observability.events import read_events  # noqa: E402
 
 BASE = "27e826b"
 """main before issue 28's architecture step."""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.nodes import discover  # noqa: E402
-from launcher.slurm import SlurmClient  # noqa: E402
+from launcher.slurm.discovery import discover  # noqa: E402
+from launcher.slurm.client import SlurmClient  # noqa: E402
 from tests.slurm_cluster import SlurmCluster  # noqa: E402
 
 

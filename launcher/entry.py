@@ -6,7 +6,7 @@ import sys
 
 
 def main() -> int:
-    from launcher import signal_latch
+    from launcher.run import signal_latch
 
     if sys.argv[1:2] in (["run"], ["srun"]):
         signal_latch.latch(sys.argv[2:])

@@ -27,7 +27,7 @@ from submitit.core import core, utils
 from submitit.local.local import LocalExecutor, LocalJob, start_controller
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.submitit_job import run_dir
 
 CLUSTERS = ("slurm", "local")
@@ -98,7 +98,7 @@ class SlurmStateWatcher(SlurmInfoWatcher):
 
     def update(self) -> None:
         from launcher.errors import SlurmError
-        from launcher.slurm import SlurmClient
+        from launcher.slurm.client import SlurmClient
 
         pending = self._registered - self._finished
         if not pending:

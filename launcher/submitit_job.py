@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 if __name__ == "__main__":  # before the imports below (torch): Slurm may signal a requeue at once
-    from launcher import signal_latch
+    from launcher.run import signal_latch
 
     signal_latch.latch(sys.argv[4:])
 
@@ -25,7 +25,7 @@ from submitit.core import utils  # noqa: E402
 
 from launcher import cli  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
-from launcher.events import read_events  # noqa: E402
+from launcher.observability.events import read_events  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""

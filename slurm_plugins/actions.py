@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from launcher.slurm import SlurmClient
-from launcher.slurm_types import REASON_PREFIX, Node
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.types import REASON_PREFIX, Node
 from slurm_plugins.checks.base import CheckResult, Fault
 from slurm_plugins.health_config import Actions
 

@@ -209,7 +209,7 @@ def _clean_job(hook: HookEnv, log: HealthLog) -> None:
 
 
 def _slurm_view(hook: HookEnv, log: HealthLog, timeout_s: float):
-    from launcher.slurm import SlurmClient
+    from launcher.slurm.client import SlurmClient
 
     try:
         client = SlurmClient.create(hook.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=timeout_s)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher import hostlist
+from launcher.slurm import hostlist
 from launcher.errors import ConfigError
 from slurm_plugins import health_config, wrappers
 from slurm_plugins.conf_edit import apply_plugstack_line, apply_slurm_conf_lines, write_with_backup

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.events import read_events
-from launcher.slurm import SlurmClient
-from launcher.slurm_types import Job
+from launcher.observability.events import read_events
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.types import Job
 from tests.slurm_cluster import SlurmCluster
 
 

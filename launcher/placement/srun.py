@@ -7,7 +7,7 @@ node's slurmd still answers, which healthy nodes the job holds that no rank uses
 none is left, one more node through job expansion. Node names, the store address and rank
 placement never come from the stale ``SLURM_JOB_NODELIST``.
 
-Nodes beyond the job's own come from satellites (:mod:`launcher.satellites`, the default)
+Nodes beyond the job's own come from satellites (:mod:`launcher.slurm.satellites`, the default)
 or, where the cluster permits it, job expansion (``--grow-by expansion``). A satellite's
 ranks are told that SIGTERM means "Slurm takes this node back" (preemption with a grace
 time signals steps first): they report it and the world shrinks at a step boundary.
@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher import nodes as node_discovery
+from launcher.slurm import discovery as node_discovery
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
-from launcher.satellites import GROW_BY, Satellites
-from launcher.slurm import SlurmClient
+from launcher.slurm.satellites import GROW_BY, Satellites
+from launcher.slurm.client import SlurmClient
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import node_name_environ, reclaim_environ
 

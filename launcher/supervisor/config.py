@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.straggler import StragglerConfig
+from launcher.observability.straggler import StragglerConfig
 from resilience.tiers import TierConfig
 from resilience.contract.injections import Injection
 from resilience.contract import rank_env

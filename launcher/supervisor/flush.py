@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from launcher.events import EventLog
+from launcher.observability.events import EventLog
 from resilience.contract.messages import FlushDone
 from resilience.contract.run_store import RunStore
 from resilience.tiers.registry import PERSISTENT

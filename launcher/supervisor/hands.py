@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
-from launcher.events import EventLog
+from launcher.observability.events import EventLog
 from launcher.placement import NewNode, Placement
 from launcher.supervisor.books import Books
 from launcher.supervisor.config import RunConfig

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from launcher import metrics, signal_latch
-from launcher.events import EventLog
+from launcher.observability import metrics
+from launcher.run import signal_latch
+from launcher.observability.events import EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
 from launcher.supervisor.actions import WaitForNode

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from launcher.placement import NodeEvidence, Placement
-from launcher.straggler import Straggler
+from launcher.observability.straggler import Straggler
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
 from launcher.supervisor.step_reports import StepReports

@@ -8,7 +8,7 @@ Each function performs one action (:mod:`launcher.supervisor.actions`) with the 
 from __future__ import annotations
 
 from launcher.errors import SresError
-from launcher.events import summary
+from launcher.observability.events import summary
 from launcher.supervisor import actions as act
 from launcher.supervisor.books import Outcome
 from launcher.supervisor.hands import Hands

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
-from launcher.straggler import Straggler
+from launcher.observability.straggler import Straggler
 from launcher.supervisor.actions import (
     AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, Launch, NoteStraggler,
     OpenFault, Publish, RefillSpare, Release, StartStandby, UseIdleNode, WaitForNode,

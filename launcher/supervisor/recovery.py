@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from launcher import goodput
-from launcher.events import EventLog
+from launcher.observability import goodput
+from launcher.observability.events import EventLog
 from launcher.supervisor import step_reports
 from resilience.contract.messages import RecoveryInfo
 from resilience.contract.run_store import RunStore

@@ -3,7 +3,7 @@
 Each rank publishes its recent steps (:mod:`resilience.agent.step_timer`); the supervisor
 reads them about twice a second, appends the steps it has not seen to
 ``<log dir>/step_times.jsonl`` (one line per rank and step: what the run report's heatmap
-draws) and hands them to the :class:`~launcher.straggler.StragglerDetector` of the generation.
+draws) and hands them to the :class:`~launcher.observability.straggler.StragglerDetector` of the generation.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from launcher.events import read_events
-from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
+from launcher.observability.events import read_events
+from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from resilience.contract.run_store import RunStore
 
 FILE = "step_times.jsonl"

@@ -73,7 +73,7 @@ def leftovers(processes: Iterable[JobProcess], active_jobs: set[str]) -> list[Jo
 
 def check_processes(ctx: CheckContext) -> list[CheckResult]:
     from launcher.errors import SlurmError
-    from launcher.slurm import SlurmClient
+    from launcher.slurm.client import SlurmClient
 
     procs = job_processes(ctx.node, ctx.cluster)
     if not procs:

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from launcher import job_control, templates
+from launcher.cli import job_control
+from launcher.slurm import templates
 from launcher.errors import ConfigError
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 from resilience.elastic import coverage
 from tests.training_jobs import REPO, TRAIN, TrainingJob, sres_srun, submit_training, wait_job
 

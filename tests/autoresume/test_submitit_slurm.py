@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import submitit
 
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from launcher import templates
-from launcher.slurm import SlurmClient
+from launcher.slurm import templates
+from launcher.slurm.client import SlurmClient
 from tests.training_jobs import REPO, wait_job
 
 pytestmark = pytest.mark.cluster

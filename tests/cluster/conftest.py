@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import ConfigError
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.cluster

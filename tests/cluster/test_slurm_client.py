@@ -8,8 +8,8 @@ import time
 import pytest
 
 from launcher.errors import ConfigError, SlurmError
-from launcher.nodes import discover
-from launcher.slurm_types import REASON_PREFIX
+from launcher.slurm.discovery import discover
+from launcher.slurm.types import REASON_PREFIX
 from tests.training_jobs import wait_job
 from tests.slurm_cluster import pid_alive, processes_with_env
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 from tests.training_jobs import wait_job
 from tests.hooks.conftest import wait_for
 from tests.slurm_cluster import pid_alive

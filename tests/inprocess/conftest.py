@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from tests.slurm_cluster import pid_alive, processes_with_env
 
 STEPS = 14

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from tests.inprocess.conftest import sres_run
 
 

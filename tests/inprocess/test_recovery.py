@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from launcher.processes import processes_with_env
+from launcher.run.processes import processes_with_env
 from tests.inprocess.conftest import sres_run, when_event
 
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from PIL import Image
 
-from launcher import report
+from launcher.observability import report
 from tests.inprocess.conftest import sres_run
 
 

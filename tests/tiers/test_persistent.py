@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
 from resilience.tiers import manifest as mf
 from resilience.tiers import TierConfig, complete_steps

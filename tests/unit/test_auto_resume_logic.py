@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from launcher import templates
+from launcher.slurm import templates
 from launcher.placement import NodeEvidence
 from launcher.errors import ConfigError
-from launcher.srun_args import parse, split_ours
+from launcher.slurm.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict
 from resilience.contract.liveness import LivenessServer, announce
 

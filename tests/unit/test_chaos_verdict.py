@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher import chaos_cli
+from launcher.cli import chaos as chaos_cli
 
 
 def _log(path: Path, *events: dict) -> Path:

@@ -7,8 +7,8 @@ command that hangs, fails or is missing, whatever the command.
 import pytest
 
 from launcher.errors import ConfigError, SlurmCommandError, SlurmUnavailable
-from launcher.slurm import SlurmClient
-from launcher.slurm_cli import CommandLine
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.command_driver import CommandLine
 
 
 def test_timeout_raises_with_the_command():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.goodput import CAUSES, account
+from launcher.observability.goodput import CAUSES, account
 
 
 def test_causes_sum_to_the_wall_time_and_each_is_measured():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from slurm_plugins.actions import Kind, decide, failure_reason
 from slurm_plugins.checks.base import CheckResult, Fault, Status, fail, ok
 from slurm_plugins.health_config import Actions
-from launcher.slurm_types import Node
+from launcher.slurm.types import Node
 
 IDLE = Node("n1", "IDLE")
 OURS = Node("n1", "IDLE", frozenset({"DRAIN"}), "sres: mounts: /scratch missing")

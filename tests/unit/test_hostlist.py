@@ -1,6 +1,6 @@
 import pytest
 
-from launcher.hostlist import HostlistError, compress, expand
+from launcher.slurm.hostlist import HostlistError, compress, expand
 
 
 @pytest.mark.parametrize(

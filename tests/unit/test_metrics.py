@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from launcher.metrics import RunMetrics
+from launcher.observability.metrics import RunMetrics
 
 
 def samples(metrics: RunMetrics) -> dict[tuple[str, tuple], float]:

@@ -1,8 +1,8 @@
 import pytest
 
 from launcher.errors import NotInAllocation, SlurmError
-from launcher.nodes import classify, discover
-from launcher.slurm_types import Node
+from launcher.slurm.discovery import classify, discover
+from launcher.slurm.types import Node
 
 
 def node(name, state="ALLOCATED", flags=(), reason="", address=""):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.placement import NodeEvidence
-from launcher.straggler import Straggler, StragglerConfig
+from launcher.observability.straggler import Straggler, StragglerConfig
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
     AcquireNode, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, NoteStraggler, OpenFault,

@@ -2,7 +2,7 @@
 
 import argparse
 
-from launcher import cli
+from launcher.cli import parser as cli
 from launcher.run import environment
 
 

@@ -1,10 +1,11 @@
-"""The requeue signal is held from the job process's first moment (launcher.signal_latch)."""
+"""The requeue signal is held from the job process's first moment (launcher.run.signal_latch)."""
 
 import os
 import subprocess
 import sys
 
-from launcher import cli, signal_latch
+from launcher import cli
+from launcher.run import signal_latch
 from launcher.supervisor.config import RunConfig
 from resilience.contract import rank_env
 
@@ -54,7 +55,7 @@ def test_the_latch_and_the_parser_read_the_same_variable(monkeypatch):
 def test_a_signal_before_the_supervisor_starts_is_kept_not_fatal():
     """USR2 at once, while the CLI still imports torch: the process lives and remembers it."""
     code = ("import os, signal, sys\n"
-            "from launcher import signal_latch\n"
+            "from launcher.run import signal_latch\n"
             "signal_latch.latch(sys.argv[1:])\n"
             "os.kill(os.getpid(), signal.SIGUSR2)\n"
             "import launcher.cli\n"  # the heavy import the signal may interrupt
@@ -69,7 +70,7 @@ def test_a_signal_before_the_supervisor_starts_is_kept_not_fatal():
 def test_a_signal_named_by_the_environment_during_start_up_is_kept_not_fatal():
     """SRES_PREEMPT_SIGNAL=TERM and no --preempt-signal (as under srun --auto-resume): TERM is held too."""
     code = ("import os, signal, sys\n"
-            "from launcher import signal_latch\n"
+            "from launcher.run import signal_latch\n"
             "signal_latch.latch(sys.argv[1:])\n"
             "os.kill(os.getpid(), signal.SIGTERM)\n"
             "import launcher.cli\n"
@@ -85,7 +86,7 @@ def test_the_latch_imports_only_the_standard_library():
     """It runs before torch: anything heavier would widen the window it exists to close."""
     code = ("import sys\n"
             "before = set(sys.modules)\n"
-            "import launcher.signal_latch\n"
+            "import launcher.run.signal_latch\n"
             "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
             "print(sorted(new - set(sys.stdlib_module_names)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launcher.simulate import Costs, Job, daly_interval, expected_inprocess, expected_restart, measured_costs, \
+from launcher.observability.simulate import Costs, Job, daly_interval, expected_inprocess, expected_restart, measured_costs, \
     monte_carlo
 
 COSTS = Costs(recovery_s=30.0, lost_s=10.0, steady_overhead=0.02, ckpt_write_s=60.0, restart_s=600.0)

@@ -1,9 +1,9 @@
 """Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
 
-from launcher.slurm_cli import _node_from_sinfo, job_from_scontrol, parse_scontrol_record, pick_record
+from launcher.slurm.command_driver import _node_from_sinfo, job_from_scontrol, parse_scontrol_record, pick_record
 import pytest
 
-from launcher.slurm_types import duration_s, split_state
+from launcher.slurm.types import duration_s, split_state
 
 JOB_LINE = (
     "JobId=1 JobName=my job UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 "

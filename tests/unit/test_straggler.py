@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.straggler import Straggler, StragglerConfig, StragglerDetector
+from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 
 
 def feed(detector: StragglerDetector, steps: range, slow: dict[int, float], ranks=(0, 1, 2, 3)) -> list[Straggler]:

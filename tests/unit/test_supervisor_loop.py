@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.placement import NewNode, NodeEvidence
 from launcher.supervisor import RunConfig, Supervisor, loop
 from launcher.supervisor.actions import OpenFault, UseIdleNode

@@ -4,7 +4,7 @@ When it exits, Slurm ends the satellite and every rank step in it. It asks Slurm
 supervisor: the training job may have ended in any way (scancel, time limit, the batch
 host's loss, a requeue), and none of them leaves a supervisor to say so.
 
-    python -m launcher.satellite_watch MAIN_JOB_ID [--period S]
+    python -m launcher.slurm.satellite_watch MAIN_JOB_ID [--period S]
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import sys
 import time
 
 from launcher.errors import SlurmError
-from launcher.slurm import default_client
+from launcher.slurm.client import default_client
 
 ALIVE = ("RUNNING", "CONFIGURING", "SUSPENDED", "RESIZING")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.satellite_watch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m launcher.slurm.satellite_watch", description=__doc__.split("\n")[0])
     parser.add_argument("main_job")
     parser.add_argument("--period", type=float, default=2.0, help="seconds between looks at the training job")
     args = parser.parse_args(argv)

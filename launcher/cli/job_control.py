@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.errors import ConfigError, SlurmError
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 from launcher.supervisor import control
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from launcher.errors import SlurmError
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 
 
 class Status(str, Enum):

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from launcher.errors import NotInAllocation, SlurmError
-from launcher.slurm import SlurmClient
-from launcher.slurm_types import Node
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.types import Node
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import re
 from collections.abc import Sequence
 from types import ModuleType
 
-from launcher import hostlist
+from launcher.slurm import hostlist
 from launcher.errors import SlurmError
-from launcher.slurm_cli import CliDriver
-from launcher.slurm_types import Job, Node, split_state
+from launcher.slurm.command_driver import CliDriver
+from launcher.slurm.types import Job, Node, split_state
 
 
 def pyslurm_version(module: ModuleType) -> tuple[int, int] | None:

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import write_to_textfile
 
 from launcher.errors import ConfigError
-from launcher.events import EventLog
+from launcher.observability.events import EventLog
 
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 RATE_WINDOW_S = 10.0

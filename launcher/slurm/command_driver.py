@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from launcher import hostlist
+from launcher.slurm import hostlist
 from launcher.errors import SlurmCommandError, SlurmError, SlurmUnavailable
-from launcher.slurm_types import Job, Node, duration_s, split_state
+from launcher.slurm.types import Job, Node, duration_s, split_state
 
 Runner = Callable[..., subprocess.CompletedProcess]
 """``subprocess.run``-compatible: injectable so tests can count or slow down commands."""

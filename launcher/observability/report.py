@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher import goodput
+from launcher.observability import goodput
 from launcher.errors import ConfigError
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.supervisor import step_reports
 
 
@@ -80,7 +80,7 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
 
 
 def render(run_dir: Path, out: Path | None = None) -> Path:
-    from launcher import report_plots
+    from launcher.observability import report_plots
 
     data = load(run_dir)
     out = out or run_dir / "report.html"

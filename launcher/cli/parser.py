@@ -15,12 +15,19 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher import chaos_cli, ckpt_cli, doctor, elastic_cli, job_control, observability_cli, report, simulate_cli
-from launcher.satellites import GROW_BY
+from launcher.cli import chaos as chaos_cli
+from launcher.cli import ckpt as ckpt_cli
+from launcher.cli import doctor
+from launcher.cli import elastic as elastic_cli
+from launcher.cli import job_control
+from launcher.cli import observability_options as observability_cli
+from launcher.cli import simulate as simulate_cli
+from launcher.observability import report
+from launcher.slurm.satellites import GROW_BY
 from launcher.errors import ConfigError, SresError
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.run import environment
-from launcher.slurm import SlurmClient
+from launcher.slurm.client import SlurmClient
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -48,7 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_srun(args: argparse.Namespace) -> int:
     from launcher.placement.srun import place
     from launcher.errors import NotInAllocation
-    from launcher.srun_args import parse
+    from launcher.slurm.srun_args import parse
 
     if not os.environ.get("SLURM_JOB_ID"):
         raise NotInAllocation("sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset): "
@@ -141,13 +148,13 @@ def _client() -> SlurmClient:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from launcher.demo import DemoConfig, main
+    from launcher.cli.demo import DemoConfig, main
 
     return main(DemoConfig(steps=args.steps, width=args.width, log_dir=Path(args.log_dir)))
 
 
 def _cmd_template(args: argparse.Namespace) -> int:
-    from launcher import templates
+    from launcher.slurm import templates
 
     if args.name is None:
         for name in templates.names():
@@ -367,7 +374,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "srun":
         # srun's options and ours may interleave before the command: argparse cannot split them.
-        from launcher.srun_args import split_ours
+        from launcher.slurm.srun_args import split_ours
 
         options = argparse.ArgumentParser()
         _add_supervision_options(options)
@@ -379,6 +386,3 @@ def run(argv: Sequence[str] | None = None) -> int:
                         format="sres: %(message)s")
     return int(args.func(args))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

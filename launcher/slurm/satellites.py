@@ -6,7 +6,7 @@ rank steps in it from the training job's batch host. A satellite sits in a parti
 user's choice (``--lend-partition``): in a low-priority, preemptible one the scheduler lends
 idle nodes to training and takes them back by preemption, its own priorities deciding.
 
-A satellite never outlives its job: its batch step (:mod:`launcher.satellite_watch`) ends
+A satellite never outlives its job: its batch step (:mod:`launcher.slurm.satellite_watch`) ends
 it within seconds once the training job is no longer running, however that job ended, and
 the supervisor cancels its satellites when the run stops.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError, SlurmError
-from launcher.slurm import SlurmClient
-from launcher.slurm_types import Job
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.types import Job
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Satellites:
         return sorted(running.values(), key=lambda sat: sat.node)
 
     def _submit(self, exclude: list[str]) -> str | None:
-        watcher = shlex.join([sys.executable, "-m", "launcher.satellite_watch", self.main_job,
+        watcher = shlex.join([sys.executable, "-m", "launcher.slurm.satellite_watch", self.main_job,
                               "--period", str(WATCH_PERIOD_S)])
         args = ["--nodes=1", "--ntasks=1", "--exclusive", "--no-requeue", f"--job-name={satellite_name(self.main_job)}",
                 f"--output={self.log_dir.resolve() / 'satellite-%j.out'}", f"--wrap=exec {watcher}"]

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.events import read_events
+from launcher.observability.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
 from resilience.contract.injections import parse as parse_injections
 from resilience.examples.train_mlp import state_mb

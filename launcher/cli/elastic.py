@@ -66,8 +66,8 @@ def _reply(args: argparse.Namespace, op: str, **fields) -> int:
     if (args.run is None) == (args.job is None):
         raise ConfigError(f"sres {op}: give the run (its log dir) or --job JOBID, one of them")
     if args.job is not None:
-        from launcher import job_control
-        from launcher.slurm import default_client
+        from launcher.cli import job_control
+        from launcher.slurm.client import default_client
 
         argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))]
         argv += ["--json"] if getattr(args, "json", False) else []

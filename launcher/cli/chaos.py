@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.events import read_events
-from launcher.processes import pid_alive, processes_with_env
+from launcher.observability.events import read_events
+from launcher.run.processes import pid_alive, processes_with_env
 from resilience.agent import fault_schedule
 from resilience.tiers.layout import job_ram_dir
 

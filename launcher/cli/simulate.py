@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.events import read_events
-from launcher.simulate import LLAMA3_FAILURES_PER_NODE_HOUR, Costs, Job, Result, measured_costs, monte_carlo
+from launcher.observability.events import read_events
+from launcher.observability.simulate import LLAMA3_FAILURES_PER_NODE_HOUR, Costs, Job, Result, measured_costs, monte_carlo
 
 ASSUMPTIONS = """\
 The model (a model, not a measurement): node failures are a Poisson process at a constant rate

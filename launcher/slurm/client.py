@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from launcher import hostlist
+from launcher.slurm import hostlist
 from launcher.errors import ConfigError, SlurmCommandError, SlurmError
-from launcher.slurm_cli import DEFAULT_TIMEOUT_S, CliDriver, CommandLine, Runner
-from launcher.slurm_pyslurm import PyslurmDriver, pyslurm_version, slurm_major_minor
-from launcher.slurm_types import REASON_PREFIX, Job, Node
+from launcher.slurm.command_driver import DEFAULT_TIMEOUT_S, CliDriver, CommandLine, Runner
+from launcher.slurm.pyslurm_driver import PyslurmDriver, pyslurm_version, slurm_major_minor
+from launcher.slurm.types import REASON_PREFIX, Job, Node
 
 log = logging.getLogger(__name__)
 

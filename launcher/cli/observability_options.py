@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import ConfigError
-from launcher.straggler import ACTIONS, StragglerConfig
+from launcher.observability.straggler import ACTIONS, StragglerConfig
 
 
 def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> None:
