@@ -47,8 +47,12 @@ def one_run(cluster: SlurmCluster, tmp: Path, kind: str) -> tuple[dict[str, floa
     """Kill a node mid-run; return the phase split and Slurm's own time to see the node dead."""
     cluster.reset()
     nodes, flags = KINDS[kind]
-    job = submit_training(cluster, tmp, [nodes, "--no-kill", "--requeue"],
-                          sres_srun(tmp / "run", "--auto-resume=1", *flags, "-N", "3"))
+    job = submit_training(
+        cluster,
+        tmp,
+        [nodes, "--no-kill", "--requeue"],
+        sres_srun(tmp / "run", "--auto-resume=1", *flags, "-N", "3"),
+    )
     job.wait_step(6)
     victim = job.hosts()[1]
     slurm_saw: list[float] = []
@@ -69,10 +73,10 @@ def one_run(cluster: SlurmCluster, tmp: Path, kind: str) -> tuple[dict[str, floa
     watcher.join(timeout=60)
     if done.state != "COMPLETED":
         raise SystemExit(f"job {job.job_id} ended {done.state}:\n{job.output}")
-    fault, = job.of("fault")
-    drained, = job.of("drained")
-    replaced, = job.of("replaced")
-    recovered, = job.of("recovered")
+    (fault,) = job.of("fault")
+    (drained,) = job.of("drained")
+    (replaced,) = job.of("replaced")
+    (recovered,) = job.of("recovered")
     added = job.of("node-added")
     split = {
         "detection": fault["t"] - kill_t,
@@ -93,8 +97,10 @@ def main() -> int:
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
     slurm: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp, \
-            SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=args.slurmd_timeout) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp,
+        SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=args.slurmd_timeout) as cluster,
+    ):
         for r in range(args.rounds):
             for kind in results:
                 run_dir = Path(tmp) / f"{kind}-{r}"
@@ -102,19 +108,31 @@ def main() -> int:
                 split, seen = one_run(cluster, run_dir, kind)
                 results[kind].append(split)
                 slurm.append(seen)
-                print(f"round {r + 1} {kind:9}: resumed {split['kill -> resumed']:.2f} s after the kill; "
-                      f"Slurm saw the node dead after {seen:.1f} s", file=sys.stderr)
-    print(f"\nnode kill -> training resumed, 3-node job, local cluster, SlurmdTimeout={args.slurmd_timeout}, "
-          f"median of {args.rounds}")
+                print(
+                    f"round {r + 1} {kind:9}: resumed {split['kill -> resumed']:.2f} s after the kill; "
+                    f"Slurm saw the node dead after {seen:.1f} s",
+                    file=sys.stderr,
+                )
+    print(
+        f"\nnode kill -> training resumed, 3-node job, local cluster, SlurmdTimeout={args.slurmd_timeout}, "
+        f"median of {args.rounds}"
+    )
     print(f"{'phase':18}" + "".join(f" {kind + ' (s)':>15}" for kind in results))
     for phase in PHASES:
-        print(f"{phase:18}" + "".join(f" {statistics.median(run[phase] for run in results[k]):15.3f}" for k in results))
+        print(
+            f"{phase:18}"
+            + "".join(f" {statistics.median(run[phase] for run in results[k]):15.3f}" for k in results)
+        )
     baseline = statistics.median(slurm)
-    print(f"{'Slurm sees it dead':18} {baseline:10.1f}   (baseline: the earliest any Slurm-driven recovery can start)")
+    print(
+        f"{'Slurm sees it dead':18} {baseline:10.1f}   (baseline: the earliest any Slurm-driven recovery can start)"
+    )
     for kind in results:
         resumed = statistics.median(run["kill -> resumed"] for run in results[kind])
-        print(f"{kind}: resumed {resumed:.2f} s after the kill = {baseline / resumed:.1f}x before Slurm even "
-              f"declares the node dead")
+        print(
+            f"{kind}: resumed {resumed:.2f} s after the kill = {baseline / resumed:.1f}x before Slurm even "
+            f"declares the node dead"
+        )
     return 0
 
 

@@ -43,22 +43,67 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--every", type=float, default=4.0)
     p.add_argument("--kinds", default=",".join(IN_PROCESS_KINDS))
-    p.add_argument("--mib", type=int, choices=(2, *SHAPES), default=64, help="state per rank (2: the example's own)")
+    p.add_argument(
+        "--mib", type=int, choices=(2, *SHAPES), default=64, help="state per rank (2: the example's own)"
+    )
     p.add_argument("--log-dir", type=Path, default=None)
     args = p.parse_args()
     steps = int(args.faults * args.every * 1.3) + 40  # the schedule ends well before the run
-    model = [] if args.mib == 2 else ["--width", str(SHAPES[args.mib][0]), "--depth", str(SHAPES[args.mib][1]),
-                                      "--batch", str(SHAPES[args.mib][2])]
+    model = (
+        []
+        if args.mib == 2
+        else [
+            "--width",
+            str(SHAPES[args.mib][0]),
+            "--depth",
+            str(SHAPES[args.mib][1]),
+            "--batch",
+            str(SHAPES[args.mib][2]),
+        ]
+    )
     if model:
         print(f"state per rank: {state_mb(SHAPES[args.mib][0], SHAPES[args.mib][1]):.0f} MiB", flush=True)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="sres-soak-"))
-    cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", str(args.faults), "--seed", str(args.seed),
-           "--every", str(args.every), "--kinds", args.kinds, "--log-dir", str(log_dir), "--progress-every", "25",
-           "--", "--nodes", "4", "--spares", "1", "--hang-timeout", "3", "--reform-timeout", "30", "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(steps), "--progress-every", "100000",
-           *model]
-    print(f"soak: {args.faults} faults (seed {args.seed}, one per {args.every:g} steps), {steps} steps; logs {log_dir}",
-          flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "chaos",
+        "--faults",
+        str(args.faults),
+        "--seed",
+        str(args.seed),
+        "--every",
+        str(args.every),
+        "--kinds",
+        args.kinds,
+        "--log-dir",
+        str(log_dir),
+        "--progress-every",
+        "25",
+        "--",
+        "--nodes",
+        "4",
+        "--spares",
+        "1",
+        "--hang-timeout",
+        "3",
+        "--reform-timeout",
+        "30",
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--steps",
+        str(steps),
+        "--progress-every",
+        "100000",
+        *model,
+    ]
+    print(
+        f"soak: {args.faults} faults (seed {args.seed}, one per {args.every:g} steps), {steps} steps; logs {log_dir}",
+        flush=True,
+    )
     return subprocess.run(cmd, cwd=ROOT).returncode
 
 

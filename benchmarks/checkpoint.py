@@ -60,11 +60,17 @@ def make_state(mib: int) -> dict:
     """Parameters and AdamW moments of a stack of square layers: about ``mib`` MiB in total."""
     per_tensor = 16 * 2**20 // 4  # 16 MiB tensors: a large model's layer, a few dozen of them
     count = max(1, round(mib * 2**20 / 4 / per_tensor / 3))
-    side = int(per_tensor ** 0.5)
+    side = int(per_tensor**0.5)
     g = torch.Generator().manual_seed(0)
     params = {f"layer{i}.weight": torch.randn(side, side, generator=g) for i in range(count)}
-    moments = {f"layer{i}.weight": {"step": torch.tensor(10.0), "exp_avg": torch.randn(side, side, generator=g),
-                                    "exp_avg_sq": torch.rand(side, side, generator=g)} for i in range(count)}
+    moments = {
+        f"layer{i}.weight": {
+            "step": torch.tensor(10.0),
+            "exp_avg": torch.randn(side, side, generator=g),
+            "exp_avg_sq": torch.rand(side, side, generator=g),
+        }
+        for i in range(count)
+    }
     return {"model": params, "optimizer": {"state": moments, "param_groups": [{"lr": 1e-3}]}}
 
 
@@ -75,7 +81,7 @@ def nbytes(state: dict) -> int:
 
 def evict(path: Path) -> None:
     """Drop one file's (or directory's files') pages from the page cache, nothing else's."""
-    for f in ([path] if path.is_file() else sorted(path.iterdir())):
+    for f in [path] if path.is_file() else sorted(path.iterdir()):
         fd = os.open(f, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -105,18 +111,28 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     out["torch.save"] = median_time(lambda: torch.save(state, disk), repeat)
 
     dcp_dir = work / f"dcp-{mib}"
-    out["dcp.save"] = median_time(lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(dcp_dir)), repeat)
+    out["dcp.save"] = median_time(
+        lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(dcp_dir)), repeat
+    )
     pending = []
     out["dcp.async_save"] = median_time(
-        lambda: pending.append(dcp.async_save(state, storage_writer=dcp.FileSystemWriter(dcp_dir))), repeat,
-        after=lambda: pending.pop().result())
+        lambda: pending.append(dcp.async_save(state, storage_writer=dcp.FileSystemWriter(dcp_dir))),
+        repeat,
+        after=lambda: pending.pop().result(),
+    )
     shutil.rmtree(dcp_dir, ignore_errors=True)
     gc.collect()
 
     ram_base = Path(tempfile.mkdtemp(prefix="sres-bench-", dir="/dev/shm"))
     persistent = work / f"persistent-{mib}"
-    config = TierConfig(job_id="bench", neighbour=False, persistent_dir=str(persistent), persist_every=1, keep_ram=1,
-                        keep_persistent=1)
+    config = TierConfig(
+        job_id="bench",
+        neighbour=False,
+        persistent_dir=str(persistent),
+        persist_every=1,
+        keep_ram=1,
+        keep_persistent=1,
+    )
     saver = TierSaver(config, RankPlace(0, 1, 0), lambda *a, **k: None, node_root=ram_base)
     steps = iter(range(10**6))
     saver.save(next(steps), {"replicated": state})  # the first save allocates its buffers
@@ -127,7 +143,7 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
         offset = 0
         for t in tensors:
             n = t.numel()
-            floor[offset:offset + n].copy_(t.reshape(-1))
+            floor[offset : offset + n].copy_(t.reshape(-1))
             offset += n
 
     plain_copy()  # fault the pages in: the floor is a copy, not page faults
@@ -135,7 +151,9 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     copies, saves = [], []
     for _ in range(repeat):
         copies.append(median_time(plain_copy, 1))
-        saves.append(median_time(lambda: saver.save(next(steps), {"replicated": state}), 1, after=saver.wait_idle))
+        saves.append(
+            median_time(lambda: saver.save(next(steps), {"replicated": state}), 1, after=saver.wait_idle)
+        )
     out["memory copy"], out["tiered save"] = statistics.median(copies), statistics.median(saves)
     floor = None  # 2 GiB back before the restores
     saver.close()
@@ -177,8 +195,15 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
 
 
 SAVES = ["memory copy", "torch.save", "dcp.save", "dcp.async_save", "tiered save"]
-RESTORES = ["restore RAM tier", "restore RAM tier+copy", "restore neighbour", "restore persistent",
-            "restore persistent, cold", "torch.load", "torch.load, cold"]
+RESTORES = [
+    "restore RAM tier",
+    "restore RAM tier+copy",
+    "restore neighbour",
+    "restore persistent",
+    "restore persistent, cold",
+    "torch.load",
+    "torch.load, cold",
+]
 
 
 def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[bool, tuple[int, float]]:
@@ -188,9 +213,19 @@ def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[b
     out = {}
     for once in (False, True):
         ram, root = Path(tempfile.mkdtemp(prefix="sres-bench-dp-", dir="/dev/shm")), work / f"dp-{once}"
-        config = TierConfig(job_id="bench", neighbour=False, persistent_dir=str(root), persist_every=1,
-                            keep_ram=1, keep_persistent=1, persist_replicated_once=once)
-        savers = [TierSaver(config, RankPlace(r, ranks, r), lambda e, **f: None, node_root=ram) for r in range(ranks)]
+        config = TierConfig(
+            job_id="bench",
+            neighbour=False,
+            persistent_dir=str(root),
+            persist_every=1,
+            keep_ram=1,
+            keep_persistent=1,
+            persist_replicated_once=once,
+        )
+        savers = [
+            TierSaver(config, RankPlace(r, ranks, r), lambda e, **f: None, node_root=ram)
+            for r in range(ranks)
+        ]
         times, sizes = [], []
         try:
             for step in range(repeat):
@@ -231,13 +266,21 @@ def checksum_speed(mib: int, repeat: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="512,2048", help="state sizes in MiB (default 512,2048)")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/sres-ckpt-bench"), help="the 'persistent' disk")
-    parser.add_argument("--dp-ranks", type=int, default=4, help="data-parallel ranks of the persistent-tier measure")
+    parser.add_argument(
+        "--dir", type=Path, default=Path("/tmp/sres-ckpt-bench"), help="the 'persistent' disk"
+    )
+    parser.add_argument(
+        "--dp-ranks", type=int, default=4, help="data-parallel ranks of the persistent-tier measure"
+    )
     parser.add_argument("--dp-mib", type=int, default=256, help="state per rank of that measure, MiB")
-    parser.add_argument("--only-dp", action="store_true", help="only the data-parallel persistent-tier measure")
+    parser.add_argument(
+        "--only-dp", action="store_true", help="only the data-parallel persistent-tier measure"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # DCP warns about single-process use and overwrites
     torch.set_num_threads(1)  # like a rank of the tests: one thread per process on this 2-core machine
@@ -250,16 +293,26 @@ def main() -> None:
             print(f"measured {mib} MiB", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
-    print(f"| persistent tier, {args.dp_ranks} data-parallel ranks x {args.dp_mib} MiB | MiB written per save "
-          "| s until all copies complete |")
+    print(
+        f"| persistent tier, {args.dp_ranks} data-parallel ranks x {args.dp_mib} MiB | MiB written per save "
+        "| s until all copies complete |"
+    )
     print("|---|---|---|")
-    for once, name in ((False, "every rank writes its full state"), (True, "replicated state once (default)")):
+    for once, name in (
+        (False, "every rank writes its full state"),
+        (True, "replicated state once (default)"),
+    ):
         print(f"| {name} | {dp[once][0] / 2**20:.0f} | {dp[once][1]:.2f} |")
-    print(f"\nreplicated state once: {dp[False][0] / dp[True][0]:.1f}x fewer bytes, "
-          f"{dp[False][1] / dp[True][1]:.1f}x faster to a complete persistent checkpoint\n")
+    print(
+        f"\nreplicated state once: {dp[False][0] / dp[True][0]:.1f}x fewer bytes, "
+        f"{dp[False][1] / dp[True][1]:.1f}x faster to a complete persistent checkpoint\n"
+    )
     speeds = checksum_speed(512, args.repeat)
-    print("checksum of every transfer and checkpoint file, 512 MiB, one thread: "
-          + ", ".join(f"{name} {gbs:.1f} GB/s" for name, gbs in speeds.items()) + "\n")
+    print(
+        "checksum of every transfer and checkpoint file, 512 MiB, one thread: "
+        + ", ".join(f"{name} {gbs:.1f} GB/s" for name, gbs in speeds.items())
+        + "\n"
+    )
     if not results:
         return
     sizes = list(results)
@@ -271,16 +324,22 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{results[m][name]:.3f}" for m in sizes) + " |")
     print("| **restore** |" + " |" * len(sizes))
     for name in RESTORES:
-        print(f"| {name.replace('restore ', '')} | " + " | ".join(f"{results[m][name]:.3f}" for m in sizes) + " |")
+        print(
+            f"| {name.replace('restore ', '')} | "
+            + " | ".join(f"{results[m][name]:.3f}" for m in sizes)
+            + " |"
+        )
     print()
     for m in sizes:
         r = results[m]
-        print(f"{r['bytes'] / 2**20:.0f} MiB: tiered blocking = {r['tiered save'] / r['memory copy']:.2f}x one memory copy "
-              f"(target <= 1.2x); dcp.async_save blocks {r['dcp.async_save'] / r['tiered save']:.1f}x longer "
-              f"(target >= 3x); torch.save {r['torch.save'] / r['tiered save']:.1f}x; "
-              f"RAM-tier restore {r['torch.load, cold'] / r['restore RAM tier']:.1f}x faster than a cold torch.load "
-              f"from the persistent dir (target >= 5x), {r['torch.load'] / r['restore RAM tier']:.1f}x than one "
-              f"from the page cache")
+        print(
+            f"{r['bytes'] / 2**20:.0f} MiB: tiered blocking = {r['tiered save'] / r['memory copy']:.2f}x one memory copy "
+            f"(target <= 1.2x); dcp.async_save blocks {r['dcp.async_save'] / r['tiered save']:.1f}x longer "
+            f"(target >= 3x); torch.save {r['torch.save'] / r['tiered save']:.1f}x; "
+            f"RAM-tier restore {r['torch.load, cold'] / r['restore RAM tier']:.1f}x faster than a cold torch.load "
+            f"from the persistent dir (target >= 5x), {r['torch.load'] / r['restore RAM tier']:.1f}x than one "
+            f"from the page cache"
+        )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,15 @@ def _worker(rank: int, commits: int, out: "mp.Queue") -> None:
         model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         objects = _objects(kind, model, opt, commits)
-        ctx = Context(rank=rank, world_size=1, local_rank=0, generation=1, step=-1, runtime=_Runtime(),
-                      restore_rng=kind != "model+opt")
+        ctx = Context(
+            rank=rank,
+            world_size=1,
+            local_rank=0,
+            generation=1,
+            step=-1,
+            runtime=_Runtime(),
+            restore_rng=kind != "model+opt",
+        )
         ctx.register(**objects)
         it = iter(objects["loader"]) if "loader" in objects else None
         blocked, stepped = [], []
@@ -89,8 +96,10 @@ def _worker(rank: int, commits: int, out: "mp.Queue") -> None:
             t1 = time.perf_counter()
             ctx.boundary()  # the next step's boundary, timed here (steps() calls it before yielding)
             blocked.append(time.perf_counter() - t1 + (t1 - t0))
-        results[kind] = {"commit_us": statistics.median(blocked[10:]) * 1e6,
-                         "step_ms": statistics.median(stepped[10:]) * 1e3}
+        results[kind] = {
+            "commit_us": statistics.median(blocked[10:]) * 1e6,
+            "step_ms": statistics.median(stepped[10:]) * 1e3,
+        }
     out.put((rank, results))
 
 
@@ -103,7 +112,9 @@ def capture_table(commits: int, ranks: int) -> None:
     results = dict(queue.get() for _ in procs)
     for p in procs:
         p.join()
-    print(f"\nBlocking cost of a commit: median of {commits - 10} commits, {ranks} ranks at once (max over ranks)")
+    print(
+        f"\nBlocking cost of a commit: median of {commits - 10} commits, {ranks} ranks at once (max over ranks)"
+    )
     print(f"{'registered':<16}{'commit (us)':>14}{'step (ms)':>12}{'commit/step':>14}")
     for kind in SETS:
         commit = max(results[r][kind]["commit_us"] for r in results)
@@ -128,28 +139,55 @@ def _zoo() -> dict[str, tuple[str, ...]]:
 
 def recovery_table(steps: int) -> None:
     print(f"\nRecovery after a node loss at step {steps // 2}: 2 nodes + 1 spare, one run each")
-    print(f"{'case':<22}{'recovered (s)':>15}{'release':>9}{'re-form':>9}{'transfer':>10}{'1st step':>10}{'exact':>7}")
+    print(
+        f"{'case':<22}{'recovered (s)':>15}{'release':>9}{'re-form':>9}{'transfer':>10}{'1st step':>10}{'exact':>7}"
+    )
     for name, module in _zoo().items():
         with tempfile.TemporaryDirectory() as tmp:
             log_dir = Path(tmp) / "run"
-            cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--spares", "1", "--log-dir",
-                   str(log_dir), "--inject", f"node:1:step={steps // 2}", "--", sys.executable, *module,
-                   "--steps", str(steps), "--out", str(log_dir / "out")]
+            cmd = [
+                sys.executable,
+                "-m",
+                "launcher.cli",
+                "run",
+                "--nodes",
+                "2",
+                "--spares",
+                "1",
+                "--log-dir",
+                str(log_dir),
+                "--inject",
+                f"node:1:step={steps // 2}",
+                "--",
+                sys.executable,
+                *module,
+                "--steps",
+                str(steps),
+                "--out",
+                str(log_dir / "out"),
+            ]
             env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-            events = [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()] \
-                if (log_dir / "events.jsonl").exists() else []
+            events = (
+                [json.loads(line) for line in (log_dir / "events.jsonl").read_text().splitlines()]
+                if (log_dir / "events.jsonl").exists()
+                else []
+            )
             rec = next((e for e in events if e["event"] == "recovered"), None)
             if proc.returncode != 0 or rec is None:
                 print(f"{name:<22}{'failed':>15}  {proc.stderr.strip().splitlines()[-1:]}")
                 continue
             exact = "no" if any(e["event"] == "inexact" for e in events) else "yes"
-            print(f"{name:<22}{rec['seconds']:>15.2f}{rec['release_s']:>9.2f}{rec['reform_s']:>9.2f}"
-                  f"{rec['transfer_s']:>10.2f}{rec['first_step_s']:>10.2f}{exact:>7}")
+            print(
+                f"{name:<22}{rec['seconds']:>15.2f}{rec['release_s']:>9.2f}{rec['reform_s']:>9.2f}"
+                f"{rec['transfer_s']:>10.2f}{rec['first_step_s']:>10.2f}{exact:>7}"
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--commits", type=int, default=200)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=16, help="steps of each recovery run")

@@ -38,16 +38,43 @@ GLOBAL_BATCH, MICRO = 24, 6
 
 
 def sres(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
 
 
 def run(work: Path, name: str, width: int, depth: int, steps: int, *flags: str, control=None) -> Path:
     log_dir = work / f"{name}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "4", "--no-tiers", "--log-dir", str(log_dir),
-           *flags, "--", sys.executable, "-m", "resilience.examples.train_mlp", "--width", str(width),
-           "--depth", str(depth), "--steps", str(steps), "--dataset", "100000", "--global-batch", str(GLOBAL_BATCH),
-           "--micro-batch", str(MICRO), "--progress-every", "1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        "4",
+        "--no-tiers",
+        "--log-dir",
+        str(log_dir),
+        *flags,
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--width",
+        str(width),
+        "--depth",
+        str(depth),
+        "--steps",
+        str(steps),
+        "--dataset",
+        "100000",
+        "--global-batch",
+        str(GLOBAL_BATCH),
+        "--micro-batch",
+        str(MICRO),
+        "--progress-every",
+        "1000",
+    ]
     thread = None
     if control is not None:
         thread = threading.Thread(target=control, args=(log_dir,), daemon=True)
@@ -90,7 +117,9 @@ def throughput(log_dir: Path) -> dict[int, float]:
     steps = [by_step[s] for s in sorted(by_step)]
     for prev, rec in zip(steps, steps[1:]):
         if rec["world_size"] == prev["world_size"] and rec["generation"] == prev["generation"]:
-            rates.setdefault(rec["world_size"], []).append((rec["end"] - rec["start"]) / (rec["t"] - prev["t"]))
+            rates.setdefault(rec["world_size"], []).append(
+                (rec["end"] - rec["start"]) / (rec["t"] - prev["t"])
+            )
     return {w: statistics.median(r) for w, r in rates.items()}
 
 
@@ -114,17 +143,31 @@ def main() -> int:
             d = run(work, "spare", args.width, args.depth, 14, "--spares", "1", "--inject", "node:1:step=6")
             rec = next(e for e in read_events(d / "events.jsonl") if e["event"] == "recovered")
             rows["spare"].append({**rec, "boundary_s": None})
-            d = run(work, "elastic", args.width, args.depth, args.steps, "--min-nodes", "3", "--inject",
-                    "node:1:step=6", control=resize_then_back)
+            d = run(
+                work,
+                "elastic",
+                args.width,
+                args.depth,
+                args.steps,
+                "--min-nodes",
+                "3",
+                "--inject",
+                "node:1:step=6",
+                control=resize_then_back,
+            )
             resizes = [e for e in read_events(d / "events.jsonl") if e["event"] == "resize"]
             rows["shrink"].append(next(e for e in resizes if e["why"] == "fault"))
             rows["grow"].append(next(e for e in resizes if e["to_world"] == 4))
             rows["release"].append(next(e for e in resizes if e["why"] == "request" and e["to_world"] == 3))
             grow_req.append(float((d / "grow-request-s").read_text()))
             tput.append(throughput(d))
-            print(f"  trial {i + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.3f} s" for k, v in rows.items())
-                  + f", grow from the request {grow_req[-1]:.2f} s; samples/s "
-                  + ", ".join(f"{w} ranks {v:.1f}" for w, v in sorted(tput[-1].items())), flush=True)
+            print(
+                f"  trial {i + 1}: "
+                + ", ".join(f"{k} {v[-1]['seconds']:.3f} s" for k, v in rows.items())
+                + f", grow from the request {grow_req[-1]:.2f} s; samples/s "
+                + ", ".join(f"{w} ranks {v:.1f}" for w, v in sorted(tput[-1].items())),
+                flush=True,
+            )
     med = statistics.median
 
     def cell(events: list[dict], key: str) -> str:
@@ -134,12 +177,18 @@ def main() -> int:
     print(f"\nResize at {mb:.0f} MiB per rank, median of {args.repeat} (min-max), seconds")
     print("| | total | wait for the step boundary | re-form | transfer | first step |")
     print("|---|---|---|---|---|---|")
-    labels = {"spare": "spare replacement after a node loss (baseline)", "shrink": "shrink 4->3 after a node loss",
-              "grow": "grow 3->4 on request (from the pause)", "release": "shrink 4->3 on request (from the pause)"}
+    labels = {
+        "spare": "spare replacement after a node loss (baseline)",
+        "shrink": "shrink 4->3 after a node loss",
+        "grow": "grow 3->4 on request (from the pause)",
+        "release": "shrink 4->3 on request (from the pause)",
+    }
     for name, label in labels.items():
         print(f"| {label} | " + " | ".join(cell(rows[name], k) for k in SPLIT) + " |")
-    print(f"\ngrow from the request (includes starting the node's processes): {med(grow_req):.2f} s "
-          f"({min(grow_req):.2f}-{max(grow_req):.2f})")
+    print(
+        f"\ngrow from the request (includes starting the node's processes): {med(grow_req):.2f} s "
+        f"({min(grow_req):.2f}-{max(grow_req):.2f})"
+    )
     shrink, spare = med(e["seconds"] for e in rows["shrink"]), med(e["seconds"] for e in rows["spare"])
     print(f"shrink after a loss vs spare replacement: {shrink / spare:.2f}x")
     print("\nThroughput (samples/s, median of steps between commits)")

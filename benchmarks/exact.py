@@ -37,19 +37,48 @@ import torch  # noqa: E402
 from resilience import fixed_point  # noqa: E402
 from resilience.examples.train_mlp import build_model, state_mb  # noqa: E402
 
-MODES = {"stock": ("--ddp", "torch", "--no-deterministic-ddp"), "resilience": ("--ddp", "resilience"),
-         "exact": ("--ddp", "exact"), "exact-32": ("--ddp", "exact", "--exact-bits", "32")}
-WORKLOADS = {"1 backward/step": ("--batch", "16"),
-             "4 micro-batches/step": ("--dataset", "100000", "--global-batch", "64", "--micro-batch", "4"),
-             "4 micro-b. of 32": ("--dataset", "100000", "--global-batch", "512", "--micro-batch", "32")}
+MODES = {
+    "stock": ("--ddp", "torch", "--no-deterministic-ddp"),
+    "resilience": ("--ddp", "resilience"),
+    "exact": ("--ddp", "exact"),
+    "exact-32": ("--ddp", "exact", "--exact-bits", "32"),
+}
+WORKLOADS = {
+    "1 backward/step": ("--batch", "16"),
+    "4 micro-batches/step": ("--dataset", "100000", "--global-batch", "64", "--micro-batch", "4"),
+    "4 micro-b. of 32": ("--dataset", "100000", "--global-batch", "512", "--micro-batch", "32"),
+}
 
 
 def step_time(work: Path, width: int, depth: int, steps: int, mode: str, workload: str) -> float:
     out = work / f"{mode}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "4", "--no-tiers", "--log-dir", str(out), "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--width", str(width), "--depth", str(depth),
-           "--steps", str(steps), "--progress-every", "100000", "--out", str(out / "out"),
-           *WORKLOADS[workload], *MODES[mode]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        "4",
+        "--no-tiers",
+        "--log-dir",
+        str(out),
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--width",
+        str(width),
+        "--depth",
+        str(depth),
+        "--steps",
+        str(steps),
+        "--progress-every",
+        "100000",
+        "--out",
+        str(out / "out"),
+        *WORKLOADS[workload],
+        *MODES[mode],
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=ROOT)
     return json.loads((out / "out" / "rank0.json").read_text())["median_step_s"]
 
@@ -83,14 +112,19 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="a subset of: " + ", ".join(WORKLOADS))
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="a subset of: " + ", ".join(WORKLOADS)
+    )
     args = parser.parse_args()
     workloads = [w.strip() for w in args.workloads.split(",")]
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
         parser.error(f"unknown workload {sorted(unknown)[0]!r}")
-    print(f"state {state_mb(args.width, args.depth):.0f} MiB per rank (width {args.width}, depth {args.depth}), "
-          f"4 ranks, gloo on CPU, {args.steps} steps per run, median of {args.repeat} runs", flush=True)
+    print(
+        f"state {state_mb(args.width, args.depth):.0f} MiB per rank (width {args.width}, depth {args.depth}), "
+        f"4 ranks, gloo on CPU, {args.steps} steps per run, median of {args.repeat} runs",
+        flush=True,
+    )
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="sres-bench-exact-") as tmp:
         for workload in workloads:
@@ -98,20 +132,30 @@ def main() -> int:
                 for mode in MODES:  # interleaved: a slow minute hits every mode alike
                     t = step_time(Path(tmp), args.width, args.depth, args.steps, mode, workload)
                     results.setdefault((workload, mode), []).append(t)
-                    print(f"  {workload:22s} {mode:10s} trial {trial + 1}: {t * 1000:7.1f} ms/step", flush=True)
-    print(f"\n{'workload':22s} {'mode':10s} {'median ms':>10s} {'range ms':>16s} {'vs resilience':>14s} {'vs stock':>9s}")
+                    print(
+                        f"  {workload:22s} {mode:10s} trial {trial + 1}: {t * 1000:7.1f} ms/step", flush=True
+                    )
+    print(
+        f"\n{'workload':22s} {'mode':10s} {'median ms':>10s} {'range ms':>16s} {'vs resilience':>14s} {'vs stock':>9s}"
+    )
     for workload in workloads:
         base = {m: statistics.median(results[(workload, m)]) for m in MODES}
         for mode in MODES:
             times = results[(workload, mode)]
-            print(f"{workload:22s} {mode:10s} {base[mode] * 1000:10.1f} {min(times) * 1000:7.1f} - "
-                  f"{max(times) * 1000:6.1f} {base[mode] / base['resilience']:13.2f}x {base[mode] / base['stock']:8.2f}x")
+            print(
+                f"{workload:22s} {mode:10s} {base[mode] * 1000:10.1f} {min(times) * 1000:7.1f} - "
+                f"{max(times) * 1000:6.1f} {base[mode] / base['resilience']:13.2f}x {base[mode] / base['stock']:8.2f}x"
+            )
     quantize, dequantize, numel = bounds(args.width, args.depth, 5)
     print(f"\nWhat bounds exact mode ({numel / 1e6:.1f} M gradient elements, one process, one thread):")
-    print(f"  quantize one backward's gradients: {quantize * 1000:6.1f} ms  ({numel * 4 / quantize / 1e9:.2f} GB/s of float32)")
+    print(
+        f"  quantize one backward's gradients: {quantize * 1000:6.1f} ms  ({numel * 4 / quantize / 1e9:.2f} GB/s of float32)"
+    )
     print(f"  to int32, and back to float32:     {dequantize * 1000:6.1f} ms")
-    print(f"  all-reduced per step: {numel * 4 / 2**20:.0f} MiB as int32 (when every sum fits 31 bits, as at 24 bits "
-          f"here), {numel * 8 / 2**20:.0f} MiB as int64; float32 DDP: {numel * 4 / 2**20:.0f} MiB")
+    print(
+        f"  all-reduced per step: {numel * 4 / 2**20:.0f} MiB as int32 (when every sum fits 31 bits, as at 24 bits "
+        f"here), {numel * 8 / 2**20:.0f} MiB as int64; float32 DDP: {numel * 4 / 2**20:.0f} MiB"
+    )
     return 0
 
 

@@ -85,17 +85,37 @@ if rank == 0:
 
 def shape(mib: float) -> list[str]:
     """Model flags for about ``mib`` MiB of state: depth grows at a fixed width of 512."""
-    per_block = state_mib(argparse.Namespace(vocab=128, dim=512, depth=1, heads=8)) - \
-        state_mib(argparse.Namespace(vocab=128, dim=512, depth=0, heads=8))
+    per_block = state_mib(argparse.Namespace(vocab=128, dim=512, depth=1, heads=8)) - state_mib(
+        argparse.Namespace(vocab=128, dim=512, depth=0, heads=8)
+    )
     depth = max(1, round(mib / per_block))
     return ["--dim", "512", "--depth", str(depth), "--heads", "8", "--progress-every", "100000"]
 
 
 def ours(model: list[str], work: Path) -> dict:
     log_dir = work / f"ours-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--spares", "1", "--no-tiers",
-           "--inject", f"node:1:step={KILL_AT}", "--log-dir", str(log_dir), "--",
-           sys.executable, "-m", "resilience.examples.train_fsdp", *model, "--steps", str(STEPS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        str(NODES),
+        "--spares",
+        "1",
+        "--no-tiers",
+        "--inject",
+        f"node:1:step={KILL_AT}",
+        "--log-dir",
+        str(log_dir),
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_fsdp",
+        *model,
+        "--steps",
+        str(STEPS),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=ROOT)
     (rec,) = [e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered"]
     return rec
@@ -107,24 +127,55 @@ def classic(model: list[str], work: Path, mode: str) -> tuple[float, float]:
     script = work / "classic_rank.py"
     script.write_text(CLASSIC_RANK)
     start = time.time()
-    procs = spawn_world([sys.executable, str(script), str(ROOT), mode, str(work / "dcp"), *model],
-                        stdout=subprocess.PIPE)
+    procs = spawn_world(
+        [sys.executable, str(script), str(ROOT), mode, str(work / "dcp"), *model], stdout=subprocess.PIPE
+    )
     out = procs[0].communicate(timeout=900)[0]
     if any(p.wait(timeout=900) for p in procs):
         raise SystemExit(f"the classic path's ranks failed ({mode})")
-    marks = {line.split()[0]: float(line.split()[1]) - start for line in out.splitlines()
-             if line.startswith(("LOADED", "DONE"))}
+    marks = {
+        line.split()[0]: float(line.split()[1]) - start
+        for line in out.splitlines()
+        if line.startswith(("LOADED", "DONE"))
+    }
     return marks.get("LOADED", 0.0), marks["DONE"]
 
 
 def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> tuple[float, float]:
     """Rank 0's median step time and peak resident MiB, with or without sres."""
     out = work / f"steady-{'sres' if protected else 'plain'}-{time.monotonic_ns()}"
-    train = [sys.executable, "-m", "resilience.examples.train_fsdp", *model, "--steps", str(STEADY_STEPS),
-             "--compute-s", str(compute_s), "--out", str(out)]
+    train = [
+        sys.executable,
+        "-m",
+        "resilience.examples.train_fsdp",
+        *model,
+        "--steps",
+        str(STEADY_STEPS),
+        "--compute-s",
+        str(compute_s),
+        "--out",
+        str(out),
+    ]
     if protected:
-        subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--no-tiers",
-                        "--log-dir", str(out), "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launcher.cli",
+                "run",
+                "--nodes",
+                str(NODES),
+                "--no-tiers",
+                "--log-dir",
+                str(out),
+                "--",
+                *train,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            cwd=ROOT,
+        )
     elif any(p.wait(timeout=900) for p in spawn_world(train)):
         raise SystemExit("the plain run failed")
     rank0 = json.loads((out / "rank0.json").read_text())
@@ -135,33 +186,48 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=float, default=256, help="parameters + AdamW state, all ranks, MiB")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--compute-s", type=float, default=2.0,
-                        help="simulated accelerator time per step for the second steady-state row")
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=2.0,
+        help="simulated accelerator time per step for the second steady-state row",
+    )
     args = parser.parse_args()
     model = shape(args.mib)
     depth = int(model[model.index("--depth") + 1])
     total = state_mib(argparse.Namespace(vocab=128, dim=512, depth=depth, heads=8))
-    print(f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per rank), "
-          f"depth {depth}", flush=True)
+    print(
+        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per rank), "
+        f"depth {depth}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="sres-bench-fsdp-") as tmp:
         work = Path(tmp)
         recs = []
         for i in range(args.repeat):
             recs.append(ours(model, work))
-            print(f"  ours    trial {i + 1}: {recs[-1]['seconds']:.3f} s (steps lost {recs[-1]['steps_lost']})",
-                  flush=True)
+            print(
+                f"  ours    trial {i + 1}: {recs[-1]['seconds']:.3f} s (steps lost {recs[-1]['steps_lost']})",
+                flush=True,
+            )
         classic(model, work, "save")
         bases = []
         for i in range(args.repeat):
             bases.append(classic(model, work, "load"))
-            print(f"  classic trial {i + 1}: loaded {bases[-1][0]:.3f} s, first step {bases[-1][1]:.3f} s", flush=True)
+            print(
+                f"  classic trial {i + 1}: loaded {bases[-1][0]:.3f} s, first step {bases[-1][1]:.3f} s",
+                flush=True,
+            )
         steadies = {}
         for compute_s in (0.0, args.compute_s):
             pairs = steadies[compute_s] = []
             for i in range(args.repeat):  # interleaved: this machine is shared and noisy
                 pairs.append((steady(model, work, False, compute_s), steady(model, work, True, compute_s)))
-                print(f"  steady  trial {i + 1}, compute {compute_s} s: plain {pairs[-1][0][0]:.4f} s, "
-                      f"sres {pairs[-1][1][0]:.4f} s", flush=True)
+                print(
+                    f"  steady  trial {i + 1}, compute {compute_s} s: plain {pairs[-1][0][0]:.4f} s, "
+                    f"sres {pairs[-1][1][0]:.4f} s",
+                    flush=True,
+                )
 
     def med(key):
         return statistics.median(r[key] for r in recs)
@@ -169,30 +235,48 @@ def main() -> int:
     total_s, restored_s = med("seconds"), statistics.median(r["seconds"] - r["first_step_s"] for r in recs)
     base_loaded, base = statistics.median(b[0] for b in bases), statistics.median(b[1] for b in bases)
     print(f"\nRecovery after a node kill, median of {args.repeat} (2-core machine, gloo, CPU)")
-    print(f"{'':>9} {'release':>8} {'re-form':>8} {'transfer':>9} {'state in':>9} {'1st step':>9} {'total':>8} "
-          f"{'steps lost':>11}")
-    print(f"{'ours':>9} {med('release_s'):>8.3f} {med('reform_s'):>8.3f} {med('transfer_s'):>9.3f} "
-          f"{restored_s:>9.3f} {med('first_step_s'):>9.3f} {total_s:>8.3f} {max(r['steps_lost'] for r in recs):>11}")
-    print(f"{'classic':>9} {'':>8} {'':>8} {'':>9} {base_loaded:>9.3f} {base - base_loaded:>9.3f} {base:>8.3f} "
-          f"{'save int.':>11}")
-    print(f"  speed-up: {base / total_s:.1f}x to the first step done, {base_loaded / restored_s:.1f}x to the state "
-          f"in memory (ours: in the survivors' and the spare's memory; classic: loaded into a built model)")
-    print(f"  spread: ours {min(r['seconds'] for r in recs):.3f}-{max(r['seconds'] for r in recs):.3f} s, "
-          f"classic {min(b[1] for b in bases):.3f}-{max(b[1] for b in bases):.3f} s")
+    print(
+        f"{'':>9} {'release':>8} {'re-form':>8} {'transfer':>9} {'state in':>9} {'1st step':>9} {'total':>8} "
+        f"{'steps lost':>11}"
+    )
+    print(
+        f"{'ours':>9} {med('release_s'):>8.3f} {med('reform_s'):>8.3f} {med('transfer_s'):>9.3f} "
+        f"{restored_s:>9.3f} {med('first_step_s'):>9.3f} {total_s:>8.3f} {max(r['steps_lost'] for r in recs):>11}"
+    )
+    print(
+        f"{'classic':>9} {'':>8} {'':>8} {'':>9} {base_loaded:>9.3f} {base - base_loaded:>9.3f} {base:>8.3f} "
+        f"{'save int.':>11}"
+    )
+    print(
+        f"  speed-up: {base / total_s:.1f}x to the first step done, {base_loaded / restored_s:.1f}x to the state "
+        f"in memory (ours: in the survivors' and the spare's memory; classic: loaded into a built model)"
+    )
+    print(
+        f"  spread: ours {min(r['seconds'] for r in recs):.3f}-{max(r['seconds'] for r in recs):.3f} s, "
+        f"classic {min(b[1] for b in bases):.3f}-{max(b[1] for b in bases):.3f} s"
+    )
     print(f"\nSteady state, rank 0, median of {args.repeat} runs of {STEADY_STEPS} steps")
-    print(f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} {'extra':>8}")
+    print(
+        f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} {'extra':>8}"
+    )
     for compute_s, pairs in steadies.items():
         plain = statistics.median(p[0] for p, _ in pairs)
         protected = statistics.median(q[0] for _, q in pairs)
         rss_plain = statistics.median(p[1] for p, _ in pairs)
         rss_sres = statistics.median(q[1] for _, q in pairs)
-        print(f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} {rss_plain:>7.0f}MiB "
-              f"{rss_sres:>6.0f}MiB {rss_sres - rss_plain:>5.0f}MiB")
-    print("  compute: simulated accelerator time per step (the host waits, as on a GPU); at 0 every step is CPU")
+        print(
+            f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} {rss_plain:>7.0f}MiB "
+            f"{rss_sres:>6.0f}MiB {rss_sres - rss_plain:>5.0f}MiB"
+        )
+    print(
+        "  compute: simulated accelerator time per step (the host waits, as on a GPU); at 0 every step is CPU"
+    )
     print("  work of 4 ranks on this machine's cores, which the snapshot and buddy copy compete for")
-    print(f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last {KEEP_OWN} "
-          f"commits, plus {KEEP} of its buddy's (replication factor 2): {(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
-          "by design")
+    print(
+        f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last {KEEP_OWN} "
+        f"commits, plus {KEEP} of its buddy's (replication factor 2): {(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
+        "by design"
+    )
     return 0
 
 

@@ -38,8 +38,15 @@ from tests.slurm_cluster import SlurmCluster  # noqa: E402
 from tests.training_jobs import TrainingJob, sres_srun, submit_training, wait_job  # noqa: E402
 
 ELASTIC = ("--dataset", "320", "--global-batch", "32", "--micro-batch", "4")
-ROWS = ("preemption: Slurm", "preemption: ours", "growth: Slurm", "growth: ours", "  noticing idle",
-        "  rank start-up", "  pause to 1st step")
+ROWS = (
+    "preemption: Slurm",
+    "preemption: ours",
+    "growth: Slurm",
+    "growth: ours",
+    "  noticing idle",
+    "  rank start-up",
+    "  pause to 1st step",
+)
 
 
 def _until(job: TrainingJob, ready, what: str, timeout: float = 180.0) -> None:
@@ -52,15 +59,38 @@ def _until(job: TrainingJob, ready, what: str, timeout: float = 180.0) -> None:
 
 def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
     cluster.reset()
-    job = submit_training(cluster, tmp, ["-N2", "--no-kill"],
-                          sres_srun(tmp / "run", "--auto-resume=2", "-N", "2", "--max-nodes", "4",
-                                    "--lend-partition", "lend", "--grow-snooze", "1", "--no-tiers"),
-                          sleep=0.15, train_args=("--steps", "400", *ELASTIC))
+    job = submit_training(
+        cluster,
+        tmp,
+        ["-N2", "--no-kill"],
+        sres_srun(
+            tmp / "run",
+            "--auto-resume=2",
+            "-N",
+            "2",
+            "--max-nodes",
+            "4",
+            "--lend-partition",
+            "lend",
+            "--grow-snooze",
+            "1",
+            "--no-tiers",
+        ),
+        sleep=0.15,
+        train_args=("--steps", "400", *ELASTIC),
+    )
     _until(job, lambda: len(job.of("resize")) >= 1, "growth to 4")
     lent = [e["host"] for e in job.of("node-added")]
     submitted = time.time()
-    urgent = job.client.submit(["--partition=urgent", "--nodes=2", f"--nodelist={','.join(lent)}",
-                                f"--output={tmp / 'urgent.out'}", "--wrap=sleep 5"])
+    urgent = job.client.submit(
+        [
+            "--partition=urgent",
+            "--nodes=2",
+            f"--nodelist={','.join(lent)}",
+            f"--output={tmp / 'urgent.out'}",
+            "--wrap=sleep 5",
+        ]
+    )
     _until(job, lambda: len(job.of("resize")) >= 2, "shrink")
     wait_job(job.client, urgent, lambda j: j.finished, timeout=120)
     freed = _nodes_idle_at(cluster, lent)
@@ -74,10 +104,15 @@ def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
     scheduling = sum(e["seconds"] for e in added)
     decided = added[0]["t"] - added[0]["seconds"]  # the first satellite's sbatch
     paused = regrow["t"] - regrow["seconds"]  # every new rank warm: the pause begins
-    return {"preemption: Slurm": signal_t - submitted, "preemption: ours": shrink["t"] - signal_t,
-            "growth: Slurm": scheduling, "growth: ours": regrow["t"] - freed - scheduling,
-            "  noticing idle": decided - freed, "  rank start-up": paused - added[-1]["t"],
-            "  pause to 1st step": regrow["seconds"]}
+    return {
+        "preemption: Slurm": signal_t - submitted,
+        "preemption: ours": shrink["t"] - signal_t,
+        "growth: Slurm": scheduling,
+        "growth: ours": regrow["t"] - freed - scheduling,
+        "  noticing idle": decided - freed,
+        "  rank start-up": paused - added[-1]["t"],
+        "  pause to 1st step": regrow["seconds"],
+    }
 
 
 def _nodes_idle_at(cluster: SlurmCluster, nodes: list[str]) -> float:
@@ -93,12 +128,21 @@ def grace_baseline(cluster: SlurmCluster, tmp: Path) -> float:
     log = tmp / "grace.log"
     script = f"trap 'echo $(date +%s.%N) >> {log}' TERM; while true; do sleep 0.1; done"
     client = SlurmClient.create("cli", env=cluster.env())
-    victim = client.submit(["--partition=lend", "--nodes=1", "--exclusive", "--output=/dev/null",
-                            f"--wrap=srun bash -c \"{script}\""])
+    victim = client.submit(
+        [
+            "--partition=lend",
+            "--nodes=1",
+            "--exclusive",
+            "--output=/dev/null",
+            f'--wrap=srun bash -c "{script}"',
+        ]
+    )
     wait_job(client, victim, lambda j: j.running and bool(j.nodes))
     time.sleep(1)
     node = client.job(victim).nodes[0]
-    client.submit(["--partition=urgent", "--nodes=1", f"--nodelist={node}", "--output=/dev/null", "--wrap=true"])
+    client.submit(
+        ["--partition=urgent", "--nodes=1", f"--nodelist={node}", "--output=/dev/null", "--wrap=true"]
+    )
     wait_job(client, victim, lambda j: j.finished, timeout=120)
     return time.time() - float(log.read_text().split()[0])
 
@@ -109,25 +153,35 @@ def main() -> int:
     parser.add_argument("--grace", type=int, default=10, help="GraceTime of the lend partition (seconds)")
     args = parser.parse_args()
     runs: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp, \
-            SlurmCluster(Path(tmp) / "cluster", node_count=4, grace_time=args.grace) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp,
+        SlurmCluster(Path(tmp) / "cluster", node_count=4, grace_time=args.grace) as cluster,
+    ):
         baseline = grace_baseline(cluster, Path(tmp))
         for r in range(args.rounds):
             run_dir = Path(tmp) / f"round-{r}"
             run_dir.mkdir()
             runs.append(one_round(cluster, run_dir))
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()), file=sys.stderr)
-    print(f"\nlent nodes taken back and lent again, 2 -> 4 -> 2 -> 4 nodes, local cluster, GraceTime={args.grace} s, "
-          f"{args.rounds} round(s)")
+            print(
+                f"round {r + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()), file=sys.stderr
+            )
+    print(
+        f"\nlent nodes taken back and lent again, 2 -> 4 -> 2 -> 4 nodes, local cluster, GraceTime={args.grace} s, "
+        f"{args.rounds} round(s)"
+    )
     print(f"{'seconds':22} {'median':>8} {'min':>8} {'max':>8}")
     for row in ROWS:
         values = [run[row] for run in runs]
         print(f"{row:22} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}")
     ours = statistics.median(run["preemption: ours"] for run in runs)
-    print(f"{'baseline: grace -> kill':22} {baseline:8.2f}   (SIGTERM -> job ended: what a run that does not "
-          "shrink has left, before its recovery starts)")
-    print(f"preempted lent nodes leave {ours:.2f} s after Slurm's signal: {baseline / ours:.1f}x inside the grace "
-          "period; training never stops")
+    print(
+        f"{'baseline: grace -> kill':22} {baseline:8.2f}   (SIGTERM -> job ended: what a run that does not "
+        "shrink has left, before its recovery starts)"
+    )
+    print(
+        f"preempted lent nodes leave {ours:.2f} s after Slurm's signal: {baseline / ours:.1f}x inside the grace "
+        "period; training never stops"
+    )
     return 0
 
 

@@ -33,9 +33,32 @@ BASELINE_REF = "8b5e33d"
 
 def step_time(repo: Path, work: Path, steps: int, extra: tuple[str, ...]) -> float:
     out = work / f"run-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "4", "--no-tiers", "--log-dir", str(out), *extra,
-           "--", sys.executable, "-m", "resilience.examples.train_mlp", "--width", "1024", "--depth", "4",
-           "--steps", str(steps), "--progress-every", "100000", "--out", str(out / "out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        "4",
+        "--no-tiers",
+        "--log-dir",
+        str(out),
+        *extra,
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--width",
+        "1024",
+        "--depth",
+        "4",
+        "--steps",
+        str(steps),
+        "--progress-every",
+        "100000",
+        "--out",
+        str(out / "out"),
+    ]
     env = {**os.environ, "PYTHONPATH": str(repo)}  # each side imports its own tree
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=repo, env=env)
     return json.loads((out / "out" / "rank0.json").read_text())["median_step_s"]
@@ -75,11 +98,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sres-bench-observability-") as tmp:
         work = Path(tmp)
         with worktree(args.baseline_ref, work / "baseline") as baseline:
-            times: dict[str, list[float]] = {"before (no metrics, no step timing)": [],
-                                             "step timing (always on)": [],
-                                             "metrics + textfile + step timing": []}
-            sides = [(baseline, ()), (ROOT, ()),
-                     (ROOT, ("--metrics-port", "0", "--metrics-textfile", str(work / "m.prom")))]
+            times: dict[str, list[float]] = {
+                "before (no metrics, no step timing)": [],
+                "step timing (always on)": [],
+                "metrics + textfile + step timing": [],
+            }
+            sides = [
+                (baseline, ()),
+                (ROOT, ()),
+                (ROOT, ("--metrics-port", "0", "--metrics-textfile", str(work / "m.prom"))),
+            ]
             for trial in range(args.repeat):
                 for name, (repo, extra) in zip(times, sides):
                     times[name].append(step_time(repo, work, args.steps, extra))
@@ -88,11 +116,15 @@ def main() -> int:
     print(f"\n4 ranks, ~60 MiB of state per rank, median of {args.repeat} (ms/step, range; vs before)")
     for name, values in times.items():
         m = statistics.median(values)
-        print(f"  {name:38s} {m * 1000:7.1f}  ({min(values) * 1000:.1f}-{max(values) * 1000:.1f})  "
-              f"{(m / mb - 1) * 100:+.1f}%")
-    print(f"step timing alone: {per_step_us:.1f} us per step and rank (in one process, store included) = "
-          f"{per_step_us / (mb * 1e6) * 100:.3f}% of a {mb * 1000:.0f} ms step; metrics are served by the supervisor, "
-          f"off the ranks' path")
+        print(
+            f"  {name:38s} {m * 1000:7.1f}  ({min(values) * 1000:.1f}-{max(values) * 1000:.1f})  "
+            f"{(m / mb - 1) * 100:+.1f}%"
+        )
+    print(
+        f"step timing alone: {per_step_us:.1f} us per step and rank (in one process, store included) = "
+        f"{per_step_us / (mb * 1e6) * 100:.3f}% of a {mb * 1000:.0f} ms step; metrics are served by the supervisor, "
+        f"off the ranks' path"
+    )
     return 0
 
 

@@ -51,9 +51,28 @@ def model_args(size: int) -> list[str]:
 def ours(size: int, work: Path) -> dict:
     kill_step = SHAPES[size][4]
     log_dir = work / f"ours-{size}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--spares", "1", "--no-tiers",
-           "--inject", f"node:1:step={kill_step}", "--log-dir", str(log_dir), "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", *model_args(size), "--progress-every", "1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        str(NODES),
+        "--spares",
+        "1",
+        "--no-tiers",
+        "--inject",
+        f"node:1:step={kill_step}",
+        "--log-dir",
+        str(log_dir),
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        *model_args(size),
+        "--progress-every",
+        "1000",
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=ROOT)
     (rec,) = [e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered"]
     return rec
@@ -69,9 +88,23 @@ def spawn_world(argv: list[str], world: int = NODES, stdout=subprocess.DEVNULL) 
     """``world`` plain torch.distributed processes of ``argv`` (torchrun's environment, no sres)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SRES_")}
-    return [subprocess.Popen(argv, cwd=ROOT, stdout=stdout, text=True, env={
-        **env, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port)}) for r in range(world)]
+    return [
+        subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=stdout,
+            text=True,
+            env={
+                **env,
+                "RANK": str(r),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+        )
+        for r in range(world)
+    ]
 
 
 BASELINE_RANK = r"""
@@ -105,6 +138,7 @@ def baseline(size: int, work: Path) -> float:
         import torch
 
         from resilience.examples.train_mlp import build_model
+
         model = build_model(width, depth, 0)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model(torch.randn(2, width)).sum().backward()
@@ -114,8 +148,10 @@ def baseline(size: int, work: Path) -> float:
     script = work / "baseline_rank.py"
     script.write_text(BASELINE_RANK)
     start = time.time()
-    procs = spawn_world([sys.executable, str(script), str(ROOT), str(width), str(depth), str(batch), str(ckpt)],
-                        stdout=subprocess.PIPE)
+    procs = spawn_world(
+        [sys.executable, str(script), str(ROOT), str(width), str(depth), str(batch), str(ckpt)],
+        stdout=subprocess.PIPE,
+    )
     out = procs[0].communicate(timeout=900)[0]
     for p in procs[1:]:
         p.wait(timeout=900)
@@ -126,13 +162,38 @@ def baseline(size: int, work: Path) -> float:
 def step_time(size: int, work: Path, protected: bool) -> float:
     """Median steady-state step time of rank 0, with or without sres protecting commits."""
     out = work / f"steps-{size}-{'sres' if protected else 'plain'}-{time.monotonic_ns()}"
-    train = [sys.executable, "-m", "resilience.examples.train_mlp", *model_args(size), "--progress-every", "1000",
-             "--out", str(out)]
+    train = [
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        *model_args(size),
+        "--progress-every",
+        "1000",
+        "--out",
+        str(out),
+    ]
     # More steps than a recovery trial: the median needs a steady state.
     train[train.index("--steps") + 1] = str(max(12, SHAPES[size][3]))
     if protected:
-        subprocess.run([sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--no-tiers",
-                        "--log-dir", str(out), "--", *train], check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launcher.cli",
+                "run",
+                "--nodes",
+                str(NODES),
+                "--no-tiers",
+                "--log-dir",
+                str(out),
+                "--",
+                *train,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            cwd=ROOT,
+        )
     else:
         procs = spawn_world(train)
         for p in procs:
@@ -151,7 +212,10 @@ def main() -> int:
         work = Path(tmp)
         for size in sizes:
             width, depth = SHAPES[size][:2]
-            print(f"\n== {state_mb(width, depth):.0f} MiB of state per rank ({NODES} nodes + 1 warm spare)", flush=True)
+            print(
+                f"\n== {state_mb(width, depth):.0f} MiB of state per rank ({NODES} nodes + 1 warm spare)",
+                flush=True,
+            )
             recs = []
             for i in range(args.repeat):
                 recs.append(ours(size, work))
@@ -171,13 +235,17 @@ def main() -> int:
         return statistics.median(r[key] for r in recs)
 
     print(f"\nRecovery after a node kill, median of {args.repeat} (2-core machine, gloo, CPU)")
-    print(f"{'state':>8} {'ours s':>8} {'release':>8} {'re-form':>8} {'transfer':>9} {'1st step':>9} "
-          f"{'baseline s':>11} {'speed-up':>9} {'steps lost':>11}")
+    print(
+        f"{'state':>8} {'ours s':>8} {'release':>8} {'re-form':>8} {'transfer':>9} {'1st step':>9} "
+        f"{'baseline s':>11} {'speed-up':>9} {'steps lost':>11}"
+    )
     for size, mb, recs, bases, _, _ in rows:
         total, base = med(recs, "seconds"), statistics.median(bases)
-        print(f"{mb:>6.0f}MB {total:>8.3f} {med(recs, 'release_s'):>8.3f} {med(recs, 'reform_s'):>8.3f} "
-              f"{med(recs, 'transfer_s'):>9.3f} {med(recs, 'first_step_s'):>9.3f} {base:>11.3f} "
-              f"{base / total:>8.1f}x {max(r['steps_lost'] for r in recs):>6} (baseline: up to its save interval)")
+        print(
+            f"{mb:>6.0f}MB {total:>8.3f} {med(recs, 'release_s'):>8.3f} {med(recs, 'reform_s'):>8.3f} "
+            f"{med(recs, 'transfer_s'):>9.3f} {med(recs, 'first_step_s'):>9.3f} {base:>11.3f} "
+            f"{base / total:>8.1f}x {max(r['steps_lost'] for r in recs):>6} (baseline: up to its save interval)"
+        )
     print("\nSteady-state step time (rank 0, median)")
     print(f"{'state':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9}")
     for size, mb, _, _, plain, protected in rows:

@@ -37,10 +37,27 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _sres(repo: Path, log_dir: Path, sres: list[str], train: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--no-tiers", "--log-dir", str(log_dir), *sres, "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--progress-every", "100000", *train]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--no-tiers",
+        "--log-dir",
+        str(log_dir),
+        *sres,
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--progress-every",
+        "100000",
+        *train,
+    ]
     env = {**os.environ, "PYTHONPATH": str(repo)}  # each side imports its own tree
-    return subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(proc: subprocess.Popen) -> None:
@@ -51,8 +68,14 @@ def _finish(proc: subprocess.Popen) -> None:
 
 def recovery(repo: Path, work: Path) -> dict[str, float]:
     log_dir = work / f"recovery-{time.monotonic_ns()}"
-    _finish(_sres(repo, log_dir, ["--nodes", "2", "--spares", "1", "--inject", "node:1:step=20"],
-                  ["--width", "1024", "--depth", "4", "--steps", "30"]))
+    _finish(
+        _sres(
+            repo,
+            log_dir,
+            ["--nodes", "2", "--spares", "1", "--inject", "node:1:step=20"],
+            ["--width", "1024", "--depth", "4", "--steps", "30"],
+        )
+    )
     (rec,) = [e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered"]
     return {k: rec[k] for k in PARTS if rec.get(k) is not None}  # release_s: None if no report came
 
@@ -60,8 +83,12 @@ def recovery(repo: Path, work: Path) -> dict[str, float]:
 def supervisor_cpu(repo: Path, work: Path, steps: int) -> float:
     """The supervisor's own CPU seconds: /proc/<pid>/stat utime + stime (children excluded),
     read until it exits."""
-    proc = _sres(repo, work / f"cpu-{time.monotonic_ns()}", ["--nodes", "2"],
-                 ["--width", "256", "--depth", "2", "--steps", str(steps)])
+    proc = _sres(
+        repo,
+        work / f"cpu-{time.monotonic_ns()}",
+        ["--nodes", "2"],
+        ["--width", "256", "--depth", "2", "--steps", str(steps)],
+    )
     last = 0.0
     while proc.poll() is None:
         try:
@@ -77,8 +104,10 @@ def supervisor_cpu(repo: Path, work: Path, steps: int) -> float:
 def _row(name: str, before: list[float], after: list[float], unit: float = 1.0) -> str:
     b, a = statistics.median(before), statistics.median(after)
     ratio = f"{a / b:5.2f}x" if b > 0 else "   -  "
-    return (f"  {name:14s} {b * unit:9.3f} ({min(before) * unit:.3f}-{max(before) * unit:.3f})   "
-            f"{a * unit:9.3f} ({min(after) * unit:.3f}-{max(after) * unit:.3f})   {ratio}")
+    return (
+        f"  {name:14s} {b * unit:9.3f} ({min(before) * unit:.3f}-{max(before) * unit:.3f})   "
+        f"{a * unit:9.3f} ({min(after) * unit:.3f}-{max(after) * unit:.3f})   {ratio}"
+    )
 
 
 def main() -> int:
@@ -96,9 +125,11 @@ def main() -> int:
                     got = {**recovery(repo, work), "supervisor_cpu_s": supervisor_cpu(repo, work, args.steps)}
                     for key, value in got.items():
                         sides[side].setdefault(key, []).append(value)
-                    print(f"  trial {trial + 1} {side:6s} recovered in {got['seconds']:.3f} s "
-                          f"(re-form {got['reform_s']:.3f} s), supervisor {got['supervisor_cpu_s']:.2f} CPU s",
-                          flush=True)
+                    print(
+                        f"  trial {trial + 1} {side:6s} recovered in {got['seconds']:.3f} s "
+                        f"(re-form {got['reform_s']:.3f} s), supervisor {got['supervisor_cpu_s']:.2f} CPU s",
+                        flush=True,
+                    )
     print(f"\nmedian of {args.repeat} (range): {args.base} vs this tree; seconds")
     print(f"  {'':14s} {'before':>26s}   {'after':>26s}   after/before")
     for key in (*PARTS, "supervisor_cpu_s"):

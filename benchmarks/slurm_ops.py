@@ -50,8 +50,10 @@ def main() -> int:
     parser.add_argument("--slurmd-timeout", type=int, default=10)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp, \
-            SlurmCluster(Path(tmp), node_count=5, slurmd_timeout=args.slurmd_timeout) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp,
+        SlurmCluster(Path(tmp), node_count=5, slurmd_timeout=args.slurmd_timeout) as cluster,
+    ):
         client = SlurmClient.create("cli", env=cluster.env())
         job_id = client.submit(["-N3", "--output=/dev/null", "--wrap", "sleep 600"])
         wait_running(client, job_id)
@@ -59,15 +61,40 @@ def main() -> int:
         spare = job.nodes[-1]
 
         rows = [
-            ("list nodes", timed(client.nodes, args.repeat), "sinfo --json",
-             timed(lambda: bare(cluster, "sinfo", "--json"), args.repeat)),
-            ("show job", timed(lambda: client.job(job_id), args.repeat), "scontrol -o show job",
-             timed(lambda: bare(cluster, "scontrol", "-o", "show", "job", job_id), args.repeat)),
-            ("discover allocation", timed(lambda: discover(client, job_id), args.repeat),
-             "scontrol show hostnames", timed(lambda: bare(cluster, "scontrol", "show", "hostnames", ",".join(job.nodes)), args.repeat)),
-            ("drain + resume", timed(lambda: (client.drain(spare, "bench"), client.resume(spare)), args.repeat),
-             "2 x scontrol update", timed(lambda: (bare(cluster, "scontrol", "update", f"nodename={spare}", "state=drain", "reason=bench"),
-                                                  bare(cluster, "scontrol", "update", f"nodename={spare}", "state=resume")), args.repeat)),
+            (
+                "list nodes",
+                timed(client.nodes, args.repeat),
+                "sinfo --json",
+                timed(lambda: bare(cluster, "sinfo", "--json"), args.repeat),
+            ),
+            (
+                "show job",
+                timed(lambda: client.job(job_id), args.repeat),
+                "scontrol -o show job",
+                timed(lambda: bare(cluster, "scontrol", "-o", "show", "job", job_id), args.repeat),
+            ),
+            (
+                "discover allocation",
+                timed(lambda: discover(client, job_id), args.repeat),
+                "scontrol show hostnames",
+                timed(
+                    lambda: bare(cluster, "scontrol", "show", "hostnames", ",".join(job.nodes)), args.repeat
+                ),
+            ),
+            (
+                "drain + resume",
+                timed(lambda: (client.drain(spare, "bench"), client.resume(spare)), args.repeat),
+                "2 x scontrol update",
+                timed(
+                    lambda: (
+                        bare(
+                            cluster, "scontrol", "update", f"nodename={spare}", "state=drain", "reason=bench"
+                        ),
+                        bare(cluster, "scontrol", "update", f"nodename={spare}", "state=resume"),
+                    ),
+                    args.repeat,
+                ),
+            ),
         ]
 
         client.cancel(job_id)
@@ -101,8 +128,10 @@ def main() -> int:
         while client.node(victim).responding:
             time.sleep(0.25)
         seen = time.monotonic() - killed
-        print(f"\nslurmd of {victim} killed: Slurm reported it not responding after {seen:.1f} s "
-              f"(SlurmdTimeout={args.slurmd_timeout} s; real clusters often use 300 s)")
+        print(
+            f"\nslurmd of {victim} killed: Slurm reported it not responding after {seen:.1f} s "
+            f"(SlurmdTimeout={args.slurmd_timeout} s; real clusters often use 300 s)"
+        )
         print(f"ratio to one client poll of node state: {seen / rows[0][1]:.0f}x")
         cluster.restart_node(victim)
     return 0

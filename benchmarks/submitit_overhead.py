@@ -72,21 +72,27 @@ def main() -> int:
     args = parser.parse_args()
     logging.getLogger("submitit").setLevel(logging.ERROR)  # plain submitit warns on every sacct poll here
     times: dict[str, list[float]] = {"plain": [], "resilient": []}
-    with tempfile.TemporaryDirectory(prefix="sres-bench-submitit-") as tmp, \
-            SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=10) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="sres-bench-submitit-") as tmp,
+        SlurmCluster(Path(tmp) / "cluster", node_count=5, slurmd_timeout=10) as cluster,
+    ):
         os.environ.update(cluster.env())
         plain = submitit.SlurmExecutor(folder=Path(tmp) / "plain" / "%j")
         plain.update_parameters(nodes=NODES, ntasks_per_node=1, time=10)
         ours = ResilientExecutor(folder=Path(tmp) / "resilient" / "%j", cluster="slurm")
         ours.update_parameters(nodes=NODES, timeout_min=10, no_tiers=True)
         for trial in range(args.repeat):
-            for name, submit in (("plain", lambda: plain.submit(plain_train, args.steps)),
-                                 ("resilient", lambda: ours.submit(train, args.steps))):
+            for name, submit in (
+                ("plain", lambda: plain.submit(plain_train, args.steps)),
+                ("resilient", lambda: ours.submit(train, args.steps)),
+            ):
                 times[name].append(timed(submit))
                 print(f"  trial {trial + 1} {name:9s} submit -> result {times[name][-1]:6.2f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\nsubmit -> job.result(), {NODES} nodes, {args.steps} steps, median of {args.repeat} "
-          f"(2-core machine, 5 local slurmd, gloo)")
+    print(
+        f"\nsubmit -> job.result(), {NODES} nodes, {args.steps} steps, median of {args.repeat} "
+        f"(2-core machine, 5 local slurmd, gloo)"
+    )
     for name, values in times.items():
         print(f"  {name:9s} {med[name]:6.2f} s  ({min(values):.2f}-{max(values):.2f})")
     print(f"  overhead  {med['resilient'] - med['plain']:+6.2f} s  ({med['resilient'] / med['plain']:.2f}x)")

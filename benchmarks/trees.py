@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @contextmanager
 def worktree(ref: str, where: Path) -> Iterator[Path]:
     """``ref`` checked out at ``where`` (removed again afterwards)."""
-    subprocess.run(["git", "worktree", "add", "--detach", str(where), ref], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(where), ref], check=True, capture_output=True, cwd=ROOT
+    )
     try:
         yield where
     finally:

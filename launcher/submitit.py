@@ -50,8 +50,11 @@ def sres_options() -> dict[str, argparse.Action]:
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     run, srun = (sub.choices[name] for name in ("run", "srun"))
     shared = {a.dest for a in srun._actions} & {a.dest for a in run._actions}
-    return {a.dest: a for a in srun._actions
-            if a.dest in shared and a.option_strings and a.dest not in ("help", "log_dir")}
+    return {
+        a.dest: a
+        for a in srun._actions
+        if a.dest in shared and a.option_strings and a.dest not in ("help", "log_dir")
+    }
 
 
 def option_argv(values: dict[str, Any]) -> list[str]:
@@ -143,10 +146,15 @@ class _LocalBackend(_SresCommand, LocalExecutor):
     def _submit_command(self, command: str) -> ResilientLocalJob:
         # LocalExecutor's own builds a plain LocalJob and one task per rank; ranks are sres's here.
         process = start_controller(
-            folder=self.folder, command=command, tasks_per_node=1, cuda_devices="",
+            folder=self.folder,
+            command=command,
+            tasks_per_node=1,
+            cuda_devices="",
             timeout_min=self.parameters.get("timeout_min", LOCAL_TIMEOUT_MIN),
             signal_delay_s=self.parameters.get("signal_delay_s", 30),
-            stderr_to_stdout=self.parameters.get("stderr_to_stdout", False), setup=self.parameters.get("setup", ()))
+            stderr_to_stdout=self.parameters.get("stderr_to_stdout", False),
+            setup=self.parameters.get("setup", ()),
+        )
         return ResilientLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
 
     def _num_tasks(self) -> int:
@@ -166,12 +174,18 @@ class _SlurmBackend(_SresCommand, SlurmExecutor):
     def _num_tasks(self) -> int:
         return 1  # one result: rank 0's, written by whichever process is rank 0 at the end
 
-    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]) -> list[core.Job]:
+    def _internal_process_submissions(
+        self, delayed_submissions: list[utils.DelayedSubmission]
+    ) -> list[core.Job]:
         jobs = super()._internal_process_submissions(delayed_submissions)
         # For an array submitit builds plain SlurmJobs, one task per rank (its array path names
         # the class): ours have one task, read states without sacct and have events().
-        return [job if isinstance(job, ResilientSlurmJob) else ResilientSlurmJob(self.folder, job.job_id, tasks=[0])
-                for job in jobs]
+        return [
+            job
+            if isinstance(job, ResilientSlurmJob)
+            else ResilientSlurmJob(self.folder, job.job_id, tasks=[0])
+            for job in jobs
+        ]
 
 
 def slurm_available() -> bool:
@@ -188,8 +202,13 @@ class ResilientExecutor(core.Executor):
     submitit's ``timeout_min``/``name``, and ``slurm_*`` parameters for sbatch (ignored locally).
     """
 
-    def __init__(self, folder: str | Path, cluster: str | None = None, max_num_timeout: int = 3,
-                 python: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        cluster: str | None = None,
+        max_num_timeout: int = 3,
+        python: str | None = None,
+    ) -> None:
         super().__init__(folder)
         cluster = cluster or ("slurm" if slurm_available() else "local")
         if cluster not in CLUSTERS:
@@ -241,17 +260,47 @@ class ResilientExecutor(core.Executor):
         options = option_argv({**requeues, **self._sres} if self.cluster == "slurm" else self._sres)
         if self.cluster == "slurm":
             signal = self._sres.get("preempt_signal", "USR2").upper().removeprefix("SIG")
-            sbatch = {"no_kill": True, "requeue": True, "signal": f"B:{signal}@{self._signal_delay_s}",
-                      **self._sbatch_extra}
-            self._executor.update_parameters(nodes=s["nodes"] + s["spares"], ntasks_per_node=s["tasks_per_node"],
-                                             use_srun=False, additional_parameters=sbatch)
-            self._executor.sres_argv = ["srun", *options, f"--auto-resume={s['max_restarts']}",
-                                        "--spares", str(s["spares"]), "-N", str(s["nodes"]),
-                                        "--ntasks-per-node", str(s["tasks_per_node"])]
+            sbatch = {
+                "no_kill": True,
+                "requeue": True,
+                "signal": f"B:{signal}@{self._signal_delay_s}",
+                **self._sbatch_extra,
+            }
+            self._executor.update_parameters(
+                nodes=s["nodes"] + s["spares"],
+                ntasks_per_node=s["tasks_per_node"],
+                use_srun=False,
+                additional_parameters=sbatch,
+            )
+            self._executor.sres_argv = [
+                "srun",
+                *options,
+                f"--auto-resume={s['max_restarts']}",
+                "--spares",
+                str(s["spares"]),
+                "-N",
+                str(s["nodes"]),
+                "--ntasks-per-node",
+                str(s["tasks_per_node"]),
+            ]
         else:
-            self._executor.sres_argv = ["run", "--launcher", "local", "--nodes", str(s["nodes"]),
-                                        "--procs-per-node", str(s["tasks_per_node"]), "--spares", str(s["spares"]),
-                                        "--max-restarts", str(s["max_restarts"]), *options, "--"]
+            self._executor.sres_argv = [
+                "run",
+                "--launcher",
+                "local",
+                "--nodes",
+                str(s["nodes"]),
+                "--procs-per-node",
+                str(s["tasks_per_node"]),
+                "--spares",
+                str(s["spares"]),
+                "--max-restarts",
+                str(s["max_restarts"]),
+                *options,
+                "--",
+            ]
 
-    def _internal_process_submissions(self, delayed_submissions: list[utils.DelayedSubmission]) -> list[core.Job]:
+    def _internal_process_submissions(
+        self, delayed_submissions: list[utils.DelayedSubmission]
+    ) -> list[core.Job]:
         return self._executor._internal_process_submissions(delayed_submissions)

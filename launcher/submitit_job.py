@@ -44,8 +44,14 @@ def main(argv: list[str]) -> int:
     env = submitit.JobEnvironment()
     paths = env.paths
     log_dir = run_dir(paths.folder, env.job_id)
-    rank = [sys.executable, "-u", "-m", "resilience.submitit_rank", str(paths.submitted_pickle),
-            str(paths.result_pickle)]
+    rank = [
+        sys.executable,
+        "-u",
+        "-m",
+        "resilience.submitit_rank",
+        str(paths.submitted_pickle),
+        str(paths.result_pickle),
+    ]
     error = None
     try:
         code = cli.run([subcommand, "--log-dir", str(log_dir), *options, *rank])

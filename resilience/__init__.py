@@ -1,16 +1,16 @@
 """Inside each rank: keeping training state alive across faults (see ARCHITECTURE.md).
 
-    import resilience
+import resilience
 
-    def train(ctx: resilience.Context) -> None:
+def train(ctx: resilience.Context) -> None:
+    ...
+    ctx.register(model=model, optimizer=opt)
+    for step in ctx.steps(total_steps):
         ...
-        ctx.register(model=model, optimizer=opt)
-        for step in ctx.steps(total_steps):
-            ...
-            with ctx.commit():
-                opt.step(); opt.zero_grad()
+        with ctx.commit():
+            opt.step(); opt.zero_grad()
 
-    resilience.run(train)
+resilience.run(train)
 """
 
 from resilience.api import run
@@ -23,5 +23,16 @@ from resilience.state.committed import PerRank
 from resilience.state.replication import Unrecoverable
 from resilience.sharded import ShardedOptimizer
 
-__all__ = ["Context", "run", "ddp", "ElasticSampler", "ExactDataParallel", "GradientNotRepresentable",
-           "PerRank", "ShardedOptimizer", "Unrecoverable", "micro_batch_ids", "micro_batch_rng"]
+__all__ = [
+    "Context",
+    "run",
+    "ddp",
+    "ElasticSampler",
+    "ExactDataParallel",
+    "GradientNotRepresentable",
+    "PerRank",
+    "ShardedOptimizer",
+    "Unrecoverable",
+    "micro_batch_ids",
+    "micro_batch_rng",
+]

@@ -39,8 +39,15 @@ def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
     ours = world > 1 and not dist.is_initialized()
     if ours:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
-    train(Context(rank=int(os.environ.get("RANK", "0")), world_size=world,
-                  local_rank=int(os.environ.get("LOCAL_RANK", "0")), generation=0, step=-1))
+    train(
+        Context(
+            rank=int(os.environ.get("RANK", "0")),
+            world_size=world,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            generation=0,
+            step=-1,
+        )
+    )
     if ours:
         # Leave together: a rank that exits while a peer's gloo threads still use the
         # connection makes that peer abort (seen in CI as SIGABRT under torchrun).

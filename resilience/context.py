@@ -42,9 +42,20 @@ class _Runtime(Protocol):
 class Context:
     """What ``train`` sees of the job: ranks, the recovered step, registration and commits."""
 
-    def __init__(self, *, rank: int, world_size: int, local_rank: int, generation: int, step: int,
-                 restored: dict[str, Any] | None = None, runtime: _Runtime | None = None, log_dir: str = "",
-                 batch_settings: tuple[str, str] | None = None, restore_rng: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        generation: int,
+        step: int,
+        restored: dict[str, Any] | None = None,
+        runtime: _Runtime | None = None,
+        log_dir: str = "",
+        batch_settings: tuple[str, str] | None = None,
+        restore_rng: bool = True,
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -94,7 +105,8 @@ class Context:
                 raise RegistrationError(
                     f"register({name}=...): no position of this rank's data loader as of step {self.step} "
                     f"(saved at another world size, or lost with its copies): a loader's position is per "
-                    f"rank; for resizes use resilience.ElasticSampler, which names batches by step")
+                    f"rank; for resizes use resilience.ElasticSampler, which names batches by step"
+                )
 
     def steps(self, total: int) -> Iterator[int]:
         """Step indices from the one after the last commit up to ``total - 1``."""
@@ -188,7 +200,9 @@ class Context:
         """Whether the live objects still hold what the last commit took: nothing kept by
         reference (parameters, moments, large tensors) was changed in place since. Only then may
         a survivor resume from them without a copy."""
-        return self._view is not None and not committed.changed(self._small, committed.small(self._view, self._objects))
+        return self._view is not None and not committed.changed(
+            self._small, committed.small(self._view, self._objects)
+        )
 
     def state_digest(self) -> str:
         """SHA-256 of this rank's registered state now (random streams left out): compare runs bitwise."""
@@ -211,9 +225,11 @@ def _check_registrable(name: str, obj: Any) -> None:
         raise RegistrationError(
             f"register({name}=...): a plain DataLoader cannot say where it is, so a recovered rank would "
             f"start its epoch over: use torchdata.stateful_dataloader.StatefulDataLoader, or "
-            f"resilience.ElasticSampler and take the batch of each step from it")
-    raise RegistrationError(f"register({name}=...): needs state_dict/load_state_dict or a dict, "
-                            f"got {type(obj).__name__}")
+            f"resilience.ElasticSampler and take the batch of each step from it"
+        )
+    raise RegistrationError(
+        f"register({name}=...): needs state_dict/load_state_dict or a dict, got {type(obj).__name__}"
+    )
 
 
 def _load(obj: Any, state: Any) -> None:

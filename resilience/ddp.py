@@ -84,8 +84,10 @@ def deterministic_by_default() -> None:
     if getattr(DistributedDataParallel, "_sres_deterministic", False):
         return
     original_init = DistributedDataParallel.__init__
-    originals = {name: getattr(DistributedDataParallel, name)
-                 for name in ("register_comm_hook", "_register_builtin_comm_hook")}
+    originals = {
+        name: getattr(DistributedDataParallel, name)
+        for name in ("register_comm_hook", "_register_builtin_comm_hook")
+    }
 
     def init(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
@@ -95,6 +97,7 @@ def deterministic_by_default() -> None:
         def register(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> Any:
             self._sres_own_hook = True
             return originals[name](self, *args, **kwargs)
+
         return register
 
     DistributedDataParallel.__init__ = init

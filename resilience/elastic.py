@@ -59,8 +59,13 @@ class BatchPlan:
         return self.global_batch == self.wanted
 
 
-def batch_plan(global_batch: int, micro_batch: int, world_size: int, policy: str = "keep-closest",
-               lr_scaling: str = "linear") -> BatchPlan:
+def batch_plan(
+    global_batch: int,
+    micro_batch: int,
+    world_size: int,
+    policy: str = "keep-closest",
+    lr_scaling: str = "linear",
+) -> BatchPlan:
     """Split ``global_batch`` over ``world_size`` ranks in micro-batches of at most ``micro_batch``. Pure.
 
     When the world does not divide the global batch, ``keep-closest`` uses the nearest
@@ -68,7 +73,9 @@ def batch_plan(global_batch: int, micro_batch: int, world_size: int, policy: str
     rate by the ratio (``linear``), its square root (``sqrt``) or not at all.
     """
     if min(global_batch, micro_batch, world_size) < 1:
-        raise BatchError(f"global batch {global_batch}, micro-batch {micro_batch}, world {world_size}: all must be >= 1")
+        raise BatchError(
+            f"global batch {global_batch}, micro-batch {micro_batch}, world {world_size}: all must be >= 1"
+        )
     if policy not in BATCH_POLICIES:
         raise BatchError(f"batch policy {policy!r}: one of {', '.join(BATCH_POLICIES)}")
     if lr_scaling not in LR_SCALINGS:
@@ -95,14 +102,29 @@ class ElasticSampler:
     follows commits and recoveries; committed steps are then recorded in the run's log dir.
     """
 
-    def __init__(self, dataset_len: int, global_batch: int, micro_batch: int, seed: int = 0, *,
-                 policy: str | None = None, lr_scaling: str | None = None) -> None:
+    def __init__(
+        self,
+        dataset_len: int,
+        global_batch: int,
+        micro_batch: int,
+        seed: int = 0,
+        *,
+        policy: str | None = None,
+        lr_scaling: str | None = None,
+    ) -> None:
         """``policy``/``lr_scaling`` not given: the run's (``sres run --batch-policy/--lr-scaling``,
         applied by ``ctx.register``), else ``keep-closest`` and ``linear``."""
         if dataset_len < 1:
             raise BatchError(f"dataset_len {dataset_len}: at least 1")
-        batch_plan(global_batch, micro_batch, 1, policy or "keep-closest", lr_scaling or "linear")  # validates
-        self.dataset_len, self.global_batch, self.micro_batch, self.seed = dataset_len, global_batch, micro_batch, seed
+        batch_plan(
+            global_batch, micro_batch, 1, policy or "keep-closest", lr_scaling or "linear"
+        )  # validates
+        self.dataset_len, self.global_batch, self.micro_batch, self.seed = (
+            dataset_len,
+            global_batch,
+            micro_batch,
+            seed,
+        )
         self._given = (policy, lr_scaling)
         self.policy, self.lr_scaling = policy or "keep-closest", lr_scaling or "linear"
         self.segments: list[tuple[int, int, int]] = [(0, 0, global_batch)]
@@ -145,7 +167,7 @@ class ElasticSampler:
         mine = self._samples(start + rank * plan.per_rank, plan.per_rank)
         out, offset = [], 0
         for size in plan.micro_batches:
-            out.append(mine[offset:offset + size])
+            out.append(mine[offset : offset + size])
             offset += size
         return out
 
@@ -154,7 +176,7 @@ class ElasticSampler:
         while count > 0:
             epoch, offset = divmod(start, self.dataset_len)
             take = min(count, self.dataset_len - offset)
-            out += self.permutation(epoch)[offset:offset + take].tolist()
+            out += self.permutation(epoch)[offset : offset + take].tolist()
             start, count = start + take, count - take
         return out
 
@@ -167,15 +189,22 @@ class ElasticSampler:
     # --- state, for ctx.register ------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dataset_len": self.dataset_len, "global_batch": self.global_batch, "micro_batch": self.micro_batch,
-                "seed": self.seed, "segments": [list(s) for s in self.segments]}
+        return {
+            "dataset_len": self.dataset_len,
+            "global_batch": self.global_batch,
+            "micro_batch": self.micro_batch,
+            "seed": self.seed,
+            "segments": [list(s) for s in self.segments],
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         mine = (self.dataset_len, self.global_batch, self.micro_batch, self.seed)
         theirs = (state["dataset_len"], state["global_batch"], state["micro_batch"], state["seed"])
         if mine != theirs:
-            raise BatchError(f"sampler state of (dataset_len, global_batch, micro_batch, seed) {theirs} "
-                             f"does not fit this sampler's {mine}")
+            raise BatchError(
+                f"sampler state of (dataset_len, global_batch, micro_batch, seed) {theirs} "
+                f"does not fit this sampler's {mine}"
+            )
         self.segments = [tuple(s) for s in state["segments"]]
 
     # --- accounting -----------------------------------------------------------------------------
@@ -189,8 +218,17 @@ class ElasticSampler:
         start, end = self.span(step, world_size)
         folder = Path(log_dir) / SAMPLES_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        line = {"step": step, "generation": generation, "world_size": world_size, "rank": rank,
-                "start": start, "end": end, "dataset_len": self.dataset_len, "seed": self.seed, "t": time.time()}
+        line = {
+            "step": step,
+            "generation": generation,
+            "world_size": world_size,
+            "rank": rank,
+            "start": start,
+            "end": end,
+            "dataset_len": self.dataset_len,
+            "seed": self.seed,
+            "t": time.time(),
+        }
         with (folder / f"rank-{rank}.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 

@@ -63,8 +63,15 @@ class ExactDataParallel(torch.nn.Module):
     at that backward (use ``no_sync()`` where steps may be skipped).
     """
 
-    def __init__(self, module: torch.nn.Module, *, process_group: Any = None, bits: int = fixed_point.BITS,
-                 on_overflow: str = "raise", broadcast_buffers: bool = True) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        *,
+        process_group: Any = None,
+        bits: int = fixed_point.BITS,
+        on_overflow: str = "raise",
+        broadcast_buffers: bool = True,
+    ) -> None:
         super().__init__()
         if on_overflow not in ON_OVERFLOW:
             raise ValueError(f"on_overflow={on_overflow!r}: one of {', '.join(ON_OVERFLOW)}")
@@ -81,9 +88,13 @@ class ExactDataParallel(torch.nn.Module):
         # This rank's sums (integer-valued float64), and the step's integers as they travel:
         # one all-reduce for every parameter, with the step's micro-batch count last.
         self._sums = torch.zeros(self._offsets[-1], dtype=torch.float64, device=device)
-        self._wires = {dtype: torch.empty(0, dtype=dtype, device=device) for dtype in (torch.int32, torch.int64)}
-        self._slots = [fixed_point.Slot(self._sums[a:b].view(p.shape))
-                       for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])]
+        self._wires = {
+            dtype: torch.empty(0, dtype=dtype, device=device) for dtype in (torch.int32, torch.int64)
+        }
+        self._slots = [
+            fixed_point.Slot(self._sums[a:b].view(p.shape))
+            for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])
+        ]
         self._scratch = torch.empty(max(sizes, default=0), device=device)
         self._sync, self._queued, self._count = True, False, 0
         self._handed: list[tuple[torch.nn.Parameter, torch.Tensor, int]] | None = None
@@ -162,8 +173,12 @@ class ExactDataParallel(torch.nn.Module):
         grads = [p.grad for _, p in self._named]
         zero = torch.zeros((), dtype=torch.float64, device=self._sums.device)
         # max |g| without a temporary |g|: aminmax reads the gradient once.
-        maxima = torch.stack([torch.stack(g.detach().aminmax()).abs().amax().double() if g is not None else zero
-                              for g in grads]).tolist()
+        maxima = torch.stack(
+            [
+                torch.stack(g.detach().aminmax()).abs().amax().double() if g is not None else zero
+                for g in grads
+            ]
+        ).tolist()
         for slot, (_, p), grad, max_abs in zip(self._slots, self._named, grads, maxima):
             if grad is not None:
                 slot.add(grad, max_abs, self._count, self.bits, self._scratch)
@@ -175,8 +190,11 @@ class ExactDataParallel(torch.nn.Module):
         """Sum the step across ranks and hand the mean to ``p.grad`` (or raise / skip)."""
         step_timer.collective_started()
         world = self._world()
-        header = torch.tensor([s.header() for s in self._slots] + [[self._count, 0, 0, 0]], dtype=torch.int64,
-                              device=self._sums.device)
+        header = torch.tensor(
+            [s.header() for s in self._slots] + [[self._count, 0, 0, 0]],
+            dtype=torch.int64,
+            device=self._sums.device,
+        )
         if world > 1:
             dist.all_reduce(header, op=dist.ReduceOp.MAX, group=self.process_group)
         rows = header.tolist()
@@ -193,7 +211,9 @@ class ExactDataParallel(torch.nn.Module):
             if world > 1:
                 dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.process_group)
             count = int(wire[-1])
-            for (_, p), a, b, low, seen in zip(self._named, self._offsets, self._offsets[1:], plan.lows, plan.seen):
+            for (_, p), a, b, low, seen in zip(
+                self._named, self._offsets, self._offsets[1:], plan.lows, plan.seen
+            ):
                 if low is not None:
                     p.grad = fixed_point.dequantize(wire[a:b].view(p.shape), low, count, p.dtype)
                 elif seen:
@@ -212,8 +232,11 @@ class ExactDataParallel(torch.nn.Module):
 
     def _refuse(self, plan: fixed_point.SumPlan) -> None:
         name = self._named[plan.culprit][0] if plan.culprit is not None else "?"
-        what = ("holds inf or NaN" if plan.problem == fixed_point.NONFINITE else
-                f"spans more than the integer sums hold at bits={self.bits} (micro-batches differ too much in scale)")
+        what = (
+            "holds inf or NaN"
+            if plan.problem == fixed_point.NONFINITE
+            else f"spans more than the integer sums hold at bits={self.bits} (micro-batches differ too much in scale)"
+        )
         message = f"exact gradient sum: the step's gradient of {name!r} {what}"
         if self.on_overflow == "raise":
             raise GradientNotRepresentable(message + "; on_overflow='skip' skips such steps instead")

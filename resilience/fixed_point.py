@@ -72,15 +72,15 @@ def quantize(grad: torch.Tensor, unit: int, shift: int = 0, out: torch.Tensor | 
         x = x.double()  # 2**-unit is not a normal float32
     if out is None or out.dtype != x.dtype:
         out = torch.empty_like(x)
-    torch.mul(x, 2.0 ** -unit, out=out).round_()
-    return out.mul_(2.0 ** shift) if shift else out
+    torch.mul(x, 2.0**-unit, out=out).round_()
+    return out.mul_(2.0**shift) if shift else out
 
 
 def dequantize(total: torch.Tensor, low: int, count: int, dtype: torch.dtype) -> torch.Tensor:
     """The mean of ``count`` micro-batch gradients whose integer sum is ``total`` in units of
     ``2**low``: the same integers give the same bits (float32 straight from the integers
     when the scale is a normal float32, else through float64)."""
-    factor = 2.0 ** low / count
+    factor = 2.0**low / count
     if dtype == torch.float32 and -100 < low < 100:
         # One pass: the kernel converts each integer to float32 and scales it.
         return torch.mul(total, factor, out=torch.empty(total.shape, dtype=dtype, device=total.device))
@@ -101,8 +101,14 @@ class Slot:
     seen: bool = False
     """Whether any micro-batch produced a gradient for this tensor (even an all-zero one)."""
 
-    def add(self, grad: torch.Tensor, max_abs: float, count: int, bits: int = BITS,
-            scratch: torch.Tensor | None = None) -> None:
+    def add(
+        self,
+        grad: torch.Tensor,
+        max_abs: float,
+        count: int,
+        bits: int = BITS,
+        scratch: torch.Tensor | None = None,
+    ) -> None:
         """Add one micro-batch's gradient (``max_abs`` its largest magnitude); ``count`` is
         the number of micro-batches of this rank so far, this one included. ``scratch``: a
         flat float32 buffer of at least this tensor's size."""
@@ -118,7 +124,7 @@ class Slot:
         if not fits(high, low, count, LOCAL_BITS):
             self.problem = RANGE
             return
-        out = scratch[:grad.numel()].view(grad.shape) if scratch is not None else None
+        out = scratch[: grad.numel()].view(grad.shape) if scratch is not None else None
         q = quantize(grad, unit, unit - low, out)
         if self.low is None:
             self.total.copy_(q)

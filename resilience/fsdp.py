@@ -92,17 +92,23 @@ def adapt(name: str, obj: Any, registered: Iterable[Any]) -> Any:
     for other in registered:
         if isinstance(other, ShardedModel) and any(p is params[0] for p in other.module.parameters()):
             return ShardedModelOptimizer(other.module, obj)
-    raise TypeError(f"register({name}=...): the optimizer's parameters are FSDP2 shards of a model that is not "
-                    f"registered; register the model too: ctx.register(model=model, {name}={name})")
+    raise TypeError(
+        f"register({name}=...): the optimizer's parameters are FSDP2 shards of a model that is not "
+        f"registered; register the model too: ctx.register(model=model, {name}={name})"
+    )
 
 
 def to_local(state: Any) -> Any:
     """``state`` with each DTensor replaced by its snapshot form (local tensor and layout)."""
     if isinstance(state, DTensor):
         coordinate = state.device_mesh.get_coordinate() or [0] * state.device_mesh.ndim
-        return {DTENSOR: state.to_local(), "placements": _placements_out(state.placements),
-                "shape": tuple(state.shape), "stride": tuple(state.stride()),
-                "index": tuple(c if p.is_shard() else 0 for c, p in zip(coordinate, state.placements))}
+        return {
+            DTENSOR: state.to_local(),
+            "placements": _placements_out(state.placements),
+            "shape": tuple(state.shape),
+            "stride": tuple(state.stride()),
+            "index": tuple(c if p.is_shard() else 0 for c, p in zip(coordinate, state.placements)),
+        }
     if isinstance(state, dict):
         return {k: to_local(v) for k, v in state.items()}
     if isinstance(state, list):
@@ -113,8 +119,14 @@ def to_local(state: Any) -> Any:
 def from_local(state: Any, mesh: Any) -> Any:
     """The inverse of :func:`to_local`, on ``mesh``."""
     if isinstance(state, dict) and DTENSOR in state:
-        return DTensor.from_local(state[DTENSOR], mesh, _placements_in(state["placements"]), run_check=False,
-                                  shape=torch.Size(state["shape"]), stride=state["stride"])
+        return DTensor.from_local(
+            state[DTENSOR],
+            mesh,
+            _placements_in(state["placements"]),
+            run_check=False,
+            shape=torch.Size(state["shape"]),
+            stride=state["stride"],
+        )
     if isinstance(state, dict):
         return {k: from_local(v, mesh) for k, v in state.items()}
     if isinstance(state, list):
@@ -132,8 +144,10 @@ def mesh_of(module: torch.nn.Module) -> Any:
     meshes = {mesh_key(p.device_mesh): p.device_mesh for p in module.parameters() if isinstance(p, DTensor)}
     if len(meshes) != 1:
         described = "; ".join(_describe(key) for key in meshes) or "none"
-        raise ResilienceError(f"an FSDP2 model with parameters on {len(meshes)} different device meshes ({described}): "
-                              "sres supports one mesh (1-D FSDP or 2-D HSDP) per registered model")
+        raise ResilienceError(
+            f"an FSDP2 model with parameters on {len(meshes)} different device meshes ({described}): "
+            "sres supports one mesh (1-D FSDP or 2-D HSDP) per registered model"
+        )
     return next(iter(meshes.values()))
 
 
@@ -145,7 +159,9 @@ def mesh_key(mesh: Any) -> tuple[Any, ...]:
 
 def _describe(key: tuple[Any, ...]) -> str:
     device_type, shape, ranks, names = key
-    return f"{device_type} {'x'.join(map(str, shape))} ranks {list(ranks)}" + (f" dims {list(names)}" if names else "")
+    return f"{device_type} {'x'.join(map(str, shape))} ranks {list(ranks)}" + (
+        f" dims {list(names)}" if names else ""
+    )
 
 
 def twins(module: torch.nn.Module) -> tuple[int, ...]:
@@ -172,7 +188,9 @@ def _placements_out(placements: Iterable[Placement]) -> tuple[tuple[str, int], .
         elif isinstance(placement, Replicate):
             out.append(("replicate", 0))
         else:
-            raise ResilienceError(f"a DTensor placed as {placement}: sres keeps Shard and Replicate placements only")
+            raise ResilienceError(
+                f"a DTensor placed as {placement}: sres keeps Shard and Replicate placements only"
+            )
     return tuple(out)
 
 
@@ -210,8 +228,10 @@ def reshard(shards: list[Any], mesh: Any) -> Any:
     if isinstance(first, dict) and DTENSOR in first:
         placements = _placements_in(first["placements"])
         if len(placements) != mesh.ndim:
-            raise ResilienceError(f"FSDP2 state saved on a {len(placements)}-D device mesh cannot load on a "
-                                  f"{mesh.ndim}-D one: keep the mesh's dimensions when the world size changes")
+            raise ResilienceError(
+                f"FSDP2 state saved on a {len(placements)}-D device mesh cannot load on a "
+                f"{mesh.ndim}-D one: keep the mesh's dimensions when the world size changes"
+            )
         return distribute_tensor(assemble(shards), mesh, placements, src_data_rank=None)
     if isinstance(first, dict):
         return {k: reshard([s[k] for s in shards], mesh) for k in first}
@@ -227,13 +247,19 @@ def assemble(forms: list[dict[str, Any]]) -> torch.Tensor:
     if not sharded:
         return first[DTENSOR]
     if len(sharded) > 1:
-        raise ResilienceError(f"a DTensor sharded along {len(sharded)} mesh dimensions: sres reshards FSDP2 and "
-                              "HSDP state (one sharded mesh dimension) only")
+        raise ResilienceError(
+            f"a DTensor sharded along {len(sharded)} mesh dimensions: sres reshards FSDP2 and "
+            "HSDP state (one sharded mesh dimension) only"
+        )
     mesh_dim, dim = sharded[0]
     by_index = {form["index"][mesh_dim]: form[DTENSOR] for form in forms}
     if sorted(by_index) != list(range(len(by_index))):
-        raise ResilienceError(f"resharding needs every shard of a tensor; shards {sorted(by_index)} were found")
+        raise ResilienceError(
+            f"resharding needs every shard of a tensor; shards {sorted(by_index)} were found"
+        )
     whole = torch.cat([by_index[i] for i in range(len(by_index))], dim=dim)
     if tuple(whole.shape) != tuple(first["shape"]):
-        raise ResilienceError(f"shards assemble to shape {tuple(whole.shape)}, not the saved {tuple(first['shape'])}")
+        raise ResilienceError(
+            f"shards assemble to shape {tuple(whole.shape)}, not the saved {tuple(first['shape'])}"
+        )
     return whole

@@ -44,8 +44,9 @@ def seed_of(*key: int) -> int:
 
 
 @contextlib.contextmanager
-def micro_batch_rng(seed: int, step: int, micro_batch_id: int, *,
-                    devices: Sequence[int] | None = None) -> Iterator[None]:
+def micro_batch_rng(
+    seed: int, step: int, micro_batch_id: int, *, devices: Sequence[int] | None = None
+) -> Iterator[None]:
     """Inside, torch's random ops (dropout, ``torch.rand``...) draw from a stream seeded by
     (``seed``, ``step``, ``micro_batch_id``) alone; on leaving, the generators are back as they
     were, so the stream around it does not depend on how many micro-batches this rank ran.

@@ -35,8 +35,12 @@ class ShardedOptimizer:
 
     sharded = True  # read by Context.register: this state needs buddy copies
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer_class: type[torch.optim.Optimizer],
-                 **defaults: Any) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        optimizer_class: type[torch.optim.Optimizer],
+        **defaults: Any,
+    ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
@@ -59,13 +63,16 @@ class ShardedOptimizer:
             owned = [p for p, o in zip(self.params, self.owner) if o == rank]
             if not owned:
                 continue
-            flat = torch.cat([p.detach().reshape(-1) for p in owned]) if rank == self.rank else \
-                torch.empty(sum(p.numel() for p in owned), dtype=owned[0].dtype, device=owned[0].device)
+            flat = (
+                torch.cat([p.detach().reshape(-1) for p in owned])
+                if rank == self.rank
+                else torch.empty(sum(p.numel() for p in owned), dtype=owned[0].dtype, device=owned[0].device)
+            )
             dist.broadcast(flat, src=rank)
             if rank != self.rank:
                 offset = 0
                 for p in owned:
-                    p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                    p.copy_(flat[offset : offset + p.numel()].view_as(p))
                     offset += p.numel()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -77,13 +84,21 @@ class ShardedOptimizer:
                     p.grad.zero_()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"world_size": self.world, "rank": self.rank, "owner": list(self.owner),
-                "local": self.local.state_dict()}
+        return {
+            "world_size": self.world,
+            "rank": self.rank,
+            "owner": list(self.owner),
+            "local": self.local.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "shards" in state:  # every shard of a checkpoint written by another world size
             state = reshard(state["shards"], self.owner, self.rank, self.world)
-        if state["world_size"] != self.world or state["owner"] != list(self.owner) or state["rank"] != self.rank:
+        if (
+            state["world_size"] != self.world
+            or state["owner"] != list(self.owner)
+            or state["rank"] != self.rank
+        ):
             raise ValueError(
                 f"sharded optimizer state of rank {state['rank']}/{state['world_size']} does not fit rank "
                 f"{self.rank}/{self.world}; resharding to another world size needs a checkpoint tier"
@@ -120,4 +135,9 @@ def reshard(shards: list[dict[str, Any]], owner: list[int], rank: int, world: in
         if entry is not None:
             state[local] = entry
     groups[0]["params"] = list(range(max(1, len(mine))))
-    return {"world_size": world, "rank": rank, "owner": list(owner), "local": {"state": state, "param_groups": groups}}
+    return {
+        "world_size": world,
+        "rank": rank,
+        "owner": list(owner),
+        "local": {"state": state, "param_groups": groups},
+    }

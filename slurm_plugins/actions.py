@@ -53,7 +53,9 @@ def decide(results: Sequence[CheckResult], node: Node | None, actions: Actions, 
     failed = [r for r in results if r.failed]
     if failed:
         if node is not None and node.drained and not node.drained_by_us:
-            return Decision(Kind.NONE, why=f"drained by someone else ({node.reason or 'no reason'}): left alone")
+            return Decision(
+                Kind.NONE, why=f"drained by someone else ({node.reason or 'no reason'}): left alone"
+            )
         reason = failure_reason(results)
         if node is not None and node.drained_by_us and node.reason == reason:
             return Decision(Kind.NONE, why="already drained for this reason")

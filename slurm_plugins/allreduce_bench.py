@@ -28,7 +28,9 @@ def _rank(rank: int, world: int, port: int, mib: int, seconds: float, backend: s
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=60))
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=60)
+    )
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     numel = mib * (1 << 20) // 4
     tensor = torch.ones(numel, dtype=torch.float32, device=device)
@@ -50,8 +52,20 @@ def _rank(rank: int, world: int, port: int, mib: int, seconds: float, backend: s
     took = time.perf_counter() - start
     if rank == 0:
         algbw, busbw = bus_bandwidth(numel * 4, took / iters, world)
-        print(json.dumps({"backend": backend, "world": world, "mib": mib, "iters": iters, "correct": correct,
-                          "algbw_gbps": round(algbw, 3), "busbw_gbps": round(busbw, 3)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "world": world,
+                    "mib": mib,
+                    "iters": iters,
+                    "correct": correct,
+                    "algbw_gbps": round(algbw, 3),
+                    "busbw_gbps": round(busbw, 3),
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 
@@ -67,10 +81,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank is not None:
         _rank(args.rank, args.world, args.port, args.mib, args.seconds, args.backend)
         return 0
-    base = [sys.executable, "-m", "slurm_plugins.allreduce_bench", "--world", str(args.world), "--port",
-            str(args.port), "--mib", str(args.mib), "--seconds", str(args.seconds), "--backend", args.backend]
-    procs = [subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL)
-             for r in range(args.world)]
+    base = [
+        sys.executable,
+        "-m",
+        "slurm_plugins.allreduce_bench",
+        "--world",
+        str(args.world),
+        "--port",
+        str(args.port),
+        "--mib",
+        str(args.mib),
+        "--seconds",
+        str(args.seconds),
+        "--backend",
+        args.backend,
+    ]
+    procs = [
+        subprocess.Popen(base + ["--rank", str(r)], stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL)
+        for r in range(args.world)
+    ]
     out = procs[0].communicate()[0]
     codes = [p.wait() for p in procs]
     sys.stdout.write(out.decode())

@@ -64,8 +64,21 @@ def allreduce(ctx: CheckContext) -> list[CheckResult]:
     backend, world = ("nccl", gpus) if gpus >= 2 else ("gloo", cfg.allreduce_cpu_procs)
     if world < 2:
         return [skipped("allreduce", "fewer than 2 GPUs and allreduce_cpu_procs < 2")]
-    argv = [sys.executable, "-m", "slurm_plugins.allreduce_bench", "--world", str(world), "--port", str(_free_port()),
-            "--mib", str(cfg.allreduce_mib), "--seconds", "2", "--backend", backend]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurm_plugins.allreduce_bench",
+        "--world",
+        str(world),
+        "--port",
+        str(_free_port()),
+        "--mib",
+        str(cfg.allreduce_mib),
+        "--seconds",
+        "2",
+        "--backend",
+        backend,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -73,7 +86,9 @@ def allreduce(ctx: CheckContext) -> list[CheckResult]:
         return [fail("allreduce", f"{backend} x{world} failed (exit {done.returncode}): {tail}")]
     result = json.loads(lines[-1])
     minimum = cfg.allreduce_min_gbps if backend == "nccl" else cfg.allreduce_cpu_min_gbps
-    detail = f"{backend} x{world}, {cfg.allreduce_mib} MiB: bus {result['busbw_gbps']:g} GB/s (min {minimum:g})"
+    detail = (
+        f"{backend} x{world}, {cfg.allreduce_mib} MiB: bus {result['busbw_gbps']:g} GB/s (min {minimum:g})"
+    )
     if not result["correct"]:
         return [fail("allreduce", f"wrong sum; {detail}")]
     if result["busbw_gbps"] < minimum:
@@ -136,8 +151,12 @@ def disk_stress(ctx: CheckContext) -> list[CheckResult]:
 
 
 def deep_checks() -> list[Check]:
-    return [Check("gpu_stress", gpu_stress, Fault.TRANSIENT), Check("allreduce", allreduce, Fault.TRANSIENT),
-            Check("memory_stress", memory_stress), Check("disk_stress", disk_stress)]
+    return [
+        Check("gpu_stress", gpu_stress, Fault.TRANSIENT),
+        Check("allreduce", allreduce, Fault.TRANSIENT),
+        Check("memory_stress", memory_stress),
+        Check("disk_stress", disk_stress),
+    ]
 
 
 def _free_port() -> int:

@@ -29,9 +29,15 @@ FaultName = Literal["transient", "persistent"]
 
 THROTTLE_REASONS = {
     # NVML clocks-event (throttle) reason bits; the first three are normal operation.
-    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100,
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
 }
 
 
@@ -86,8 +92,9 @@ class GpuConfig:
     def __post_init__(self) -> None:
         unknown = [r for r in self.fail_throttle_reasons if r not in THROTTLE_REASONS]
         if unknown:
-            raise ValueError(f"fail_throttle_reasons: unknown reason {unknown[0]!r} "
-                             f"(known: {', '.join(THROTTLE_REASONS)})")
+            raise ValueError(
+                f"fail_throttle_reasons: unknown reason {unknown[0]!r} (known: {', '.join(THROTTLE_REASONS)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -159,7 +166,7 @@ class DeepConfig:
     total_s: float = 50.0  # slurmd kills a HealthCheckProgram after 60 s
     gpu_stress_s: float = 10.0
     allreduce_mib: int = 64
-    allreduce_min_gbps: float = 10.0      # NCCL bus bandwidth across this node's GPUs
+    allreduce_min_gbps: float = 10.0  # NCCL bus bandwidth across this node's GPUs
     allreduce_cpu_min_gbps: float = 0.05  # gloo on CPU, where a node has fewer than 2 GPUs
     allreduce_cpu_procs: int = 2
     memory_mib: int = 256
@@ -269,7 +276,9 @@ def _value(hint: Any, data: Any, key: str, source: str) -> Any:
         return _value(inner, data, key, source)
     if origin is Literal:
         if data not in args:
-            raise HealthConfigError(source, key, f"must be one of {', '.join(map(str, args))}, got {_show(data)}")
+            raise HealthConfigError(
+                source, key, f"must be one of {', '.join(map(str, args))}, got {_show(data)}"
+            )
         return data
     if origin is tuple:
         if not isinstance(data, list):

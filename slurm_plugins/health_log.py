@@ -13,8 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-_LEVEL = {"ok": syslog.LOG_INFO, "skipped": syslog.LOG_INFO, "fail": syslog.LOG_ERR,
-          "timeout": syslog.LOG_ERR, "error": syslog.LOG_ERR, "warning": syslog.LOG_WARNING}
+_LEVEL = {
+    "ok": syslog.LOG_INFO,
+    "skipped": syslog.LOG_INFO,
+    "fail": syslog.LOG_ERR,
+    "timeout": syslog.LOG_ERR,
+    "error": syslog.LOG_ERR,
+    "warning": syslog.LOG_WARNING,
+}
 
 
 class HealthLog:
@@ -38,8 +44,10 @@ class HealthLog:
                     out.write(line + "\n")
             except OSError as err:
                 if not self._warned:
-                    print(f"sres: warning: cannot write {self.file} ({err.strerror}); logging to stderr",
-                          file=sys.stderr)
+                    print(
+                        f"sres: warning: cannot write {self.file} ({err.strerror}); logging to stderr",
+                        file=sys.stderr,
+                    )
                     self._warned = True
                 print(line, file=sys.stderr)
         if self.use_syslog:

@@ -80,8 +80,9 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
     if verify:
         print(f"sres hooks {kind}: config {path} valid; {len(enabled_checks(config))} checks on {hook.node}")
         return 0
-    log = HealthLog(config.log.file, config.log.syslog, hook=kind, node=hook.node, job=hook.job_id,
-                    nodelist=hook.nodelist)
+    log = HealthLog(
+        config.log.file, config.log.syslog, hook=kind, node=hook.node, job=hook.job_id, nodelist=hook.nodelist
+    )
     lock = _health_lock(config, hook.node, log) if kind == "health" else None
     if kind == "health" and lock is None:
         log.close()
@@ -130,9 +131,13 @@ def run_deep(ctx: CheckContext) -> list[CheckResult]:
 def render(results: list[CheckResult]) -> str:
     rows = [("check", "status", "fault", "time s", "detail")]
     for r in results:
-        rows.append((r.check, r.status.value, r.fault.value if r.failed else "", f"{r.duration_s:.2f}", r.detail))
+        rows.append(
+            (r.check, r.status.value, r.fault.value if r.failed else "", f"{r.duration_s:.2f}", r.detail)
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows
+    )
 
 
 def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool) -> int:
@@ -146,14 +151,22 @@ def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool
         raw = {}
     policy = health_config.failure_policy(raw)
     # What can still be read from the broken file is used: where to log, the RAM-tier root.
-    log = HealthLog(_raw_str(raw, "log", "file") or health_config.LogConfig.file, True,
-                    hook=kind, node=hook.node, job=hook.job_id)
+    log = HealthLog(
+        _raw_str(raw, "log", "file") or health_config.LogConfig.file,
+        True,
+        hook=kind,
+        node=hook.node,
+        job=hook.job_id,
+    )
     if _raw_str(raw, "ram_root"):
         os.environ["SRES_RAM_ROOT"] = _raw_str(raw, "ram_root") or ""
     try:
         if policy == "open":
-            print(f"sres: CONFIG ERROR on {hook.node}: no health checks ran; failing OPEN "
-                  "(on_config_error: open): jobs still start here. Fix the config.", file=sys.stderr)
+            print(
+                f"sres: CONFIG ERROR on {hook.node}: no health checks ran; failing OPEN "
+                "(on_config_error: open): jobs still start here. Fix the config.",
+                file=sys.stderr,
+            )
             log.event("config_error", status="error", policy="open", error=str(err))
             if kind == "epilog" and hook.job_id:
                 _clean_job(hook, log)
@@ -227,7 +240,9 @@ def _act(decision: Decision, client, hook: HookEnv, log: HealthLog) -> None:
         acted = perform(decision, client, hook.node)
         log.event("action", action=decision.kind.value, reason=decision.reason, why=decision.why, nodes=acted)
     except SlurmError as err:
-        log.event("action", status="error", action=decision.kind.value, reason=decision.reason, detail=str(err))
+        log.event(
+            "action", status="error", action=decision.kind.value, reason=decision.reason, detail=str(err)
+        )
         print(f"sres: error: could not {decision.kind.value} {hook.node}: {err}", file=sys.stderr)
 
 

@@ -59,14 +59,18 @@ class NodeReport:
             return f"{self.node}: FAILED: {self.error}; nothing changed there"
         if not self.changed:
             return f"{self.node}: verified, unchanged ({len(self.unchanged)} files already current)"
-        return f"{self.node}: verified, installed {', '.join(self.changed)} (previous versions kept as *.prev)"
+        return (
+            f"{self.node}: verified, installed {', '.join(self.changed)} (previous versions kept as *.prev)"
+        )
 
 
 class InstallError(Exception):
     """One node's installation failed; the message is the report's one line."""
 
 
-def install_node(host: str, prefix: str, files: Mapping[str, tuple[bytes, int]], ssh: SshOptions) -> NodeReport:
+def install_node(
+    host: str, prefix: str, files: Mapping[str, tuple[bytes, int]], ssh: SshOptions
+) -> NodeReport:
     """Install ``files`` (relative path -> (content, mode)) under ``prefix`` on ``host``."""
     report = NodeReport(host)
     try:
@@ -89,9 +93,12 @@ def install_node(host: str, prefix: str, files: Mapping[str, tuple[bytes, int]],
                 if _remote_digest(sftp, final) == hashlib.sha256(content).hexdigest():
                     report.unchanged.append(rel)
                     continue
-                _run(client, f"mkdir -p {shlex.quote(os.path.dirname(final))} && "
-                             f"if [ -e {shlex.quote(final)} ]; then ln -f {shlex.quote(final)} {shlex.quote(final + '.prev')}; fi",
-                     ssh.timeout_s)
+                _run(
+                    client,
+                    f"mkdir -p {shlex.quote(os.path.dirname(final))} && "
+                    f"if [ -e {shlex.quote(final)} ]; then ln -f {shlex.quote(final)} {shlex.quote(final + '.prev')}; fi",
+                    ssh.timeout_s,
+                )
                 sftp.posix_rename(f"{staging}/{rel}", final)
                 report.changed.append(rel)
             report.ok = True
@@ -120,22 +127,36 @@ def _connect(host: str, ssh: SshOptions):
             client.load_host_keys(ssh.known_hosts)
         except OSError as err:
             raise InstallError(f"cannot read known_hosts {ssh.known_hosts} ({err.strerror})") from None
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if ssh.accept_unknown_hosts else paramiko.RejectPolicy())
+    client.set_missing_host_key_policy(
+        paramiko.AutoAddPolicy() if ssh.accept_unknown_hosts else paramiko.RejectPolicy()
+    )
     where = f"{ssh.user}@{host}:{ssh.port}"
     try:
-        client.connect(host, port=ssh.port, username=ssh.user, key_filename=ssh.key, timeout=ssh.timeout_s,
-                       banner_timeout=ssh.timeout_s, auth_timeout=ssh.timeout_s, allow_agent=ssh.key is None,
-                       look_for_keys=ssh.key is None)
+        client.connect(
+            host,
+            port=ssh.port,
+            username=ssh.user,
+            key_filename=ssh.key,
+            timeout=ssh.timeout_s,
+            banner_timeout=ssh.timeout_s,
+            auth_timeout=ssh.timeout_s,
+            allow_agent=ssh.key is None,
+            look_for_keys=ssh.key is None,
+        )
     except paramiko.AuthenticationException:
         client.close()
         key = f" with key {ssh.key}" if ssh.key else ""
         raise InstallError(f"authentication failed for {where}{key}") from None
     except paramiko.BadHostKeyException:
         client.close()
-        raise InstallError(f"host key of {host} does not match known_hosts (possible man in the middle)") from None
+        raise InstallError(
+            f"host key of {host} does not match known_hosts (possible man in the middle)"
+        ) from None
     except paramiko.SSHException as err:
         client.close()
-        hint = " (use --known-hosts or --accept-unknown-hosts)" if "not found in known_hosts" in str(err) else ""
+        hint = (
+            " (use --known-hosts or --accept-unknown-hosts)" if "not found in known_hosts" in str(err) else ""
+        )
         raise InstallError(f"ssh {where}: {err}{hint}") from None
     except (OSError, socket.timeout) as err:
         client.close()
@@ -167,8 +188,11 @@ def _verify(client, staging: str, files: Mapping[str, tuple[bytes, int]], timeou
         if rel not in files:
             continue
         try:
-            _run(client, f"SRES_HEALTH_CONFIG={shlex.quote(config)} {shlex.quote(f'{staging}/{rel}')} --verify",
-                 timeout_s)
+            _run(
+                client,
+                f"SRES_HEALTH_CONFIG={shlex.quote(config)} {shlex.quote(f'{staging}/{rel}')} --verify",
+                timeout_s,
+            )
         except InstallError as err:
             raise InstallError(f"verification of {rel} failed: {err}") from None
 
@@ -186,8 +210,10 @@ def _remote_digest(sftp, path: str) -> str | None:
 
 def _config_text(path: str | None) -> str:
     if path is None:
-        return "# sres health hooks: the built-in defaults. See README.md, 'Node health hooks'.\n" + yaml.safe_dump(
-            health_config.to_dict(health_config.HealthConfig()), sort_keys=False)
+        return (
+            "# sres health hooks: the built-in defaults. See README.md, 'Node health hooks'.\n"
+            + yaml.safe_dump(health_config.to_dict(health_config.HealthConfig()), sort_keys=False)
+        )
     text = Path(path).read_text()
     health_config.parse(health_config.read_raw(Path(path)), path)  # refuse a bad config before any node
     return text
@@ -219,12 +245,16 @@ def main(args: argparse.Namespace) -> int:
     config_text = _config_text(args.config)
     env = _env(args.env)
     spank = _spank(args.spank)
-    ssh = SshOptions(args.ssh_user, args.port, args.key, args.known_hosts, args.accept_unknown_hosts, args.timeout)
+    ssh = SshOptions(
+        args.ssh_user, args.port, args.key, args.known_hosts, args.accept_unknown_hosts, args.timeout
+    )
     reports = []
     for node in nodes:
         prefix = args.prefix.replace("%n", node)
-        files = {rel: (text.encode(), mode) for rel, (text, mode) in
-                 wrappers.node_files(prefix, args.sres, config_text, env).items()}
+        files = {
+            rel: (text.encode(), mode)
+            for rel, (text, mode) in wrappers.node_files(prefix, args.sres, config_text, env).items()
+        }
         if spank is not None:
             files[f"spank/{spank_build.PLUGIN}"] = (spank, 0o755)
         started = time.monotonic()
@@ -232,8 +262,11 @@ def main(args: argparse.Namespace) -> int:
         reports.append(report)
         print(f"{report.line()} [{time.monotonic() - started:.1f} s]", flush=True)
     lines = wrappers.slurm_conf_lines(args.prefix, args.interval)
-    plug = (spank_build.plugstack_line(Path(f"{args.prefix}/spank/{spank_build.PLUGIN}"), args.sres)
-            if spank is not None else None)
+    plug = (
+        spank_build.plugstack_line(Path(f"{args.prefix}/spank/{spank_build.PLUGIN}"), args.sres)
+        if spank is not None
+        else None
+    )
     print("\nslurm.conf:\n" + "\n".join(lines))
     if plug:
         print("\nplugstack.conf:\n" + plug)
@@ -244,8 +277,10 @@ def main(args: argparse.Namespace) -> int:
         else:
             _apply(args.slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF, lines, plug)
     if failed:
-        print(f"sres: error: {len(failed)} of {len(nodes)} node(s) failed: {hostlist.compress(failed)}",
-              file=sys.stderr)
+        print(
+            f"sres: error: {len(failed)} of {len(nodes)} node(s) failed: {hostlist.compress(failed)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -36,7 +36,10 @@ class _Running:
 
 
 def run_checks(
-    checks: Sequence[Check], ctx: CheckContext, per_check_s: float, total_s: float,
+    checks: Sequence[Check],
+    ctx: CheckContext,
+    per_check_s: float,
+    total_s: float,
     clock: Clock = time.monotonic,
 ) -> list[CheckResult]:
     """Run every check; return their results in the order of ``checks``."""
@@ -55,7 +58,10 @@ def run_checks(
 
 
 def run_in_turn(
-    checks: Sequence[Check], ctx: CheckContext, per_check_s: float, total_s: float,
+    checks: Sequence[Check],
+    ctx: CheckContext,
+    per_check_s: float,
+    total_s: float,
     clock: Clock = time.monotonic,
 ) -> list[CheckResult]:
     """One check at a time (stress tests must not compete for the machine), same budgets."""
@@ -64,8 +70,11 @@ def run_in_turn(
     for check in checks:
         left = end - clock()
         if left <= 0:
-            results.append(CheckResult(check.name, Status.TIMEOUT, f"not run: total budget of {total_s:g} s used up",
-                                       check.fault))
+            results.append(
+                CheckResult(
+                    check.name, Status.TIMEOUT, f"not run: total budget of {total_s:g} s used up", check.fault
+                )
+            )
             continue
         results += run_checks([check], ctx, min(per_check_s, left), left, clock)
     return results
@@ -86,8 +95,14 @@ def _start(check: Check, ctx: CheckContext, now: float, deadline: float) -> _Run
             except Exception as err:  # noqa: BLE001 - a broken check is a failed check
                 last = traceback.extract_tb(err.__traceback__)[-1]
                 where = f" at {os.path.basename(last.filename)}:{last.lineno}"
-                found = [CheckResult(check.name, Status.FAIL, f"check crashed: {type(err).__name__}: {err}{where}",
-                                     check.fault)]
+                found = [
+                    CheckResult(
+                        check.name,
+                        Status.FAIL,
+                        f"check crashed: {type(err).__name__}: {err}{where}",
+                        check.fault,
+                    )
+                ]
             took = time.monotonic() - started
             payload = [{**r.to_json(), "duration_s": round(took, 3)} for r in found]
             with os.fdopen(write_fd, "wb") as out:
@@ -157,10 +172,16 @@ def _reap(r: _Running) -> None:
 def _results(r: _Running, clock: Clock, per_check_s: float, end: float) -> list[CheckResult]:
     if r.deadline < 0:
         budget = min(per_check_s, max(0.0, end - r.started))
-        return [CheckResult(r.check.name, Status.TIMEOUT, f"killed after {budget:g} s budget",
-                            r.check.fault, budget)]
+        return [
+            CheckResult(
+                r.check.name, Status.TIMEOUT, f"killed after {budget:g} s budget", r.check.fault, budget
+            )
+        ]
     try:
         return [CheckResult.from_json(item) for item in json.loads(r.data.decode() or "null") or []]
     except (ValueError, KeyError, TypeError):
-        return [CheckResult(r.check.name, Status.FAIL, "check ended without a result", r.check.fault,
-                            clock() - r.started)]
+        return [
+            CheckResult(
+                r.check.name, Status.FAIL, "check ended without a result", r.check.fault, clock() - r.started
+            )
+        ]

@@ -32,7 +32,9 @@ def wrapper_text(hook: str, prefix: str, sres_command: str, env: Mapping[str, st
     return "\n".join(lines) + "\n"
 
 
-def node_files(prefix: str, sres_command: str, config_text: str, env: Mapping[str, str]) -> dict[str, tuple[str, int]]:
+def node_files(
+    prefix: str, sres_command: str, config_text: str, env: Mapping[str, str]
+) -> dict[str, tuple[str, int]]:
     """Relative path under ``prefix`` -> (content, mode)."""
     files = {rel: (wrapper_text(hook, prefix, sres_command, env), 0o755) for rel, hook in WRAPPERS.items()}
     files[CONFIG_NAME] = (config_text, 0o644)

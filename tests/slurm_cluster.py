@@ -123,8 +123,11 @@ class SlurmCluster:
         self._munged_pid = ensure_munged()
         self._ctld = self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf_path)], "slurmctld")
         self._save_state()
-        self._wait(lambda: self._run(["scontrol", "ping"], check=False).returncode == 0,
-                   timeout, "slurmctld did not answer 'scontrol ping'")
+        self._wait(
+            lambda: self._run(["scontrol", "ping"], check=False).returncode == 0,
+            timeout,
+            "slurmctld did not answer 'scontrol ping'",
+        )
         for node in self.nodes:
             self.start_node(node)
         self.wait_idle(self.nodes, timeout)
@@ -216,8 +219,11 @@ class SlurmCluster:
         for node in self.nodes:
             if node not in self._slurmd or self._slurmd[node].poll() is not None:
                 self.start_node(node)
-        self._wait(lambda: not self._run(["squeue", "-h", "-o", "%i"]).stdout.strip(),
-                   timeout, "jobs did not leave the queue after scancel")
+        self._wait(
+            lambda: not self._run(["squeue", "-h", "-o", "%i"]).stdout.strip(),
+            timeout,
+            "jobs did not leave the queue after scancel",
+        )
         for node, state in self.node_states().items():
             if "DRAIN" in state or "DOWN" in state or "FAIL" in state:
                 self._run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
@@ -307,8 +313,12 @@ PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1
         log = open(self.log_dir / f"{log_name}.out", "ab")
         try:
             return subprocess.Popen(
-                argv, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                argv,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -338,8 +348,11 @@ PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1
 
     def _save_state(self) -> None:
         state = ClusterState(
-            directory=str(self.directory), nodes=self.nodes, ctld_port=self.ctld_port,
-            node_ports=self.node_ports, cluster_name=self.cluster_name,
+            directory=str(self.directory),
+            nodes=self.nodes,
+            ctld_port=self.ctld_port,
+            node_ports=self.node_ports,
+            cluster_name=self.cluster_name,
             ctld_pid=self._ctld.pid if self._ctld else 0,
             slurmd_pids={n: p.pid for n, p in self._slurmd.items() if p.poll() is None},
             munged_pid=self._munged_pid,
@@ -350,7 +363,7 @@ PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1
 def _field(record: str, key: str) -> str:
     for token in record.split():
         if token.startswith(key + "="):
-            return token[len(key) + 1:]
+            return token[len(key) + 1 :]
     return ""
 
 

@@ -60,8 +60,10 @@ class TrainingJob:
         return path.read_text() if path.exists() else ""
 
     def digests(self) -> dict[int, str]:
-        return {json.loads(p.read_text())["rank"]: json.loads(p.read_text())["digest"]
-                for p in sorted((self.dir / "out").glob("rank*.json"))}
+        return {
+            json.loads(p.read_text())["rank"]: json.loads(p.read_text())["digest"]
+            for p in sorted((self.dir / "out").glob("rank*.json"))
+        }
 
     def hosts(self) -> list[str]:
         """Nodes in rank order then spares, as the supervisor placed them at its (last) start."""
@@ -73,7 +75,9 @@ class TrainingJob:
         pattern = re.compile(rf"^step\s+{step}/", re.M)
         while not pattern.search(self.output):
             job = self.client.job(self.job_id)
-            assert not job.finished, f"job {self.job_id} ended ({job.state}) before step {step}:\n{self.output}"
+            assert not job.finished, (
+                f"job {self.job_id} ended ({job.state}) before step {step}:\n{self.output}"
+            )
             assert time.monotonic() < deadline, f"no step {step} after {timeout:.0f} s:\n{self.output}"
             time.sleep(0.1)
 
@@ -81,12 +85,20 @@ class TrainingJob:
         return wait_job(self.client, self.job_id, lambda j: j.finished, timeout)
 
 
-def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: str, sleep: float = 0.25,
-                    train_args: tuple[str, ...] = ()) -> TrainingJob:
+def submit_training(
+    cluster: SlurmCluster,
+    tmp: Path,
+    sbatch: list[str],
+    srun: str,
+    sleep: float = 0.25,
+    train_args: tuple[str, ...] = (),
+) -> TrainingJob:
     """An sbatch job whose script runs ``srun`` (a shell fragment, e.g. ``sres srun --auto-resume=1 -N 3``)
     on the example MLP, with ``--out``/``--log-dir`` in ``tmp``."""
-    train = " ".join(shlex.quote(a) for a in (sys.executable, *TRAIN, "--sleep-s", str(sleep), "--out",
-                                             str(tmp / "out"), *train_args))
+    train = " ".join(
+        shlex.quote(a)
+        for a in (sys.executable, *TRAIN, "--sleep-s", str(sleep), "--out", str(tmp / "out"), *train_args)
+    )
     script = tmp / "job.sh"
     script.write_text(f"#!/bin/bash\ncd {shlex.quote(str(REPO))}\n{srun} {train}\n")
     client = SlurmClient.create("cli", env=cluster.env())
@@ -98,7 +110,16 @@ def submit_training(cluster: SlurmCluster, tmp: Path, sbatch: list[str], srun: s
 def sres_srun(log_dir: Path, *args: str, module: str = "launcher.cli") -> str:
     """The shell fragment that runs ``sres srun`` (the module, as in the repository under test);
     ``module="launcher.entry"``: as the installed console script, which latches the requeue signal first."""
-    return " ".join([shlex.quote(sys.executable), "-m", module, "srun", "--log-dir",
-                     shlex.quote(str(log_dir)), "--hang-timeout", "5", *args])
-
-
+    return " ".join(
+        [
+            shlex.quote(sys.executable),
+            "-m",
+            module,
+            "srun",
+            "--log-dir",
+            shlex.quote(str(log_dir)),
+            "--hang-timeout",
+            "5",
+            *args,
+        ]
+    )

@@ -38,24 +38,44 @@ refused) goes back to its last save: ``--persist-every`` bounds it, not this."""
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "chaos", help="run a training command fault-free and under N random faults; exit 0 only if identical and clean",
+        "chaos",
+        help="run a training command fault-free and under N random faults; exit 0 only if identical and clean",
         description="Runs `sres run RUN-OPTIONS -- CMD` twice: fault-free, then with a seeded random fault "
-                    "schedule. Compares every rank's final state digest, checks that each fault was recovered "
-                    "and that no process or RAM-tier file of the run is left, and prints one table. "
-                    "CMD must train at least as many steps as the schedule needs (printed at the start). "
-                    "Example: sres chaos --faults 25 --seed 1 -- --nodes 4 --spares 1 -- "
-                    "python -m resilience.examples.train_mlp --steps 200")
+        "schedule. Compares every rank's final state digest, checks that each fault was recovered "
+        "and that no process or RAM-tier file of the run is left, and prints one table. "
+        "CMD must train at least as many steps as the schedule needs (printed at the start). "
+        "Example: sres chaos --faults 25 --seed 1 -- --nodes 4 --spares 1 -- "
+        "python -m resilience.examples.train_mlp --steps 200",
+    )
     p.add_argument("--faults", type=int, default=25, help="faults to inject (default 25)")
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default: from the clock; printed)")
-    p.add_argument("--every", type=float, default=6.0, help="one fault per this many steps on average (default 6)")
-    p.add_argument("--kinds", default=",".join(fault_schedule.DEFAULT_KINDS),
-                   help="fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
-                        "with tiers)")
-    p.add_argument("--log-dir", type=Path, default=None, help="where both runs' log dirs go (default sres-runs/chaos-<seed>)")
-    p.add_argument("--progress-every", type=int, default=25, metavar="N",
-                   help="print a progress line every N faults seen (default 25; 0: never)")
-    p.add_argument("run_args", nargs=argparse.REMAINDER,
-                   help="-- sres run options -- CMD (e.g. -- --nodes 4 --spares 1 -- python train.py)")
+    p.add_argument(
+        "--every", type=float, default=6.0, help="one fault per this many steps on average (default 6)"
+    )
+    p.add_argument(
+        "--kinds",
+        default=",".join(fault_schedule.DEFAULT_KINDS),
+        help="fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
+        "with tiers)",
+    )
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="where both runs' log dirs go (default sres-runs/chaos-<seed>)",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=int,
+        default=25,
+        metavar="N",
+        help="print a progress line every N faults seen (default 25; 0: never)",
+    )
+    p.add_argument(
+        "run_args",
+        nargs=argparse.REMAINDER,
+        help="-- sres run options -- CMD (e.g. -- --nodes 4 --spares 1 -- python train.py)",
+    )
     p.set_defaults(func=cmd_chaos)
 
 
@@ -74,22 +94,38 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     run_args = list(args.run_args)[1:] if args.run_args[:1] == ["--"] else list(args.run_args)
     if "--" not in run_args or run_args.index("--") == len(run_args) - 1:
         raise ConfigError("sres chaos needs the run: sres chaos [--faults N] -- RUN-OPTIONS -- CMD")
-    if any(a.startswith(("--inject", "--log-dir", "--job-id")) for a in run_args[:run_args.index("--")]):
+    if any(a.startswith(("--inject", "--log-dir", "--job-id")) for a in run_args[: run_args.index("--")]):
         raise ConfigError("sres chaos sets --inject, --log-dir and --job-id of its runs itself")
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000
-    spec = fault_schedule.RandomFaults(seed, args.every, tuple(args.kinds.split(",")), 1, 1_000_000, args.faults)
+    spec = fault_schedule.RandomFaults(
+        seed, args.every, tuple(args.kinds.split(",")), 1, 1_000_000, args.faults
+    )
     base = args.log_dir or Path("sres-runs") / f"chaos-{seed}"
-    print(f"sres chaos: seed {seed}, {args.faults} faults, log dirs under {base}", file=sys.stderr, flush=True)
-    persistent = _option(run_args[:run_args.index("--")], "--persistent-dir")
+    print(
+        f"sres chaos: seed {seed}, {args.faults} faults, log dirs under {base}", file=sys.stderr, flush=True
+    )
+    persistent = _option(run_args[: run_args.index("--")], "--persistent-dir")
     run_args = _with_soak_defaults(run_args, args.faults)
     runs = {}
     for name, extra in (("reference", []), ("chaos", ["--inject", spec.spec])):
         log_dir = base / name
         job = f"chaos-{seed}-{name}-{time.monotonic_ns() % 10**9}"
-        if persistent:  # a run of its own each: the chaos run must not resume from the reference's checkpoints
+        if (
+            persistent
+        ):  # a run of its own each: the chaos run must not resume from the reference's checkpoints
             extra = [*extra, "--persistent-dir", str(Path(persistent) / name)]
-        argv = [sys.executable, "-m", "launcher.cli", "run", "--log-dir", str(log_dir), "--job-id", job, *extra,
-                *_without(run_args, "--persistent-dir")]
+        argv = [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "run",
+            "--log-dir",
+            str(log_dir),
+            "--job-id",
+            job,
+            *extra,
+            *_without(run_args, "--persistent-dir"),
+        ]
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
         runs[name] = (_run(argv, log_dir, args.progress_every if name == "chaos" else 0), log_dir, job)
     verdict, table = judge(runs, str(Path(persistent) / "chaos") if persistent else None)
@@ -99,7 +135,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 def _with_soak_defaults(run_args: list[str], faults: int) -> list[str]:
     """The run's options, with what a soak needs where the user set nothing."""
-    options = run_args[:run_args.index("--")]
+    options = run_args[: run_args.index("--")]
     added = []
     if not any(a.startswith("--max-restarts") for a in options):
         added += ["--max-restarts", str(2 * faults + 10)]  # every fault is a restart
@@ -130,7 +166,11 @@ def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
             shown = faults
             seconds = sorted(e["seconds"] for e in events if e["event"] == "recovered")
             p50 = f", recovery p50 {_pct(seconds, 50):.2f} s" if seconds else ""
-            print(f"sres chaos: {faults} faults seen, {len(seconds)} recoveries{p50}", file=sys.stderr, flush=True)
+            print(
+                f"sres chaos: {faults} faults seen, {len(seconds)} recoveries{p50}",
+                file=sys.stderr,
+                flush=True,
+            )
     return proc.returncode
 
 
@@ -178,14 +218,20 @@ def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = N
     if fillers:  # the run ended before the disk was freed: free it, and say so
         for path in fillers:
             path.unlink(missing_ok=True)
-        verdict.leftovers.append(f"a full disk ({', '.join(p.name for p in fillers)}): the run ended before free-disk")
+        verdict.leftovers.append(
+            f"a full disk ({', '.join(p.name for p in fillers)}): the run ended before free-disk"
+        )
     faults = [e for e in events if e["event"] == "fault"]
-    recovered = list({e["generation"]: e for e in events if e["event"] == "recovered"}.values())  # one per generation
+    recovered = list(
+        {e["generation"]: e for e in events if e["event"] == "recovered"}.values()
+    )  # one per generation
     unanswered = [f for f in faults if not any(r["generation"] > f["generation"] for r in recovered)]
     if unanswered and rc == 0:
         f = unanswered[0]
-        verdict.problems.append(f"{len(unanswered)} fault(s) without a recovery after them, the first: {f['kind']} "
-                                f"of rank {f['rank']} in generation {f['generation']}")
+        verdict.problems.append(
+            f"{len(unanswered)} fault(s) without a recovery after them, the first: {f['kind']} "
+            f"of rank {f['rank']} in generation {f['generation']}"
+        )
     lost = max((r["steps_lost"] for r in recovered if r["source"] != "persistent"), default=0)
     if lost > STEPS_LOST_BOUND:
         verdict.problems.append(f"a recovery from memory redid {lost} steps (bound {STEPS_LOST_BOUND})")
@@ -197,33 +243,53 @@ def _digests(events: list[dict]) -> dict[str, str]:
     return finished[-1].get("state_digests", {}) if finished else {}
 
 
-def _table(events: list[dict], faults: list[dict], recovered: list[dict], verdict: Verdict, log_dir: Path) -> str:
+def _table(
+    events: list[dict], faults: list[dict], recovered: list[dict], verdict: Verdict, log_dir: Path
+) -> str:
     kinds: dict[str, int] = {}
     for f in faults:
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
     seconds = sorted(r["seconds"] for r in recovered)
     finished = [e for e in events if e["event"] == "finished"]
-    schedule = json.loads((log_dir / "fault-schedule.json").read_text()) if (log_dir / "fault-schedule.json").exists() \
+    schedule = (
+        json.loads((log_dir / "fault-schedule.json").read_text())
+        if (log_dir / "fault-schedule.json").exists()
         else {"injections": []}
-    lines = [f"{'faults injected':<22} {len(schedule['injections'])}",
-             f"{'faults seen':<22} {len(faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
-             f"{'recovered':<22} {len(recovered)}"]
+    )
+    lines = [
+        f"{'faults injected':<22} {len(schedule['injections'])}",
+        f"{'faults seen':<22} {len(faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
+        f"{'recovered':<22} {len(recovered)}",
+    ]
     if seconds:
         lines.append(f"{'recovery s p50/p90/p99':<22} {_percentiles(seconds)}")
         for kind, values in sorted(_recovery_by_kind(events).items()):
             lines.append(f"{'  after ' + kind:<22} {_percentiles(values)}")
-        lost = {persistent: max((r["steps_lost"] for r in recovered if (r["source"] == "persistent") == persistent),
-                                default=None) for persistent in (False, True)}
-        lines.append(f"{'steps lost max':<22} {lost[False] if lost[False] is not None else '-'} from memory"
-                     + (f", {lost[True]} from the persistent tier" if lost[True] is not None else ""))
+        lost = {
+            persistent: max(
+                (r["steps_lost"] for r in recovered if (r["source"] == "persistent") == persistent),
+                default=None,
+            )
+            for persistent in (False, True)
+        }
+        lines.append(
+            f"{'steps lost max':<22} {lost[False] if lost[False] is not None else '-'} from memory"
+            + (f", {lost[True]} from the persistent tier" if lost[True] is not None else "")
+        )
     invalid = [e for e in events if e["event"] == "checkpoint-invalid"]
-    lines.append(f"{'bad copies refused':<22} {len(invalid)}"
-                 + (f" ({', '.join(sorted({e['tier'] for e in invalid}))})" if invalid else ""))
+    lines.append(
+        f"{'bad copies refused':<22} {len(invalid)}"
+        + (f" ({', '.join(sorted({e['tier'] for e in invalid}))})" if invalid else "")
+    )
     if finished:
-        lines.append(f"{'goodput':<22} {finished[-1]['goodput']:.1%} over {finished[-1]['wall_s']:.0f} s, "
-                     f"{finished[-1]['steps']} steps")
+        lines.append(
+            f"{'goodput':<22} {finished[-1]['goodput']:.1%} over {finished[-1]['wall_s']:.0f} s, "
+            f"{finished[-1]['steps']} steps"
+        )
     lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
-    lines.append(f"{'clean':<22} {'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}")
+    lines.append(
+        f"{'clean':<22} {'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}"
+    )
     return "\n".join(lines)
 
 
@@ -246,8 +312,10 @@ def _recovery_by_kind(events: list[dict]) -> dict[str, list[float]]:
 
 def _percentiles(values: list[float]) -> str:
     values = sorted(values)
-    return (f"{_pct(values, 50):.2f} / {_pct(values, 90):.2f} / {_pct(values, 99):.2f} "
-            f"(max {values[-1]:.2f}, n={len(values)})")
+    return (
+        f"{_pct(values, 50):.2f} / {_pct(values, 90):.2f} / {_pct(values, 99):.2f} "
+        f"(max {values[-1]:.2f}, n={len(values)})"
+    )
 
 
 def _pct(values: list[float], p: int) -> float:

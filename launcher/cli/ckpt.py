@@ -18,9 +18,12 @@ from resilience.tiers import TierConfig, TierConfigError, default_job_id
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ckpt", help="list and verify tiered checkpoints",
-                       description="Inspect a checkpoint tier directory (the persistent directory, or a RAM-tier "
-                                   "root such as /dev/shm/sres/job-J/node-N/own).")
+    p = sub.add_parser(
+        "ckpt",
+        help="list and verify tiered checkpoints",
+        description="Inspect a checkpoint tier directory (the persistent directory, or a RAM-tier "
+        "root such as /dev/shm/sres/job-J/node-N/own).",
+    )
     ckpt = p.add_subparsers(dest="ckpt_command", metavar="ACTION", required=True)
     ls = ckpt.add_parser("ls", help="list checkpoints: step, world size, size, complete or not")
     ls.add_argument("dir", type=Path)
@@ -33,12 +36,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--persistent-dir", help="persistent checkpoint tier (shared filesystem); off by default")
-    p.add_argument("--persist-every", type=int, default=None, metavar="K",
-                   help="write every K-th commit to --persistent-dir (default 10 when it is given)")
-    p.add_argument("--job-id", help="files the RAM/persistent tiers under this id; a new run with the same id "
-                                    "restores from them (default: SLURM_JOB_ID, else derived from --log-dir)")
-    p.add_argument("--ram-every", type=int, default=None, metavar="N",
-                   help="RAM and neighbour tiers every N-th step (default 1: every commit)")
+    p.add_argument(
+        "--persist-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="write every K-th commit to --persistent-dir (default 10 when it is given)",
+    )
+    p.add_argument(
+        "--job-id",
+        help="files the RAM/persistent tiers under this id; a new run with the same id "
+        "restores from them (default: SLURM_JOB_ID, else derived from --log-dir)",
+    )
+    p.add_argument(
+        "--ram-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="RAM and neighbour tiers every N-th step (default 1: every commit)",
+    )
     p.add_argument("--tier-config", type=Path, help="YAML file of tier settings (flags win)")
     p.add_argument("--no-tiers", action="store_true", help="no checkpoint tiers at all (peers' memory only)")
 
@@ -51,8 +67,12 @@ def tier_config(args: argparse.Namespace, log_dir: Path) -> TierConfig | None:
     persist_every = args.persist_every
     if args.persistent_dir and persist_every is None and not args.tier_config:
         persist_every = 10
-    flags = {"job_id": job_id, "persistent_dir": args.persistent_dir, "persist_every": persist_every,
-             "ram_every": args.ram_every}
+    flags = {
+        "job_id": job_id,
+        "persistent_dir": args.persistent_dir,
+        "persist_every": persist_every,
+        "ram_every": args.ram_every,
+    }
     try:
         if args.tier_config:
             return TierConfig.from_yaml(args.tier_config, **flags)
@@ -87,8 +107,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     rows = _rows(args.dir)
     print(f"{'step':>8}  {'world':>5}  {'size MiB':>10}  status")
     for step, world, size, complete, why in rows:
-        print(f"{step:>8}  {world if world is not None else '?':>5}  {size / 2**20:>10.1f}  "
-              f"{'complete' if complete else 'INCOMPLETE: ' + why}")
+        print(
+            f"{step:>8}  {world if world is not None else '?':>5}  {size / 2**20:>10.1f}  "
+            f"{'complete' if complete else 'INCOMPLETE: ' + why}"
+        )
     if not rows:
         print("(no checkpoints)")
     return 0

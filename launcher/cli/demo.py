@@ -32,14 +32,33 @@ class DemoConfig:
 
 
 def _train_command(c: DemoConfig, out: Path) -> tuple[str, ...]:
-    return (sys.executable, "-m", "resilience.examples.train_mlp", "--steps", str(c.steps), "--width", str(c.width),
-            "--depth", str(c.depth), "--progress-every", "10", "--out", str(out))
+    return (
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--steps",
+        str(c.steps),
+        "--width",
+        str(c.width),
+        "--depth",
+        str(c.depth),
+        "--progress-every",
+        "10",
+        "--out",
+        str(out),
+    )
 
 
 def _run(c: DemoConfig, name: str, inject: tuple[str, ...], out=sys.stdout) -> tuple[bool, Path]:
     log_dir = c.log_dir / name
-    config = RunConfig(command=_train_command(c, log_dir / "out"), nodes=c.nodes, spares=1,
-                       injections=parse_injections(inject), log_dir=log_dir, hang_timeout_s=30)
+    config = RunConfig(
+        command=_train_command(c, log_dir / "out"),
+        nodes=c.nodes,
+        spares=1,
+        injections=parse_injections(inject),
+        log_dir=log_dir,
+        hang_timeout_s=30,
+    )
     outcome = Supervisor(config, out=out).run()
     return outcome.ok, log_dir
 
@@ -51,14 +70,20 @@ def _final(log_dir: Path) -> dict[int, dict]:
 def main(c: DemoConfig, out=sys.stdout) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     c = DemoConfig(**{**c.__dict__, "log_dir": c.log_dir / f"demo-{stamp}"})
-    print(f"sres demo: MLP {c.depth + 1} x {c.width}x{c.width}, {state_mb(c.width, c.depth):.0f} MiB of parameters + "
-          f"AdamW state per rank, {c.nodes} nodes + 1 warm spare, {c.steps} steps; logs in {c.log_dir}", file=out)
+    print(
+        f"sres demo: MLP {c.depth + 1} x {c.width}x{c.width}, {state_mb(c.width, c.depth):.0f} MiB of parameters + "
+        f"AdamW state per rank, {c.nodes} nodes + 1 warm spare, {c.steps} steps; logs in {c.log_dir}",
+        file=out,
+    )
     print("\n[1/2] reference run, no fault", file=out, flush=True)
     ok, ref_dir = _run(c, "reference", ())
     if not ok:
         return 1
-    print(f"\n[2/2] same run, node {c.kill_node} killed (SIGKILL of all its processes) at step {c.kill_step}",
-          file=out, flush=True)
+    print(
+        f"\n[2/2] same run, node {c.kill_node} killed (SIGKILL of all its processes) at step {c.kill_step}",
+        file=out,
+        flush=True,
+    )
     ok, fault_dir = _run(c, "with-fault", (f"node:{c.kill_node}:step={c.kill_step}",))
     if not ok:
         return 1
@@ -69,13 +94,25 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
     finished = next(e for e in events if e["event"] == "finished")
     ref_finished = next(e for e in read_events(ref_dir / "events.jsonl") if e["event"] == "finished")
     print("\nresult", file=out)
-    print(f"  final loss, rank 0      reference {ref[0]['loss']:.9f}   with fault {got[0]['loss']:.9f}", file=out)
-    print(f"  final parameters + optimizer state bitwise identical on all {len(ref)} ranks: "
-          f"{'YES' if identical else 'NO'}", file=out)
-    print(f"  recovery: {rec['seconds']:.2f} s from the kill to the first step after it "
-          f"(release {rec['release_s']:.2f} s, re-form {rec['reform_s']:.2f} s, state from {rec['source']} "
-          f"{rec['bytes'] / 2**20:.0f} MiB in {rec['transfer_s']:.2f} s, first step {rec['first_step_s']:.2f} s); "
-          f"{rec['steps_lost']} step(s) redone", file=out)
+    print(
+        f"  final loss, rank 0      reference {ref[0]['loss']:.9f}   with fault {got[0]['loss']:.9f}",
+        file=out,
+    )
+    print(
+        f"  final parameters + optimizer state bitwise identical on all {len(ref)} ranks: "
+        f"{'YES' if identical else 'NO'}",
+        file=out,
+    )
+    print(
+        f"  recovery: {rec['seconds']:.2f} s from the kill to the first step after it "
+        f"(release {rec['release_s']:.2f} s, re-form {rec['reform_s']:.2f} s, state from {rec['source']} "
+        f"{rec['bytes'] / 2**20:.0f} MiB in {rec['transfer_s']:.2f} s, first step {rec['first_step_s']:.2f} s); "
+        f"{rec['steps_lost']} step(s) redone",
+        file=out,
+    )
     if finished.get("goodput") and ref_finished.get("goodput"):
-        print(f"  goodput: {finished['goodput']:.1%} with the fault, {ref_finished['goodput']:.1%} without", file=out)
+        print(
+            f"  goodput: {finished['goodput']:.1%} with the fault, {ref_finished['goodput']:.1%} without",
+            file=out,
+        )
     return 0 if identical else 1

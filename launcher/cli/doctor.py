@@ -40,20 +40,30 @@ MIN_SHM_BYTES = 1 << 30  # The RAM tier keeps a copy of each rank's state in /de
 
 def check_python() -> Finding:
     ok = sys.version_info >= (3, 10)
-    return Finding("python", Status.OK if ok else Status.FAIL, sys.version.split()[0],
-                   "" if ok else "use Python 3.10 or newer")
+    return Finding(
+        "python",
+        Status.OK if ok else Status.FAIL,
+        sys.version.split()[0],
+        "" if ok else "use Python 3.10 or newer",
+    )
 
 
 def check_torch() -> Finding:
     try:
         torch = importlib.import_module("torch")
     except ImportError:
-        return Finding("torch", Status.FAIL, "not installed", "pip install torch (CPU: pip install torch==2.13.0)")
+        return Finding(
+            "torch", Status.FAIL, "not installed", "pip install torch (CPU: pip install torch==2.13.0)"
+        )
     devices = "cpu"
     if torch.cuda.is_available():
         devices = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
-    backends = [b for b in ("gloo", "nccl") if getattr(torch.distributed, f"is_{b}_available", lambda: False)()]
-    return Finding("torch", Status.OK, f"{torch.__version__}; devices: {devices}; backends: {', '.join(backends)}")
+    backends = [
+        b for b in ("gloo", "nccl") if getattr(torch.distributed, f"is_{b}_available", lambda: False)()
+    ]
+    return Finding(
+        "torch", Status.OK, f"{torch.__version__}; devices: {devices}; backends: {', '.join(backends)}"
+    )
 
 
 def check_shm(path: str = "/dev/shm") -> Finding:
@@ -62,7 +72,9 @@ def check_shm(path: str = "/dev/shm") -> Finding:
     usage = shutil.disk_usage(path)
     detail = f"{path}: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB"
     if usage.free < MIN_SHM_BYTES:
-        return Finding("shm", Status.WARN, detail, f"enlarge {path} (the RAM tier keeps each rank's state there)")
+        return Finding(
+            "shm", Status.WARN, detail, f"enlarge {path} (the RAM tier keeps each rank's state there)"
+        )
     return Finding("shm", Status.OK, detail)
 
 
@@ -80,7 +92,9 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
     try:
         findings.append(Finding("slurmctld", Status.OK, client.ping()))
     except SlurmError as err:
-        findings.append(Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs"))
+        findings.append(
+            Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs")
+        )
     findings.append(Finding("backend", Status.OK, f"{client.choice.name} ({client.choice.why})"))
     try:
         findings.append(growth_finding(*client.growth_methods()))
@@ -91,13 +105,24 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
 
 def growth_finding(expansion: bool, preempt_type: str) -> Finding:
     """How runs gain nodes here: satellites work on every Slurm; job expansion only where permitted."""
-    lending = ("lent nodes can be taken back by preemption" if preempt_type != "preempt/none"
-               else "no preemption configured: lent nodes are never taken back early")
+    lending = (
+        "lent nodes can be taken back by preemption"
+        if preempt_type != "preempt/none"
+        else "no preemption configured: lent nodes are never taken back early"
+    )
     if expansion:
-        return Finding("growth", Status.OK, f"satellites (default) and job expansion (--grow-by expansion) both "
-                                            f"work; {preempt_type}: {lending}")
-    return Finding("growth", Status.INFO, f"job expansion is disabled (the default since Slurm 19.05): runs grow by "
-                                          f"satellites (--grow-by satellite, the default); {preempt_type}: {lending}")
+        return Finding(
+            "growth",
+            Status.OK,
+            f"satellites (default) and job expansion (--grow-by expansion) both "
+            f"work; {preempt_type}: {lending}",
+        )
+    return Finding(
+        "growth",
+        Status.INFO,
+        f"job expansion is disabled (the default since Slurm 19.05): runs grow by "
+        f"satellites (--grow-by satellite, the default); {preempt_type}: {lending}",
+    )
 
 
 def check_spank(plugstack: str | None) -> Finding:
@@ -112,8 +137,9 @@ def check_spank(plugstack: str | None) -> Finding:
     return Finding("spank", Status.INFO, "auto-resume plugin not installed; use 'sres srun --auto-resume=N'")
 
 
-def run_checks(env: Mapping[str, str], slurm_needed: bool,
-               client_factory: Callable[[], SlurmClient]) -> list[Finding]:
+def run_checks(
+    env: Mapping[str, str], slurm_needed: bool, client_factory: Callable[[], SlurmClient]
+) -> list[Finding]:
     findings = [check_python(), check_torch(), check_shm()]
     findings += check_slurm(client_factory, slurm_needed)
     findings.append(check_spank(_plugstack_path(env)))

@@ -33,9 +33,13 @@ def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
         if comment in ("", "(null)") or comment.startswith(COMMENT_PREFIX):
             client.set_comment(job_id, f"{COMMENT_PREFIX}{Path(log_dir).resolve()}")
         else:
-            log.warning("job %s has a comment of its own: sres ... --job %s will not find the run", job_id, job_id)
+            log.warning(
+                "job %s has a comment of its own: sres ... --job %s will not find the run", job_id, job_id
+            )
     except SlurmError as err:
-        log.warning("could not record the run in job %s's comment (%s): use its log dir to control it", job_id, err)
+        log.warning(
+            "could not record the run in job %s's comment (%s): use its log dir to control it", job_id, err
+        )
 
 
 def owner_uid(job_user: str) -> int | None:
@@ -53,14 +57,18 @@ def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
     uid = os.getuid() if uid is None else uid
     owner = owner_uid(job.extra.get("UserId", ""))
     if uid != 0 and owner is not None and owner != uid:
-        raise ConfigError(f"job {job_id} belongs to {job.extra.get('UserId')}; only its user or root may control it "
-                          f"(you are {_user(uid)})")
+        raise ConfigError(
+            f"job {job_id} belongs to {job.extra.get('UserId')}; only its user or root may control it "
+            f"(you are {_user(uid)})"
+        )
     if not job.running:
         raise ConfigError(f"job {job_id} is {job.state}: nothing to control")
     comment = job.extra.get("Comment", "")
     if not comment.startswith(COMMENT_PREFIX):
-        raise ConfigError(f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
-                          f"{COMMENT_PREFIX}...): give the run's log dir instead")
+        raise ConfigError(
+            f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
+            f"{COMMENT_PREFIX}...): give the run's log dir instead"
+        )
     return Path(comment.removeprefix(COMMENT_PREFIX))
 
 
@@ -74,8 +82,11 @@ def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str]
     except control.Unreachable:
         pass
     command = [argv[0], str(log_dir), *argv[1:]]
-    sys.stdout.write(client.run_step(job_id, client.job(job_id).batch_host,
-                                     [sys.executable, "-m", "launcher.cli", *command]))
+    sys.stdout.write(
+        client.run_step(
+            job_id, client.job(job_id).batch_host, [sys.executable, "-m", "launcher.cli", *command]
+        )
+    )
     return 0
 
 

@@ -14,19 +14,42 @@ from launcher.observability.straggler import ACTIONS, StragglerConfig
 
 def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> None:
     """``d``: the default of a ``RunConfig`` field."""
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve live metrics (Prometheus text) on this port; 0 picks a free one (see the metrics event)")
-    p.add_argument("--metrics-addr", default=d("metrics_addr"),
-                   help="address the metrics endpoint binds (default %(default)s: this host only)")
-    p.add_argument("--metrics-textfile", type=Path, default=None,
-                   help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)")
-    p.add_argument("--straggler-factor", type=float, default=StragglerConfig.factor,
-                   help="a rank computing this many times the median per step is slow (default %(default)g)")
-    p.add_argument("--straggler-steps", type=int, default=StragglerConfig.steps,
-                   help="...for this many steps in a row: a straggler event (default %(default)d)")
-    p.add_argument("--straggler-action", choices=ACTIONS, default="none",
-                   help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
-                        "spare (default: report it)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve live metrics (Prometheus text) on this port; 0 picks a free one (see the metrics event)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        default=d("metrics_addr"),
+        help="address the metrics endpoint binds (default %(default)s: this host only)",
+    )
+    p.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        default=None,
+        help="also write the metrics to this file, replaced atomically (node_exporter textfile collector)",
+    )
+    p.add_argument(
+        "--straggler-factor",
+        type=float,
+        default=StragglerConfig.factor,
+        help="a rank computing this many times the median per step is slow (default %(default)g)",
+    )
+    p.add_argument(
+        "--straggler-steps",
+        type=int,
+        default=StragglerConfig.steps,
+        help="...for this many steps in a row: a straggler event (default %(default)d)",
+    )
+    p.add_argument(
+        "--straggler-action",
+        choices=ACTIONS,
+        default="none",
+        help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
+        "spare (default: report it)",
+    )
 
 
 def straggler_config(args: argparse.Namespace) -> StragglerConfig:

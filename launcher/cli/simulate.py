@@ -8,7 +8,14 @@ from pathlib import Path
 
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
-from launcher.observability.simulate import LLAMA3_FAILURES_PER_NODE_HOUR, Costs, Job, Result, measured_costs, monte_carlo
+from launcher.observability.simulate import (
+    LLAMA3_FAILURES_PER_NODE_HOUR,
+    Costs,
+    Job,
+    Result,
+    measured_costs,
+    monte_carlo,
+)
 
 ASSUMPTIONS = """\
 The model (a model, not a measurement): node failures are a Poisson process at a constant rate
@@ -26,28 +33,58 @@ Goodput = fault-free work / wall time."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="goodput at scale from measured recovery costs vs checkpoint/restart (a model)",
-                       description="Monte-Carlo goodput of a long training run at a given scale, with in-process "
-                                   "recovery (costs measured from events.jsonl) and with restart from a checkpoint at "
-                                   "the optimal interval (Young/Daly).", epilog=ASSUMPTIONS,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "simulate",
+        help="goodput at scale from measured recovery costs vs checkpoint/restart (a model)",
+        description="Monte-Carlo goodput of a long training run at a given scale, with in-process "
+        "recovery (costs measured from events.jsonl) and with restart from a checkpoint at "
+        "the optimal interval (Young/Daly).",
+        epilog=ASSUMPTIONS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("events", nargs="*", type=Path, help="events.jsonl of runs with faults, or their log dirs")
-    p.add_argument("--gpus", default="1024,4096,16384", help="GPU counts, comma-separated (default %(default)s)")
+    p.add_argument(
+        "--gpus", default="1024,4096,16384", help="GPU counts, comma-separated (default %(default)s)"
+    )
     p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--failures-per-node-hour", type=float, default=LLAMA3_FAILURES_PER_NODE_HOUR,
-                   help="node failure rate (default %(default).3g: Llama 3 paper, see below)")
-    p.add_argument("--days", type=float, default=30.0, help="fault-free length of the training run (default 30)")
-    p.add_argument("--recovery-s", type=float, default=None, help="seconds per in-process recovery (default: "
-                                                                  "the median of the events' recoveries)")
-    p.add_argument("--detection-s", type=float, default=0.0, help="seconds added to each recovery for detection")
+    p.add_argument(
+        "--failures-per-node-hour",
+        type=float,
+        default=LLAMA3_FAILURES_PER_NODE_HOUR,
+        help="node failure rate (default %(default).3g: Llama 3 paper, see below)",
+    )
+    p.add_argument(
+        "--days", type=float, default=30.0, help="fault-free length of the training run (default 30)"
+    )
+    p.add_argument(
+        "--recovery-s",
+        type=float,
+        default=None,
+        help="seconds per in-process recovery (default: the median of the events' recoveries)",
+    )
+    p.add_argument(
+        "--detection-s", type=float, default=0.0, help="seconds added to each recovery for detection"
+    )
     p.add_argument("--step-s", type=float, default=5.0, help="seconds per training step at scale (default 5)")
-    p.add_argument("--steady-overhead", type=float, default=None,
-                   help="fraction of step time that commits block (default: the events' checkpoint blocking over "
-                        "useful step time, else 0)")
-    p.add_argument("--ckpt-write-s", type=float, default=60.0, help="blocking checkpoint write, baseline (default 60)")
-    p.add_argument("--restart-s", type=float, default=600.0, help="restart of the job from a checkpoint: requeue, "
-                                                                  "scheduling, start-up, load (default 600)")
-    p.add_argument("--trials", type=int, default=200, help="simulated runs per scale and strategy (default 200)")
+    p.add_argument(
+        "--steady-overhead",
+        type=float,
+        default=None,
+        help="fraction of step time that commits block (default: the events' checkpoint blocking over "
+        "useful step time, else 0)",
+    )
+    p.add_argument(
+        "--ckpt-write-s", type=float, default=60.0, help="blocking checkpoint write, baseline (default 60)"
+    )
+    p.add_argument(
+        "--restart-s",
+        type=float,
+        default=600.0,
+        help="restart of the job from a checkpoint: requeue, scheduling, start-up, load (default 600)",
+    )
+    p.add_argument(
+        "--trials", type=int, default=200, help="simulated runs per scale and strategy (default 200)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, default=Path("sres-simulate.png"), help="where the plot goes")
     p.set_defaults(func=_cmd_simulate)
@@ -76,8 +113,13 @@ def _costs(args: argparse.Namespace) -> tuple[Costs, str]:
     else:
         raise ConfigError("give events.jsonl of runs with faults (e.g. from sres demo) or --recovery-s")
     try:
-        costs = Costs(recovery_s=recovery + args.detection_s, lost_s=(lost_steps + 0.5) * args.step_s,
-                      steady_overhead=overhead or 0.0, ckpt_write_s=args.ckpt_write_s, restart_s=args.restart_s)
+        costs = Costs(
+            recovery_s=recovery + args.detection_s,
+            lost_s=(lost_steps + 0.5) * args.step_s,
+            steady_overhead=overhead or 0.0,
+            ckpt_write_s=args.ckpt_write_s,
+            restart_s=args.restart_s,
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return costs, source
@@ -93,19 +135,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise ConfigError("--trials must be at least 1")
     rng = random.Random(args.seed)
-    print(f"recovery {costs.recovery_s:.2f} s ({source}); redo {costs.lost_s:.1f} s per failure; "
-          f"steady overhead {costs.steady_overhead:.2%}; "
-          f"baseline: checkpoint {costs.ckpt_write_s:g} s, restart {costs.restart_s:g} s; "
-          f"{args.days:g}-day runs, {args.trials} trials (a model: see sres simulate --help)")
-    print(f"{'GPUs':>6} {'MTBF':>7} {'strategy':24} {'goodput':>8} {'p5-p95':>15} {'expected':>9} {'failures':>9}")
+    print(
+        f"recovery {costs.recovery_s:.2f} s ({source}); redo {costs.lost_s:.1f} s per failure; "
+        f"steady overhead {costs.steady_overhead:.2%}; "
+        f"baseline: checkpoint {costs.ckpt_write_s:g} s, restart {costs.restart_s:g} s; "
+        f"{args.days:g}-day runs, {args.trials} trials (a model: see sres simulate --help)"
+    )
+    print(
+        f"{'GPUs':>6} {'MTBF':>7} {'strategy':24} {'goodput':>8} {'p5-p95':>15} {'expected':>9} {'failures':>9}"
+    )
     rows: list[tuple[Job, list[Result]]] = []
     for job in jobs:
         results = monte_carlo(job, costs, args.trials, rng)
         rows.append((job, results))
         for r in results:
-            print(f"{job.gpus:>6} {job.mtbf_s / 3600:>6.1f}h {r.strategy:24} {r.mean:>8.2%} "
-                  f"{r.percentile(0.05):>7.2%}-{r.percentile(0.95):<7.2%} {r.expected:>9.2%} "
-                  f"{sum(r.failures) / len(r.failures):>9.0f}")
+            print(
+                f"{job.gpus:>6} {job.mtbf_s / 3600:>6.1f}h {r.strategy:24} {r.mean:>8.2%} "
+                f"{r.percentile(0.05):>7.2%}-{r.percentile(0.95):<7.2%} {r.expected:>9.2%} "
+                f"{sum(r.failures) / len(r.failures):>9.0f}"
+            )
     _plot(rows, args.plot)
     print(f"plot: {args.plot}")
     return 0
@@ -121,8 +169,10 @@ def _plot(rows: list[tuple[Job, list[Result]]], path: Path) -> None:
     for i, name in enumerate(r.strategy for r in rows[0][1]):
         gpus = [job.gpus for job, _ in rows]
         means = [results[i].mean * 100 for _, results in rows]
-        spread = [[(results[i].mean - results[i].percentile(0.05)) * 100 for _, results in rows],
-                  [(results[i].percentile(0.95) - results[i].mean) * 100 for _, results in rows]]
+        spread = [
+            [(results[i].mean - results[i].percentile(0.05)) * 100 for _, results in rows],
+            [(results[i].percentile(0.95) - results[i].mean) * 100 for _, results in rows],
+        ]
         ax.errorbar(gpus, means, yerr=spread, marker="o", capsize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xticks([job.gpus for job, _ in rows], [f"{job.gpus:,}" for job, _ in rows])

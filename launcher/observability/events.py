@@ -56,17 +56,24 @@ def summary(events: list[dict[str, Any]]) -> str:
         lines.append(f"run FAILED: {end['reason']}")
     else:
         goodput = end.get("goodput")
-        lines.append(f"run finished: {end['steps']} steps, {len(faults)} fault(s), "
-                     f"goodput {goodput:.1%}" if goodput is not None else f"run finished: {end['steps']} steps")
+        lines.append(
+            f"run finished: {end['steps']} steps, {len(faults)} fault(s), goodput {goodput:.1%}"
+            if goodput is not None
+            else f"run finished: {end['steps']} steps"
+        )
         causes = end.get("goodput_by_cause") or {}
         if causes:
-            spent = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in causes.items() if abs(v) >= 0.005)
+            spent = ", ".join(
+                f"{k.replace('_', ' ')} {v:.2f} s" for k, v in causes.items() if abs(v) >= 0.005
+            )
             lines.append(f"  wall {sum(causes.values()):.2f} s: {spent}")
     for fault in faults:
         where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
         why = f": {fault['why']}" if fault.get("why") else ""
-        lines.append(f"  fault: {fault['kind']} {where} (node {fault.get('host', fault.get('node'))}{why}) "
-                     f"at step {fault.get('step')}")
+        lines.append(
+            f"  fault: {fault['kind']} {where} (node {fault.get('host', fault.get('node'))}{why}) "
+            f"at step {fault.get('step')}"
+        )
     for event in events:
         if event["event"] == "drained":
             lines.append(f"  drained {event['host']}: sres: {event['why']}")
@@ -76,12 +83,19 @@ def summary(events: list[dict[str, Any]]) -> str:
         elif event["event"] == "node-released" and event["why"] != "fault":  # a fault's node: "drained" above
             lines.append(f"  released {event['host']} ({event['why']})")
         elif event["event"] == "resize":
-            batch = (f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
-                     if event.get("global_batch") is not None else "")
-            lines.append(f"  resized {event['from_world']} -> {event['to_world']} ranks ({event['why']}) "
-                         f"after step {event['step']}: first step in {event['seconds']:.2f} s{batch}")
+            batch = (
+                f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
+                if event.get("global_batch") is not None
+                else ""
+            )
+            lines.append(
+                f"  resized {event['from_world']} -> {event['to_world']} ranks ({event['why']}) "
+                f"after step {event['step']}: first step in {event['seconds']:.2f} s{batch}"
+            )
     for rec in recovered:
-        lines.append(f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
-                     f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "
-                     f"{rec['bytes'] / 2**20:.1f} MiB moved")
+        lines.append(
+            f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
+            f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "
+            f"{rec['bytes'] / 2**20:.1f} MiB moved"
+        )
     return "\n".join(lines)

@@ -12,8 +12,20 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-CAUSES: tuple[str, ...] = ("productive", "startup", "detection", "reform", "transfer", "first_step", "redone",
-                           "resize", "waiting", "checkpoint", "straggler", "other")
+CAUSES: tuple[str, ...] = (
+    "productive",
+    "startup",
+    "detection",
+    "reform",
+    "transfer",
+    "first_step",
+    "redone",
+    "resize",
+    "waiting",
+    "checkpoint",
+    "straggler",
+    "other",
+)
 """``productive``: steps done once, at the median time of a step's useful part (its slowest
 rank's step time less checkpoint blocking and straggler wait). ``startup``: start to the
 first step (processes, imports, process group, first step's warm-up). ``detection``: a fault
@@ -30,11 +42,17 @@ median rank's. ``other``: the rest (noise, slow steps of every rank)."""
 def last_run(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events from the newest ``start`` on."""
     starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
-    return list(events[starts[-1]:]) if starts else []
+    return list(events[starts[-1] :]) if starts else []
 
 
-def account(events: Sequence[dict[str, Any]], end_t: float, steps: int, median_step_s: float | None,
-            first_step_t: float | None, step_records: Iterable[dict[str, Any]] = ()) -> dict[str, float]:
+def account(
+    events: Sequence[dict[str, Any]],
+    end_t: float,
+    steps: int,
+    median_step_s: float | None,
+    first_step_t: float | None,
+    step_records: Iterable[dict[str, Any]] = (),
+) -> dict[str, float]:
     """Seconds by cause (:data:`CAUSES`) from the run's start to ``end_t``; they sum to the wall time.
     ``step_records``: the ranks' per-step times (``step_times.jsonl``), for the stalls in steps."""
     run = last_run(events)
@@ -53,7 +71,9 @@ def account(events: Sequence[dict[str, Any]], end_t: float, steps: int, median_s
         recovered_generations.add(e["generation"])
         detection = e.get("release_s") or 0.0
         seconds["detection"] += detection
-        seconds["reform"] += max(0.0, (e.get("reform_s") or 0.0) - detection - waited.get(e["generation"], 0.0))
+        seconds["reform"] += max(
+            0.0, (e.get("reform_s") or 0.0) - detection - waited.get(e["generation"], 0.0)
+        )
         seconds["transfer"] += e.get("transfer_s") or 0.0
         seconds["first_step"] += max(0.0, (e.get("first_step_s") or 0.0) - median)
         seconds["redone"] += (e.get("steps_lost") or 0) * median

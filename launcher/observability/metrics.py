@@ -32,28 +32,54 @@ class RunMetrics:
         self.clock = clock
         self.registry = r = CollectorRegistry()
         self.step = Gauge("sres_step", "Newest step committed by every rank", registry=r)
-        self.steps_per_s = Gauge("sres_steps_per_second", f"Committed steps per second (last ~{RATE_WINDOW_S:g} s)",
-                                 registry=r)
+        self.steps_per_s = Gauge(
+            "sres_steps_per_second", f"Committed steps per second (last ~{RATE_WINDOW_S:g} s)", registry=r
+        )
         self.world = Gauge("sres_world_size", "Ranks in the current generation", registry=r)
         self.generation = Gauge("sres_generation", "Current generation (one per re-formation)", registry=r)
-        self.running = Gauge("sres_running", "1 while the run goes on, 0 once it finished or failed", registry=r)
+        self.running = Gauge(
+            "sres_running", "1 while the run goes on, 0 once it finished or failed", registry=r
+        )
         self.faults = Counter("sres_faults", "Faults seen, by kind", ["kind"], registry=r)
-        self.recovery = Histogram("sres_recovery_seconds", "Fault to the first step after it", registry=r,
-                                  buckets=SECONDS_BUCKETS)
-        self.resize = Histogram("sres_resize_seconds", "Resize request or fault to the first step of the new world",
-                                ["why"], registry=r, buckets=SECONDS_BUCKETS)
+        self.recovery = Histogram(
+            "sres_recovery_seconds", "Fault to the first step after it", registry=r, buckets=SECONDS_BUCKETS
+        )
+        self.resize = Histogram(
+            "sres_resize_seconds",
+            "Resize request or fault to the first step of the new world",
+            ["why"],
+            registry=r,
+            buckets=SECONDS_BUCKETS,
+        )
         self.steps_lost = Counter("sres_steps_redone", "Steps done again after recoveries", registry=r)
-        self.tier_save = Histogram("sres_tier_save_seconds", "Checkpoint tier saves, by tier", ["tier"], registry=r,
-                                   buckets=SECONDS_BUCKETS)
+        self.tier_save = Histogram(
+            "sres_tier_save_seconds",
+            "Checkpoint tier saves, by tier",
+            ["tier"],
+            registry=r,
+            buckets=SECONDS_BUCKETS,
+        )
         self.requeues = Counter("sres_requeues", "Requeues of the Slurm job, by cause", ["cause"], registry=r)
-        self.goodput = Gauge("sres_goodput_ratio", "Share of the run's wall time that became training progress "
-                             "(set at the end)", registry=r)
-        self.straggler_score = Gauge("sres_straggler_score", "A rank's compute time per step over the median of "
-                                     "all ranks' (newest step judged)", ["rank"], registry=r)
-        self.stragglers = Counter("sres_stragglers", "Straggler events (a rank slow for --straggler-steps)",
-                                  registry=r)
-        self.by_cause = Gauge("sres_goodput_seconds", "The run's wall time by cause (set at the end; README: What a "
-                              "run cost)", ["cause"], registry=r)
+        self.goodput = Gauge(
+            "sres_goodput_ratio",
+            "Share of the run's wall time that became training progress (set at the end)",
+            registry=r,
+        )
+        self.straggler_score = Gauge(
+            "sres_straggler_score",
+            "A rank's compute time per step over the median of all ranks' (newest step judged)",
+            ["rank"],
+            registry=r,
+        )
+        self.stragglers = Counter(
+            "sres_stragglers", "Straggler events (a rank slow for --straggler-steps)", registry=r
+        )
+        self.by_cause = Gauge(
+            "sres_goodput_seconds",
+            "The run's wall time by cause (set at the end; README: What a run cost)",
+            ["cause"],
+            registry=r,
+        )
         self._steps: list[tuple[float, int]] = []
         self.running.set(1)
 
@@ -125,8 +151,11 @@ class MetricsOutput:
 
     def where(self) -> dict[str, Any]:
         """Fields of the ``metrics`` event: where to scrape or read them."""
-        return {"port": self.port, "url": f"http://{self._addr}:{self.port}/metrics" if self.port else None,
-                "textfile": str(self.textfile) if self.textfile is not None else None}
+        return {
+            "port": self.port,
+            "url": f"http://{self._addr}:{self.port}/metrics" if self.port else None,
+            "textfile": str(self.textfile) if self.textfile is not None else None,
+        }
 
     def update(self, step: int | None, scores: dict[int, float] | None = None) -> None:
         if step is not None and step >= 0:

@@ -28,7 +28,9 @@ class RunData:
 
     @property
     def end(self) -> dict[str, Any] | None:
-        return next((e for e in reversed(self.events) if e["event"] in ("finished", "failed", "requeue")), None)
+        return next(
+            (e for e in reversed(self.events) if e["event"] in ("finished", "failed", "requeue")), None
+        )
 
     @property
     def start_t(self) -> float:
@@ -71,11 +73,22 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
     for i, fault in enumerate(e for e in run if e["event"] == "fault"):
         later = [e for e in run if e["event"] == "recovered" and e["t"] >= fault["t"]]
         rec = later[0] if later else {}
-        rows.append({"#": i + 1, "kind": fault["kind"], "rank": fault.get("rank"), "host": fault.get("host"),
-                     "step": fault.get("step"), "detection s": rec.get("release_s"),
-                     "re-form s": _minus(rec.get("reform_s"), rec.get("release_s")),
-                     "transfer s": rec.get("transfer_s"), "first step s": rec.get("first_step_s"),
-                     "recovery s": rec.get("seconds"), "from": rec.get("source"), "steps lost": rec.get("steps_lost")})
+        rows.append(
+            {
+                "#": i + 1,
+                "kind": fault["kind"],
+                "rank": fault.get("rank"),
+                "host": fault.get("host"),
+                "step": fault.get("step"),
+                "detection s": rec.get("release_s"),
+                "re-form s": _minus(rec.get("reform_s"), rec.get("release_s")),
+                "transfer s": rec.get("transfer_s"),
+                "first step s": rec.get("first_step_s"),
+                "recovery s": rec.get("seconds"),
+                "from": rec.get("source"),
+                "steps lost": rec.get("steps_lost"),
+            }
+        )
     return rows
 
 
@@ -86,9 +99,11 @@ def render(run_dir: Path, out: Path | None = None) -> Path:
     out = out or run_dir / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     account = causes(data)
-    images = {"timeline": out.with_name(f"{out.stem}-timeline.png"),
-              "goodput": out.with_name(f"{out.stem}-goodput.png"),
-              "heatmap": out.with_name(f"{out.stem}-ranks.png")}
+    images = {
+        "timeline": out.with_name(f"{out.stem}-timeline.png"),
+        "goodput": out.with_name(f"{out.stem}-goodput.png"),
+        "heatmap": out.with_name(f"{out.stem}-ranks.png"),
+    }
     report_plots.timeline(images["timeline"], data.start_t, data.steps, goodput.last_run(data.events))
     report_plots.goodput_bar(images["goodput"], account)
     report_plots.heatmap(images["heatmap"], data.steps)
@@ -103,12 +118,16 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
     elif end["event"] == "failed":
         state = f"<p class=warn>Partial report: the run FAILED: {html.escape(str(end.get('reason')))}</p>"
     elif end["event"] == "requeue":
-        state = f"<p class=warn>Partial report: the job was requeued ({html.escape(str(end.get('why')))}).</p>"
+        state = (
+            f"<p class=warn>Partial report: the job was requeued ({html.escape(str(end.get('why')))}).</p>"
+        )
     else:
         state = f"<p>Finished: {end['steps']} steps, goodput <b>{(end.get('goodput') or 0):.1%}</b>.</p>"
     wall = sum(account.values())
-    cause_rows = "".join(f"<tr><td>{c}</td><td>{s:.2f}</td><td>{s / wall:.1%}</td></tr>" if wall else ""
-                         for c, s in account.items())
+    cause_rows = "".join(
+        f"<tr><td>{c}</td><td>{s:.2f}</td><td>{s / wall:.1%}</td></tr>" if wall else ""
+        for c, s in account.items()
+    )
     faults = fault_rows(data)
     fault_table = _table(faults) if faults else "<p>No fault.</p>"
     start = goodput.last_run(data.events)[0]
@@ -118,13 +137,13 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
 th{{background:#eee}}.warn{{color:#a00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
 <h1>Run report</h1>
-<p>{html.escape(str(run_dir))}: {start.get('nodes')} node(s) x {start.get('procs_per_node')} rank(s),
-{start.get('spares')} spare(s), wall time {wall:.1f} s.</p>
+<p>{html.escape(str(run_dir))}: {start.get("nodes")} node(s) x {start.get("procs_per_node")} rank(s),
+{start.get("spares")} spare(s), wall time {wall:.1f} s.</p>
 {state}
-<h2>Step time</h2>{_img(images['timeline'], 'step time over wall time')}
-<h2>Where the time went</h2>{_img(images['goodput'], 'goodput by cause')}
+<h2>Step time</h2>{_img(images["timeline"], "step time over wall time")}
+<h2>Where the time went</h2>{_img(images["goodput"], "goodput by cause")}
 <table><tr><th>cause</th><th>seconds</th><th>share</th></tr>{cause_rows}</table>
-<h2>Compute time per rank</h2>{_img(images['heatmap'], 'compute time per rank and step')}
+<h2>Compute time per rank</h2>{_img(images["heatmap"], "compute time per rank and step")}
 <h2>Faults</h2>{fault_table}
 </body></html>
 """
@@ -152,9 +171,12 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="an HTML report of a run: step time, goodput by cause, ranks, faults",
-                       description="Write a self-contained HTML page (images inline) and its PNGs for a run's log "
-                                   "dir; a run that failed or is still going gets a partial report.")
+    p = sub.add_parser(
+        "report",
+        help="an HTML report of a run: step time, goodput by cause, ranks, faults",
+        description="Write a self-contained HTML page (images inline) and its PNGs for a run's log "
+        "dir; a run that failed or is still going gets a partial report.",
+    )
     p.add_argument("run_dir", type=Path)
     p.add_argument("--out", type=Path, default=None, help="the HTML file (default RUN_DIR/report.html)")
     p.set_defaults(func=lambda args: print(f"report: {render(args.run_dir, args.out)}") or 0)

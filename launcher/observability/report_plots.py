@@ -12,14 +12,28 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-MARKS = {"fault": ("tab:red", "fault"), "recovered": ("tab:green", "recovered"), "resize": ("tab:purple", "resize"),
-         "requeue": ("black", "requeue")}
-CAUSE_COLOURS = {"productive": "tab:green", "startup": "tab:gray", "detection": "tab:red", "reform": "tab:orange",
-                 "transfer": "tab:blue", "first_step": "tab:cyan", "redone": "tab:pink", "resize": "tab:purple",
-                 "other": "lightgray"}
+MARKS = {
+    "fault": ("tab:red", "fault"),
+    "recovered": ("tab:green", "recovered"),
+    "resize": ("tab:purple", "resize"),
+    "requeue": ("black", "requeue"),
+}
+CAUSE_COLOURS = {
+    "productive": "tab:green",
+    "startup": "tab:gray",
+    "detection": "tab:red",
+    "reform": "tab:orange",
+    "transfer": "tab:blue",
+    "first_step": "tab:cyan",
+    "redone": "tab:pink",
+    "resize": "tab:purple",
+    "other": "lightgray",
+}
 
 
-def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
+def timeline(
+    path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> None:
     """Step time over wall time (each step's slowest rank), faults, recoveries, resizes and saves marked."""
     per_step: dict[tuple[int, int], tuple[float, float]] = {}
     for s in steps:
@@ -29,13 +43,21 @@ def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], eve
     fig, ax = plt.subplots(figsize=(9, 3.6))
     if per_step:
         points = sorted(per_step.values())
-        ax.plot([t - start_t for t, _ in points], [w * 1000 for _, w in points], ".", markersize=3, color="tab:blue",
-                label="step time (slowest rank)")
+        ax.plot(
+            [t - start_t for t, _ in points],
+            [w * 1000 for _, w in points],
+            ".",
+            markersize=3,
+            color="tab:blue",
+            label="step time (slowest rank)",
+        )
     seen = set()
     for e in events:
         if e["event"] in MARKS:
             colour, label = MARKS[e["event"]]
-            ax.axvline(e["t"] - start_t, color=colour, alpha=0.7, lw=1.2, label=None if label in seen else label)
+            ax.axvline(
+                e["t"] - start_t, color=colour, alpha=0.7, lw=1.2, label=None if label in seen else label
+            )
             seen.add(label)
     saves = [e["t"] - start_t for e in events if e["event"] == "checkpoint-saved"]
     if saves:
@@ -56,8 +78,13 @@ def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:
     for cause, seconds in causes.items():
         if seconds <= 0:
             continue
-        ax.barh(0, seconds / total * 100, left=left, color=CAUSE_COLOURS.get(cause, "tab:olive"),
-                label=f"{cause} {seconds:.2f} s")
+        ax.barh(
+            0,
+            seconds / total * 100,
+            left=left,
+            color=CAUSE_COLOURS.get(cause, "tab:olive"),
+            label=f"{cause} {seconds:.2f} s",
+        )
         left += seconds / total * 100
     ax.set_xlim(0, 100)
     ax.set_yticks([])
@@ -77,8 +104,13 @@ def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
         grid = [[math.nan] * len(numbers) for _ in ranks]
         for s in steps:
             grid[row[s["rank"]]][column[s["step"]]] = s["compute_s"] * 1000
-        image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
-                          extent=(numbers[0] - 0.5, numbers[-1] + 0.5, len(ranks) - 0.5, -0.5))
+        image = ax.imshow(
+            grid,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            extent=(numbers[0] - 0.5, numbers[-1] + 0.5, len(ranks) - 0.5, -0.5),
+        )
         fig.colorbar(image, ax=ax, label="compute (ms)")
         ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
     ax.set_xlabel("step")

@@ -99,7 +99,9 @@ def _retry_time(length_s: float, rate: float) -> float:
 def expected_inprocess(job: Job, costs: Costs) -> float:
     """Long-run goodput of in-process recovery: (1 - overhead) (1 - rate x lost) e^(-rate x recovery)."""
     rate = job.rate_per_s
-    return (1 - costs.steady_overhead) * max(0.0, 1 - rate * costs.lost_s) * math.exp(-rate * costs.recovery_s)
+    return (
+        (1 - costs.steady_overhead) * max(0.0, 1 - rate * costs.lost_s) * math.exp(-rate * costs.recovery_s)
+    )
 
 
 def expected_restart(job: Job, costs: Costs, interval_s: float | None = None) -> float:
@@ -135,7 +137,9 @@ def run_inprocess(job: Job, costs: Costs, rng: random.Random) -> tuple[float, in
         wall += costs.recovery_s
 
 
-def run_restart(job: Job, costs: Costs, rng: random.Random, interval_s: float | None = None) -> tuple[float, int]:
+def run_restart(
+    job: Job, costs: Costs, rng: random.Random, interval_s: float | None = None
+) -> tuple[float, int]:
     """One run's wall seconds and failures under checkpoint/restart (the last interval is partial)."""
     interval = daly_interval(costs.ckpt_write_s, job.mtbf_s) if interval_s is None else interval_s
     left, wall, failures = job.work_hours * HOUR, 0.0, 0
@@ -173,10 +177,14 @@ def monte_carlo(job: Job, costs: Costs, trials: int, rng: random.Random) -> list
     """``trials`` runs of each strategy; goodput = fault-free work / wall time."""
     work = job.work_hours * HOUR
     results = []
-    for name, run, expected in (("in-process (sres)", run_inprocess, expected_inprocess(job, costs)),
-                                ("restart from checkpoint", run_restart, expected_restart(job, costs))):
+    for name, run, expected in (
+        ("in-process (sres)", run_inprocess, expected_inprocess(job, costs)),
+        ("restart from checkpoint", run_restart, expected_restart(job, costs)),
+    ):
         runs = [run(job, costs, rng) for _ in range(trials)]
-        results.append(Result(name, tuple(work / wall for wall, _ in runs), tuple(n for _, n in runs), expected))
+        results.append(
+            Result(name, tuple(work / wall for wall, _ in runs), tuple(n for _, n in runs), expected)
+        )
     return results
 
 
@@ -200,11 +208,21 @@ def measured_costs(events: Iterable[dict]) -> Measured:
     recovered = [e for e in events if e.get("event") == "recovered" and e.get("seconds") is not None]
     if not recovered:
         raise ValueError("no 'recovered' event: give runs with faults (e.g. sres demo, or --inject)")
-    parts = {key: statistics.median(e[key] for e in recovered if e.get(key) is not None)
-             for key in ("reform_s", "transfer_s", "first_step_s") if any(e.get(key) is not None for e in recovered)}
-    accounts = [e["goodput_by_cause"] for e in events if e.get("event") == "finished" and e.get("goodput_by_cause")]
+    parts = {
+        key: statistics.median(e[key] for e in recovered if e.get(key) is not None)
+        for key in ("reform_s", "transfer_s", "first_step_s")
+        if any(e.get(key) is not None for e in recovered)
+    }
+    accounts = [
+        e["goodput_by_cause"] for e in events if e.get("event") == "finished" and e.get("goodput_by_cause")
+    ]
     blocked = sum(a.get("checkpoint", 0.0) for a in accounts)
     useful = sum(a.get("productive", 0.0) for a in accounts)
     overhead = blocked / (useful + blocked) if accounts and useful + blocked > 0 else None
-    return Measured(len(recovered), statistics.median(e["seconds"] for e in recovered),
-                    statistics.median(e.get("steps_lost", 0) for e in recovered), parts, overhead)
+    return Measured(
+        len(recovered),
+        statistics.median(e["seconds"] for e in recovered),
+        statistics.median(e.get("steps_lost", 0) for e in recovered),
+        parts,
+        overhead,
+    )

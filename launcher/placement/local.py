@@ -25,8 +25,13 @@ class LocalPlacement:
     requeueable = False
     job_id: str | None = None
 
-    def __init__(self, log_dir: Path, echo=sys.stdout, repair_after_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        echo=sys.stdout,
+        repair_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``repair_after_s``: a retired (drained) node comes back that long after, healthy,
         under a new number: what an admin or the health hooks' resume does on a cluster.
         ``None``: lost nodes stay lost."""
@@ -86,8 +91,12 @@ class LocalPlacement:
 
     def _start(self, slot: str, command: Sequence[str], env: Mapping[str, str]) -> int:
         proc = subprocess.Popen(
-            list(command), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            list(command),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs[slot] = proc
         reader = threading.Thread(target=self._pump, args=(slot, proc), daemon=True, name=f"sres-out-{slot}")

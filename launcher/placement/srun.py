@@ -67,8 +67,10 @@ def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
     hosts = sorted(alloc.healthy, key=lambda n: (n != here,))
     if len(hosts) < needed:
         bad = "; ".join(f"{n}: {why}" for n, why in alloc.unhealthy.items())
-        raise ConfigError(f"job {alloc.job_id} has {len(hosts)} healthy node(s), {needed} needed (nodes + spares)"
-                          + (f"; unhealthy: {bad}" if bad else ""))
+        raise ConfigError(
+            f"job {alloc.job_id} has {len(hosts)} healthy node(s), {needed} needed (nodes + spares)"
+            + (f"; unhealthy: {bad}" if bad else "")
+        )
     store_host = alloc.addresses.get(here) or here
     return JobHosts(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
 
@@ -76,11 +78,22 @@ def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
 class SrunPlacement(LocalPlacement):
     """Starts each rank with ``srun`` on a named node; watches, kills and replaces through Slurm."""
 
-    def __init__(self, client: SlurmClient, placement: JobHosts, log_dir: Path, liveness: LivenessServer,
-                 srun_args: Sequence[str] = (), partition: str | None = None, grow: bool = True,
-                 probe: Callable[[str, int], bool] = slurmd_answers, echo=sys.stdout, grow_by: str = "satellite",
-                 lend_partition: str | None = None, satellite_nodes: int = 0,
-                 satellite_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        client: SlurmClient,
+        placement: JobHosts,
+        log_dir: Path,
+        liveness: LivenessServer,
+        srun_args: Sequence[str] = (),
+        partition: str | None = None,
+        grow: bool = True,
+        probe: Callable[[str, int], bool] = slurmd_answers,
+        echo=sys.stdout,
+        grow_by: str = "satellite",
+        lend_partition: str | None = None,
+        satellite_nodes: int = 0,
+        satellite_timeout_s: float = 300.0,
+    ) -> None:
         """``satellite_nodes``: every node that holds ranks (and spares) is a satellite, this
         many of them; the job's own node runs only the supervisor and its store."""
         super().__init__(log_dir, echo)
@@ -113,8 +126,10 @@ class SrunPlacement(LocalPlacement):
         got = self.satellites.acquire_many(count, exclude=list(self._own), timeout_s=timeout_s)
         if len(got) < count:
             self.satellites.release_all()
-            raise ConfigError(f"only {len(got)} of {count} satellite node(s) started within {timeout_s:g} s in "
-                              f"partition {self.satellites.partition or '(default)'}")
+            raise ConfigError(
+                f"only {len(got)} of {count} satellite node(s) started within {timeout_s:g} s in "
+                f"partition {self.satellites.partition or '(default)'}"
+            )
         self.hosts = [sat.node for sat in got]
         self._satellite_of = {i: sat.job_id for i, sat in enumerate(got)}
 
@@ -129,9 +144,19 @@ class SrunPlacement(LocalPlacement):
         self._node_of_slot[slot] = node
         if node in self._satellite_of:
             env = {**env, **reclaim_environ("TERM")}
-        argv = ["srun", f"--jobid={self.job_of(node)}", "--nodes=1", "--ntasks=1", f"--nodelist={self.hosts[node]}",
-                "--overlap", "--kill-on-bad-exit=0", "--quiet", f"--job-name=sres-{slot}", *self.srun_args,
-                *command]
+        argv = [
+            "srun",
+            f"--jobid={self.job_of(node)}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={self.hosts[node]}",
+            "--overlap",
+            "--kill-on-bad-exit=0",
+            "--quiet",
+            f"--job-name=sres-{slot}",
+            *self.srun_args,
+            *command,
+        ]
         # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
         self._start(slot, argv, {**env, **node_name_environ(self.hosts[node])})
 
@@ -159,9 +184,13 @@ class SrunPlacement(LocalPlacement):
         except SlurmError as err:
             return NodeEvidence(slurmd_answers=False, slurm_usable=False, slurm_reason=str(err))
         answers = self.probe(record.address or record.hostname or name, record.port) if record.port else True
-        return NodeEvidence(slurmd_answers=answers, slurm_usable=record.usable, slurm_state=record.long_state,
-                            slurm_reason=record.reason,
-                            reclaimed=node in self._satellite_of and self.satellites.reclaimed(name))
+        return NodeEvidence(
+            slurmd_answers=answers,
+            slurm_usable=record.usable,
+            slurm_state=record.long_state,
+            slurm_reason=record.reason,
+            reclaimed=node in self._satellite_of and self.satellites.reclaimed(name),
+        )
 
     def retire(self, node: int, why: str) -> None:
         """Drain the node (reason ``sres: why``) and drop it from the job when Slurm allows."""
@@ -202,7 +231,9 @@ class SrunPlacement(LocalPlacement):
     def grow(self) -> NewNode | None:
         """One more node: a satellite job (``--grow-by satellite``) or one merged into the job
         (``expansion``); None with --no-grow or when Slurm has no idle node for it."""
-        idle = self.satellites.idle() if self.grow_by == "satellite" else self.client.idle_nodes(self.partition)
+        idle = (
+            self.satellites.idle() if self.grow_by == "satellite" else self.client.idle_nodes(self.partition)
+        )
         if not self.grow_allowed or not idle:
             return None  # nothing would start now: do not wait in the queue for it
         if self.grow_by == "satellite":
@@ -250,7 +281,9 @@ class SrunPlacement(LocalPlacement):
 
     def requeue(self, why: str) -> None:
         if not self.requeueable:
-            raise SresError(f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it")
+            raise SresError(
+                f"job {self.job_id} is an interactive allocation (salloc): Slurm cannot requeue it"
+            )
         self.client.requeue(self.job_id)
 
     def time_limits(self) -> tuple[float | None, float | None]:

@@ -104,7 +104,8 @@ class SlurmClient:
     def nodes(self, partition: str | None = None, names: Iterable[str] | None = None) -> list[Node]:
         wanted = set(names) if names is not None else None
         return [
-            n for n in self.driver.nodes()
+            n
+            for n in self.driver.nodes()
             if (partition is None or partition in n.partitions) and (wanted is None or n.name in wanted)
         ]
 
@@ -124,8 +125,10 @@ class SlurmClient:
         """Whether job expansion is permitted here (``SchedulerParameters=permit_job_expansion``,
         off by default since 19.05), and the preemption type (lent nodes taken back or not)."""
         config = self.config()
-        return ("permit_job_expansion" in config.get("SchedulerParameters", "").split(","),
-                config.get("PreemptType", "preempt/none"))
+        return (
+            "permit_job_expansion" in config.get("SchedulerParameters", "").split(","),
+            config.get("PreemptType", "preempt/none"),
+        )
 
     def jobs_named(self, name: str) -> list[Job]:
         """Jobs of that name Slurm still lists and that have not ended."""
@@ -232,7 +235,9 @@ class SlurmClient:
             ) from err
         after = self.job(job_id)
         if set(after.nodes) != set(keep):
-            raise SlurmError(f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to {hostlist.compress(keep)}")
+            raise SlurmError(
+                f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to {hostlist.compress(keep)}"
+            )
         return after
 
     def grow(

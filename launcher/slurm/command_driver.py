@@ -26,8 +26,12 @@ Runner = Callable[..., subprocess.CompletedProcess]
 DEFAULT_TIMEOUT_S = 30.0
 
 _INSTALL_HINT = {
-    "scontrol": "slurm-client", "sinfo": "slurm-client", "squeue": "slurm-client",
-    "sbatch": "slurm-client", "salloc": "slurm-client", "scancel": "slurm-client",
+    "scontrol": "slurm-client",
+    "sinfo": "slurm-client",
+    "squeue": "slurm-client",
+    "sbatch": "slurm-client",
+    "salloc": "slurm-client",
+    "scancel": "slurm-client",
     "srun": "slurm-client",
 }
 
@@ -49,8 +53,13 @@ class CommandLine:
         where = {"cwd": cwd} if cwd else {}
         try:
             result = self.runner(
-                list(argv), capture_output=True, text=True, timeout=timeout,
-                env=dict(self.env) if self.env is not None else None, stdin=subprocess.DEVNULL, **where,
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(self.env) if self.env is not None else None,
+                stdin=subprocess.DEVNULL,
+                **where,
             )
         except FileNotFoundError:
             package = _INSTALL_HINT.get(argv[0], "slurm-client")
@@ -97,8 +106,11 @@ class CliDriver:
 
     def jobs(self) -> list[Job]:
         out = self.command(["scontrol", "-o", "show", "job"])
-        return [job_from_scontrol(parse_scontrol_record(line)) for line in out.splitlines()
-                if line.strip().startswith("JobId=")]
+        return [
+            job_from_scontrol(parse_scontrol_record(line))
+            for line in out.splitlines()
+            if line.strip().startswith("JobId=")
+        ]
 
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None:
         argv = ["scontrol", "update", f"NodeName={hostlist.compress(nodes)}", f"State={state}"]
@@ -107,14 +119,18 @@ class CliDriver:
         self.command(argv)
 
     def reboot(self, nodes: Sequence[str], reason: str) -> None:
-        self.command(["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostlist.compress(nodes)])
+        self.command(
+            ["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostlist.compress(nodes)]
+        )
 
     def update_job(self, job_id: str, **fields: str) -> None:
         # A resize makes scontrol write slurm_job_<id>_resize.{sh,csh} into its working
         # directory; nothing here reads them (nodes are asked from Slurm), so they go nowhere.
         with tempfile.TemporaryDirectory(prefix="sres-scontrol-") as scratch:
-            self.command(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())],
-                         cwd=scratch)
+            self.command(
+                ["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())],
+                cwd=scratch,
+            )
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
         self.command(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
@@ -136,8 +152,12 @@ class CliDriver:
         ``--exclusive``), which adds cores, not a node.
         """
         argv = [
-            "salloc", "--no-shell", f"--nodes={count}", "--exclusive",
-            f"--dependency=expand:{job_id}", f"--immediate={max(1, int(timeout_s))}",
+            "salloc",
+            "--no-shell",
+            f"--nodes={count}",
+            "--exclusive",
+            f"--dependency=expand:{job_id}",
+            f"--immediate={max(1, int(timeout_s))}",
             f"--job-name=sres-expand-{job_id}",
         ]
         if partition:
@@ -153,8 +173,19 @@ class CliDriver:
         return self._newest_job_named(f"sres-expand-{job_id}")
 
     def run_step(self, job_id: str, node: str, argv: Sequence[str], timeout_s: float) -> str:
-        return self.command(["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-                             f"--nodelist={node}", "--quiet", *argv], timeout_s=timeout_s)
+        return self.command(
+            [
+                "srun",
+                f"--jobid={job_id}",
+                "--overlap",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={node}",
+                "--quiet",
+                *argv,
+            ],
+            timeout_s=timeout_s,
+        )
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [str(job_id)]

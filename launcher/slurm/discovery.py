@@ -81,7 +81,9 @@ def discover(
         env = os.environ if env is None else env
         job_id = env.get("SLURM_JOB_ID")
         if not job_id:
-            raise NotInAllocation("not inside a Slurm allocation (SLURM_JOB_ID is unset): run under sbatch or salloc")
+            raise NotInAllocation(
+                "not inside a Slurm allocation (SLURM_JOB_ID is unset): run under sbatch or salloc"
+            )
     job = client.job(job_id)
     if not job.running:
         raise SlurmError(f"job {job_id} is {job.state}, not running")

@@ -149,11 +149,7 @@ def _ranges(numbers: list[tuple[int, int]]) -> list[str]:
     out: list[str] = []
     start = previous = ordered[0]
     for current in ordered[1:] + [None]:  # type: ignore[list-item]
-        if (
-            current is not None
-            and current[0] == previous[0] + 1
-            and _same_width(previous, current)
-        ):
+        if current is not None and current[0] == previous[0] + 1 and _same_width(previous, current):
             previous = current
             continue
         low = str(start[0]).zfill(start[1])

@@ -20,7 +20,9 @@ ALIVE = ("RUNNING", "CONFIGURING", "SUSPENDED", "RESIZING")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.slurm.satellite_watch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher.slurm.satellite_watch", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("main_job")
     parser.add_argument("--period", type=float, default=2.0, help="seconds between looks at the training job")
     args = parser.parse_args(argv)

@@ -54,9 +54,16 @@ class Satellite:
 class Satellites:
     """The satellites of one training job: submit, wait until running, release."""
 
-    def __init__(self, client: SlurmClient, main_job: str, partition: str | None, log_dir: Path,
-                 start_timeout_s: float = START_TIMEOUT_S, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        client: SlurmClient,
+        main_job: str,
+        partition: str | None,
+        log_dir: Path,
+        start_timeout_s: float = START_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.client, self.main_job, self.log_dir = client, main_job, Path(log_dir)
         self.start_timeout_s, self.clock, self.sleep = start_timeout_s, clock, sleep
         main = client.job(main_job)
@@ -72,7 +79,9 @@ class Satellites:
         """A lend partition that does not exist is the user's mistake: one line, at the start."""
         if self.partition and self.partition not in self.client.partitions():
             known = ", ".join(sorted(self.client.partitions()))
-            raise ConfigError(f"--lend-partition {self.partition}: no such partition (the cluster has {known})")
+            raise ConfigError(
+                f"--lend-partition {self.partition}: no such partition (the cluster has {known})"
+            )
 
     def idle(self) -> list[str]:
         """Nodes of the lend partition a satellite could get at once: idle now, and not just
@@ -115,10 +124,25 @@ class Satellites:
         return sorted(running.values(), key=lambda sat: sat.node)
 
     def _submit(self, exclude: list[str]) -> str | None:
-        watcher = shlex.join([sys.executable, "-m", "launcher.slurm.satellite_watch", self.main_job,
-                              "--period", str(WATCH_PERIOD_S)])
-        args = ["--nodes=1", "--ntasks=1", "--exclusive", "--no-requeue", f"--job-name={satellite_name(self.main_job)}",
-                f"--output={self.log_dir.resolve() / 'satellite-%j.out'}", f"--wrap=exec {watcher}"]
+        watcher = shlex.join(
+            [
+                sys.executable,
+                "-m",
+                "launcher.slurm.satellite_watch",
+                self.main_job,
+                "--period",
+                str(WATCH_PERIOD_S),
+            ]
+        )
+        args = [
+            "--nodes=1",
+            "--ntasks=1",
+            "--exclusive",
+            "--no-requeue",
+            f"--job-name={satellite_name(self.main_job)}",
+            f"--output={self.log_dir.resolve() / 'satellite-%j.out'}",
+            f"--wrap=exec {watcher}",
+        ]
         args += [f"--partition={self.partition}"] if self.partition else []
         args += [f"--account={self.account}"] if self.account else []
         args += [f"--exclude={','.join(exclude)}"] if exclude else []

@@ -15,12 +15,57 @@ from launcher.errors import ConfigError
 
 # srun options that take a value in the next argument when not written --opt=value.
 _WITH_VALUE = {
-    "-A", "--account", "-c", "--cpus-per-task", "-C", "--constraint", "-D", "--chdir", "-e", "--error",
-    "-G", "--gpus", "-i", "--input", "-J", "--job-name", "-L", "--licenses", "-m", "--distribution",
-    "-N", "--nodes", "-n", "--ntasks", "-o", "--output", "-p", "--partition", "-q", "--qos", "-t", "--time",
-    "-w", "--nodelist", "-x", "--exclude", "--gpus-per-node", "--gpus-per-task", "--cpus-per-gpu",
-    "--mem", "--mem-per-cpu", "--mem-per-gpu", "--ntasks-per-node", "--cpu-bind", "--gpu-bind",
-    "--export", "--mpi", "--network", "--signal", "--spares", "--auto-resume",
+    "-A",
+    "--account",
+    "-c",
+    "--cpus-per-task",
+    "-C",
+    "--constraint",
+    "-D",
+    "--chdir",
+    "-e",
+    "--error",
+    "-G",
+    "--gpus",
+    "-i",
+    "--input",
+    "-J",
+    "--job-name",
+    "-L",
+    "--licenses",
+    "-m",
+    "--distribution",
+    "-N",
+    "--nodes",
+    "-n",
+    "--ntasks",
+    "-o",
+    "--output",
+    "-p",
+    "--partition",
+    "-q",
+    "--qos",
+    "-t",
+    "--time",
+    "-w",
+    "--nodelist",
+    "-x",
+    "--exclude",
+    "--gpus-per-node",
+    "--gpus-per-task",
+    "--cpus-per-gpu",
+    "--mem",
+    "--mem-per-cpu",
+    "--mem-per-gpu",
+    "--ntasks-per-node",
+    "--cpu-bind",
+    "--gpu-bind",
+    "--export",
+    "--mpi",
+    "--network",
+    "--signal",
+    "--spares",
+    "--auto-resume",
 }
 # Options of the whole job step that make no sense per rank: refused with a reason.
 _REFUSED = {"-w": "--nodelist", "--nodelist": "--nodelist", "-r": "--relative", "--relative": "--relative"}
@@ -57,8 +102,10 @@ def parse(argv: Sequence[str]) -> SrunRequest:
         if not name.startswith("--") and len(name) > 2:
             name, value, eq = name[:2], name[2:], "="  # -N3
         if name in _REFUSED:
-            raise ConfigError(f"srun {_REFUSED[name]} cannot be used with auto-resume: sres places ranks itself "
-                              "(exclude nodes with sbatch instead)")
+            raise ConfigError(
+                f"srun {_REFUSED[name]} cannot be used with auto-resume: sres places ranks itself "
+                "(exclude nodes with sbatch instead)"
+            )
         if name in _WITH_VALUE and not eq and name != "--auto-resume":
             if i + 1 >= len(args):
                 raise ConfigError(f"srun option {name} needs a value")
@@ -87,7 +134,9 @@ def parse(argv: Sequence[str]) -> SrunRequest:
     if ntasks is not None:
         if per_node is None:
             if nodes is None or ntasks % nodes:
-                raise ConfigError(f"-n {ntasks} needs -N with a node count that divides it (one rank layout per node)")
+                raise ConfigError(
+                    f"-n {ntasks} needs -N with a node count that divides it (one rank layout per node)"
+                )
             per_node = ntasks // nodes
         elif nodes is None:
             nodes = ntasks // per_node
@@ -109,11 +158,11 @@ def split_ours(argv: Sequence[str], ours: dict[str, bool]) -> tuple[list[str], l
         short = name[:2] if not name.startswith("--") and len(name) > 2 else name
         if name in ours:
             take = 2 if ours[name] and not eq else 1
-            mine.extend(argv[i:i + take])
+            mine.extend(argv[i : i + take])
             i += take
             continue
         take = 2 if short == name and name in _WITH_VALUE and not eq and name != "--auto-resume" else 1
-        rest.extend(argv[i:i + take])
+        rest.extend(argv[i : i + take])
         i += take
     return mine, rest + list(argv[i:])
 

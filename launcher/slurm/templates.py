@@ -37,7 +37,9 @@ class Template:
         declared = self.variables
         unknown = sorted(set(values) - set(declared))
         if unknown:
-            raise ConfigError(f"{self.name} has no variable {', '.join(unknown)}; it has: {', '.join(declared)}")
+            raise ConfigError(
+                f"{self.name} has no variable {', '.join(unknown)}; it has: {', '.join(declared)}"
+            )
         merged = {**declared, **values}
         for key in _INTS & merged.keys():
             if not re.fullmatch(r"\d+", merged[key]):

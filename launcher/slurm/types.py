@@ -8,8 +8,17 @@ REASON_PREFIX = "sres:"
 """Every drain we make carries this prefix; we only ever resume drains that carry it."""
 
 FINISHED_JOB_STATES = frozenset(
-    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-     "DEADLINE", "OUT_OF_MEMORY"}
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
 )
 
 

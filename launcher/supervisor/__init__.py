@@ -14,5 +14,13 @@ from launcher.supervisor.loop import Supervisor
 from launcher.supervisor.observe import silent_slots
 from launcher.supervisor.policy import await_culprit, decide, node_verdict, replace
 
-__all__ = ["RunConfig", "Outcome", "Supervisor", "await_culprit", "decide", "node_verdict", "replace",
-           "silent_slots"]
+__all__ = [
+    "RunConfig",
+    "Outcome",
+    "Supervisor",
+    "await_culprit",
+    "decide",
+    "node_verdict",
+    "replace",
+    "silent_slots",
+]

@@ -232,6 +232,30 @@ class Fail:
     """The error whose traceback is shown; None: the run's first culprit, if any."""
 
 
-Action = (KillSlot | KillNode | DropSpare | HoldForCulprit | OpenFault | Drain | UseIdleNode | RefillSpare
-          | StartStandby | AcquireNode | Launch | Publish | WaitForNode | Answer | ReportStatus | BeginResize | AddNodes | Pause
-          | AbandonResize | Resize | Release | NoteStraggler | Requeue | Finish | Fail)
+Action = (
+    KillSlot
+    | KillNode
+    | DropSpare
+    | HoldForCulprit
+    | OpenFault
+    | Drain
+    | UseIdleNode
+    | RefillSpare
+    | StartStandby
+    | AcquireNode
+    | Launch
+    | Publish
+    | WaitForNode
+    | Answer
+    | ReportStatus
+    | BeginResize
+    | AddNodes
+    | Pause
+    | AbandonResize
+    | Resize
+    | Release
+    | NoteStraggler
+    | Requeue
+    | Finish
+    | Fail
+)

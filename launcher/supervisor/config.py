@@ -85,7 +85,9 @@ class RunConfig:
         if self.max_timeout_requeues is not None and self.max_timeout_requeues < 0:
             raise ConfigError("--max-timeout-requeues cannot be negative")
         if self.preempt_signal_name == "SIGUSR1":
-            raise ConfigError("--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM")
+            raise ConfigError(
+                "--preempt-signal USR1 is taken: NCCL may use SIGUSR1; use USR2 (the default) or TERM"
+            )
         if not hasattr(signal, self.preempt_signal_name):
             raise ConfigError(f"--preempt-signal {self.preempt_signal}: not a signal name")
         if self.backend not in ("gloo", "nccl"):

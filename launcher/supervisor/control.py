@@ -124,7 +124,10 @@ class ControlServer:
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         if not hmac.compare_digest(str(msg.get("token", "")), self.token):
-            return {"ok": False, "message": "refused: wrong token for this run (only the run's user may control it)"}
+            return {
+                "ok": False,
+                "message": "refused: wrong token for this run (only the run's user may control it)",
+            }
         op = msg.get("op")
         if op not in OPS:
             return {"ok": False, "message": f"unknown request {op!r}: one of {', '.join(OPS)}"}
@@ -151,6 +154,7 @@ def _count(value: Any) -> int | None:
 
 # --- the client side (sres resize/grow/shrink/status) -----------------------------------------------
 
+
 def find_run(run: str) -> Path:
     """A run's log dir from what the user typed: the dir itself, or its name under sres-runs/."""
     for candidate in (Path(run), Path("sres-runs") / run, Path("sres-runs") / f"run-{run}"):
@@ -170,7 +174,9 @@ def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: A
     try:
         token = (log_dir / TOKEN_FILE).read_text().strip()
     except PermissionError:
-        raise ControlError(f"cannot read {log_dir / TOKEN_FILE}: only the run's user may control it") from None
+        raise ControlError(
+            f"cannot read {log_dir / TOKEN_FILE}: only the run's user may control it"
+        ) from None
     except OSError as err:
         raise ControlError(f"cannot read the run's token: {err}") from None
     address = json.loads(address_path.read_text())

@@ -23,19 +23,31 @@ from launcher.supervisor.resize import node_slots
 from launcher.supervisor.view import run_state
 
 PERFORMERS: dict[type, Callable[[Hands, Any], Outcome | None]] = {
-    act.KillSlot: perform_faults.kill_slot, act.KillNode: perform_faults.kill_node,
-    act.DropSpare: perform_faults.drop_spare, act.HoldForCulprit: perform_faults.hold,
-    act.OpenFault: perform_faults.open_fault, act.Drain: perform_faults.drain,
-    act.Release: perform_faults.release, act.NoteStraggler: perform_faults.note_straggler,
+    act.KillSlot: perform_faults.kill_slot,
+    act.KillNode: perform_faults.kill_node,
+    act.DropSpare: perform_faults.drop_spare,
+    act.HoldForCulprit: perform_faults.hold,
+    act.OpenFault: perform_faults.open_fault,
+    act.Drain: perform_faults.drain,
+    act.Release: perform_faults.release,
+    act.NoteStraggler: perform_faults.note_straggler,
     act.WaitForNode: perform_faults.wait_for_node,
-    act.Launch: perform_nodes.launch, act.Publish: perform_nodes.publish,
-    act.UseIdleNode: perform_nodes.use_idle_node, act.AcquireNode: perform_nodes.acquire_node,
-    act.RefillSpare: perform_nodes.refill_spare, act.StartStandby: perform_nodes.start_standby,
-    act.Answer: perform_resize.answer, act.ReportStatus: perform_resize.report_status,
-    act.BeginResize: perform_resize.begin_resize, act.AddNodes: perform_resize.add_nodes,
-    act.Pause: perform_resize.pause, act.AbandonResize: perform_resize.abandon_resize,
+    act.Launch: perform_nodes.launch,
+    act.Publish: perform_nodes.publish,
+    act.UseIdleNode: perform_nodes.use_idle_node,
+    act.AcquireNode: perform_nodes.acquire_node,
+    act.RefillSpare: perform_nodes.refill_spare,
+    act.StartStandby: perform_nodes.start_standby,
+    act.Answer: perform_resize.answer,
+    act.ReportStatus: perform_resize.report_status,
+    act.BeginResize: perform_resize.begin_resize,
+    act.AddNodes: perform_resize.add_nodes,
+    act.Pause: perform_resize.pause,
+    act.AbandonResize: perform_resize.abandon_resize,
     act.Resize: perform_resize.resize,
-    act.Requeue: perform_end.requeue, act.Finish: perform_end.finish, act.Fail: perform_end.fail,
+    act.Requeue: perform_end.requeue,
+    act.Finish: perform_end.finish,
+    act.Fail: perform_end.fail,
 }
 """Each action's performer: a new action is one line here and one function in a ``perform_*`` module."""
 
@@ -60,8 +72,13 @@ class Executor:
             if slot in obs.warm and slot not in b.announced:
                 b.announced.add(slot)
                 node = b.slots[slot].info.node
-                h.events.emit("standby-ready", node=node, host=h.placement.host(node), slot=slot,
-                              seconds=h.clocks.clock() - b.slots[slot].started)
+                h.events.emit(
+                    "standby-ready",
+                    node=node,
+                    host=h.placement.host(node),
+                    slot=slot,
+                    seconds=h.clocks.clock() - b.slots[slot].started,
+                )
 
     def view(self, obs: Observation) -> RunState:
         """The policy's input (see :func:`~launcher.supervisor.view.run_state`)."""

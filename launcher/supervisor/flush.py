@@ -16,8 +16,14 @@ from resilience.contract.run_store import RunStore
 from resilience.tiers.registry import PERSISTENT
 
 
-def flush_persistent(store: RunStore, ranks: Iterable[int], events: EventLog, timeout_s: float,
-                     clock: Callable[[], float], sleep: Callable[[float], None]) -> int | None:
+def flush_persistent(
+    store: RunStore,
+    ranks: Iterable[int],
+    events: EventLog,
+    timeout_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> int | None:
     """The step persisted on every rank, or None (nothing committed, a failure, the timeout;
     a ``flush-failed`` event says why). Callable from any thread with its own store clone."""
     ranks = list(ranks)
@@ -34,8 +40,14 @@ def flush_persistent(store: RunStore, ranks: Iterable[int], events: EventLog, ti
     return None
 
 
-def _round(store: RunStore, ranks: list[int], step: int | None, deadline: float, clock: Callable[[], float],
-           sleep: Callable[[float], None]) -> list[FlushDone] | None:
+def _round(
+    store: RunStore,
+    ranks: list[int],
+    step: int | None,
+    deadline: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> list[FlushDone] | None:
     request = store.request_flush(step, max(1.0, deadline - clock()))
     while (answers := store.flush_answers(request, ranks)) is None:
         if clock() > deadline:

@@ -65,23 +65,38 @@ class Hands:
             self.spawn(slot, new.node, local)
         self.books.origin[new.node] = new.how
         job = self.placement.job_of(new.node)
-        self.events.emit("node-added", node=new.node, host=new.host, how=new.how, seconds=new.seconds,
-                         **({"returned": True} if new.returned else {}), **({"job": job} if job else {}))
-        self.say(f"added node {new.host} to the run ({new.how}{f' job {job}' if job else ''}, "
-                 f"{new.seconds:.2f} s)")
+        self.events.emit(
+            "node-added",
+            node=new.node,
+            host=new.host,
+            how=new.how,
+            seconds=new.seconds,
+            **({"returned": True} if new.returned else {}),
+            **({"job": job} if job else {}),
+        )
+        self.say(
+            f"added node {new.host} to the run ({new.how}{f' job {job}' if job else ''}, {new.seconds:.2f} s)"
+        )
 
     def publish(self, members: dict[int, str], replaced: tuple[int, ...], reason: str) -> None:
         """The next generation's plan, to the store; the ranks in it form that generation."""
         b = self.books
         generation = b.plan.generation + 1 if b.plan else 1
-        plan = Plan(generation=generation, world_size=len(members), members=dict(members),
-                    slots={s: b.slots[s].info for s in members.values()},
-                    procs_per_node=self.config.procs_per_node, replaced=replaced, reason=reason)
+        plan = Plan(
+            generation=generation,
+            world_size=len(members),
+            members=dict(members),
+            slots={s: b.slots[s].info for s in members.values()},
+            procs_per_node=self.config.procs_per_node,
+            replaced=replaced,
+            reason=reason,
+        )
         self.store.publish_plan(plan)
         b.plan, b.changed_at = plan, self.clocks.clock()
         self.placement.echo_slot = members[0]
-        self.events.emit("generation", generation=generation, world_size=plan.world_size,
-                         replaced=list(replaced))
+        self.events.emit(
+            "generation", generation=generation, world_size=plan.world_size, replaced=list(replaced)
+        )
 
     def give_back(self, node: int, why: str) -> None:
         """A node leaves the run, not drained: a satellite's job is cancelled (``why``:

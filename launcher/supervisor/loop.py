@@ -60,9 +60,16 @@ def decision_limit(nodes: int) -> int:
 
 
 class Supervisor:
-    def __init__(self, config: RunConfig, placement: Placement | None = None, liveness: LivenessServer | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, out: TextIO = sys.stderr) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        placement: Placement | None = None,
+        liveness: LivenessServer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        out: TextIO = sys.stderr,
+    ) -> None:
         self.config = config
         self.placement: Placement = placement or LocalPlacement(config.log_dir)
         self.liveness = liveness or LivenessServer()
@@ -72,14 +79,29 @@ class Supervisor:
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
-        self.executor = Executor(Hands(
-            config=config, books=self.books, placement=self.placement, store=self.store, events=self.events,
-            recovery=self.recovery, env=self._rank_env, flush=self.flush_persistent,
-            clocks=Clocks(clock, wall, sleep), out=out, answer=self.control.answer))
-        self.observer = Observer(config, self.placement, self.store, self.books.slots, wall, self.control.take)
+        self.executor = Executor(
+            Hands(
+                config=config,
+                books=self.books,
+                placement=self.placement,
+                store=self.store,
+                events=self.events,
+                recovery=self.recovery,
+                env=self._rank_env,
+                flush=self.flush_persistent,
+                clocks=Clocks(clock, wall, sleep),
+                out=out,
+                answer=self.control.answer,
+            )
+        )
+        self.observer = Observer(
+            config, self.placement, self.store, self.books.slots, wall, self.control.take
+        )
         self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
-        self.metrics = metrics.start(config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events)
+        self.metrics = metrics.start(
+            config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
+        )
         self._next_metrics = 0.0
 
     @property
@@ -94,10 +116,17 @@ class Supervisor:
 
     def run(self) -> Outcome:
         c = self.config
-        self.events.emit("start", nodes=c.nodes, procs_per_node=c.procs_per_node, spares=c.spares,
-                         world_size=c.world_size, command=list(c.command),
-                         injections=[i.spec for i in c.injections], restart_count=c.restart_count,
-                         hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)])
+        self.events.emit(
+            "start",
+            nodes=c.nodes,
+            procs_per_node=c.procs_per_node,
+            spares=c.spares,
+            world_size=c.world_size,
+            command=list(c.command),
+            injections=[i.spec for i in c.injections],
+            restart_count=c.restart_count,
+            hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)],
+        )
         if self.metrics is not None:
             where = self.events.emit("metrics", **self.metrics.where())
             self._say(f"metrics: {where['url'] or where['textfile']}")
@@ -127,8 +156,10 @@ class Supervisor:
 
     def _catch_preemption(self):
         """The batch shell gets the preemption signal (``sbatch --signal=B:USR2@T``); so may ranks."""
+
         def on_signal(signum: int, _frame) -> None:
             self.observer.preempted = f"preempted ({signal.Signals(signum).name})"
+
         try:
             previous = signal.signal(getattr(signal, self.config.preempt_signal_name), on_signal)
         except ValueError:  # not the main thread (an embedding program): ranks still relay it
@@ -168,10 +199,13 @@ class Supervisor:
     def _observe_and_settle(self) -> Outcome | None:
         now = self.clock()
         b = self.books
-        obs = self.observer.observe(now, b.plan.generation, b.plan.members, self.executor.spare_slots(),
-                                    b.dead_nodes)
+        obs = self.observer.observe(
+            now, b.plan.generation, b.plan.members, self.executor.spare_slots(), b.dead_nodes
+        )
         if obs.lost:
-            obs = self.observer.with_evidence(obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes)
+            obs = self.observer.with_evidence(
+                obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes
+            )
         self.executor.note(obs)
         return self._settle(now, obs)
 
@@ -191,18 +225,31 @@ class Supervisor:
                     return outcome
             if self.books.fault is None or any(isinstance(a, WaitForNode) for a in actions):
                 return None
-        raise DecisionLoopError(f"the policy was asked {limit} times in one tick and the fault is "
-                                f"still open: {self.books.fault}")
+        raise DecisionLoopError(
+            f"the policy was asked {limit} times in one tick and the fault is still open: {self.books.fault}"
+        )
 
     # --- what ranks get ------------------------------------------------------------------------
 
     def _rank_env(self, slot: str, node: int, local: int) -> dict[str, str]:
         c = self.config
-        rank = RankEnv(store_host=self.placement.store_host, store_port=self.store.port, slot=slot, node=node,
-                       local_rank=local, backend=c.backend, injections=c.injections, heartbeat_s=c.heartbeat_s,
-                       reform_timeout_s=c.reform_timeout_s, replication_factor=c.replication_factor,
-                       liveness_port=self.liveness.port, preempt_signal=c.preempt_signal,
-                       log_dir=str(Path(c.log_dir).resolve()), tiers=c.tiers, elastic=c.elastic)
+        rank = RankEnv(
+            store_host=self.placement.store_host,
+            store_port=self.store.port,
+            slot=slot,
+            node=node,
+            local_rank=local,
+            backend=c.backend,
+            injections=c.injections,
+            heartbeat_s=c.heartbeat_s,
+            reform_timeout_s=c.reform_timeout_s,
+            replication_factor=c.replication_factor,
+            liveness_port=self.liveness.port,
+            preempt_signal=c.preempt_signal,
+            log_dir=str(Path(c.log_dir).resolve()),
+            tiers=c.tiers,
+            elastic=c.elastic,
+        )
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def _collect_rank_events(self, writers_gone: bool = False) -> None:
@@ -222,8 +269,9 @@ class Supervisor:
         """
         if self.config.tiers is None or not self.config.tiers.persistent_dir or self.books.plan is None:
             return None
-        return flush_persistent(self.store.clone(), self.books.plan.members, self.events, timeout_s,
-                                self.clock, self.sleep)
+        return flush_persistent(
+            self.store.clone(), self.books.plan.members, self.events, timeout_s, self.clock, self.sleep
+        )
 
     def _say(self, text: str) -> None:
         self.executor.say(text)
@@ -233,12 +281,15 @@ def _warning(event: RankEvent) -> str | None:
     """The line a rank event that weakens the run's promise is also said with (once)."""
     record = event.fields
     if event.event == "inexact":
-        return (f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} without "
-                f"their own random streams and data positions of that step ({record['why']}): this run is no "
-                f"longer bitwise what a fault-free run gives")
+        return (
+            f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} without "
+            f"their own random streams and data positions of that step ({record['why']}): this run is no "
+            f"longer bitwise what a fault-free run gives"
+        )
     if event.event == "changed-after-commit":
-        return (f"warning: {', '.join(record['names'])} changed after the commit block (step {record['step']}): "
-                f"taken again at the next step; a fault landing in between would miss it: move it into "
-                f"`with ctx.commit():`")
+        return (
+            f"warning: {', '.join(record['names'])} changed after the commit block (step {record['step']}): "
+            f"taken again at the next step; a fault landing in between would miss it: move it into "
+            f"`with ctx.commit():`"
+        )
     return None
-

@@ -112,9 +112,15 @@ LEND_PERIOD_S = 3.0
 class Observer:
     """Reads the world for the supervisor; cheap enough to run every tick."""
 
-    def __init__(self, config: RunConfig, placement: Placement, store: RunStore,
-                 slots: dict[str, SlotState], wall: Callable[[], float],
-                 requests: Callable[[], tuple[Request, ...]] = tuple) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        placement: Placement,
+        store: RunStore,
+        slots: dict[str, SlotState],
+        wall: Callable[[], float],
+        requests: Callable[[], tuple[Request, ...]] = tuple,
+    ) -> None:
         self.config, self.placement, self.store, self.slots, self.wall = config, placement, store, slots, wall
         self._requests = requests
         self.preempted: str | None = None
@@ -132,8 +138,14 @@ class Observer:
         self._watched: dict[str, _Watch] = {}
         self._first_steps: dict[int, float] = {}
 
-    def observe(self, now: float, generation: int, members: Mapping[int, str], spare_slots: set[str],
-                dead_nodes: Iterable[int]) -> Observation:
+    def observe(
+        self,
+        now: float,
+        generation: int,
+        members: Mapping[int, str],
+        spare_slots: set[str],
+        dead_nodes: Iterable[int],
+    ) -> Observation:
         seen_t = self.wall()
         exited = self._poll_exits()
         spares_exited = tuple((self.slots[s].info.node, s) for s in exited if s in spare_slots)
@@ -155,20 +167,37 @@ class Observer:
         if self.preempted is not None and self._limits is None:
             self._limits = self.placement.time_limits()  # once: how near the time limit the signal came
         left, limit = self._limits or (None, None)
-        return Observation(seen_t=seen_t, lost=lost, reports=reports, hung=tuple(hung), spares_exited=spares_exited,
-                           node_kills=self._node_kill_requests(members, set(dead_nodes)),
-                           child_kill=self._child_kill_request(), preempted=self.preempted,
-                           time_left_s=left, time_limit_s=limit, stragglers=self._take_stragglers(),
-                           requests=self._requests(), reclaimed=tuple(sorted(self._reclaimed)),
-                           lendable=self._lendable(now, members), exited=exited, warm=self._warm(),
-                           generation=generation, first_step_t=self._first_step(generation))
+        return Observation(
+            seen_t=seen_t,
+            lost=lost,
+            reports=reports,
+            hung=tuple(hung),
+            spares_exited=spares_exited,
+            node_kills=self._node_kill_requests(members, set(dead_nodes)),
+            child_kill=self._child_kill_request(),
+            preempted=self.preempted,
+            time_left_s=left,
+            time_limit_s=limit,
+            stragglers=self._take_stragglers(),
+            requests=self._requests(),
+            reclaimed=tuple(sorted(self._reclaimed)),
+            lendable=self._lendable(now, members),
+            exited=exited,
+            warm=self._warm(),
+            generation=generation,
+            first_step_t=self._first_step(generation),
+        )
 
-    def with_evidence(self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]) -> Observation:
+    def with_evidence(
+        self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]
+    ) -> Observation:
         """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
         nodes = {node_of(rank) for rank in obs.lost} - dead_nodes
         if not nodes:
             return obs
-        return dataclasses.replace(obs, evidence={node: self.placement.evidence(node) for node in sorted(nodes)})
+        return dataclasses.replace(
+            obs, evidence={node: self.placement.evidence(node) for node in sorted(nodes)}
+        )
 
     def _watch(self, slot: str) -> _Watch:
         """This Observer's record of a slot, begun when it first looks at one the executor started."""
@@ -205,7 +234,10 @@ class Observer:
         count = self.store.reports_written(generation)
         if (count, generation) != self._reports_seen:
             for slot in members.values():
-                if slot not in self._reports and (report := self.store.report_of(generation, slot)) is not None:
+                if (
+                    slot not in self._reports
+                    and (report := self.store.report_of(generation, slot)) is not None
+                ):
                     self._reports[slot] = report
             self._reports_seen = (count, generation)
         return dict(self._reports)
@@ -237,7 +269,9 @@ class Observer:
             {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},
             {s: self.slots[s].started for s in alive},
             {s: self._watched[s].heartbeat > 0 for s in alive},
-            now, self.config.hang_timeout_s, self.config.startup_timeout_s,
+            now,
+            self.config.hang_timeout_s,
+            self.config.startup_timeout_s,
         )
 
     def _read_reclaims(self) -> None:
@@ -270,8 +304,14 @@ class Observer:
         return tuple(node for node in nodes if self.store.take_node_kill(node))
 
 
-def silent_slots(last_change: Mapping[str, float], started: Mapping[str, float], seen: Mapping[str, bool],
-                 now: float, hang_timeout_s: float, startup_timeout_s: float) -> list[str]:
+def silent_slots(
+    last_change: Mapping[str, float],
+    started: Mapping[str, float],
+    seen: Mapping[str, bool],
+    now: float,
+    hang_timeout_s: float,
+    startup_timeout_s: float,
+) -> list[str]:
     """Slots whose heartbeat stopped: a hung process. Pure."""
     out = []
     for slot, changed in last_change.items():

@@ -23,12 +23,16 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
     c = h.config
     saved = h.flush(c.preempt_save_timeout_s) if a.save else None
     if a.save and saved is None:
-        h.say("warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
-              "the restart resumes from the newest state the tiers still hold")
+        h.say(
+            "warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
+            "the restart resumes from the newest state the tiers still hold"
+        )
     h.events.emit("requeue", why=a.why, cause=a.cause, restart_count=c.restart_count, saved_step=saved)
     used, cap, flag = requeues_counted(c, a.cause)
-    h.say(f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
-          + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")"))
+    h.say(
+        f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
+        + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")")
+    )
     h.store.shut_down()
     try:
         h.placement.requeue(a.why)
@@ -41,8 +45,13 @@ def finish(h: Hands, a: act.Finish) -> Outcome:
     b = h.books
     h.recovery.check(b.plan.generation)
     fields = h.recovery.finished(h.clocks.wall())
-    h.events.emit("finished", faults=b.faults, generations=b.plan.generation, **fields,
-                  state_digests={str(rank): digest for rank, digest in a.digests})
+    h.events.emit(
+        "finished",
+        faults=b.faults,
+        generations=b.plan.generation,
+        **fields,
+        state_digests={str(rank): digest for rank, digest in a.digests},
+    )
     h.say(summary(h.events.events))
     b.finished = True
     return Outcome(True, events=h.events.events)
@@ -51,8 +60,11 @@ def finish(h: Hands, a: act.Finish) -> Outcome:
 def fail(h: Hands, a: act.Fail) -> Outcome:
     b = h.books
     culprit = a.culprit or b.first_culprit
-    blame = {} if culprit is None else {"rank": culprit.rank, "error_type": culprit.error_type,
-                                        "traceback": culprit.traceback}
+    blame = (
+        {}
+        if culprit is None
+        else {"rank": culprit.rank, "error_type": culprit.error_type, "traceback": culprit.traceback}
+    )
     h.events.emit("failed", reason=a.reason, faults=b.faults, **blame)
     if culprit is not None and culprit.traceback:
         # a.culprit: an error that recurred, the run's first one again unless another came before

@@ -37,10 +37,20 @@ def note_straggler(h: Hands, a: act.NoteStraggler) -> None:
     host = h.placement.host(a.node)
     straggler = h.config.straggler
     action = "replace" if a.replaced else ("none" if straggler.action == "none" else "kept: no spare")
-    h.events.emit("straggler", rank=a.rank, node=a.node, host=host, score=a.score, step=a.step,
-                  steps=straggler.steps, action=action)
-    h.say(f"straggler: rank {a.rank} on {host} computes {a.score:.2f}x the median for "
-          f"{straggler.steps} steps (step {a.step}); {action}")
+    h.events.emit(
+        "straggler",
+        rank=a.rank,
+        node=a.node,
+        host=host,
+        score=a.score,
+        step=a.step,
+        steps=straggler.steps,
+        action=action,
+    )
+    h.say(
+        f"straggler: rank {a.rank} on {host} computes {a.score:.2f}x the median for "
+        f"{straggler.steps} steps (step {a.step}); {action}"
+    )
 
 
 def drop_spare(h: Hands, a: act.DropSpare) -> None:
@@ -62,10 +72,21 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
     for rank, how in sorted(a.lost.items()):
         node = b.slots[b.plan.members[rank]].info.node
         why = a.bad_nodes.get(node)
-        h.events.emit("fault", kind=how, rank=rank, node=node, host=h.placement.host(node),
-                      step=progress + 1, generation=generation, t=a.t, **({"why": why} if why else {}))
-        h.say(f"fault: {how} of rank {rank} (node {h.placement.host(node)}"
-              f"{': ' + why if why else ''}) at step {progress + 1}")
+        h.events.emit(
+            "fault",
+            kind=how,
+            rank=rank,
+            node=node,
+            host=h.placement.host(node),
+            step=progress + 1,
+            generation=generation,
+            t=a.t,
+            **({"why": why} if why else {}),
+        )
+        h.say(
+            f"fault: {how} of rank {rank} (node {h.placement.host(node)}"
+            f"{': ' + why if why else ''}) at step {progress + 1}"
+        )
     if a.culprit is not None:
         _record_culprit(h, a, progress, generation)
     b.process_faults = dict(a.process_faults)
@@ -81,9 +102,18 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
 def _record_culprit(h: Hands, a: act.OpenFault, progress: int, generation: int) -> None:
     b, c = h.books, a.culprit
     node = b.slots[b.plan.members[c.rank]].info.node
-    h.events.emit("fault", kind="exception", rank=c.rank, node=node, host=h.placement.host(node),
-                  step=progress + 1, generation=generation, message=c.message, t=a.t,
-                  **({"recurred": True} if a.recurred else {}))
+    h.events.emit(
+        "fault",
+        kind="exception",
+        rank=c.rank,
+        node=node,
+        host=h.placement.host(node),
+        step=progress + 1,
+        generation=generation,
+        message=c.message,
+        t=a.t,
+        **({"recurred": True} if a.recurred else {}),
+    )
     h.say(f"fault: exception in rank {c.rank}: {c.message}")
     b.first_culprit = b.first_culprit or c
     if (where := error_at(c)) is not None:
@@ -118,8 +148,12 @@ def wait_for_node(h: Hands, a: act.WaitForNode) -> None:
     b = h.books
     if b.fault.waiting_since is None:
         timeout = h.config.elastic.resize_timeout_s
-        h.events.emit("waiting", why="no spare node, and the world may not shrink further",
-                      timeout_s=timeout, world_size=len(b.plan.members) - len(b.fault.lost),
-                      t=h.clocks.wall() - (h.clocks.clock() - a.since))  # when the timeout started
+        h.events.emit(
+            "waiting",
+            why="no spare node, and the world may not shrink further",
+            timeout_s=timeout,
+            world_size=len(b.plan.members) - len(b.fault.lost),
+            t=h.clocks.wall() - (h.clocks.clock() - a.since),
+        )  # when the timeout started
         h.say(f"waiting up to {timeout:g} s for a node (sres grow adds one)")
     b.fault = dataclasses.replace(b.fault, waiting_since=a.since)

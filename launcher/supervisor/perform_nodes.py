@@ -74,9 +74,20 @@ def publish(h: Hands, a: act.Publish) -> None:
     for rank in a.replaced:
         old_node = b.slots[b.plan.members[rank]].info.node
         new_node = b.slots[a.members[rank]].info.node
-        how = (b.origin.get(new_node, "spare") if old_node in b.dead_nodes
-               else "standby" if a.members[rank] in promoted else "respawn")
-        h.events.emit("replaced", rank=rank, slot=a.members[rank], node=new_node,
-                      host=h.placement.host(new_node), how=how)
+        how = (
+            b.origin.get(new_node, "spare")
+            if old_node in b.dead_nodes
+            else "standby"
+            if a.members[rank] in promoted
+            else "respawn"
+        )
+        h.events.emit(
+            "replaced",
+            rank=rank,
+            slot=a.members[rank],
+            node=new_node,
+            host=h.placement.host(new_node),
+            how=how,
+        )
     h.publish(dict(a.members), a.replaced, a.reason)
     b.fault = None

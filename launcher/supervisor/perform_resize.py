@@ -29,19 +29,28 @@ def status(h: Hands) -> dict:
     """What ``sres status`` shows of a running job."""
     b, c, host = h.books, h.config, h.placement.host
     nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
-    return {"world_size": b.plan.world_size, "nodes": [host(n) for n in nodes],
-            "spares": [host(n) for n in b.spare_nodes], "generation": b.plan.generation,
-            "step": h.progress(), "faults": b.faults, "last_resize": b.last_resize,
-            "resizing_to": b.resize.nodes if b.resize is not None else None,
-            "min_nodes": c.elastic.min_nodes, "max_nodes": c.elastic.max_nodes,
-            "job_id": h.placement.job_id, "jobs": h.jobs(nodes)}
+    return {
+        "world_size": b.plan.world_size,
+        "nodes": [host(n) for n in nodes],
+        "spares": [host(n) for n in b.spare_nodes],
+        "generation": b.plan.generation,
+        "step": h.progress(),
+        "faults": b.faults,
+        "last_resize": b.last_resize,
+        "resizing_to": b.resize.nodes if b.resize is not None else None,
+        "min_nodes": c.elastic.min_nodes,
+        "max_nodes": c.elastic.max_nodes,
+        "job_id": h.placement.job_id,
+        "jobs": h.jobs(nodes),
+    }
 
 
 def begin_resize(h: Hands, a: act.BeginResize) -> None:
     under_way = h.books.resize  # Slurm taking back more lent nodes: the same pause serves
     pausing = under_way.pausing_since if under_way is not None and under_way.why == a.why else None
-    h.books.resize = ResizeState(a.nodes, a.why, h.clocks.clock(), a.request, release=a.release,
-                                 pausing_since=pausing)
+    h.books.resize = ResizeState(
+        a.nodes, a.why, h.clocks.clock(), a.request, release=a.release, pausing_since=pausing
+    )
     if a.why == "request":
         h.books.asked_nodes = a.nodes
     else:
@@ -97,8 +106,13 @@ def resize(h: Hands, a: act.Resize) -> None:
     b.fault = None
     started_t = h.clocks.wall() - (h.clocks.clock() - t0)
     h.publish(dict(a.members), (), f"resize-{a.why}")
-    b.last_resize = {"from_world": a.from_world, "to_world": len(a.members), "why": a.why,
-                     "generation": b.plan.generation, "t": started_t}
+    b.last_resize = {
+        "from_world": a.from_world,
+        "to_world": len(a.members),
+        "why": a.why,
+        "generation": b.plan.generation,
+        "t": started_t,
+    }
     jobs = h.jobs({b.slots[s].info.node for s in a.members.values()})
     h.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation, jobs or None)
     _say_resized(h, a)

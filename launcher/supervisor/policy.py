@@ -16,13 +16,36 @@ from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
 from launcher.observability.straggler import Straggler
 from launcher.supervisor.actions import (
-    AcquireNode, Action, Drain, DropSpare, Fail, Finish, HoldForCulprit, KillNode, KillSlot, Launch, NoteStraggler,
-    OpenFault, Publish, RefillSpare, Release, StartStandby, UseIdleNode, WaitForNode,
+    AcquireNode,
+    Action,
+    Drain,
+    DropSpare,
+    Fail,
+    Finish,
+    HoldForCulprit,
+    KillNode,
+    KillSlot,
+    Launch,
+    NoteStraggler,
+    OpenFault,
+    Publish,
+    RefillSpare,
+    Release,
+    StartStandby,
+    UseIdleNode,
+    WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import Observation
 from launcher.supervisor.requeue_policy import requeue_or_fail, signal_cause
-from launcher.supervisor.resize import ResizeState, advance, node_slots, on_capacity, on_requests, shrink_after_loss
+from launcher.supervisor.resize import (
+    ResizeState,
+    advance,
+    node_slots,
+    on_capacity,
+    on_requests,
+    shrink_after_loss,
+)
 from resilience.contract.messages import Report, SlotInfo
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
@@ -118,27 +141,50 @@ def _decide(now: float, obs: Observation, state: RunState, config: RunConfig) ->
         actions += [KillNode(node), Drain(node, INJECTED_NODE_LOSS)]
     if obs.preempted:
         if signal_cause(obs.time_left_s, obs.time_limit_s) == "time-limit":
-            return actions + [requeue_or_fail(f"time limit in {obs.time_left_s:.0f} s", config, save=True,
-                                              cause="time-limit")]
+            return actions + [
+                requeue_or_fail(
+                    f"time limit in {obs.time_left_s:.0f} s", config, save=True, cause="time-limit"
+                )
+            ]
         return actions + [requeue_or_fail(obs.preempted, config, save=True, cause="preemption")]
     if obs.unrecoverable is not None:
         return actions + [Fail(f"the state could not be recovered from peers: {obs.unrecoverable.message}")]
     if obs.refused is not None:
         return actions + [Fail(f"rank {obs.refused.rank}: {obs.refused.message}")]
     if await_culprit(obs.lost, obs.errors, state.collateral_since, now):
-        return actions + [HoldForCulprit(state.collateral_since if state.collateral_since is not None else now)]
+        return actions + [
+            HoldForCulprit(state.collateral_since if state.collateral_since is not None else now)
+        ]
     if obs.lost or obs.errors:
         return actions + open_fault(obs, state, config)
     if obs.all_done(state.members):
-        return actions + [Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))]
+        return actions + [
+            Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))
+        ]
     actions += on_stragglers(obs.stragglers, state, config)
-    capacity = on_capacity(now, obs.reclaimed, obs.lendable, state.nodes, state.resize, state.changed_at, config,
-                           state.asked_nodes)
+    capacity = on_capacity(
+        now,
+        obs.reclaimed,
+        obs.lendable,
+        state.nodes,
+        state.resize,
+        state.changed_at,
+        config,
+        state.asked_nodes,
+    )
     if capacity:
         actions += capacity
     elif state.resize is not None:
-        actions += advance(now, state.resize, state.members, state.slots, state.warm, obs.all_paused(state.members),
-                           config, state.lent)
+        actions += advance(
+            now,
+            state.resize,
+            state.members,
+            state.slots,
+            state.warm,
+            obs.all_paused(state.members),
+            config,
+            state.lent,
+        )
     elif len(state.spare_nodes) < config.spares and now >= state.next_refill and not actions:
         actions.append(RefillSpare())
     if not actions and state.settled and state.resize is None:
@@ -150,8 +196,11 @@ def launch(config: RunConfig) -> Launch:
     """The run's start: every node's and spare's processes, node by node, then plan 1 over the
     first ``nodes`` nodes (rank = node * procs_per_node + local rank)."""
     ppn = config.procs_per_node
-    spawn = tuple((f"n{node}p{local}", node, local)
-                  for node in range(config.nodes + config.spares) for local in range(ppn))
+    spawn = tuple(
+        (f"n{node}p{local}", node, local)
+        for node in range(config.nodes + config.spares)
+        for local in range(ppn)
+    )
     members = {node * ppn + local: f"n{node}p{local}" for node in range(config.nodes) for local in range(ppn)}
     return Launch(spawn, members)
 
@@ -160,8 +209,12 @@ def standbys_missing(state: RunState, config: RunConfig) -> list[Action]:
     """Start what ``--standby`` asks for and a node lacks: at the start, after a standby took
     over a rank, on a node that joined. Only once the generation runs, so a new standby's
     start-up never competes with a recovery for the node's CPUs."""
-    return [StartStandby(node) for node in state.nodes if node not in state.dead_nodes
-            for _ in range(config.standby - len(state.standby.get(node, ())))]
+    return [
+        StartStandby(node)
+        for node in state.nodes
+        if node not in state.dead_nodes
+        for _ in range(config.standby - len(state.standby.get(node, ())))
+    ]
 
 
 def on_stragglers(stragglers: Iterable[Straggler], state: RunState, config: RunConfig) -> list[Action]:
@@ -186,11 +239,16 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     bad: dict[int, str] = {}
     # Every rank lost at once has a common cause (the program, the job): it is no node's fault.
     common = len(state.members) > 1 and set(obs.lost) >= set(state.members)
-    for node in sorted({state.node_of(r) for r in obs.lost} - state.dead_nodes):  # injected kills: already dead
+    for node in sorted(
+        {state.node_of(r) for r in obs.lost} - state.dead_nodes
+    ):  # injected kills: already dead
         if not common:
             counts[node] = counts.get(node, 0) + 1
-        why = node_verdict(obs.evidence.get(node, NodeEvidence()), counts.get(node, 0) if not common else 0,
-                           config.node_fault_after)
+        why = node_verdict(
+            obs.evidence.get(node, NodeEvidence()),
+            counts.get(node, 0) if not common else 0,
+            config.node_fault_after,
+        )
         if why is not None:
             bad[node] = why
     lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
@@ -200,9 +258,16 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts, recurred)]
     actions += [KillNode(node, why) for node, why in sorted(bad.items())]
     if recurred:
-        said = culprit.message.splitlines()[0] if culprit.message else culprit.error_type  # the traceback has the rest
-        actions.append(Fail(f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
-                            f"it: the error is deterministic; not retrying", culprit))
+        said = (
+            culprit.message.splitlines()[0] if culprit.message else culprit.error_type
+        )  # the traceback has the rest
+        actions.append(
+            Fail(
+                f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
+                f"it: the error is deterministic; not retrying",
+                culprit,
+            )
+        )
     elif state.restarts + 1 > config.max_restarts:
         actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))
     return actions
@@ -243,13 +308,30 @@ def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[i
         return None
     fault = state.fault
     respawned = iter(range(state.respawns + 1, state.respawns + 1 + len(fault.lost)))
-    warm_first = {node: sorted(slots, key=lambda s: s not in state.warm) for node, slots in state.standby.items()}
-    decision = replace(state.members, state.slots, {r: state.node_of(r) in homeless for r in fault.lost},
-                       set(homeless), state.spare_nodes, spare_slot=lambda node, local: f"n{node}p{local}",
-                       respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}",
-                       standby=warm_first)
-    return [Publish(decision.members, tuple(sorted(fault.lost)), "fault", decision.spawn, decision.used_spare_nodes,
-                    decision.promoted), *_drains(state)]
+    warm_first = {
+        node: sorted(slots, key=lambda s: s not in state.warm) for node, slots in state.standby.items()
+    }
+    decision = replace(
+        state.members,
+        state.slots,
+        {r: state.node_of(r) in homeless for r in fault.lost},
+        set(homeless),
+        state.spare_nodes,
+        spare_slot=lambda node, local: f"n{node}p{local}",
+        respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}",
+        standby=warm_first,
+    )
+    return [
+        Publish(
+            decision.members,
+            tuple(sorted(fault.lost)),
+            "fault",
+            decision.spawn,
+            decision.used_spare_nodes,
+            decision.promoted,
+        ),
+        *_drains(state),
+    ]
 
 
 def _use_idle_node(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
@@ -280,8 +362,10 @@ def _wait(now: float, state: RunState, config: RunConfig, homeless: list[int]) -
 def _requeue(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
     if not state.requeueable or config.elastic.on_no_spare == "fail":
         return None
-    return [*_drains(state), requeue_or_fail(f"{_no_node(state, homeless, config)}, nor an idle node to grow into",
-                                             config)]
+    return [
+        *_drains(state),
+        requeue_or_fail(f"{_no_node(state, homeless, config)}, nor an idle node to grow into", config),
+    ]
 
 
 def _fail(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action]:
@@ -290,28 +374,41 @@ def _fail(now: float, state: RunState, config: RunConfig, homeless: list[int]) -
 
 
 _SOURCES: dict[str, Callable[[float, RunState, RunConfig, list[int]], list[Action] | None]] = {
-    "spare": _use_spares, "idle-node": _use_idle_node, "new-node": _acquire_node, "shrink": _shrink,
-    "wait": _wait, "requeue": _requeue, "fail": _fail,
+    "spare": _use_spares,
+    "idle-node": _use_idle_node,
+    "new-node": _acquire_node,
+    "shrink": _shrink,
+    "wait": _wait,
+    "requeue": _requeue,
+    "fail": _fail,
 }
 
 
 def _drains(state: RunState) -> list[Action]:
     """Bad nodes leave the job drained; a lent node that Slurm takes back is only given back."""
     fault = state.fault
-    return [Release(node, "preempted") if why == RECLAIMED else Drain(node, why)
-            for node, why in sorted(fault.bad_nodes.items()) if node not in fault.drained]
+    return [
+        Release(node, "preempted") if why == RECLAIMED else Drain(node, why)
+        for node, why in sorted(fault.bad_nodes.items())
+        if node not in fault.drained
+    ]
 
 
 def _no_node(state: RunState, homeless: list[int], config: RunConfig) -> str:
-    text = f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
+    text = (
+        f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
+    )
     if state.fault.waiting_since is not None:
         left = len(state.nodes) - len(homeless)
-        text += (f"; the world may not shrink to {left} node(s) (--min-nodes {config.elastic.min_nodes}) and no "
-                 f"node came within --resize-timeout {config.elastic.resize_timeout_s:g} s")
+        text += (
+            f"; the world may not shrink to {left} node(s) (--min-nodes {config.elastic.min_nodes}) and no "
+            f"node came within --resize-timeout {config.elastic.resize_timeout_s:g} s"
+        )
     return text
 
 
 # --- the pure pieces the rules are made of ---------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Replacement:
@@ -321,10 +418,16 @@ class Replacement:
     promoted: tuple[tuple[str, int], ...] = ()  # (standby slot, local rank it takes over)
 
 
-def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Mapping[int, bool],
-            dead_nodes: set[int], spare_nodes: Sequence[int], spare_slot: Callable[[int, int], str],
-            respawn_slot: Callable[[int, int], str],
-            standby: Mapping[int, Sequence[str]] | None = None) -> Replacement:
+def replace(
+    members: Mapping[int, str],
+    slots: Mapping[str, SlotInfo],
+    lost: Mapping[int, bool],
+    dead_nodes: set[int],
+    spare_nodes: Sequence[int],
+    spare_slot: Callable[[int, int], str],
+    respawn_slot: Callable[[int, int], str],
+    standby: Mapping[int, Sequence[str]] | None = None,
+) -> Replacement:
     """Give every lost rank a process. Pure.
 
     ``lost`` maps a lost rank to whether its node died. A rank whose node is alive (a process
@@ -345,7 +448,9 @@ def replace(members: Mapping[int, str], slots: Mapping[str, SlotInfo], lost: Map
         if info.node in dead_nodes:
             if info.node not in moved:
                 if not spares:
-                    raise ConfigError(f"node {info.node} was lost and no spare node is left (start with --spares)")
+                    raise ConfigError(
+                        f"node {info.node} was lost and no spare node is left (start with --spares)"
+                    )
                 moved[info.node] = spares.pop(0)
                 used.append(moved[info.node])
             new[rank] = spare_slot(moved[info.node], info.local_rank)
@@ -376,8 +481,13 @@ def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str
     return None
 
 
-def await_culprit(lost: Mapping[int, str], errors: Mapping[str, Report], collateral_since: float | None,
-                  now: float, grace_s: float = COLLATERAL_GRACE_S) -> bool:
+def await_culprit(
+    lost: Mapping[int, str],
+    errors: Mapping[str, Report],
+    collateral_since: float | None,
+    now: float,
+    grace_s: float = COLLATERAL_GRACE_S,
+) -> bool:
     """Whether to hold a fault that so far is only collateral errors (collectives that lost a
     peer): a rank's SIGKILL reaches its peers' sockets as fast as it reaches us, and a survivor's
     report can come first. Handled as an exception at once, it would cost a generation with no

@@ -37,8 +37,13 @@ class PendingResize:
 
 
 class RecoveryWatch:
-    def __init__(self, store: RunStore, events: EventLog, slots: Callable[[], Iterable[str]],
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        events: EventLog,
+        slots: Callable[[], Iterable[str]],
+        say: Callable[[str], None],
+    ) -> None:
         self.store, self.events, self.slots, self.say = store, events, slots, say
         self.pending: list[PendingFault] = []
         self.resizes: list[PendingResize] = []
@@ -46,8 +51,15 @@ class RecoveryWatch:
     def fault(self, kind: str, t: float, progress: int, generation: int) -> None:
         self.pending.append(PendingFault(kind, t, progress, generation))
 
-    def resized(self, from_world: int, to_world: int, why: str, t: float, generation: int,
-                jobs: dict[str, str] | None = None) -> None:
+    def resized(
+        self,
+        from_world: int,
+        to_world: int,
+        why: str,
+        t: float,
+        generation: int,
+        jobs: dict[str, str] | None = None,
+    ) -> None:
         self.resizes.append(PendingResize(from_world, to_world, why, t, generation, jobs))
 
     def check(self, generation: int) -> None:
@@ -62,38 +74,65 @@ class RecoveryWatch:
         self._emit_resizes(generation, first_step_t, info)
         for fault in self.pending:
             seconds = first_step_t - fault.t
-            self.events.emit("recovered", generation=generation, step=info.step, source=info.source,
-                             bytes=info.bytes, seconds=seconds, steps_lost=max(0, fault.progress - info.step),
-                             release_s=self._release_seconds(fault), reform_s=info.formed_t - fault.t,
-                             transfer_s=info.recovered_t - info.formed_t,
-                             first_step_s=first_step_t - info.recovered_t)
-            self.say(f"recovered: generation {generation} resumed after step {info.step} from {info.source} "
-                     f"in {seconds:.2f} s")
+            self.events.emit(
+                "recovered",
+                generation=generation,
+                step=info.step,
+                source=info.source,
+                bytes=info.bytes,
+                seconds=seconds,
+                steps_lost=max(0, fault.progress - info.step),
+                release_s=self._release_seconds(fault),
+                reform_s=info.formed_t - fault.t,
+                transfer_s=info.recovered_t - info.formed_t,
+                first_step_s=first_step_t - info.recovered_t,
+            )
+            self.say(
+                f"recovered: generation {generation} resumed after step {info.step} from {info.source} "
+                f"in {seconds:.2f} s"
+            )
         lost = max((f.progress for f in self.pending), default=-1)
         if info.step < 0 <= lost:
-            self.say(f"warning: no peer and no checkpoint tier held a usable step: generation {generation} starts "
-                     f"over from the initial state, {lost + 1} step(s) to redo (the result is unchanged; "
-                     f"--persistent-dir keeps a copy that survives this)")
+            self.say(
+                f"warning: no peer and no checkpoint tier held a usable step: generation {generation} starts "
+                f"over from the initial state, {lost + 1} step(s) to redo (the result is unchanged; "
+                f"--persistent-dir keeps a copy that survives this)"
+            )
         self.pending = []
 
     def _emit_resizes(self, generation: int, first_step_t: float, info: RecoveryInfo) -> None:
         batch = self.store.batch(generation)
         sizes = dict.fromkeys(("accumulation", "global_batch", "lr_scale"))
         if batch is not None:
-            sizes = {"accumulation": batch.accumulation, "global_batch": batch.global_batch, "lr_scale": batch.lr_scale}
+            sizes = {
+                "accumulation": batch.accumulation,
+                "global_batch": batch.global_batch,
+                "lr_scale": batch.lr_scale,
+            }
         left = self._reports_t(generation - 1) if self.resizes else []
         for r in self.resizes:
             seconds = first_step_t - r.t
             # A requested resize waits for every rank to leave at the step boundary (training goes on).
             boundary = max(left) - r.t if left and r.why != "fault" else None
-            self.events.emit("resize", from_world=r.from_world, to_world=r.to_world, why=r.why, generation=generation,
-                             step=info.step, seconds=seconds, boundary_s=boundary,
-                             reform_s=info.formed_t - r.t - (boundary or 0.0),
-                             transfer_s=info.recovered_t - info.formed_t,
-                             first_step_s=first_step_t - info.recovered_t,
-                             **sizes, **({"jobs": r.jobs} if r.jobs else {}))
+            self.events.emit(
+                "resize",
+                from_world=r.from_world,
+                to_world=r.to_world,
+                why=r.why,
+                generation=generation,
+                step=info.step,
+                seconds=seconds,
+                boundary_s=boundary,
+                reform_s=info.formed_t - r.t - (boundary or 0.0),
+                transfer_s=info.recovered_t - info.formed_t,
+                first_step_s=first_step_t - info.recovered_t,
+                **sizes,
+                **({"jobs": r.jobs} if r.jobs else {}),
+            )
             kept = "" if batch is None else f", global batch {batch.global_batch} x{batch.lr_scale:g} lr"
-            self.say(f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}")
+            self.say(
+                f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}"
+            )
         self.resizes.clear()
 
     def _release_seconds(self, fault: PendingFault) -> float | None:
@@ -117,5 +156,10 @@ class RecoveryWatch:
         causes = goodput.account(self.events.events, end_t, steps, median, first_step_t, records)
         wall = sum(causes.values())  # from the start event to the end
         share = causes["productive"] / wall if causes and wall > 0 and median is not None else None
-        return {"steps": steps, "goodput": share, "wall_s": wall, "median_step_s": median,
-                "goodput_by_cause": {k: round(v, 4) for k, v in causes.items()}}
+        return {
+            "steps": steps,
+            "goodput": share,
+            "wall_s": wall,
+            "median_step_s": median,
+            "goodput_by_cause": {k: round(v, 4) for k, v in causes.items()},
+        }

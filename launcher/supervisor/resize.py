@@ -18,7 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.supervisor.actions import (
-    AbandonResize, Action, AddNodes, Answer, BeginResize, Pause, ReportStatus, Resize,
+    AbandonResize,
+    Action,
+    AddNodes,
+    Answer,
+    BeginResize,
+    Pause,
+    ReportStatus,
+    Resize,
 )
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
@@ -52,8 +59,14 @@ def node_slots(node: int, procs_per_node: int) -> list[str]:
     return [f"n{node}p{local}" for local in range(procs_per_node)]
 
 
-def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: ResizeState | None, fault_open: bool,
-                waiting: bool, config: RunConfig) -> list[Action]:
+def on_requests(
+    requests: Sequence[Request],
+    nodes: Sequence[int],
+    resize: ResizeState | None,
+    fault_open: bool,
+    waiting: bool,
+    config: RunConfig,
+) -> list[Action]:
     """Answer control requests: status, or a resize the policy allows (one at a time).
 
     While a node loss waits for a node (``--on-no-spare wait``), ``grow`` starts nodes that
@@ -71,7 +84,9 @@ def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: Resiz
             out.append(Answer(req.id, True, f"starting {req.by} node(s) for the lost ranks"))
             out.append(AddNodes(req.by))
         elif resize is not None:
-            out.append(Answer(req.id, False, f"a resize to {resize.nodes} node(s) is under way; try again after it"))
+            out.append(
+                Answer(req.id, False, f"a resize to {resize.nodes} node(s) is under way; try again after it")
+            )
         elif fault_open:
             out.append(Answer(req.id, False, "the run is recovering from a fault; try again after it"))
         elif target == current:
@@ -79,15 +94,24 @@ def on_requests(requests: Sequence[Request], nodes: Sequence[int], resize: Resiz
         elif why is not None:
             out.append(Answer(req.id, False, f"refused: {why}"))
         else:
-            out.append(Answer(req.id, True, f"resizing from {current} to {target} node(s) at the next step boundary"))
+            out.append(
+                Answer(req.id, True, f"resizing from {current} to {target} node(s) at the next step boundary")
+            )
             out.append(BeginResize(target, "request", req.id))
             resize = ResizeState(target, "request", 0.0)  # one resize per tick
     return out
 
 
-def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: Mapping[str, SlotInfo],
-            warm: frozenset[str], all_paused: bool, config: RunConfig,
-            lent: frozenset[int] = frozenset()) -> list[Action]:
+def advance(
+    now: float,
+    resize: ResizeState,
+    members: Mapping[int, str],
+    slots: Mapping[str, SlotInfo],
+    warm: frozenset[str],
+    all_paused: bool,
+    config: RunConfig,
+    lent: frozenset[int] = frozenset(),
+) -> list[Action]:
     """The next step of a resize under way."""
     nodes = sorted({slots[s].node for s in members.values()})
     grow = resize.nodes - len(nodes)
@@ -111,8 +135,15 @@ def advance(now: float, resize: ResizeState, members: Mapping[int, str], slots: 
         return []
     release = (resize.release or tuple(released_first(nodes, lent)[:-grow])) if grow < 0 else ()
     keep = {s for s in members.values() if slots[s].node not in release}
-    return [Resize(renumber(members, keep, new_slots), resize.why, len(members), release=release,
-                   joined=resize.joining)]
+    return [
+        Resize(
+            renumber(members, keep, new_slots),
+            resize.why,
+            len(members),
+            release=release,
+            joined=resize.joining,
+        )
+    ]
 
 
 def released_first(nodes: Sequence[int], lent: frozenset[int]) -> list[int]:
@@ -121,9 +152,16 @@ def released_first(nodes: Sequence[int], lent: frozenset[int]) -> list[int]:
     return sorted(nodes, key=lambda n: (n == 0, n not in lent, -n))
 
 
-def on_capacity(now: float, reclaimed: Sequence[int], lendable: int | None, nodes: Sequence[int],
-                resize: ResizeState | None, changed_at: float, config: RunConfig,
-                asked: int | None = None) -> list[Action]:
+def on_capacity(
+    now: float,
+    reclaimed: Sequence[int],
+    lendable: int | None,
+    nodes: Sequence[int],
+    resize: ResizeState | None,
+    changed_at: float,
+    config: RunConfig,
+    asked: int | None = None,
+) -> list[Action]:
     """Follow Slurm's priorities. Pure.
 
     A lent node being taken back (its ranks got the preemption signal) leaves at the next step
@@ -150,8 +188,9 @@ def on_capacity(now: float, reclaimed: Sequence[int], lendable: int | None, node
     return [BeginResize(target, "idle")] if target is not None and target > len(nodes) else []
 
 
-def shrink_after_loss(members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int],
-                      config: RunConfig) -> Resize | None:
+def shrink_after_loss(
+    members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int], config: RunConfig
+) -> Resize | None:
     """Re-form without the lost nodes when the policy allows it (``--on-no-spare shrink``), at
     the largest allowed size; healthy nodes beyond that size become spares. None otherwise."""
     elastic = config.elastic

@@ -41,15 +41,28 @@ class StepReports:
         lines = []
         for rank, slot in members.items():
             recent = self.store.recent_steps(generation, slot)
-            new = [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
+            new = (
+                [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
+            )
             if not new:
                 continue
             self._seen[rank] = new[-1].step
             reports[rank] = {r.step: r.compute_s for r in new}
-            lines += [json.dumps({"generation": generation, "rank": rank, "slot": slot, "step": r.step, "t": r.t,
-                                  "compute_s": round(r.compute_s, 6), "step_s": round(r.step_s, 6),
-                                  "blocked_s": round(r.blocked_s, 6)})
-                      for r in new]
+            lines += [
+                json.dumps(
+                    {
+                        "generation": generation,
+                        "rank": rank,
+                        "slot": slot,
+                        "step": r.step,
+                        "t": r.t,
+                        "compute_s": round(r.compute_s, 6),
+                        "step_s": round(r.step_s, 6),
+                        "blocked_s": round(r.blocked_s, 6),
+                    }
+                )
+                for r in new
+            ]
         if lines:
             with self.path.open("a") as f:
                 f.write("\n".join(lines) + "\n")

@@ -16,8 +16,9 @@ from launcher.supervisor.observe import Observation
 from launcher.supervisor.policy import RunState
 
 
-def run_state(books: Books, obs: Observation, config: RunConfig, hosts: Mapping[int, str],
-              requeueable: bool) -> RunState:
+def run_state(
+    books: Books, obs: Observation, config: RunConfig, hosts: Mapping[int, str], requeueable: bool
+) -> RunState:
     """The policy's view of the run. ``hosts``: node -> its host name (for messages)."""
     b = books
     return RunState(

@@ -14,7 +14,13 @@ import torch.distributed as dist
 
 OWN, PEER, RELEASED = "own", "peer", "released"
 
-COLLECTIVE_MODULES = ("torch.distributed", "torch.nn.parallel", "resilience.ddp", "resilience.exact", "torch.autograd")
+COLLECTIVE_MODULES = (
+    "torch.distributed",
+    "torch.nn.parallel",
+    "resilience.ddp",
+    "resilience.exact",
+    "torch.autograd",
+)
 """Modules whose frames mean the exception came out of communication with peers. Autograd is
 one: plain DDP all-reduces from C++ hooks inside ``backward()``, so a lost peer surfaces there.
 A user's own error inside ``backward()`` is then taken as collateral too, which costs at most

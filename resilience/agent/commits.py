@@ -37,8 +37,11 @@ class CommitPipeline:
         if self._resizable and self.store.pause_before(self.plan.generation, step):
             raise Paused(step)
         self._timer.step_started()
-        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=faults.AT_STEP_START))
+        self._inject(
+            faults.due(
+                self.env.injections, step=step, rank=self.rank, node=self.env.node, kinds=faults.AT_STEP_START
+            )
+        )
         self._slow.before_step(self._timer.median_compute)
 
     def _inject(self, due: list[Injection]) -> None:
@@ -54,7 +57,9 @@ class CommitPipeline:
                 self._join(self._capture)
             self.tiers.saver.wait_ram(60.0)
         for injection in due:
-            faults.fire(injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation)
+            faults.fire(
+                injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation
+            )
 
     def before_commit(self) -> None:
         # The previous commit's copy and buddy round must finish before the optimizer
@@ -69,10 +74,24 @@ class CommitPipeline:
         plan = self.plan
         # This rank's own part goes to its buddies first: a rank lost from here on is
         # replaced with its part of this step.
-        self.kept.parts.commit(step, ctx.states()["rank"], self.state_group, self.rank, plan.world_size,
-                               plan.procs_per_node, self.env.replication_factor)
-        self._inject(faults.due(self.env.injections, step=step, rank=self.rank, node=self.env.node,
-                                kinds=("kill-during-commit",)))
+        self.kept.parts.commit(
+            step,
+            ctx.states()["rank"],
+            self.state_group,
+            self.rank,
+            plan.world_size,
+            plan.procs_per_node,
+            self.env.replication_factor,
+        )
+        self._inject(
+            faults.due(
+                self.env.injections,
+                step=step,
+                rank=self.rank,
+                node=self.env.node,
+                kinds=("kill-during-commit",),
+            )
+        )
         self._in_commit = False
         self.kept.sharded = self.kept.sharded or ctx.has_sharded
         if self._commits_this_generation > 0 and step_s is not None:
@@ -83,8 +102,10 @@ class CommitPipeline:
             if self._commits_this_generation == 1:
                 batch = ctx.batch
                 if batch is not None:
-                    self.store.publish_batch(plan.generation, BatchInfo(batch.global_batch, batch.accumulation,
-                                                                        batch.lr_scale, batch.kept))
+                    self.store.publish_batch(
+                        plan.generation,
+                        BatchInfo(batch.global_batch, batch.accumulation, batch.lr_scale, batch.kept),
+                    )
                 self.store.mark_first_step(plan.generation, time.time())
 
     def committed(self, step: int, ctx: Context, changed: list[str]) -> None:
@@ -100,18 +121,29 @@ class CommitPipeline:
             if self.replicator is None:
                 plan = self.plan
                 self.kept.twins = ctx.twins()
-                hook = faults.copy_hook(self.env.injections, self.store, self.rank, self.env.node, plan.world_size)
-                self.replicator = BuddyReplicator(self.state_group, self.rank, plan.world_size, plan.procs_per_node,
-                                                  self.env.replication_factor, self.kept.replicas,
-                                                  len(self.kept.twins), hook)
+                hook = faults.copy_hook(
+                    self.env.injections, self.store, self.rank, self.env.node, plan.world_size
+                )
+                self.replicator = BuddyReplicator(
+                    self.state_group,
+                    self.rank,
+                    plan.world_size,
+                    plan.procs_per_node,
+                    self.env.replication_factor,
+                    self.kept.replicas,
+                    len(self.kept.twins),
+                    hook,
+                )
             reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
-            self._capture = threading.Thread(target=self._capture_states, args=(step, states, reuse),
-                                             name="sres-snapshot", daemon=True)
+            self._capture = threading.Thread(
+                target=self._capture_states, args=(step, states, reuse), name="sres-snapshot", daemon=True
+            )
             self._capture.start()
         elif self.tiers is not None:
             # The tiers' copy runs while the next step computes; before_commit waits for it.
-            self._capture = threading.Thread(target=self._capture_tiers, args=(step, ctx.states()),
-                                             name="sres-snapshot", daemon=True)
+            self._capture = threading.Thread(
+                target=self._capture_tiers, args=(step, ctx.states()), name="sres-snapshot", daemon=True
+            )
             self._capture.start()
 
     def _changed_after_commit(self, step: int, ctx: Context, changed: list[str]) -> None:
@@ -122,14 +154,24 @@ class CommitPipeline:
         if any(name in rank_part for name in changed):
             if self.kept.parts.in_flight is not None:
                 self._join(self.kept.parts.in_flight)
-            self.kept.parts.commit(step, rank_part, self.state_group, self.rank, self.plan.world_size,
-                              self.plan.procs_per_node, self.env.replication_factor)
+            self.kept.parts.commit(
+                step,
+                rank_part,
+                self.state_group,
+                self.rank,
+                self.plan.world_size,
+                self.plan.procs_per_node,
+                self.env.replication_factor,
+            )
         new = [n for n in changed if n not in self._changed_warned and n != committed.RNG]
         if new:
             self._changed_warned.update(new)
-            log.warning("registered %s changed after the commit block of step %d: taken again at the next step; "
-                        "move that change inside `with ctx.commit():` (a fault landing in between would miss it)",
-                        ", ".join(repr(n) for n in new), step)
+            log.warning(
+                "registered %s changed after the commit block of step %d: taken again at the next step; "
+                "move that change inside `with ctx.commit():` (a fault landing in between would miss it)",
+                ", ".join(repr(n) for n in new),
+                step,
+            )
             self.store.push_event("changed-after-commit", rank=self.rank, step=step, names=new)
 
     def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
@@ -181,4 +223,3 @@ class CommitPipeline:
                 if self.replicator is not None:
                     self.replicator.abandon()
                 raise ResilienceError("the generation ended during a background copy of the last commit")
-

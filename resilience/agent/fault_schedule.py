@@ -27,13 +27,22 @@ DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` (sharded state only) and
 ``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM tier) are
 chosen with ``kinds=``."""
-KINDS = (*DEFAULT_KINDS, "kill-during-copy", "kill-all", "corrupt-ram", "kill-during-transfer", "fill-disk",
-         "kill-supervisor-child")
+KINDS = (
+    *DEFAULT_KINDS,
+    "kill-during-copy",
+    "kill-all",
+    "corrupt-ram",
+    "kill-during-transfer",
+    "fill-disk",
+    "kill-supervisor-child",
+)
 _PAIRED = {"corrupt-ram": ("kill-all", 0), "kill-during-transfer": ("kill", 0), "fill-disk": ("free-disk", 5)}
 """Kinds drawn with a partner (kind, steps later): a corrupt RAM-tier copy is found when
 every rank restarts from that tier; a sender dies in the transfer to a rank that was just
 killed; a full disk frees up again (on the same rank)."""
-_SPEC = re.compile(r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$")
+_SPEC = re.compile(
+    r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -51,15 +60,21 @@ class RandomFaults:
             raise InjectSpecError(f"random faults: every={self.every:g} must be at least 1 (step)")
         unknown = [k for k in self.kinds if k not in KINDS]
         if unknown or not self.kinds:
-            raise InjectSpecError(f"random faults: kinds={','.join(self.kinds)}: use some of {','.join(KINDS)}")
+            raise InjectSpecError(
+                f"random faults: kinds={','.join(self.kinds)}: use some of {','.join(KINDS)}"
+            )
         if not 1 <= self.first <= self.last:
-            raise InjectSpecError(f"random faults: from={self.first} to={self.last} is not a range of steps >= 1")
+            raise InjectSpecError(
+                f"random faults: from={self.first} to={self.last} is not a range of steps >= 1"
+            )
 
     @property
     def spec(self) -> str:
         count = f":count={self.count}" if self.count is not None else ""
-        return (f"random:seed={self.seed}:every={self.every:g}:kinds={','.join(self.kinds)}"
-                f":from={self.first}:to={self.last}{count}")
+        return (
+            f"random:seed={self.seed}:every={self.every:g}:kinds={','.join(self.kinds)}"
+            f":from={self.first}:to={self.last}{count}"
+        )
 
 
 def is_random(spec: str) -> bool:
@@ -69,12 +84,19 @@ def is_random(spec: str) -> bool:
 def parse(spec: str) -> RandomFaults:
     m = _SPEC.match(spec.strip())
     if m is None:
-        raise InjectSpecError(f"bad --inject spec {spec!r}: use random:seed=S:every=N[:kinds=a,b][:from=F][:to=T]"
-                              "[:count=C]")
+        raise InjectSpecError(
+            f"bad --inject spec {spec!r}: use random:seed=S:every=N[:kinds=a,b][:from=F][:to=T][:count=C]"
+        )
     options = dict(part.split("=", 1) for part in m.group(3).split(":") if part)
     kinds = tuple(options["kinds"].split(",")) if "kinds" in options else DEFAULT_KINDS
-    return RandomFaults(int(m.group(1)), float(m.group(2)), kinds, int(options.get("from", 1)),
-                        int(options.get("to", 10_000)), int(options["count"]) if "count" in options else None)
+    return RandomFaults(
+        int(m.group(1)),
+        float(m.group(2)),
+        kinds,
+        int(options.get("from", 1)),
+        int(options.get("to", 10_000)),
+        int(options["count"]) if "count" in options else None,
+    )
 
 
 def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tuple[Injection, ...]:
@@ -109,8 +131,10 @@ def summary(faults: RandomFaults, schedule: tuple[Injection, ...]) -> str:
     counts = {kind: sum(1 for i in schedule if i.kind == kind) for kind in dict.fromkeys(KINDS)}
     kinds = ", ".join(f"{kind} x{n}" for kind, n in counts.items() if n)
     last = schedule[-1].step if schedule else faults.first
-    return (f"random faults (seed {faults.seed}, one per {faults.every:g} steps): {len(schedule)} over steps "
-            f"{faults.first}-{last}: {kinds or 'none'}")
+    return (
+        f"random faults (seed {faults.seed}, one per {faults.every:g} steps): {len(schedule)} over steps "
+        f"{faults.first}-{last}: {kinds or 'none'}"
+    )
 
 
 def injections_from(specs: list[str], world_size: int) -> tuple[tuple[Injection, ...], list[str]]:

@@ -51,8 +51,18 @@ from resilience.errors import ResilienceError
 if TYPE_CHECKING:  # the CLI parses specs before torch is imported
     from resilience.contract.run_store import RunStore
 
-AT_STEP_START = ("kill", "node", "raise", "hang", "kill-all", "slow", "corrupt-ram", "fill-disk", "free-disk",
-                 "kill-supervisor-child")
+AT_STEP_START = (
+    "kill",
+    "node",
+    "raise",
+    "hang",
+    "kill-all",
+    "slow",
+    "corrupt-ram",
+    "fill-disk",
+    "free-disk",
+    "kill-supervisor-child",
+)
 """The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
 FILL_LIMIT_BYTES = 1 << 30
 """``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
@@ -62,16 +72,27 @@ class InjectedFault(ResilienceError, RuntimeError):
     """The exception that ``raise:`` injects."""
 
 
-def due(injections: Iterable[Injection], *, rank: int, node: int, kinds: Iterable[str],
-        step: int | None = None, generation: int | None = None) -> list[Injection]:
+def due(
+    injections: Iterable[Injection],
+    *,
+    rank: int,
+    node: int,
+    kinds: Iterable[str],
+    step: int | None = None,
+    generation: int | None = None,
+) -> list[Injection]:
     """Injections that target this rank (or its node) at this step or generation. Pure."""
     kinds = set(kinds)
     return [
-        i for i in injections
+        i
+        for i in injections
         if i.kind in kinds
         and ((step is not None and i.step == step) or (generation is not None and i.generation == generation))
-        and ((i.kind == "node" and (i.node == node if i.node is not None else i.rank == rank))
-             or i.kind == "kill-all" or (i.kind != "node" and i.rank == rank))
+        and (
+            (i.kind == "node" and (i.node == node if i.node is not None else i.rank == rank))
+            or i.kind == "kill-all"
+            or (i.kind != "node" and i.rank == rank)
+        )
     ]
 
 
@@ -93,8 +114,14 @@ class SlowNode:
             time.sleep(self.delay_s)
 
 
-def fire(injection: Injection, store: RunStore, rank: int, node: int, world_size: int,
-         generation: int | None = None) -> None:
+def fire(
+    injection: Injection,
+    store: RunStore,
+    rank: int,
+    node: int,
+    world_size: int,
+    generation: int | None = None,
+) -> None:
     """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
     if not store.first_to_fire(injection.index, f"/{rank}" if injection.kind == "kill-all" else ""):
         return
@@ -121,8 +148,9 @@ def fire(injection: Injection, store: RunStore, rank: int, node: int, world_size
     perform(injection)
 
 
-def copy_hook(injections: Iterable[Injection], store: RunStore, rank: int, node: int,
-              world_size: int) -> Callable[[int], None] | None:
+def copy_hook(
+    injections: Iterable[Injection], store: RunStore, rank: int, node: int, world_size: int
+) -> Callable[[int], None] | None:
     """The buddy replicator's ``sending(step)`` hook that fires ``kill-during-copy``; ``None``
     when none is injected. It runs on the replicator's thread, so it has its own store client."""
     injections = tuple(i for i in injections if i.kind == "kill-during-copy")
@@ -133,20 +161,25 @@ def copy_hook(injections: Iterable[Injection], store: RunStore, rank: int, node:
     def sending(step: int) -> None:
         for injection in due(injections, step=step, rank=rank, node=node, kinds=("kill-during-copy",)):
             fire(injection, own, rank, node, world_size)
+
     return sending
 
 
-def transfer_hook(injections: Iterable[Injection], store: RunStore, rank: int, world_size: int,
-                  recovered_step: int) -> Callable[[], None] | None:
+def transfer_hook(
+    injections: Iterable[Injection], store: RunStore, rank: int, world_size: int, recovered_step: int
+) -> Callable[[], None] | None:
     """The ``midway`` hook of this rank's state transfers in a recovery that resumes after
     ``recovered_step``: it fires a due ``kill-during-transfer``. ``None`` when none is due."""
-    injections = tuple(i for i in injections if i.kind == "kill-during-transfer" and recovered_step + 1 >= i.step)
+    injections = tuple(
+        i for i in injections if i.kind == "kill-during-transfer" and recovered_step + 1 >= i.step
+    )
     if not injections:
         return None
 
     def sending() -> None:
         for injection in injections:
             fire(injection, store, rank, -1, world_size)
+
     return sending
 
 
@@ -186,8 +219,10 @@ def fill_disk(path: Path) -> str:
     fs = os.statvfs(path.parent)
     free = fs.f_bavail * fs.f_frsize
     if free > FILL_LIMIT_BYTES:
-        return (f"not filled: {free / 2**30:.1f} GiB free on {path.parent} (put the persistent tier on a small "
-                "filesystem)")
+        return (
+            f"not filled: {free / 2**30:.1f} GiB free on {path.parent} (put the persistent tier on a small "
+            "filesystem)"
+        )
     with path.open("ab") as f:
         try:
             os.posix_fallocate(f.fileno(), 0, free)
@@ -216,7 +251,13 @@ def perform(injection: Injection) -> None:
             filler.unlink(missing_ok=True)
             what = f"freed {filler.parent}"
         print(f"sres: injected {injection.spec}: {what}", file=sys.stderr, flush=True)
-    elif injection.kind in ("kill", "kill-during-commit", "kill-during-copy", "kill-all", "kill-during-transfer"):
+    elif injection.kind in (
+        "kill",
+        "kill-during-commit",
+        "kill-during-copy",
+        "kill-all",
+        "kill-during-transfer",
+    ):
         os.kill(os.getpid(), signal.SIGKILL)
     elif injection.kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)

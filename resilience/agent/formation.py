@@ -31,8 +31,13 @@ def form(plan: Plan, rank: int, env: RankEnv, store: RunStore, watch: Generation
     watch.enter(plan.generation, env.backend, sockets, [])
     timeout = timedelta(seconds=env.reform_timeout_s)
     with sockets:
-        dist.init_process_group(env.backend, store=store.group_store(plan.generation), rank=rank,
-                                world_size=plan.world_size, timeout=timeout)
+        dist.init_process_group(
+            env.backend,
+            store=store.group_store(plan.generation),
+            rank=rank,
+            world_size=plan.world_size,
+            timeout=timeout,
+        )
         state_group = dist.new_group(backend="gloo", timeout=timeout)
     watch.enter(plan.generation, env.backend, sockets, [_get_default_group(), state_group])
     return state_group

@@ -117,9 +117,11 @@ class Heartbeat:
                     if self.watch.release_now():
                         log.info("generation %d ended: released this rank", generation)
                 if self.watch.stuck_for() > self.RELEASE_GRACE_S:
-                    sys.stderr.write(f"sres: rank stuck in ended generation {generation} for "
-                                     f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted; "
-                                     f"where each thread was:\n")
+                    sys.stderr.write(
+                        f"sres: rank stuck in ended generation {generation} for "
+                        f"{self.RELEASE_GRACE_S:g} s after its release; exiting to be restarted; "
+                        f"where each thread was:\n"
+                    )
                     sys.stderr.flush()
                     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                     os._exit(75)

@@ -36,10 +36,17 @@ class Kept:
     def holdings(self, rank: int, world_size: int, live_step: int | None) -> Holdings:
         """What this process can offer in a recovery (gathered from every rank)."""
         own = self.own["replicated"].steps() or ((live_step,) if live_step is not None else ())
-        return Holdings(rank, own=own, shards=self.own["sharded"].steps(),
-                        replicas={o: r.steps() for o, r in self.replicas.items()}, sharded=self.sharded,
-                        shard_world=self.shard_world, shard_rank=self.shard_rank, twins=self.twins,
-                        **self.parts.holdings(rank, world_size))
+        return Holdings(
+            rank,
+            own=own,
+            shards=self.own["sharded"].steps(),
+            replicas={o: r.steps() for o, r in self.replicas.items()},
+            sharded=self.sharded,
+            shard_world=self.shard_world,
+            shard_rank=self.shard_rank,
+            twins=self.twins,
+            **self.parts.holdings(rank, world_size),
+        )
 
     def shards_made(self, world_size: int, rank: int) -> None:
         """The shards held from now on are of this world and rank."""
@@ -64,4 +71,5 @@ class Kept:
         if "sharded" in tiered.snaps:
             self.shard_world, self.shard_rank = world_size, rank
         self.sharded = "sharded" in tiered.snaps or any(
-            isinstance(v, dict) and "shards" in v for v in tiered.states.values())
+            isinstance(v, dict) and "shards" in v for v in tiered.states.values()
+        )

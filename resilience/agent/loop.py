@@ -49,14 +49,19 @@ class Agent(CommitPipeline):
     def __init__(self, env: RankEnv) -> None:
         self.env = env
         self.store = RunStore.connect(env.store_host, env.store_port)
-        self._liveness = (liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
-                          if env.liveness_port else None)
+        self._liveness = (
+            liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
+            if env.liveness_port
+            else None
+        )
         self.state = RankState.STARTING
         self.kept = Kept()
         self._changed_warned: set[str] = set()
         elastic = env.elastic
         self._batch_settings = (elastic.batch_policy, elastic.lr_scaling) if elastic is not None else None
-        self._resizable = elastic is not None and elastic.elastic  # only then a pause is asked before each step
+        self._resizable = (
+            elastic is not None and elastic.elastic
+        )  # only then a pause is asked before each step
         self.plan: Plan | None = None
         self.rank = -1
         self.state_group: dist.ProcessGroup | None = None
@@ -72,8 +77,9 @@ class Agent(CommitPipeline):
         self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
-        self.tiers = TierAgent.create(env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host,
-                                      env.node_name)
+        self.tiers = TierAgent.create(
+            env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host, env.node_name
+        )
 
     # --- the generation loop --------------------------------------------------------------
 
@@ -123,9 +129,18 @@ class Agent(CommitPipeline):
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
-        local_rank = os.environ["LOCAL_RANK"] = str(plan.slots[self.env.slot].local_rank)  # a standby's is new
-        self._inject(faults.due(self.env.injections, generation=plan.generation, rank=self.rank,
-                                node=self.env.node, kinds=("kill", "node")))
+        local_rank = os.environ["LOCAL_RANK"] = str(
+            plan.slots[self.env.slot].local_rank
+        )  # a standby's is new
+        self._inject(
+            faults.due(
+                self.env.injections,
+                generation=plan.generation,
+                rank=self.rank,
+                node=self.env.node,
+                kinds=("kill", "node"),
+            )
+        )
         self._enter(RankState.JOINING)
         if not self.store.join(plan):
             return False  # a later fault superseded this generation: go to the newest plan
@@ -135,10 +150,18 @@ class Agent(CommitPipeline):
             self._form(plan)
             self._enter(RankState.RECOVERING)
             step, restored = self._recover(plan)
-            ctx = Context(rank=self.rank, world_size=plan.world_size, local_rank=int(local_rank),
-                          generation=plan.generation, step=step, restored=restored, runtime=self,
-                          log_dir=self.env.log_dir, batch_settings=self._batch_settings,
-                          restore_rng=self.env.restore_rng)
+            ctx = Context(
+                rank=self.rank,
+                world_size=plan.world_size,
+                local_rank=int(local_rank),
+                generation=plan.generation,
+                step=step,
+                restored=restored,
+                runtime=self,
+                log_dir=self.env.log_dir,
+                batch_settings=self._batch_settings,
+                restore_rng=self.env.restore_rng,
+            )
             self._live = ctx
             self._timer = StepTimer(self.store, self.env.slot, plan.generation)
             self._timer.activate()
@@ -155,13 +178,25 @@ class Agent(CommitPipeline):
         except RegistrationError as err:  # the same on every entry: retrying cannot help
             failure = Report("refused", self.rank, message=str(err), error_type=blame.error_type(err))
         except Unrecoverable as err:
-            failure = Report("unrecoverable", self.rank, message=str(err), traceback=traceback.format_exc(),
-                             error_type=blame.error_type(err))
+            failure = Report(
+                "unrecoverable",
+                self.rank,
+                message=str(err),
+                traceback=traceback.format_exc(),
+                error_type=blame.error_type(err),
+            )
         except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
             where = blame.origin(err, released=self._watch.released())
-            failure = Report("error", self.rank, message=f"{type(err).__name__}: {err}",
-                             traceback=traceback.format_exc(), collateral=where != blame.OWN, origin=where,
-                             error_type=blame.error_type(err), step=_failed_at(self._live))
+            failure = Report(
+                "error",
+                self.rank,
+                message=f"{type(err).__name__}: {err}",
+                traceback=traceback.format_exc(),
+                collateral=where != blame.OWN,
+                origin=where,
+                error_type=blame.error_type(err),
+                step=_failed_at(self._live),
+            )
         finally:
             ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
         self._enter(RankState.LEAVING)
@@ -185,8 +220,15 @@ class Agent(CommitPipeline):
             dist.barrier(group=self.state_group)
         except Exception as err:  # noqa: BLE001 - a fault during the pause: reported as one
             where = blame.origin(err, released=self._watch.released())
-            return Report("error", self.rank, message=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(),
-                          collateral=where != blame.OWN, origin=where, error_type=blame.error_type(err))
+            return Report(
+                "error",
+                self.rank,
+                message=f"{type(err).__name__}: {err}",
+                traceback=traceback.format_exc(),
+                collateral=where != blame.OWN,
+                origin=where,
+                error_type=blame.error_type(err),
+            )
         return Report("paused", self.rank)
 
     # --- forming a generation -----------------------------------------------------------------
@@ -257,4 +299,3 @@ def _failed_at(ctx: Context | None) -> int | None:
     if ctx is None:
         return None
     return ctx._current if ctx._current is not None else ctx.step + 1
-

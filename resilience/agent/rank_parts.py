@@ -17,7 +17,12 @@ import torch.distributed as dist
 
 from resilience.state import snapshot
 from resilience.state.replication import (
-    KEEP_OWN, BuddyReplicator, RankPart, SnapshotRing, recv_snapshot, send_snapshot,
+    KEEP_OWN,
+    BuddyReplicator,
+    RankPart,
+    SnapshotRing,
+    recv_snapshot,
+    send_snapshot,
 )
 from resilience.state.snapshot import Snapshot
 
@@ -49,19 +54,31 @@ class RankParts:
     def holdings(self, rank: int, world: int) -> dict[str, Any]:
         """``Holdings`` fields: what this process can offer of per-rank parts."""
         same = self.world == world
-        return {"ranked": self.own.steps() if same and self.rank == rank else (),
-                "rank_replicas": {o: r.steps() for o, r in self.replicas.items()} if same else {},
-                "rank_world": self.world}
+        return {
+            "ranked": self.own.steps() if same and self.rank == rank else (),
+            "rank_replicas": {o: r.steps() for o, r in self.replicas.items()} if same else {},
+            "rank_world": self.world,
+        }
 
-    def commit(self, step: int, part: Mapping[str, Any], group: dist.ProcessGroup, rank: int, world: int,
-               procs_per_node: int, factor: int) -> None:
+    def commit(
+        self,
+        step: int,
+        part: Mapping[str, Any],
+        group: dist.ProcessGroup,
+        rank: int,
+        world: int,
+        procs_per_node: int,
+        factor: int,
+    ) -> None:
         """Keep ``part`` as ``step``'s and start sending it to the buddies. The caller has
         joined the previous round (``in_flight``)."""
         snap = snapshot.capture(part, step)
         self.own.put(snap)
         self.rank, self.world = rank, world
         if self.replicator is None:
-            self.replicator = BuddyReplicator(group, rank, world, procs_per_node, factor, self.replicas, tag=TAG)
+            self.replicator = BuddyReplicator(
+                group, rank, world, procs_per_node, factor, self.replicas, tag=TAG
+            )
         self.replicator.start(snap)
 
     @property
@@ -76,8 +93,15 @@ class RankParts:
         if self.replicator is not None:
             self.replicator.abandon()
 
-    def recover(self, parts: tuple[RankPart, ...], step: int, me: int, world: int, group: dist.ProcessGroup,
-                midway: Callable[[], None] | None = None) -> dict[str, Any]:
+    def recover(
+        self,
+        parts: tuple[RankPart, ...],
+        step: int,
+        me: int,
+        world: int,
+        group: dist.ProcessGroup,
+        midway: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
         """Serve and receive per-rank parts as ``parts`` says (every rank walks the same list);
         return this rank's, ready to load (empty when it has none)."""
         mine: Snapshot | None = None

@@ -30,8 +30,16 @@ from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.state import snapshot
 from resilience.state.replication import (
-    Holdings, RecoveryPlan, SnapshotRing, Unrecoverable, broadcast_snapshot, plan_rank_parts, plan_recovery,
-    recv_snapshot, send_snapshot, send_state,
+    Holdings,
+    RecoveryPlan,
+    SnapshotRing,
+    Unrecoverable,
+    broadcast_snapshot,
+    plan_rank_parts,
+    plan_recovery,
+    recv_snapshot,
+    send_snapshot,
+    send_state,
 )
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
@@ -106,7 +114,9 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     return recovery.step, restored
 
 
-def _decide(scene: Scene, kept: Kept, gathered: list[Holdings | None]) -> tuple[RecoveryPlan, Restored | None]:
+def _decide(
+    scene: Scene, kept: Kept, gathered: list[Holdings | None]
+) -> tuple[RecoveryPlan, Restored | None]:
     """The peers' recovery plan, or a restore from the tiers when they have a newer step (or
     the only exact one). Every rank decides alike, from the same gathered holdings."""
     holdings = {h.rank: h for h in gathered if h is not None}
@@ -131,7 +141,9 @@ def _decide(scene: Scene, kept: Kept, gathered: list[Holdings | None]) -> tuple[
 def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | None) -> int:
     """Send and receive replicated state and shards as ``recovery`` says; bytes moved here."""
     moved, rank = 0, scene.rank
-    midway = faults.transfer_hook(scene.env.injections, scene.store, rank, scene.plan.world_size, recovery.step)
+    midway = faults.transfer_hook(
+        scene.env.injections, scene.store, rank, scene.plan.world_size, recovery.step
+    )
     for t in recovery.transfers:
         if t.src == rank:
             ring = kept.own[t.part] if t.owner == rank else kept.replicas[t.owner]
@@ -190,15 +202,31 @@ def _restored_state(kept: Kept, step: int, live: Live | None) -> State | None:
     return restored
 
 
-def _publish(scene: Scene, recovery: RecoveryPlan, tiered: Restored | None, peer_bytes: int, started: float,
-             formed_t: float) -> None:
+def _publish(
+    scene: Scene,
+    recovery: RecoveryPlan,
+    tiered: Restored | None,
+    peer_bytes: int,
+    started: float,
+    formed_t: float,
+) -> None:
     """Rank 0 tells the supervisor how the generation recovered (its ``recovered`` event)."""
     inexact = tiered.inexact if tiered is not None else recovery.inexact
     if inexact:
-        scene.store.push_event("inexact", step=recovery.step, ranks=list(inexact),
-                               why="their random streams and data positions of that step were lost")
-    scene.store.publish_recovery(scene.plan.generation, RecoveryInfo(
-        step=recovery.step,
-        source=tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
-        bytes=tiered.bytes_moved if tiered is not None else peer_bytes,
-        recover_s=time.perf_counter() - started, formed_t=formed_t, recovered_t=time.time()))
+        scene.store.push_event(
+            "inexact",
+            step=recovery.step,
+            ranks=list(inexact),
+            why="their random streams and data positions of that step were lost",
+        )
+    scene.store.publish_recovery(
+        scene.plan.generation,
+        RecoveryInfo(
+            step=recovery.step,
+            source=tiered.source if tiered is not None else ("peer" if recovery.transfers else "self"),
+            bytes=tiered.bytes_moved if tiered is not None else peer_bytes,
+            recover_s=time.perf_counter() - started,
+            formed_t=formed_t,
+            recovered_t=time.time(),
+        ),
+    )

@@ -34,8 +34,14 @@ def collective_started() -> None:
 
 
 class StepTimer:
-    def __init__(self, store: RunStore, slot: str, generation: int,
-                 clock: Callable[[], float] = time.perf_counter, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        slot: str,
+        generation: int,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.slot, self.generation, self.clock, self.wall = store, slot, generation, clock, wall
         self.start_t: float | None = None
         self.collective_t: float | None = None
@@ -68,7 +74,9 @@ class StepTimer:
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
         self._last_end, self.start_t = now, None
-        self.recent = self.recent[-(KEEP - 1):] + [StepRecord(step, compute, wall, self.wall(), self.blocked_s)]
+        self.recent = self.recent[-(KEEP - 1) :] + [
+            StepRecord(step, compute, wall, self.wall(), self.blocked_s)
+        ]
         self._since_report += 1
         if self._since_report >= REPORT_EVERY:
             self.publish()

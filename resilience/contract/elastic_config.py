@@ -69,7 +69,9 @@ class ElasticConfig:
             if not math.isfinite(value) or value < 0:
                 raise ElasticConfigError(f"{name} must be a number of seconds >= 0 (got {value})")
         if self.batch_policy not in BATCH_POLICIES:
-            raise ElasticConfigError(f"batch_policy {self.batch_policy!r}: one of {', '.join(BATCH_POLICIES)}")
+            raise ElasticConfigError(
+                f"batch_policy {self.batch_policy!r}: one of {', '.join(BATCH_POLICIES)}"
+            )
         if self.lr_scaling not in LR_SCALINGS:
             raise ElasticConfigError(f"lr_scaling {self.lr_scaling!r}: one of {', '.join(LR_SCALINGS)}")
 
@@ -80,12 +82,16 @@ class ElasticConfig:
         lo = self.min_nodes if self.min_nodes is not None else nodes
         hi = self.max_nodes if self.max_nodes is not None else max(nodes, lo)
         if not lo <= nodes <= hi:
-            raise ElasticConfigError(f"the run starts with {nodes} node(s), outside min_nodes {lo} .. max_nodes {hi}")
+            raise ElasticConfigError(
+                f"the run starts with {nodes} node(s), outside min_nodes {lo} .. max_nodes {hi}"
+            )
         on = self.on_no_spare or ("shrink" if lo < nodes else None)
         done = replace(self, min_nodes=lo, max_nodes=hi, on_no_spare=on)
         if done.resize_sizes is not None and nodes not in done.resize_sizes:
-            raise ElasticConfigError(f"the run starts with {nodes} node(s), not one of resize_sizes "
-                                     f"{','.join(map(str, done.resize_sizes))}")
+            raise ElasticConfigError(
+                f"the run starts with {nodes} node(s), not one of resize_sizes "
+                f"{','.join(map(str, done.resize_sizes))}"
+            )
         return done
 
     @property
@@ -111,8 +117,11 @@ class ElasticConfig:
         if count > self.max_nodes:
             return f"{count} node(s) is above --max-nodes {self.max_nodes}"
         if not self.allowed(count, start):
-            rule = (f"--resize-sizes {','.join(map(str, self.resize_sizes))}" if self.resize_sizes is not None
-                    else f"--resize-step {self.resize_step} from {start}")
+            rule = (
+                f"--resize-sizes {','.join(map(str, self.resize_sizes))}"
+                if self.resize_sizes is not None
+                else f"--resize-step {self.resize_step} from {start}"
+            )
             return f"{count} node(s) is not an allowed size ({rule})"
         return None
 
@@ -123,7 +132,9 @@ class ElasticConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ElasticConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+            raise ElasticConfigError(
+                f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
         out = dict(values)
         if isinstance(out.get("resize_sizes"), str):
             out["resize_sizes"] = [s for s in out["resize_sizes"].split(",") if s.strip()]
@@ -142,7 +153,9 @@ class ElasticConfig:
 
     def updated(self, values: Mapping[str, Any], where: str) -> "ElasticConfig":
         """This config with ``values`` (same keys and conversions as :meth:`from_mapping`) over it."""
-        return type(self).from_mapping({**{f.name: getattr(self, f.name) for f in fields(self)}, **values}, where)
+        return type(self).from_mapping(
+            {**{f.name: getattr(self, f.name) for f in fields(self)}, **values}, where
+        )
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ElasticConfig":

@@ -14,8 +14,21 @@ from dataclasses import dataclass
 
 from resilience.errors import ResilienceError
 
-KINDS = ("kill", "node", "raise", "hang", "kill-during-commit", "kill-during-copy", "kill-all", "slow", "corrupt-ram",
-         "kill-during-transfer", "fill-disk", "free-disk", "kill-supervisor-child")
+KINDS = (
+    "kill",
+    "node",
+    "raise",
+    "hang",
+    "kill-during-commit",
+    "kill-during-copy",
+    "kill-all",
+    "slow",
+    "corrupt-ram",
+    "kill-during-transfer",
+    "fill-disk",
+    "free-disk",
+    "kill-supervisor-child",
+)
 
 
 class InjectSpecError(ResilienceError, ValueError):
@@ -47,7 +60,8 @@ class Injection:
 
 _RANK_SPEC = re.compile(
     r"^(kill|raise|hang|kill-during-commit|kill-during-copy|corrupt-ram|fill-disk|free-disk)"
-    r":rank=(\d+):(step|gen)=(\d+)$")
+    r":rank=(\d+):(step|gen)=(\d+)$"
+)
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
 _ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer|kill-supervisor-child):step=(\d+)$")
@@ -67,7 +81,11 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
         elif m := _SLOW_SPEC.match(raw):
             if float(m.group(2)) <= 1:
                 raise InjectSpecError(f"bad --inject spec {raw!r}: factor must exceed 1")
-            out.append(Injection("slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))))
+            out.append(
+                Injection(
+                    "slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))
+                )
+            )
         elif m := _ALL_SPEC.match(raw):  # kill-supervisor-child: fired by rank 0
             rank = 0 if m.group(1) == "kill-supervisor-child" else None
             out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))
@@ -91,7 +109,9 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
 def _injection(kind: str, when: str, value: int, index: int, **target: int) -> Injection:
     if when == "gen":
         if value < 2:
-            raise InjectSpecError(f"gen={value}: generation 1 is the start; a fault during recovery needs gen >= 2")
+            raise InjectSpecError(
+                f"gen={value}: generation 1 is the start; a fault during recovery needs gen >= 2"
+            )
         return Injection(kind, None, index=index, generation=value, **target)
     return Injection(kind, value, index=index, **target)
 

@@ -70,11 +70,14 @@ class Plan(Message):
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "Plan":
         return cls(
-            generation=data["generation"], world_size=data["world_size"],
+            generation=data["generation"],
+            world_size=data["world_size"],
             members={int(k): v for k, v in data["members"].items()},
             slots={k: SlotInfo(**v) for k, v in data["slots"].items()},
-            procs_per_node=data["procs_per_node"], replaced=tuple(data.get("replaced", ())),
-            reason=data.get("reason", ""), config=data.get("config", {}),
+            procs_per_node=data["procs_per_node"],
+            replaced=tuple(data.get("replaced", ())),
+            reason=data.get("reason", ""),
+            config=data.get("config", {}),
         )
 
 
@@ -206,6 +209,15 @@ class RankEvent(Message):
         return {"event": self.event, **self.fields, "t": self.t}
 
 
-MESSAGES: tuple[type[Message], ...] = (Plan, Report, RecoveryInfo, BatchInfo, RunStats, RecentSteps, FlushRequest,
-                                       FlushDone, RankEvent)
+MESSAGES: tuple[type[Message], ...] = (
+    Plan,
+    Report,
+    RecoveryInfo,
+    BatchInfo,
+    RunStats,
+    RecentSteps,
+    FlushRequest,
+    FlushDone,
+    RankEvent,
+)
 """Every message type (the contract test round-trips each)."""

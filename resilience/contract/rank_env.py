@@ -33,16 +33,35 @@ BACKEND = "gloo"
 
 # field -> variable. Slurm's own SLURM_STEP_ID and the conventional LOCAL_RANK are read too.
 _VARS = {
-    "store_host": "SRES_STORE_HOST", "store_port": "SRES_STORE_PORT", "slot": "SRES_SLOT",
-    "node": "SRES_NODE", "local_rank": "SRES_LOCAL_RANK", "node_name": "SRES_NODE_NAME",
-    "backend": "SRES_BACKEND", "injections": "SRES_INJECT", "heartbeat_s": "SRES_HEARTBEAT_S",
-    "reform_timeout_s": "SRES_REFORM_TIMEOUT_S", "replication_factor": "SRES_REPLICATION_FACTOR",
-    "liveness_port": "SRES_LIVENESS_PORT", "preempt_signal": "SRES_PREEMPT_SIGNAL", "log_dir": "SRES_LOG_DIR",
+    "store_host": "SRES_STORE_HOST",
+    "store_port": "SRES_STORE_PORT",
+    "slot": "SRES_SLOT",
+    "node": "SRES_NODE",
+    "local_rank": "SRES_LOCAL_RANK",
+    "node_name": "SRES_NODE_NAME",
+    "backend": "SRES_BACKEND",
+    "injections": "SRES_INJECT",
+    "heartbeat_s": "SRES_HEARTBEAT_S",
+    "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
+    "replication_factor": "SRES_REPLICATION_FACTOR",
+    "liveness_port": "SRES_LIVENESS_PORT",
+    "preempt_signal": "SRES_PREEMPT_SIGNAL",
+    "log_dir": "SRES_LOG_DIR",
     "reclaim_signal": "SRES_RECLAIM_SIGNAL",
-    "tiers": TIERS_ENV, "elastic": ELASTIC_ENV,
+    "tiers": TIERS_ENV,
+    "elastic": ELASTIC_ENV,
 }
-RUN_OPTIONS = ("backend", "heartbeat_s", "reform_timeout_s", "collective_timeout_s", "replication_factor", "tiers",
-               "elastic", "deterministic_ddp", "restore_rng")
+RUN_OPTIONS = (
+    "backend",
+    "heartbeat_s",
+    "reform_timeout_s",
+    "collective_timeout_s",
+    "replication_factor",
+    "tiers",
+    "elastic",
+    "deterministic_ddp",
+    "restore_rng",
+)
 """What ``resilience.run(train, **options)`` may override of what the supervisor configured."""
 
 
@@ -157,8 +176,10 @@ def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConf
         raise OptionError(str(err)) from None
     for key in sorted(set(option) - {"batch_policy", "lr_scaling"}):
         if configured is not None and getattr(merged, key) != getattr(configured, key):
-            raise OptionError(f"resilience.run(elastic=...): {key} is decided by the supervisor; give it to sres run "
-                              f"(--{key.removesuffix('_s').replace('_', '-')}) or its --elastic-config file")
+            raise OptionError(
+                f"resilience.run(elastic=...): {key} is decided by the supervisor; give it to sres run "
+                f"(--{key.removesuffix('_s').replace('_', '-')}) or its --elastic-config file"
+            )
     return merged
 
 
@@ -180,22 +201,30 @@ def node_name_environ(name: str) -> dict[str, str]:
 def check_options(options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options) - set(RUN_OPTIONS))
     if unknown:
-        raise OptionError(f"resilience.run(): unknown option {unknown[0]!r} (known: {', '.join(RUN_OPTIONS)})")
+        raise OptionError(
+            f"resilience.run(): unknown option {unknown[0]!r} (known: {', '.join(RUN_OPTIONS)})"
+        )
 
 
 def _parse(env: Mapping[str, str]) -> dict[str, Any]:
     v = _VARS
     return dict(
-        store_host=env.get(v["store_host"], "127.0.0.1"), store_port=int(env[v["store_port"]]), slot=env[v["slot"]],
-        node=int(env.get(v["node"], "0")), local_rank=int(env.get(v["local_rank"], "0")),
-        node_name=env.get(v["node_name"], ""), backend=env.get(v["backend"], BACKEND),
+        store_host=env.get(v["store_host"], "127.0.0.1"),
+        store_port=int(env[v["store_port"]]),
+        slot=env[v["slot"]],
+        node=int(env.get(v["node"], "0")),
+        local_rank=int(env.get(v["local_rank"], "0")),
+        node_name=env.get(v["node_name"], ""),
+        backend=env.get(v["backend"], BACKEND),
         injections=parse_env(env.get(v["injections"])),
         heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         liveness_port=int(env.get(v["liveness_port"], "0")),
-        preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL), log_dir=env.get(v["log_dir"], ""),
-        reclaim_signal=env.get(v["reclaim_signal"], ""), step_id=env.get("SLURM_STEP_ID", ""),
+        preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL),
+        log_dir=env.get(v["log_dir"], ""),
+        reclaim_signal=env.get(v["reclaim_signal"], ""),
+        step_id=env.get("SLURM_STEP_ID", ""),
         tiers=TierConfig.from_environ(env),
         elastic=ElasticConfig.from_json(env[ELASTIC_ENV]) if env.get(ELASTIC_ENV) else None,
     )

@@ -20,8 +20,17 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from resilience.contract import keys
-from resilience.contract.messages import (BatchInfo, FlushDone, FlushRequest, Plan, RankEvent, RecentSteps,
-                                          RecoveryInfo, Report, RunStats)
+from resilience.contract.messages import (
+    BatchInfo,
+    FlushDone,
+    FlushRequest,
+    Plan,
+    RankEvent,
+    RecentSteps,
+    RecoveryInfo,
+    Report,
+    RunStats,
+)
 
 
 class RunStore:
@@ -33,16 +42,20 @@ class RunStore:
     @classmethod
     def host(cls, timeout_s: float = 60.0) -> "RunStore":
         """The supervisor's server, on a free port."""
-        return cls(dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                 timeout=timedelta(seconds=timeout_s)))
+        return cls(
+            dist.TCPStore(
+                "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+            )
+        )
 
     @classmethod
     def connect(cls, host: str, port: int, timeout_s: float = 60.0, connect_s: float = 15.0) -> "RunStore":
         """A rank's client. The supervisor's store is up before any rank starts, so a connection
         that takes more than ``connect_s`` means the supervisor is gone (a cancelled job): the
         rank then ends in seconds instead of retrying for the whole operation timeout."""
-        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=connect_s),
-                              wait_for_workers=False)
+        store = dist.TCPStore(
+            host, port, is_master=False, timeout=timedelta(seconds=connect_s), wait_for_workers=False
+        )
         store.set_timeout(timedelta(seconds=timeout_s))
         return cls(store)
 

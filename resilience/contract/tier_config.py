@@ -99,7 +99,9 @@ class TierConfig:
         return cls.from_mapping(json.loads(text)) if text else None
 
     @classmethod
-    def from_option(cls, option: Any, current: "TierConfig | None", env: Mapping[str, str]) -> "TierConfig | None":
+    def from_option(
+        cls, option: Any, current: "TierConfig | None", env: Mapping[str, str]
+    ) -> "TierConfig | None":
         """``resilience.run(train, tiers=...)``: a TierConfig, a mapping of settings, a YAML
         path, or None (tiers off). Settings not given keep what ``sres run`` configured."""
         if option is None or isinstance(option, TierConfig):

@@ -47,8 +47,9 @@ def main() -> None:
     parser.add_argument("--inject", action="append", default=[], help="a fault, as sres run --inject")
     args = parser.parse_args()
     executor = ResilientExecutor(folder=args.folder, cluster=args.cluster)
-    executor.update_parameters(nodes=args.nodes, spares=args.spares, timeout_min=30, inject=args.inject,
-                               no_tiers=True)
+    executor.update_parameters(
+        nodes=args.nodes, spares=args.spares, timeout_min=30, inject=args.inject, no_tiers=True
+    )
     job = executor.submit(train, args.steps, 256, 0.1)
     print(f"submitted job {job.job_id} ({executor.cluster}); logs in {job.paths.folder}")
     print(f"result (rank 0's final state digest): {job.result()}")

@@ -24,7 +24,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
@@ -40,7 +44,9 @@ class Block(torch.nn.Module):
         super().__init__()
         self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
         self.attn = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm1(x)
@@ -91,8 +97,10 @@ def full_digests(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[st
     """SHA-256 of the whole model and of the whole optimizer state, each gathered from every
     shard (collectives: every rank calls this). They do not depend on the world size."""
     options = StateDictOptions(full_state_dict=True)
-    return (_digest(get_model_state_dict(model, options=options)),
-            _digest(get_optimizer_state_dict(model, opt, options=options)["state"]))
+    return (
+        _digest(get_model_state_dict(model, options=options)),
+        _digest(get_optimizer_state_dict(model, opt, options=options)["state"]),
+    )
 
 
 def _digest(state: dict) -> str:
@@ -132,14 +140,27 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--hsdp", type=int, default=1, help="replica groups: HSDP on a (R, world/R) mesh")
-    parser.add_argument("--mesh", choices=("default", "passed"), default="default",
-                        help="1-D FSDP: each fully_shard call makes its own mesh (default), or one mesh passed to all")
-    parser.add_argument("--compute-s", type=float, default=0.0,
-                        help="simulated accelerator time per step: the host waits in forward-backward")
-    parser.add_argument("--trace-digests", action="store_true",
-                        help="rank 0 appends the gathered digests at each entry and commit to <out>/digests.jsonl")
+    parser.add_argument(
+        "--mesh",
+        choices=("default", "passed"),
+        default="default",
+        help="1-D FSDP: each fully_shard call makes its own mesh (default), or one mesh passed to all",
+    )
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=0.0,
+        help="simulated accelerator time per step: the host waits in forward-backward",
+    )
+    parser.add_argument(
+        "--trace-digests",
+        action="store_true",
+        help="rank 0 appends the gathered digests at each entry and commit to <out>/digests.jsonl",
+    )
     parser.add_argument("--progress-every", type=int, default=10)
-    parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digests here")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write rank<R>.json with the final digests here"
+    )
     return parser.parse_args()
 
 
@@ -161,9 +182,19 @@ def main() -> None:
                 if ctx.rank == 0 and args.out is not None:
                     args.out.mkdir(parents=True, exist_ok=True)
                     with open(args.out / "digests.jsonl", "a") as f:
-                        f.write(json.dumps({"at": at, "step": ctx.step, "generation": ctx.generation,
-                                            "world_size": ctx.world_size, "model": model_digest,
-                                            "optimizer": optimizer_digest}) + "\n")
+                        f.write(
+                            json.dumps(
+                                {
+                                    "at": at,
+                                    "step": ctx.step,
+                                    "generation": ctx.generation,
+                                    "world_size": ctx.world_size,
+                                    "model": model_digest,
+                                    "optimizer": optimizer_digest,
+                                }
+                            )
+                            + "\n"
+                        )
 
         trace("entry")
         loss = torch.tensor(float("nan"))
@@ -184,18 +215,30 @@ def main() -> None:
             step_times.append(now - last)
             last = now
             if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
-                print(f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
+                print(
+                    f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True
+                )
         model_digest, optimizer_digest = full_digests(model, opt) if dist.is_initialized() else (None, None)
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
-                "rank": ctx.rank, "digest": ctx.state_digest(), "model_digest": model_digest,
-                "optimizer_digest": optimizer_digest, "loss": loss.item(),
-                "step": ctx.step, "generation": ctx.generation, "pid": os.getpid(), "world_size": ctx.world_size,
-                # Steady state: the first steps of a generation pay for warm-up and re-entry.
-                "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
-                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            }))
+            (args.out / f"rank{ctx.rank}.json").write_text(
+                json.dumps(
+                    {
+                        "rank": ctx.rank,
+                        "digest": ctx.state_digest(),
+                        "model_digest": model_digest,
+                        "optimizer_digest": optimizer_digest,
+                        "loss": loss.item(),
+                        "step": ctx.step,
+                        "generation": ctx.generation,
+                        "pid": os.getpid(),
+                        "world_size": ctx.world_size,
+                        # Steady state: the first steps of a generation pay for warm-up and re-entry.
+                        "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
+                        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    }
+                )
+            )
 
     resilience.run(train)
 

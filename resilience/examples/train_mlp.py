@@ -60,8 +60,16 @@ def sample(index: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
     return x, torch.sin(x)
 
 
-def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilience.ElasticSampler, step: int,
-                 width: int, seed: int, exact: bool = False, sync_every_backward: bool = False) -> torch.Tensor:
+def elastic_step(
+    ddp: torch.nn.Module,
+    ctx: resilience.Context,
+    sampler: resilience.ElasticSampler,
+    step: int,
+    width: int,
+    seed: int,
+    exact: bool = False,
+    sync_every_backward: bool = False,
+) -> torch.Tensor:
     """One step of the global batch in micro-batches; gradients are the global batch's mean
     whatever the world size. DDP averages over ranks, so each rank's micro-losses are summed
     over its share; exact mode averages over micro-batches, so each is a plain mean (a divisor
@@ -76,7 +84,9 @@ def elastic_step(ddp: torch.nn.Module, ctx: resilience.Context, sampler: resilie
         last = i == len(micro) - 1 or sync_every_backward
         sync = contextlib.nullcontext() if last or not hasattr(ddp, "no_sync") else ddp.no_sync()
         with sync, resilience.micro_batch_rng(seed, step, ids[i]):
-            per_sample = torch.nn.functional.mse_loss(ddp(torch.stack(xs)), torch.stack(ys), reduction="none").mean(1)
+            per_sample = torch.nn.functional.mse_loss(
+                ddp(torch.stack(xs)), torch.stack(ys), reduction="none"
+            ).mean(1)
             loss = per_sample.mean() if exact else per_sample.sum() / per_rank
             loss.backward()
         total += loss.detach() / len(micro) if exact else loss.detach()  # the rank's mean loss, either way
@@ -118,28 +128,58 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)")
-    parser.add_argument("--ddp", choices=DDP_KINDS, default="resilience",
-                        help="resilience.ddp (default), resilience.ddp(exact=True), or plain torch DDP")
+    parser.add_argument(
+        "--sharded", action="store_true", help="ZeRO-1 optimizer (resilience.ShardedOptimizer)"
+    )
+    parser.add_argument(
+        "--ddp",
+        choices=DDP_KINDS,
+        default="resilience",
+        help="resilience.ddp (default), resilience.ddp(exact=True), or plain torch DDP",
+    )
     parser.add_argument("--exact-bits", type=int, default=None, help="exact mode: bits kept per micro-batch")
-    parser.add_argument("--no-deterministic-ddp", action="store_true",
-                        help="resilience.run(train, deterministic_ddp=False): leave plain DDP's bucket all-reduce alone")
+    parser.add_argument(
+        "--no-deterministic-ddp",
+        action="store_true",
+        help="resilience.run(train, deterministic_ddp=False): leave plain DDP's bucket all-reduce alone",
+    )
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
-    parser.add_argument("--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)")
-    parser.add_argument("--compute-s", type=float, default=0.0,
-                        help="seconds of simulated accelerator work in each step's forward-backward: the host waits, "
-                             "as it waits on a GPU, instead of sharing a busy CPU (straggler tests)")
-    parser.add_argument("--out", type=Path, default=None, help="write rank<R>.json with the final digest here")
-    parser.add_argument("--dataset", type=int, default=0,
-                        help="elastic mode: a dataset of this many samples through resilience.ElasticSampler")
-    parser.add_argument("--global-batch", type=int, default=24, help="elastic mode: samples per step, all ranks")
+    parser.add_argument(
+        "--sleep-s", type=float, default=0.0, help="extra seconds per step (slow runs for tests)"
+    )
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=0.0,
+        help="seconds of simulated accelerator work in each step's forward-backward: the host waits, "
+        "as it waits on a GPU, instead of sharing a busy CPU (straggler tests)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write rank<R>.json with the final digest here"
+    )
+    parser.add_argument(
+        "--dataset",
+        type=int,
+        default=0,
+        help="elastic mode: a dataset of this many samples through resilience.ElasticSampler",
+    )
+    parser.add_argument(
+        "--global-batch", type=int, default=24, help="elastic mode: samples per step, all ranks"
+    )
     parser.add_argument("--micro-batch", type=int, default=4, help="elastic mode: samples per micro-batch")
-    parser.add_argument("--dropout", type=float, default=0.0,
-                        help="dropout after each hidden layer; in elastic mode each micro-batch draws its masks "
-                             "from resilience.micro_batch_rng (the same masks at any world size)")
-    parser.add_argument("--sync-every-backward", action="store_true",
-                        help="elastic mode: no no_sync() around any micro-batch (every backward synchronizes)")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="dropout after each hidden layer; in elastic mode each micro-batch draws its masks "
+        "from resilience.micro_batch_rng (the same masks at any world size)",
+    )
+    parser.add_argument(
+        "--sync-every-backward",
+        action="store_true",
+        help="elastic mode: no no_sync() around any micro-batch (every backward synchronizes)",
+    )
     return parser.parse_args()
 
 
@@ -168,8 +208,16 @@ def main() -> None:
         last = time.perf_counter()
         for step in ctx.steps(args.steps):
             if sampler is not None:
-                loss = elastic_step(ddp, ctx, sampler, step, args.width, args.seed, exact=args.ddp == "exact",
-                                    sync_every_backward=args.sync_every_backward)
+                loss = elastic_step(
+                    ddp,
+                    ctx,
+                    sampler,
+                    step,
+                    args.width,
+                    args.seed,
+                    exact=args.ddp == "exact",
+                    sync_every_backward=args.sync_every_backward,
+                )
             else:
                 x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
                 loss = torch.nn.functional.mse_loss(ddp(x), y)
@@ -185,16 +233,28 @@ def main() -> None:
             step_times.append(now - last)
             last = now
             if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
-                print(f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
+                print(
+                    f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True
+                )
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
-                "rank": ctx.rank, "digest": ctx.state_digest(), "model_digest": model_digest(model), "loss": loss.item(), "step": ctx.step,
-                "generation": ctx.generation, "pid": os.getpid(), "world_size": ctx.world_size,
-                # Steady state: the first steps of a generation pay for warm-up and re-entry.
-                "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
-                "eval_loss": eval_loss(model, args.width, args.seed) if sampler is not None else None,
-            }))
+            (args.out / f"rank{ctx.rank}.json").write_text(
+                json.dumps(
+                    {
+                        "rank": ctx.rank,
+                        "digest": ctx.state_digest(),
+                        "model_digest": model_digest(model),
+                        "loss": loss.item(),
+                        "step": ctx.step,
+                        "generation": ctx.generation,
+                        "pid": os.getpid(),
+                        "world_size": ctx.world_size,
+                        # Steady state: the first steps of a generation pay for warm-up and re-entry.
+                        "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
+                        "eval_loss": eval_loss(model, args.width, args.seed) if sampler is not None else None,
+                    }
+                )
+            )
 
     resilience.run(train, **({"deterministic_ddp": False} if args.no_deterministic_ddp else {}))
 

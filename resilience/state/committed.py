@@ -92,8 +92,11 @@ def small(parts: Mapping[str, Mapping[str, Any]], objects: Mapping[str, Any]) ->
 
 def changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     """Names whose state differs (tensors compared bitwise)."""
-    return sorted(name for name in set(before) | set(after)
-                  if name not in before or name not in after or not same(before[name], after[name]))
+    return sorted(
+        name
+        for name in set(before) | set(after)
+        if name not in before or name not in after or not same(before[name], after[name])
+    )
 
 
 def same(a: Any, b: Any) -> bool:
@@ -104,8 +107,13 @@ def same(a: Any, b: Any) -> bool:
         except (RuntimeError, TypeError, ValueError):
             pass
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-                and a.shape == b.shape and torch.equal(a, b))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
@@ -165,14 +173,20 @@ def _buffer_keys(module: torch.nn.Module, state: Mapping[str, Any]) -> set[str]:
 
 # --- random streams ----------------------------------------------------------------------------------
 
+
 def rng_state() -> dict[str, Any]:
     """Every random stream this process draws from, as tensors and plain values."""
     version, mt, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": {"version": version, "mt": torch.from_numpy(np.array(mt, dtype=np.int64)), "gauss": gauss},
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -184,8 +198,9 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     py = state["python"]
     random.setstate((py["version"], tuple(int(x) for x in py["mt"].tolist()), py["gauss"]))
     n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"])
+    )
     torch.set_rng_state(state["torch"].to(torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.to(torch.uint8) for s in state["cuda"]])
-

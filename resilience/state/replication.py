@@ -102,8 +102,9 @@ class RecoveryPlan:
         return "peer" if any(t.dst == rank for t in self.transfers) else "self"
 
 
-def plan_rank_parts(step: int, world: int, holdings: Mapping[int, Holdings]) -> tuple[
-        tuple[RankPart, ...], tuple[int, ...]]:
+def plan_rank_parts(
+    step: int, world: int, holdings: Mapping[int, Holdings]
+) -> tuple[tuple[RankPart, ...], tuple[int, ...]]:
     """Where each rank's per-rank part of ``step`` comes from, and which ranks lack it. Pure.
 
     A rank's part is its own: from itself, else from a buddy's copy; never another rank's.
@@ -118,7 +119,9 @@ def plan_rank_parts(step: int, world: int, holdings: Mapping[int, Holdings]) -> 
     parts, inexact = [], []
     for rank in range(world):
         offers = [(s, rank) for s in holdings.get(rank, Holdings(rank)).ranked]
-        offers += [(s, q) for q, h in sorted(holdings.items()) if q != rank for s in h.rank_replicas.get(rank, ())]
+        offers += [
+            (s, q) for q, h in sorted(holdings.items()) if q != rank for s in h.rank_replicas.get(rank, ())
+        ]
         exact = [o for o in offers if o[0] == step]
         older = [o for o in offers if o[0] < step]
         if exact:
@@ -158,8 +161,11 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
     if not candidates:
         return RecoveryPlan(-1)
     old_world = max((h.shard_world for h in holdings.values()), default=0)
-    if sharded and old_world and (old_world != world or any(
-            h.shard_world and h.shard_rank != r for r, h in holdings.items())):
+    if (
+        sharded
+        and old_world
+        and (old_world != world or any(h.shard_world and h.shard_rank != r for r, h in holdings.items()))
+    ):
         return _plan_reshard(candidates, holdings, old_world, factor)
     missing = ""
     for step in candidates:
@@ -171,13 +177,18 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
                 donor = donors[rank % len(donors)]  # spread the load over live peers
                 transfers.append(Transfer(donor, rank, "replicated", donor))
             if sharded and step not in mine.shards:
-                holders = sorted(q for q, h in holdings.items() if step in h.replicas.get(rank, ()) or (
-                    rank in h.twins and step in h.shards))
+                holders = sorted(
+                    q
+                    for q, h in holdings.items()
+                    if step in h.replicas.get(rank, ()) or (rank in h.twins and step in h.shards)
+                )
                 if not holders:
                     # The buddy copy of this step may have been cut off by the fault: an older
                     # step may be complete.
-                    missing = missing or (f"the state of rank {rank} at step {step} is on no live process: every "
-                                          f"holder of its shard was lost (replication factor {factor})")
+                    missing = missing or (
+                        f"the state of rank {rank} at step {step} is on no live process: every "
+                        f"holder of its shard was lost (replication factor {factor})"
+                    )
                     break
                 holder = holders[0]
                 twin = step not in holdings[holder].replicas.get(rank, ())
@@ -193,27 +204,36 @@ def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2)
 
 def _replicated_transfers(step: int, holdings: Mapping[int, Holdings], world: int) -> list[Transfer]:
     donors = sorted(r for r, h in holdings.items() if step in h.own)
-    return [Transfer(donors[rank % len(donors)], rank, "replicated", donors[rank % len(donors)])
-            for rank in range(world) if step not in holdings.get(rank, Holdings(rank)).own]
+    return [
+        Transfer(donors[rank % len(donors)], rank, "replicated", donors[rank % len(donors)])
+        for rank in range(world)
+        if step not in holdings.get(rank, Holdings(rank)).own
+    ]
 
 
-def _plan_reshard(candidates: list[int], holdings: Mapping[int, Holdings], old_world: int,
-                  factor: int) -> RecoveryPlan:
+def _plan_reshard(
+    candidates: list[int], holdings: Mapping[int, Holdings], old_world: int, factor: int
+) -> RecoveryPlan:
     """The world changed since the shards were made: the newest step at which every old shard
     is held by someone (its owner or a buddy); all of them move to every rank."""
     world = len(holdings)
     for step in candidates:
         sources = []
         for owner in range(old_world):
-            holders = sorted(r for r, h in holdings.items()
-                             if (h.shard_rank == owner and step in h.shards) or step in h.replicas.get(owner, ()))
+            holders = sorted(
+                r
+                for r, h in holdings.items()
+                if (h.shard_rank == owner and step in h.shards) or step in h.replicas.get(owner, ())
+            )
             if not holders:
                 break
             sources.append((owner, holders[0]))
         else:
             return RecoveryPlan(step, tuple(_replicated_transfers(step, holdings, world)), tuple(sources))
-    raise Unrecoverable(f"resizing from {old_world} ranks: some shard is on no live process at any step held "
-                        f"(replication factor {factor})")
+    raise Unrecoverable(
+        f"resizing from {old_world} ranks: some shard is on no live process at any step held "
+        f"(replication factor {factor})"
+    )
 
 
 class SnapshotRing:
@@ -225,7 +245,7 @@ class SnapshotRing:
 
     def put(self, snap: Snapshot) -> None:
         self._by_step[snap.step] = snap
-        for step in sorted(self._by_step)[:-self.keep]:
+        for step in sorted(self._by_step)[: -self.keep]:
             del self._by_step[step]
 
     def get(self, step: int) -> Snapshot | None:
@@ -251,14 +271,27 @@ class SnapshotRing:
 
 # --- transfers over a (gloo) process group -------------------------------------------------
 
-def send_snapshot(snap: Snapshot, dst: int, group: dist.ProcessGroup | None = None,
-                  midway: Callable[[], None] | None = None, tag: int = 0) -> int:
+
+def send_snapshot(
+    snap: Snapshot,
+    dst: int,
+    group: dist.ProcessGroup | None = None,
+    midway: Callable[[], None] | None = None,
+    tag: int = 0,
+) -> int:
     return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway, tag)
 
 
-def send_state(step: int, skeleton: bytes, tensors: list[torch.Tensor], sizes: dict[str, int], dst: int,
-               group: dist.ProcessGroup | None = None, midway: Callable[[], None] | None = None,
-               tag: int = 0) -> int:
+def send_state(
+    step: int,
+    skeleton: bytes,
+    tensors: list[torch.Tensor],
+    sizes: dict[str, int],
+    dst: int,
+    group: dist.ProcessGroup | None = None,
+    midway: Callable[[], None] | None = None,
+    tag: int = 0,
+) -> int:
     """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
     ones (no copy into a snapshot first); the caller must not change them until this returns.
     ``midway`` runs when the metadata and half the tensors are out (where faults are injected).
@@ -284,8 +317,11 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     else:
         size = torch.empty(1, dtype=torch.int64)
     dist.broadcast(size, src, group=group)
-    buf = torch.frombuffer(bytearray(meta), dtype=torch.uint8) if snap is not None else \
-        torch.empty(int(size.item()), dtype=torch.uint8)
+    buf = (
+        torch.frombuffer(bytearray(meta), dtype=torch.uint8)
+        if snap is not None
+        else torch.empty(int(size.item()), dtype=torch.uint8)
+    )
     dist.broadcast(buf, src, group=group)
     step, skeleton, sizes, expected = pickle.loads(buf.numpy().tobytes())
     out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
@@ -320,9 +356,18 @@ class BuddyReplicator:
     before the next commit reuses buffers.
     """
 
-    def __init__(self, group: dist.ProcessGroup, rank: int, world: int, procs_per_node: int, factor: int,
-                 replicas: dict[int, SnapshotRing], twins: int = 0,
-                 sending: Callable[[int], None] | None = None, tag: int = 0) -> None:
+    def __init__(
+        self,
+        group: dist.ProcessGroup,
+        rank: int,
+        world: int,
+        procs_per_node: int,
+        factor: int,
+        replicas: dict[int, SnapshotRing],
+        twins: int = 0,
+        sending: Callable[[int], None] | None = None,
+        tag: int = 0,
+    ) -> None:
         """``sending(step)`` runs half-way through each copy sent (fault injection's hook);
         ``tag`` sets this replicator's rounds apart from another's on the same group."""
         self.group = group

@@ -82,7 +82,9 @@ def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None)
     buffers: dict[str, torch.Tensor] = {}
     for key, size in sizes.items():
         old = reuse.buffers.get(key) if reuse is not None else None
-        buffers[key] = old if old is not None and old.numel() == size else torch.empty(size, dtype=getattr(torch, key))
+        buffers[key] = (
+            old if old is not None and old.numel() == size else torch.empty(size, dtype=getattr(torch, key))
+        )
     snap = Snapshot(step=step, skeleton=skeleton, buffers=buffers)
     for t, region in zip(tensors, snap.regions()):
         region.copy_(t.detach().reshape(-1))
@@ -179,8 +181,11 @@ def _strip(obj: Any, tensors: list[torch.Tensor]) -> Any:
         tensors.append(obj)
         return _Slot(len(tensors) - 1)
     if isinstance(obj, dict):
-        return type(obj)((k, _strip(v, tensors)) for k, v in obj.items()) if type(obj) is not dict else {
-            k: _strip(v, tensors) for k, v in obj.items()}
+        return (
+            type(obj)((k, _strip(v, tensors)) for k, v in obj.items())
+            if type(obj) is not dict
+            else {k: _strip(v, tensors) for k, v in obj.items()}
+        )
     if isinstance(obj, list):
         return [_strip(v, tensors) for v in obj]
     if isinstance(obj, tuple):
@@ -192,8 +197,11 @@ def _fill(obj: Any, tensors: list[torch.Tensor]) -> Any:
     if isinstance(obj, _Slot):
         return tensors[obj.index]
     if isinstance(obj, dict):
-        return {k: _fill(v, tensors) for k, v in obj.items()} if type(obj) is dict else type(obj)(
-            (k, _fill(v, tensors)) for k, v in obj.items())
+        return (
+            {k: _fill(v, tensors) for k, v in obj.items()}
+            if type(obj) is dict
+            else type(obj)((k, _fill(v, tensors)) for k, v in obj.items())
+        )
     if isinstance(obj, list):
         return [_fill(v, tensors) for v in obj]
     if isinstance(obj, tuple):

@@ -15,15 +15,44 @@ from typing import Any
 
 from resilience.contract.tier_config import TIERS_ENV, TierConfig, TierConfigError
 from resilience.tiers.layout import (
-    DEFAULT_RAM_ROOT, RAM_ROOT_ENV, NodeKey, cleanup_job, complete_steps,
-    default_job_id, job_ram_dir, neighbour_node, neighbour_root, node_dir, own_root, prune, ram_root,
-    record_job_config, remove_job,
+    DEFAULT_RAM_ROOT,
+    RAM_ROOT_ENV,
+    NodeKey,
+    cleanup_job,
+    complete_steps,
+    default_job_id,
+    job_ram_dir,
+    neighbour_node,
+    neighbour_root,
+    node_dir,
+    own_root,
+    prune,
+    ram_root,
+    record_job_config,
+    remove_job,
 )
 
 __all__ = [
-    "DEFAULT_RAM_ROOT", "RAM_ROOT_ENV", "TIERS_ENV", "NodeKey", "TierConfig", "TierConfigError", "cleanup_job",
-    "complete_steps", "default_job_id", "job_ram_dir", "neighbour_node", "neighbour_root", "node_dir", "own_root",
-    "prune", "ram_root", "record_job_config", "remove_job", "TieredStorageWriter", "TieredStorageReader",
+    "DEFAULT_RAM_ROOT",
+    "RAM_ROOT_ENV",
+    "TIERS_ENV",
+    "NodeKey",
+    "TierConfig",
+    "TierConfigError",
+    "cleanup_job",
+    "complete_steps",
+    "default_job_id",
+    "job_ram_dir",
+    "neighbour_node",
+    "neighbour_root",
+    "node_dir",
+    "own_root",
+    "prune",
+    "ram_root",
+    "record_job_config",
+    "remove_job",
+    "TieredStorageWriter",
+    "TieredStorageReader",
 ]
 
 

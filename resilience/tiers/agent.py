@@ -27,8 +27,16 @@ log = logging.getLogger("resilience")
 
 
 class TierAgent:
-    def __init__(self, config: TierConfig, store: RunStore, slot: str, node: int, rank: Callable[[], int],
-                 host: str = "127.0.0.1", node_name: str = "") -> None:
+    def __init__(
+        self,
+        config: TierConfig,
+        store: RunStore,
+        slot: str,
+        node: int,
+        rank: Callable[[], int],
+        host: str = "127.0.0.1",
+        node_name: str = "",
+    ) -> None:
         self.config, self.slot, self.node, self.rank = config, slot, node, rank
         self.ram_node: NodeKey = node_name or node
         """Where this node's RAM tier lives; ``node`` (the index) picks the neighbour."""
@@ -40,15 +48,24 @@ class TierAgent:
             record_job_config(config)
         self.server = None
         if config.neighbour:
-            self.server = NeighbourServer(neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram,
-                                          host).start()
+            self.server = NeighbourServer(
+                neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, host
+            ).start()
             store.publish_tier_address(slot, self.server.address)
         self.saver = TierSaver(config, RankPlace(-1, 0, self.ram_node), self.emit)
         self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
 
     @classmethod
-    def create(cls, config: TierConfig | None, store: RunStore, slot: str, node: int, rank: Callable[[], int],
-               store_host: str = "127.0.0.1", node_name: str = "") -> "TierAgent | None":
+    def create(
+        cls,
+        config: TierConfig | None,
+        store: RunStore,
+        slot: str,
+        node: int,
+        rank: Callable[[], int],
+        store_host: str = "127.0.0.1",
+        node_name: str = "",
+    ) -> "TierAgent | None":
         if config is None or not config.enabled:
             return None
         host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else socket.gethostname()
@@ -73,8 +90,10 @@ class TierAgent:
         target = neighbour_node(self.node, [info.node for info in plan.slots.values()])
         if target is None:
             return None
-        on_target = sorted((s for s, info in plan.slots.items() if info.node == target),
-                           key=lambda s: plan.slots[s].local_rank)
+        on_target = sorted(
+            (s for s, info in plan.slots.items() if info.node == target),
+            key=lambda s: plan.slots[s].local_rank,
+        )
         for slot in on_target:
             if slot in self._addresses:
                 return self._addresses[slot]
@@ -91,9 +110,16 @@ class TierAgent:
         restorer = Restorer(self.config, self.rank(), plan.world_size, self.ram_node, group, self.emit)
         result = restorer.restore(restorer.gather_offers(), after_step)
         if result is not None and self.rank() == 0:
-            self.emit("restored", step=result.step, generation=plan.generation, source=result.source,
-                      tiers={str(r): t for r, t in sorted(result.tiers.items())}, seconds=result.seconds,
-                      bytes=result.bytes_moved, borrowed={str(r): o for r, o in sorted(result.borrowed.items())})
+            self.emit(
+                "restored",
+                step=result.step,
+                generation=plan.generation,
+                source=result.source,
+                tiers={str(r): t for r, t in sorted(result.tiers.items())},
+                seconds=result.seconds,
+                bytes=result.bytes_moved,
+                borrowed={str(r): o for r, o in sorted(result.borrowed.items())},
+            )
         return result
 
     def close(self) -> None:

@@ -120,12 +120,28 @@ class Tier(ABC):
                     report(self.name, owner, step, str(err))
                     continue
                 kinds = set(m.layout)
-                out.append(Offer(self.name, holder, owner, step, m.world_size,
-                                 "replicated" in kinds and "sharded" not in kinds, "rank" in kinds))
+                out.append(
+                    Offer(
+                        self.name,
+                        holder,
+                        owner,
+                        step,
+                        m.world_size,
+                        "replicated" in kinds and "sharded" not in kinds,
+                        "rank" in kinds,
+                    )
+                )
         return out
 
-    def write(self, where: Where, step: int, world_size: int, rank: int, source: Source,
-              share: Mapping[str, int] | None = None) -> Path | None:
+    def write(
+        self,
+        where: Where,
+        step: int,
+        world_size: int,
+        rank: int,
+        source: Source,
+        share: Mapping[str, int] | None = None,
+    ) -> Path | None:
         """Write ``rank``'s copy of ``step`` into this tier (manifest last, atomic): the state
         itself when this is the first tier a save reaches, else the first tier's directory,
         so that a slow tier never holds a capture buffer. ``share``: files left to another
@@ -139,8 +155,9 @@ class Tier(ABC):
             return mf.copy_checkpoint(source, root, step, rank, fsync=fsync, share=share)
         return mf.write(root, where.config.job_id, step, world_size, rank, source, fsync=fsync, share=share)
 
-    def read(self, where: Where, step: int, owner: int, world_size: int,
-             kinds: Collection[str] | None = None) -> dict[str, Snapshot]:
+    def read(
+        self, where: Where, step: int, owner: int, world_size: int, kinds: Collection[str] | None = None
+    ) -> dict[str, Snapshot]:
         """``owner``'s snapshots at ``step``, every checksum verified; a bad copy raises
         CheckpointInvalid naming this tier and the file."""
         path = self.path(where, step, owner)

@@ -45,8 +45,9 @@ def _world() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
-def _locations(job_id: str, persistent_dir: str | os.PathLike | None, ram: bool,
-               ram_root: Path | None) -> list[tuple[str, Path]]:
+def _locations(
+    job_id: str, persistent_dir: str | os.PathLike | None, ram: bool, ram_root: Path | None
+) -> list[tuple[str, Path]]:
     out = []
     if ram:
         out.append((RAM.name, job_ram_dir(job_id, ram_root) / DCP_DIR))
@@ -58,8 +59,17 @@ def _locations(job_id: str, persistent_dir: str | os.PathLike | None, ram: bool,
 class TieredStorageWriter(FileSystemWriter):
     """A DCP StorageWriter into the RAM tier and the persistent directory (see module doc)."""
 
-    def __init__(self, step: int, *, job_id: str, persistent_dir: str | os.PathLike | None = None, ram: bool = True,
-                 ram_root: Path | None = None, sync_files: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        step: int,
+        *,
+        job_id: str,
+        persistent_dir: str | os.PathLike | None = None,
+        ram: bool = True,
+        ram_root: Path | None = None,
+        sync_files: bool = True,
+        **kwargs: Any,
+    ) -> None:
         locations = _locations(job_id, persistent_dir, ram, ram_root)
         if not locations:
             raise ValueError("TieredStorageWriter needs the RAM tier or a persistent directory")
@@ -134,14 +144,22 @@ def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
 class TieredStorageReader(FileSystemReader):
     """A DCP StorageReader that picks a verified copy: RAM tier first, then persistent."""
 
-    def __init__(self, step: int | None = None, *, job_id: str, persistent_dir: str | os.PathLike | None = None,
-                 ram: bool = True, ram_root: Path | None = None,
-                 on_refused: Callable[[str, Path, str], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        step: int | None = None,
+        *,
+        job_id: str,
+        persistent_dir: str | os.PathLike | None = None,
+        ram: bool = True,
+        ram_root: Path | None = None,
+        on_refused: Callable[[str, Path, str], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.job_id = job_id
         self.refused: list[tuple[str, Path, str]] = []
         candidates = []
         for order, (tier, root) in enumerate(_locations(job_id, persistent_dir, ram, ram_root)):
-            for s in ([step] if step is not None else mf.steps_in(root)):
+            for s in [step] if step is not None else mf.steps_in(root):
                 path = mf.step_dir(root, s)
                 try:
                     verify_dcp_checkpoint(path, job_id)

@@ -21,7 +21,9 @@ class FlushWatcher:
     is blocked (no commit needed): the newest state in the RAM tier is what gets persisted.
     """
 
-    def __init__(self, store: RunStore, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25) -> None:
+    def __init__(
+        self, store: RunStore, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25
+    ) -> None:
         self.store = store
         self.saver = saver
         self.rank = rank

@@ -121,12 +121,22 @@ class Warnings:
     def failed(self, step: int, err: BaseException) -> None:
         error = f"{type(err).__name__}: {err}"
         if self.each:
-            self.emit("tier-warning", tier=self.tier, step=step, error=error,
-                      message=f"{self.tier.upper()} tier save failed")
+            self.emit(
+                "tier-warning",
+                tier=self.tier,
+                step=step,
+                error=error,
+                message=f"{self.tier.upper()} tier save failed",
+            )
         elif not self.failing:
             self.failing = True
-            self.emit("tier-warning", tier=self.tier, step=step, error=error,
-                      message=f"{self.tier} tier save failed; training goes on, later saves retry")
+            self.emit(
+                "tier-warning",
+                tier=self.tier,
+                step=step,
+                error=error,
+                message=f"{self.tier} tier save failed; training goes on, later saves retry",
+            )
 
     def succeeded(self, step: int) -> None:
         if self.failing:
@@ -157,16 +167,21 @@ class ReplicatedOnce:
         if self._last_shared is not None:
             shared_step, shared_entry = self._last_shared
             try:
-                theirs = mf.read_manifest(mf.rank_dir(self.tier.root(where), shared_step, 0),
-                                          self.job_id).files.get(REPLICATED)
+                theirs = mf.read_manifest(
+                    mf.rank_dir(self.tier.root(where), shared_step, 0), self.job_id
+                ).files.get(REPLICATED)
             except mf.CheckpointInvalid:
                 theirs = shared_entry  # not there (failed, pruned, being replaced): nothing learned
             if theirs != shared_entry:
                 self.enabled = False
-                self.emit("tier-warning", tier=self.tier.name, step=shared_step,
-                          error=f"replicated state of rank {rank} differs from rank 0's",
-                          message="data-parallel ranks diverged, or state registered as replicated is per "
-                                  "rank: that step will not restore; this rank now writes its own copy")
+                self.emit(
+                    "tier-warning",
+                    tier=self.tier.name,
+                    step=shared_step,
+                    error=f"replicated state of rank {rank} differs from rank 0's",
+                    message="data-parallel ranks diverged, or state registered as replicated is per "
+                    "rank: that step will not restore; this rank now writes its own copy",
+                )
         return {REPLICATED: 0} if self.enabled else {}
 
     def remember(self, written: Path, step: int) -> None:
@@ -183,8 +198,9 @@ class TierLane(Lane):
     """The lane of one tier: its worker thread and what that tier's saves carry from one job to
     the next."""
 
-    def __init__(self, tier: Tier, config: TierConfig, emit: Emit,
-                 work: Callable[[TierLane, Job], None]) -> None:
+    def __init__(
+        self, tier: Tier, config: TierConfig, emit: Emit, work: Callable[[TierLane, Job], None]
+    ) -> None:
         self.tier = tier
         self.warnings = Warnings(tier, emit)
         self.replicated = ReplicatedOnce(tier, config, emit) if tier.shared else None

@@ -44,6 +44,7 @@ def default_job_id(env: Mapping[str, str], log_dir: Path) -> str:
 
 # --- locations -----------------------------------------------------------------------------------
 
+
 def ram_root() -> Path:
     return Path(os.environ.get(RAM_ROOT_ENV) or DEFAULT_RAM_ROOT)
 
@@ -95,6 +96,7 @@ def record_job_config(config: TierConfig, root: Path | None = None) -> None:
 
 # --- listing and retention ------------------------------------------------------------------------
 
+
 def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
     """step -> world size of every checkpoint under ``root`` whose manifests exist for all its
     ranks (a cheap check: manifests and file sizes, not checksums), newest first."""
@@ -110,14 +112,18 @@ def complete_steps_of(root: Path, steps: list[int], job_id: str | None = None) -
             manifests = [mf.read_manifest(mf.rank_dir(root, step, r), job_id) for r in ranks]
         except mf.CheckpointInvalid:
             continue
-        if manifests and sorted(m.rank for m in manifests) == list(range(manifests[0].world_size)) \
-                and all(m.world_size == manifests[0].world_size and m.step == step for m in manifests):
+        if (
+            manifests
+            and sorted(m.rank for m in manifests) == list(range(manifests[0].world_size))
+            and all(m.world_size == manifests[0].world_size and m.step == step for m in manifests)
+        ):
             out[step] = manifests[0].world_size
     return out
 
 
-def prune(root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None,
-          job_id: str | None = None) -> None:
+def prune(
+    root: Path, keep: int, pinned: set[int] = frozenset(), owner: int | None = None, job_id: str | None = None
+) -> None:
     """Remove the steps under ``root`` older than the newest ``keep`` complete ones (only rank
     ``owner``'s part when given); never a pinned step (one another tier is still reading).
 
@@ -201,7 +207,9 @@ def cleanup_job(job_id: str, root: Path | None = None) -> bool:
         return True
     removed = False
     for item in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-        if item == path / JOB_CONFIG or any(item == k or k in item.parents or item in k.parents for k in keep):
+        if item == path / JOB_CONFIG or any(
+            item == k or k in item.parents or item in k.parents for k in keep
+        ):
             continue
         removed = True
         if item.is_dir():
@@ -221,4 +229,3 @@ def _newest_complete_rank_step(root: Path, job_id: str) -> int | None:
             except mf.CheckpointInvalid:
                 continue
     return None
-

@@ -91,10 +91,16 @@ class Manifest:
             if data.get("format") != FORMAT:
                 raise CheckpointInvalid(f"{where}: unknown manifest format {data.get('format')!r}")
             files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
-            return cls(job_id=str(data["job_id"]), step=int(data["step"]), world_size=int(data["world_size"]),
-                       rank=int(data["rank"]), files=files, layout=dict(data.get("layout", {})),
-                       created=float(data.get("created", 0.0)),
-                       shared={str(k): int(v) for k, v in data.get("shared", {}).items()})
+            return cls(
+                job_id=str(data["job_id"]),
+                step=int(data["step"]),
+                world_size=int(data["world_size"]),
+                rank=int(data["rank"]),
+                files=files,
+                layout=dict(data.get("layout", {})),
+                created=float(data.get("created", 0.0)),
+                shared={str(k): int(v) for k, v in data.get("shared", {}).items()},
+            )
         except CheckpointInvalid:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as err:
@@ -132,8 +138,18 @@ def ranks_in(root: Path, step: int) -> list[int]:
 
 # --- writing --------------------------------------------------------------------------------------
 
-def write(root: Path, job_id: str, step: int, world_size: int, rank: int, snaps: Mapping[str, Snapshot],
-          fsync: bool = False, now: float | None = None, share: Mapping[str, int] | None = None) -> Path:
+
+def write(
+    root: Path,
+    job_id: str,
+    step: int,
+    world_size: int,
+    rank: int,
+    snaps: Mapping[str, Snapshot],
+    fsync: bool = False,
+    now: float | None = None,
+    share: Mapping[str, int] | None = None,
+) -> Path:
     """Write a rank's snapshots (kind -> snapshot) as a checkpoint; the manifest last, then an
     atomic rename. Files named in ``share`` are not written: the manifest says which rank's
     directory holds them (see the module doc). Returns the checkpoint directory."""
@@ -148,8 +164,9 @@ def write(root: Path, job_id: str, step: int, world_size: int, rank: int, snaps:
             name = f"{kind}.bin"
             files[name] = snapshot_entry(snap) if name in share else _write_snapshot(tmp / name, snap, fsync)
         layout = {kind: {k: v.numel() for k, v in snap.buffers.items()} for kind, snap in snaps.items()}
-        manifest = Manifest(job_id, step, world_size, rank, files, layout, time.time() if now is None else now,
-                            shared=share)
+        manifest = Manifest(
+            job_id, step, world_size, rank, files, layout, time.time() if now is None else now, shared=share
+        )
         _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
         publish_dir(tmp, final)
     except BaseException:
@@ -192,8 +209,10 @@ def _header(snap: Snapshot) -> tuple[bytes, dict[str, int]]:
     for key in sorted(snap.buffers):
         offsets[key] = pos
         pos = _align(pos + snap.buffers[key].numel() * snap.buffers[key].element_size())
-    header = pickle.dumps({"step": snap.step, "skeleton": snap.skeleton, "sizes": sizes, "offsets": offsets,
-                           "room": room}, protocol=pickle.HIGHEST_PROTOCOL)
+    header = pickle.dumps(
+        {"step": snap.step, "skeleton": snap.skeleton, "sizes": sizes, "offsets": offsets, "room": room},
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
     if 16 + len(header) > room:
         raise AssertionError("checkpoint header larger than its room")  # our bug, never user input
     return header, offsets
@@ -202,7 +221,9 @@ def _header(snap: Snapshot) -> tuple[bytes, dict[str, int]]:
 def snapshot_entry(snap: Snapshot) -> FileEntry:
     """The size and checksum of ``snap``'s file, without writing it."""
     header, offsets = _header(snap)
-    return FileEntry(_file_size(snap, header, offsets), checksum(header, [snap.buffers[k] for k in sorted(snap.buffers)]))
+    return FileEntry(
+        _file_size(snap, header, offsets), checksum(header, [snap.buffers[k] for k in sorted(snap.buffers)])
+    )
 
 
 def _file_size(snap: Snapshot, header: bytes, offsets: dict[str, int]) -> int:
@@ -238,8 +259,10 @@ def _align(n: int) -> int:
 
 # --- reading ------------------------------------------------------------------------------------
 
-def read_manifest(path: Path, job_id: str | None = None, world_size: int | None = None,
-                  name: str = MANIFEST) -> Manifest:
+
+def read_manifest(
+    path: Path, job_id: str | None = None, world_size: int | None = None, name: str = MANIFEST
+) -> Manifest:
     """The manifest of the checkpoint directory ``path``; raises CheckpointInvalid (naming the
     file) when it is missing, truncated, or belongs to another job or world size, or when a
     listed file is missing or has another size."""
@@ -262,7 +285,9 @@ def read_manifest(path: Path, job_id: str | None = None, world_size: int | None 
         except OSError:
             raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: missing") from None
         if size != entry.size:
-            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: {size} bytes, the manifest says {entry.size}")
+            raise CheckpointInvalid(
+                f"{where}{_sharer(manifest, name)}: {size} bytes, the manifest says {entry.size}"
+            )
     return manifest
 
 
@@ -270,8 +295,13 @@ def _sharer(manifest: Manifest, name: str) -> str:
     return f" (shared by rank {manifest.rank})" if name in manifest.shared else ""
 
 
-def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False,
-         kinds: Collection[str] | None = None) -> dict[str, Snapshot]:
+def load(
+    path: Path,
+    manifest: Manifest,
+    verify: bool = True,
+    copy: bool = False,
+    kinds: Collection[str] | None = None,
+) -> dict[str, Snapshot]:
     """kind -> snapshot of a checkpoint directory (only ``kinds`` when given), checksums
     verified.
 
@@ -286,8 +316,11 @@ def load(path: Path, manifest: Manifest, verify: bool = True, copy: bool = False
         where = manifest.path_of(path, name)
         snap, header, buffers = _read_snapshot(where, copy)
         if verify and not matches(entry.checksum, header, buffers):
-            why = "file corrupt" if name not in manifest.shared else \
-                f"file corrupt, or it is not rank {manifest.rank}'s state"
+            why = (
+                "file corrupt"
+                if name not in manifest.shared
+                else f"file corrupt, or it is not rank {manifest.rank}'s state"
+            )
             raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: checksum mismatch ({why})")
         out[kind] = snap
     return out
@@ -303,7 +336,8 @@ def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.
             if copy:
                 # Uninitialized memory: a zero-filled bytearray would touch every page twice.
                 data: memoryview | mmap.mmap = memoryview(
-                    torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8).numpy()).cast("B")
+                    torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8).numpy()
+                ).cast("B")
                 _read_fully(f, data)
             else:
                 size = os.fstat(f.fileno()).st_size
@@ -311,7 +345,7 @@ def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.
         if bytes(data[:8]) != MAGIC:
             raise CheckpointInvalid(f"{path}: not a checkpoint file (bad magic)")
         (length,) = struct.unpack("<Q", bytes(data[8:16]))
-        header = bytes(data[16:16 + length])
+        header = bytes(data[16 : 16 + length])
         meta = pickle.loads(header)
         buffers = {}
         for key in sorted(meta["sizes"]):
@@ -340,8 +374,14 @@ def _read_fully(f: Any, view: memoryview) -> None:
         done += n
 
 
-def copy_checkpoint(src: Path, dst_root: Path, step: int, rank: int, fsync: bool = False,
-                    share: Mapping[str, int] | None = None) -> Path:
+def copy_checkpoint(
+    src: Path,
+    dst_root: Path,
+    step: int,
+    rank: int,
+    fsync: bool = False,
+    share: Mapping[str, int] | None = None,
+) -> Path:
     """Copy a complete checkpoint directory into another tier root; manifest last, then rename.
     Files named in ``share`` are not copied: the copy's manifest says which rank's directory
     of the same step holds them."""

@@ -25,8 +25,15 @@ class NeighbourTier(Tier):
     def saves(self, config: TierConfig) -> bool:
         return config.neighbour
 
-    def write(self, where: Where, step: int, world_size: int, rank: int, source: Source,
-              share: Mapping[str, int] | None = None) -> Path | None:
+    def write(
+        self,
+        where: Where,
+        step: int,
+        world_size: int,
+        rank: int,
+        source: Source,
+        share: Mapping[str, int] | None = None,
+    ) -> Path | None:
         """Send ``rank``'s RAM-tier copy (a directory) to the next node's server, which keeps it
         in that node's neighbour root and prunes there; returns the directory sent, or None
         while there is no next node to send to. No collective: a dead neighbour costs a

@@ -31,8 +31,15 @@ class PersistentTier(Tier):
     def keep(self, config: TierConfig) -> int | None:
         return config.keep_persistent
 
-    def write(self, where: Where, step: int, world_size: int, rank: int, source: Source,
-              share: Mapping[str, int] | None = None) -> Path | None:
+    def write(
+        self,
+        where: Where,
+        step: int,
+        world_size: int,
+        rank: int,
+        source: Source,
+        share: Mapping[str, int] | None = None,
+    ) -> Path | None:
         try:
             return super().write(where, step, world_size, rank, source, share)
         except OSError:
@@ -49,7 +56,9 @@ class PersistentTier(Tier):
         out = []
         for step in mf.steps_in(root):
             if step in complete:
-                out += [Offer(self.name, SHARED_HOLDER, r, step, complete[step]) for r in range(complete[step])]
+                out += [
+                    Offer(self.name, SHARED_HOLDER, r, step, complete[step]) for r in range(complete[step])
+                ]
                 continue
             for owner in mf.ranks_in(root, step):
                 try:

@@ -51,8 +51,9 @@ class TierPlan:
         return next(s.tier for s in self.sources if s.owner == owner)
 
 
-def plan_restore(world: int, offers: Iterable[Offer], after_step: int,
-                 bad: frozenset[tuple[str, int, int]] = frozenset()) -> TierPlan | None:
+def plan_restore(
+    world: int, offers: Iterable[Offer], after_step: int, bad: frozenset[tuple[str, int, int]] = frozenset()
+) -> TierPlan | None:
     """The newest step after ``after_step`` that every rank can restore, and from where. Pure.
 
     Each rank's copy comes from the cheapest tier that has it (own RAM, neighbour,
@@ -84,25 +85,41 @@ def _newest(world: int, usable: list[Offer], lendable: Callable[[Offer], bool]) 
             return TierPlan(step, world, tuple(sources))
         for other in sorted({o.world_size for o in usable if o.step == step and o.world_size != world}):
             for shared in (t.name for t in registry.TIERS if t.shared):
-                owners = {o.owner for o in usable if o.step == step and o.world_size == other and o.tier == shared}
+                owners = {
+                    o.owner for o in usable if o.step == step and o.world_size == other and o.tier == shared
+                }
                 if owners == set(range(other)):
-                    return TierPlan(step, other, tuple(Source(r, shared, SHARED_HOLDER, r) for r in range(other)))
+                    return TierPlan(
+                        step, other, tuple(Source(r, shared, SHARED_HOLDER, r) for r in range(other))
+                    )
     return None
 
 
 # --- listing ---------------------------------------------------------------------------------------
 
-def list_offers(config: TierConfig, rank: int, node: NodeKey, include_shared: bool,
-                report: Callable[[str, int, int, str], None], ram_base: Path | None = None) -> list[Offer]:
+
+def list_offers(
+    config: TierConfig,
+    rank: int,
+    node: NodeKey,
+    include_shared: bool,
+    report: Callable[[str, int, int, str], None],
+    ram_base: Path | None = None,
+) -> list[Offer]:
     """What this process can offer: every tier's valid copies of this job on its node, and
     (``include_shared``: one rank lists them for all) the complete shared-tier checkpoints.
     ``report(tier, owner, step, why)`` is called for every copy refused."""
     where = Where(config, node, ram_base)
-    return [offer for tier in registry.TIERS if include_shared or not tier.shared
-            for offer in tier.offers(where, rank, report)]
+    return [
+        offer
+        for tier in registry.TIERS
+        if include_shared or not tier.shared
+        for offer in tier.offers(where, rank, report)
+    ]
 
 
 # --- executing (collective over the state group) -----------------------------------------------------
+
 
 @dataclass
 class Restored:
@@ -128,8 +145,16 @@ class Restored:
 class Restorer:
     """Runs a restore on every rank of a generation, falling back tier by tier."""
 
-    def __init__(self, config: TierConfig, rank: int, world: int, node: NodeKey, group: dist.ProcessGroup | None,
-                 emit: Callable[..., None], ram_base: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: TierConfig,
+        rank: int,
+        world: int,
+        node: NodeKey,
+        group: dist.ProcessGroup | None,
+        emit: Callable[..., None],
+        ram_base: Path | None = None,
+    ) -> None:
         self.config, self.rank, self.world, self.node, self.group = config, rank, world, node, group
         self.emit, self.ram_base = emit, ram_base
         self.where = Where(config, node, ram_base)
@@ -164,11 +189,20 @@ class Restorer:
             if not failed:
                 states, snaps = result
                 per_rank = {(o.tier, o.holder, o.owner, o.step) for o in offers if o.per_rank}
-                return Restored(plan.step, {s.owner: s.tier for s in plan.sources}, states, snaps,
-                                time.perf_counter() - started, moved,
-                                {s.owner: s.of for s in plan.sources if s.of != s.owner},
-                                tuple(s.owner for s in plan.sources if s.of != s.owner
-                                      and (s.tier, s.holder, s.of, plan.step) in per_rank))
+                return Restored(
+                    plan.step,
+                    {s.owner: s.tier for s in plan.sources},
+                    states,
+                    snaps,
+                    time.perf_counter() - started,
+                    moved,
+                    {s.owner: s.of for s in plan.sources if s.of != s.owner},
+                    tuple(
+                        s.owner
+                        for s in plan.sources
+                        if s.of != s.owner and (s.tier, s.holder, s.of, plan.step) in per_rank
+                    ),
+                )
             for tier, owner, step, why in failed:
                 bad.add((tier, owner, step))
                 if error is not None and error[:3] == (tier, owner, step):
@@ -190,8 +224,9 @@ class Restorer:
                 except mf.CheckpointInvalid as err:
                     error = (src.tier, src.of, plan.step, str(err))
             elif not local and src.holder == self.rank:
-                moved += send_checkpoint(registry.tier(src.tier).path(self.where, plan.step, src.of), src.owner,
-                                         self.group)
+                moved += send_checkpoint(
+                    registry.tier(src.tier).path(self.where, plan.step, src.of), src.owner, self.group
+                )
             elif not local and src.owner == self.rank:
                 # The copy lands in this node's own (cheapest) tier: restored there too.
                 here = registry.TIERS[0]
@@ -207,15 +242,24 @@ class Restorer:
             states.update(snapshot.materialize(snap, copy=False))
         return None, (states, loaded), moved
 
-    def _load(self, tier: str, step: int, owner: int, world: int | None = None, tier_name: str | None = None,
-              kinds: tuple[str, ...] | None = None) -> dict[str, Snapshot]:
+    def _load(
+        self,
+        tier: str,
+        step: int,
+        owner: int,
+        world: int | None = None,
+        tier_name: str | None = None,
+        kinds: tuple[str, ...] | None = None,
+    ) -> dict[str, Snapshot]:
         try:
             return registry.tier(tier).read(self.where, step, owner, world or self.world, kinds)
         except mf.CheckpointInvalid as err:
             if tier_name is None:
                 raise
             # received from another tier's holder: name the tier that served it
-            raise mf.CheckpointInvalid(f"{tier_name} tier: {str(err).removeprefix(f'{tier} tier: ')}") from None
+            raise mf.CheckpointInvalid(
+                f"{tier_name} tier: {str(err).removeprefix(f'{tier} tier: ')}"
+            ) from None
 
     def _reshard(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
         """Another world size: read every shard of the (shared-tier) checkpoint."""
@@ -223,8 +267,13 @@ class Restorer:
         replicated: dict[str, Any] = {}
         for owner in range(plan.world_size):
             try:  # replicated state is the same on every rank: read rank 0's only
-                snaps = self._load(plan.tier_of(owner), plan.step, owner, world=plan.world_size,
-                                   kinds=("replicated", "sharded") if owner == 0 else ("sharded",))
+                snaps = self._load(
+                    plan.tier_of(owner),
+                    plan.step,
+                    owner,
+                    world=plan.world_size,
+                    kinds=("replicated", "sharded") if owner == 0 else ("sharded",),
+                )
             except mf.CheckpointInvalid as err:
                 return (plan.tier_of(owner), owner, plan.step, str(err)), None, 0
             if owner == 0 and "replicated" in snaps:
@@ -234,4 +283,3 @@ class Restorer:
         for name in shards[0]:  # each object reshards itself (ShardedOptimizer, FSDP2 adapters)
             states[name] = {"shards": [s[name] for s in shards]}
         return None, (states, {}), 0
-

@@ -61,7 +61,9 @@ def fed_tiers(config: TierConfig) -> list[Tier]:
 class TierSaver:
     """The saving side of the tiers for one rank process; lives as long as the process."""
 
-    def __init__(self, config: TierConfig, place: RankPlace, emit: Emit, node_root: Path | None = None) -> None:
+    def __init__(
+        self, config: TierConfig, place: RankPlace, emit: Emit, node_root: Path | None = None
+    ) -> None:
         self.config = config
         self.place = place
         self.emit = emit
@@ -92,11 +94,15 @@ class TierSaver:
 
     # --- the blocking part ---------------------------------------------------------------------
 
-    def save(self, step: int, states: Mapping[str, Mapping[str, Any]], force_persistent: bool = False) -> None:
+    def save(
+        self, step: int, states: Mapping[str, Mapping[str, Any]], force_persistent: bool = False
+    ) -> None:
         """Copy ``states`` (kind -> name -> state) into reusable buffers and queue the tiers.
         Blocks only for the copy."""
         self.commits += 1
-        persist = force_persistent or bool(self.config.persist_every and step % self.config.persist_every == 0)
+        persist = force_persistent or bool(
+            self.config.persist_every and step % self.config.persist_every == 0
+        )
         if not self.config.ram and not persist:
             return
         if self.config.ram and step % self.config.ram_every and not persist:
@@ -104,7 +110,9 @@ class TierSaver:
         if self._pins.holding:
             self._first.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()
-        snaps = {kind: snapshot.capture(states[kind], step, buffers.get(kind)) for kind in states if states[kind]}
+        snaps = {
+            kind: snapshot.capture(states[kind], step, buffers.get(kind)) for kind in states if states[kind]
+        }
         for kind, snap in snaps.items():
             if kind not in buffers and _pin_memory():
                 snaps[kind] = _pinned(snap)
@@ -149,8 +157,12 @@ class TierSaver:
                 self.persisted.add(job.step)  # a flush of this step need not copy it again
             lane.warnings.succeeded(job.step)
             if lane.tier.saving.announce and place.rank == 0:
-                self.emit("checkpoint-saved", tier=lane.tier.name, step=job.step,
-                          seconds=time.perf_counter() - started)
+                self.emit(
+                    "checkpoint-saved",
+                    tier=lane.tier.name,
+                    step=job.step,
+                    seconds=time.perf_counter() - started,
+                )
             if job.path is None:  # a commit captured: the later lanes copy this copy
                 self._feed(job, path, where, place)
             elif (keep := lane.tier.keep(self.config)) is not None:
@@ -235,7 +247,9 @@ class TierSaver:
             self._dropped(self._persistent.submit(job))
             if not job.done.wait(max(0.0, deadline - time.monotonic())):
                 return None, "the persistent write did not finish in time"
-            return (step, "") if job.ok else (None, "the persistent write failed (see the tier-warning event)")
+            return (
+                (step, "") if job.ok else (None, "the persistent write failed (see the tier-warning event)")
+            )
         finally:
             self._pins.end_hold()
 

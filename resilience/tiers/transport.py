@@ -39,7 +39,9 @@ _CHUNK = 1 << 22
 
 def _files_of(path: Path) -> list[Path]:
     """The files of a checkpoint directory, manifest last."""
-    return sorted((p for p in Path(path).iterdir() if p.is_file()), key=lambda p: (p.name == mf.MANIFEST, p.name))
+    return sorted(
+        (p for p in Path(path).iterdir() if p.is_file()), key=lambda p: (p.name == mf.MANIFEST, p.name)
+    )
 
 
 @contextlib.contextmanager
@@ -64,6 +66,7 @@ def _safe_name(name: str) -> str:
 
 
 # --- TCP: the background neighbour copy ---------------------------------------------------------
+
 
 class NeighbourServer:
     """Receives other nodes' RAM-tier checkpoints into this node's ``neighbour`` root.
@@ -97,7 +100,9 @@ class NeighbourServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True).start()
+            threading.Thread(
+                target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True
+            ).start()
 
     def _handle(self, conn: socket.socket) -> None:
         with conn:
@@ -114,7 +119,7 @@ class NeighbourServer:
                         with open(tmp / _safe_name(name), "wb") as f:
                             left = int(size)
                             while left:
-                                n = reader.readinto(view[:min(left, _CHUNK)])
+                                n = reader.readinto(view[: min(left, _CHUNK)])
                                 if not n:
                                     raise ConnectionError("neighbour copy cut off")
                                 f.write(view[:n])
@@ -126,12 +131,19 @@ class NeighbourServer:
                 log.warning("neighbour copy not received: %s", err)
 
 
-def push_checkpoint(address: str, src: Path, job_id: str, owner: int, step: int, timeout_s: float = 300.0) -> int:
+def push_checkpoint(
+    address: str, src: Path, job_id: str, owner: int, step: int, timeout_s: float = 300.0
+) -> int:
     """Send a checkpoint directory to a neighbour's server; returns the bytes sent. Raises
     OSError/ConnectionError when the neighbour did not confirm it."""
     host, port = address.rsplit(":", 1)
     files = _files_of(src)
-    header = {"job": job_id, "owner": owner, "step": step, "files": [(p.name, p.stat().st_size) for p in files]}
+    header = {
+        "job": job_id,
+        "owner": owner,
+        "step": step,
+        "files": [(p.name, p.stat().st_size) for p in files],
+    }
     sent = 0
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
         sock.sendall(json.dumps(header).encode() + b"\n")
@@ -146,6 +158,7 @@ def push_checkpoint(address: str, src: Path, job_id: str, owner: int, step: int,
 
 
 # --- gloo: transfers during recovery -----------------------------------------------------------
+
 
 def send_checkpoint(src: Path, dst: int, group: dist.ProcessGroup | None = None) -> int:
     """Send a checkpoint directory to rank ``dst``. A directory that cannot be read is sent as

@@ -51,8 +51,13 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, data: Mapping) -> "CheckResult":
-        return cls(str(data["check"]), Status(data["status"]), str(data.get("detail", "")),
-                   Fault(data.get("fault", "persistent")), float(data.get("duration_s", 0.0)))
+        return cls(
+            str(data["check"]),
+            Status(data["status"]),
+            str(data.get("detail", "")),
+            Fault(data.get("fault", "persistent")),
+            float(data.get("duration_s", 0.0)),
+        )
 
 
 def ok(check: str, detail: str = "") -> CheckResult:

@@ -30,8 +30,11 @@ def count_result(snap: NvmlSnapshot, cfg: GpuConfig) -> CheckResult:
 
 
 def ecc_result(snap: NvmlSnapshot, cfg: GpuConfig) -> CheckResult:
-    bad = [f"gpu {g.index}: {g.ecc_uncorrectable} uncorrectable ECC errors" for g in snap.gpus
-           if g.ecc_uncorrectable is not None and g.ecc_uncorrectable > cfg.ecc_uncorrectable_max]
+    bad = [
+        f"gpu {g.index}: {g.ecc_uncorrectable} uncorrectable ECC errors"
+        for g in snap.gpus
+        if g.ecc_uncorrectable is not None and g.ecc_uncorrectable > cfg.ecc_uncorrectable_max
+    ]
     if bad:
         return fail("gpu_ecc", "; ".join(bad))
     if all(g.ecc_uncorrectable is None for g in snap.gpus):
@@ -96,8 +99,14 @@ def nvlink_result(snap: NvmlSnapshot, cfg: GpuConfig) -> CheckResult:
 
 def evaluate(snap: NvmlSnapshot, xids: XidLog, cfg: GpuConfig) -> list[CheckResult]:
     """Every GPU decision on one reading (pure)."""
-    return [count_result(snap, cfg), ecc_result(snap, cfg), pages_result(snap, cfg),
-            xid_result(xids, cfg), thermal_result(snap, cfg), nvlink_result(snap, cfg)]
+    return [
+        count_result(snap, cfg),
+        ecc_result(snap, cfg),
+        pages_result(snap, cfg),
+        xid_result(xids, cfg),
+        thermal_result(snap, cfg),
+        nvlink_result(snap, cfg),
+    ]
 
 
 def check_gpu(ctx: CheckContext) -> list[CheckResult]:

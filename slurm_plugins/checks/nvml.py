@@ -26,15 +26,15 @@ class GpuReading:
     name: str = ""
     uuid: str = ""
     pci_bus_id: str = ""
-    ecc_uncorrectable: int | None = None   # volatile: since the driver loaded
-    retired_pages: int | None = None       # single + double bit retirements (pre-Ampere)
+    ecc_uncorrectable: int | None = None  # volatile: since the driver loaded
+    retired_pages: int | None = None  # single + double bit retirements (pre-Ampere)
     retired_pending: bool | None = None
     remapped_uncorrectable: int | None = None  # row remapping (Ampere and later)
     remap_pending: bool | None = None
     remap_failed: bool | None = None
     temperature_c: float | None = None
     throttle_reasons: int = 0
-    nvlinks: tuple[bool, ...] = ()         # one entry per link NVML reports; True = active
+    nvlinks: tuple[bool, ...] = ()  # one entry per link NVML reports; True = active
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class NvmlSnapshot:
     driver: str
     device_count: int
     gpus: tuple[GpuReading, ...]
-    pci_gpus: int | None = None            # NVIDIA display/3D controllers on the PCI bus
+    pci_gpus: int | None = None  # NVIDIA display/3D controllers on the PCI bus
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,8 +108,9 @@ def read_xids(state_file: Path, kmsg: Path = Path("/dev/kmsg")) -> XidLog:
     try:
         records = _read_kmsg(kmsg)
     except OSError as err:
-        return XidLog(boot_id=boot_id, last_seq=after, readable=False,
-                      notes=(f"cannot read {kmsg} ({err.strerror})",))
+        return XidLog(
+            boot_id=boot_id, last_seq=after, readable=False, notes=(f"cannot read {kmsg} ({err.strerror})",)
+        )
     events, last = parse_kmsg(records, after)
     notes = ()
     try:
@@ -132,13 +133,15 @@ def _read_kmsg(path: Path) -> list[str]:
             except BlockingIOError:
                 break
             except OSError as err:
-                if err.errno == errno.EPIPE:   # overwritten while we read: go on
+                if err.errno == errno.EPIPE:  # overwritten while we read: go on
                     continue
                 raise
             if not chunk:
                 break
             # One record per read from /dev/kmsg; continuation lines (" KEY=value") are dropped.
-            records += [line for line in chunk.decode(errors="replace").splitlines() if line and not line[0].isspace()]
+            records += [
+                line for line in chunk.decode(errors="replace").splitlines() if line and not line[0].isspace()
+            ]
     finally:
         os.close(fd)
     return records
@@ -150,7 +153,10 @@ def pci_gpu_count(root: Path = Path("/sys/bus/pci/devices")) -> int | None:
         return None
     count = 0
     for dev in root.iterdir():
-        if _read(dev / "vendor").strip() == NVIDIA_VENDOR and _read(dev / "class").strip()[:6] in ("0x0300", "0x0302"):
+        if _read(dev / "vendor").strip() == NVIDIA_VENDOR and _read(dev / "class").strip()[:6] in (
+            "0x0300",
+            "0x0302",
+        ):
             count += 1
     return count
 
@@ -190,8 +196,9 @@ def _read_gpu(nvml: Any, index: int) -> GpuReading:
         name=_text(q(nvml.nvmlDeviceGetName, default="")),
         uuid=_text(q(nvml.nvmlDeviceGetUUID, default="")),
         pci_bus_id=_text(getattr(pci, "busId", "")) if pci is not None else "",
-        ecc_uncorrectable=q(nvml.nvmlDeviceGetTotalEccErrors, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                            nvml.NVML_VOLATILE_ECC),
+        ecc_uncorrectable=q(
+            nvml.nvmlDeviceGetTotalEccErrors, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+        ),
         retired_pages=retired,
         retired_pending=None if pending is None else bool(pending),
         remapped_uncorrectable=None if remap is None else int(remap[1]),

@@ -79,7 +79,9 @@ def check_processes(ctx: CheckContext) -> list[CheckResult]:
     if not procs:
         return [ok("processes", "no job processes")]
     active = {ctx.job_id} if ctx.job_id else set()
-    client = SlurmClient.create(ctx.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=ctx.config.budget.slurm_s)
+    client = SlurmClient.create(
+        ctx.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=ctx.config.budget.slurm_s
+    )
     for job_id in {p.job_id for p in procs} - active:
         try:
             if not client.job(job_id).finished:

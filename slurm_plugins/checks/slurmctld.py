@@ -57,7 +57,9 @@ def check_slurmctld(ctx: CheckContext) -> list[CheckResult]:
         start = time.monotonic()
         try:
             with socket.create_connection((host, port), timeout=ctx.config.checks.slurmctld.timeout_s):
-                return [ok("slurmctld", f"{host}:{port} answered in {(time.monotonic() - start) * 1000:.0f} ms")]
+                return [
+                    ok("slurmctld", f"{host}:{port} answered in {(time.monotonic() - start) * 1000:.0f} ms")
+                ]
         except OSError as err:
             errors.append(f"{host}:{port} {err.strerror or type(err).__name__}")
     # A network problem is often cleared by a reboot (link renegotiated, routes restored).

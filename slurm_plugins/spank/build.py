@@ -19,7 +19,9 @@ PLUGIN = "sres_auto_resume.so"
 def build(out_dir: Path, cc: str = "cc", include: Path = Path("/usr/include")) -> Path:
     """Compile the plugin into ``out_dir``; returns the .so path."""
     if not (include / "slurm" / "spank.h").exists():
-        raise ConfigError(f"{include}/slurm/spank.h not found: install Slurm's headers (apt-get install libslurm-dev)")
+        raise ConfigError(
+            f"{include}/slurm/spank.h not found: install Slurm's headers (apt-get install libslurm-dev)"
+        )
     if shutil.which(cc) is None:
         raise ConfigError(f"C compiler {cc!r} not found (apt-get install gcc), or pass --cc")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -40,11 +42,19 @@ def plugstack_line(plugin: Path, sres: str) -> str:
 
 def add_parser(hooks) -> None:
     """``sres hooks build-spank``: registered under the ``hooks`` command group."""
-    p = hooks.add_parser("build-spank", help="build the srun --auto-resume SPANK plugin and print its plugstack.conf line",
-                         description="Compile slurm_plugins/spank/sres_auto_resume.c against this machine's "
-                                     "/usr/include/slurm/spank.h (libslurm-dev) and print the plugstack.conf line "
-                                     "that installs it (srun reads plugstack.conf itself: no daemon restart).")
-    p.add_argument("--out", type=Path, default=Path("/usr/local/lib/sres"), help="where the .so goes (default /usr/local/lib/sres)")
+    p = hooks.add_parser(
+        "build-spank",
+        help="build the srun --auto-resume SPANK plugin and print its plugstack.conf line",
+        description="Compile slurm_plugins/spank/sres_auto_resume.c against this machine's "
+        "/usr/include/slurm/spank.h (libslurm-dev) and print the plugstack.conf line "
+        "that installs it (srun reads plugstack.conf itself: no daemon restart).",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("/usr/local/lib/sres"),
+        help="where the .so goes (default /usr/local/lib/sres)",
+    )
     p.add_argument("--cc", default="cc", help="C compiler (default cc)")
     p.add_argument("--sres", default=None, help="the sres command the plugin runs (default: this sres)")
     p.set_defaults(func=_cmd_build)
@@ -55,6 +65,8 @@ def _cmd_build(args) -> int:
 
     plugin = build(args.out, args.cc)
     sres = args.sres or shutil.which("sres") or str(Path(sys.argv[0]).resolve())
-    print(f"built {plugin}\nadd to plugstack.conf (the file PlugStackConfig= in slurm.conf names):\n"
-          f"  {plugstack_line(plugin, sres)}")
+    print(
+        f"built {plugin}\nadd to plugstack.conf (the file PlugStackConfig= in slurm.conf names):\n"
+        f"  {plugstack_line(plugin, sres)}"
+    )
     return 0

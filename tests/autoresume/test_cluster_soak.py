@@ -34,16 +34,23 @@ def soak_reference(tmp_path_factory) -> dict[int, str]:
 def _until(what: str, check, job: TrainingJob, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert not job.client.job(job.job_id).finished, f"the job ended while waiting for {what}:\n{job.output}"
+        assert not job.client.job(job.job_id).finished, (
+            f"the job ended while waiting for {what}:\n{job.output}"
+        )
         assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s:\n{job.output[-3000:]}"
         time.sleep(0.2)
 
 
 @pytest.mark.timeout(600)
 def test_ten_node_losses_in_one_job_with_spares_consumed_and_returned(cluster, tmp_path, soak_reference):
-    job = submit_training(cluster, tmp_path, ["-N5", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", f"--auto-resume={3 * LOSSES}", "-N", "3"), sleep=0.2,
-                          train_args=("--steps", str(SOAK_STEPS), "--progress-every", "10"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N5", "--no-kill", "--requeue"],
+        sres_srun(tmp_path / "run", f"--auto-resume={3 * LOSSES}", "-N", "3"),
+        sleep=0.2,
+        train_args=("--steps", str(SOAK_STEPS), "--progress-every", "10"),
+    )
     job.wait_step(10)
     hosts = job.hosts()
     batch_host, where = hosts[0], dict(enumerate(hosts[:3]))  # rank -> host

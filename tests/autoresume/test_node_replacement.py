@@ -10,8 +10,12 @@ pytestmark = pytest.mark.cluster
 
 
 def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, reference3):
-    job = submit_training(cluster, tmp_path, ["-N4", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N4", "--no-kill", "--requeue"],
+        sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"),
+    )
     job.wait_step(6)
     hosts = job.hosts()
     victim, spare = hosts[1], hosts[3]
@@ -23,22 +27,34 @@ def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, 
     assert job.digests() == reference3, job.output
     node = job.client.node(victim)
     assert node.drained and node.reason == "sres: slurmd not responding", node
-    fault, = job.of("fault")
+    (fault,) = job.of("fault")
     assert (fault["kind"], fault["host"], fault["rank"]) == ("node", victim, 1)
-    drained, = job.of("drained")
-    replaced, = job.of("replaced")
-    recovered, = job.of("recovered")
+    (drained,) = job.of("drained")
+    (replaced,) = job.of("replaced")
+    (recovered,) = job.of("recovered")
     assert drained["host"] == victim and replaced["host"] == spare and replaced["how"] == "spare"
     assert recovered["steps_lost"] == 0 and recovered["source"] == "peer"
-    assert all(isinstance(e[k], float) for e, k in [(fault, "t"), (drained, "seconds"), (recovered, "seconds"),
-                                                    (recovered, "transfer_s"), (recovered, "first_step_s")])
+    assert all(
+        isinstance(e[k], float)
+        for e, k in [
+            (fault, "t"),
+            (drained, "seconds"),
+            (recovered, "seconds"),
+            (recovered, "transfer_s"),
+            (recovered, "first_step_s"),
+        ]
+    )
     assert job.of("finished")[0]["steps"] == STEPS
 
 
 def test_without_spares_the_job_grows_into_an_idle_node_by_expansion(cluster, tmp_path, reference3):
     """--grow-by expansion, where the cluster permits it (satellites, the default: test_satellites.py)."""
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "--grow-by", "expansion", "-N", "3"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue"],
+        sres_srun(tmp_path / "run", "--auto-resume=1", "--grow-by", "expansion", "-N", "3"),
+    )
     job.wait_step(6)
     victim = job.hosts()[2]
     before = set(job.client.job(job.job_id).nodes)
@@ -46,7 +62,7 @@ def test_without_spares_the_job_grows_into_an_idle_node_by_expansion(cluster, tm
 
     job.wait_step(STEPS - 1)
     nodes = set(job.client.job(job.job_id).nodes)  # scontrol show job, while the job still runs
-    added, = job.of("node-added")
+    (added,) = job.of("node-added")
     assert added["how"] == "expansion" and added["host"] in nodes and added["host"] not in before
     assert victim not in nodes
     done = job.wait_done()
@@ -57,9 +73,22 @@ def test_without_spares_the_job_grows_into_an_idle_node_by_expansion(cluster, tm
 
 
 def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, tmp_path, reference3):
-    job = submit_training(cluster, tmp_path, ["-N4", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=2", "-N", "3", "--inject", "kill:rank=1:step=4",
-                                    "--inject", "kill:rank=1:step=12"), sleep=0.1)
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N4", "--no-kill", "--requeue"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=2",
+            "-N",
+            "3",
+            "--inject",
+            "kill:rank=1:step=4",
+            "--inject",
+            "kill:rank=1:step=12",
+        ),
+        sleep=0.1,
+    )
     done = job.wait_done()
     assert done.state == "COMPLETED", job.output
     assert job.digests() == reference3, job.output
@@ -73,14 +102,20 @@ def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, t
 def test_a_killed_rank_is_taken_over_by_a_standby_step_on_its_node(cluster, tmp_path, reference3):
     """--standby 1 under Slurm: each node holding ranks gets one more ``srun --overlap`` step,
     warm; a killed rank's node hands its rank to it, and the node is not drained."""
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--standby", "1", "--auto-resume=1", "-N", "3",
-                                    "--inject", "kill:rank=1:step=8"), sleep=0.1)
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue"],
+        sres_srun(
+            tmp_path / "run", "--standby", "1", "--auto-resume=1", "-N", "3", "--inject", "kill:rank=1:step=8"
+        ),
+        sleep=0.1,
+    )
     done = job.wait_done()
     assert done.state == "COMPLETED", job.output
     assert job.digests() == reference3, job.output
     hosts = job.hosts()
-    replaced, = job.of("replaced")
+    (replaced,) = job.of("replaced")
     assert (replaced["how"], replaced["host"], replaced["rank"]) == ("standby", hosts[1], 1), job.output
     assert not job.client.node(hosts[1]).drained
     assert job.of("recovered")[0]["steps_lost"] == 0

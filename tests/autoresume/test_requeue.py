@@ -21,11 +21,28 @@ PERSIST_EVERY = 3
 
 def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster, tmp_path, reference3):
     client_env = cluster.env()
-    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600"],
-                             env=client_env, capture_output=True, text=True, check=True).stdout.strip()
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue", "--exclusive"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--persistent-dir",
-                                    str(tmp_path / "ckpt"), "--persist-every", str(PERSIST_EVERY)))
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600"],
+        env=client_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue", "--exclusive"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=1",
+            "-N",
+            "3",
+            "--persistent-dir",
+            str(tmp_path / "ckpt"),
+            "--persist-every",
+            str(PERSIST_EVERY),
+        ),
+    )
     job.wait_step(10)
     # Each host's RAM tier is keyed by its Slurm name, so a requeue that hands the job some of
     # the same hosts (in any order) finds their copies.
@@ -35,7 +52,7 @@ def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster
     cluster.kill_node(victim)
     requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
     assert requeued.restart_count == 1
-    fault, = job.of("fault")
+    (fault,) = job.of("fault")
     assert job.of("requeue"), job.output
     assert "no spare node is left, nor an idle node to grow into" in job.of("requeue")[0]["why"]
     subprocess.run(["scancel", blocker], env=client_env, check=True)  # nodes are back
@@ -45,26 +62,40 @@ def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster
     assert job.digests() == reference3, job.output
     second = job.of("start")[-1]
     assert second["restart_count"] == 1 and victim not in second["hosts"]
-    restored, = job.of("restored")  # from the survivors' RAM tiers, or the persistent tier
-    assert fault["step"] - 1 - restored["step"] <= PERSIST_EVERY, job.events  # steps lost <= the save interval
+    (restored,) = job.of("restored")  # from the survivors' RAM tiers, or the persistent tier
+    assert fault["step"] - 1 - restored["step"] <= PERSIST_EVERY, (
+        job.events
+    )  # steps lost <= the save interval
     assert job.of("finished")[-1]["steps"] == STEPS
 
 
 def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, reference3):
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--persistent-dir",
-                                    str(tmp_path / "ckpt"), "--persist-every", "1000"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=1",
+            "-N",
+            "3",
+            "--persistent-dir",
+            str(tmp_path / "ckpt"),
+            "--persist-every",
+            "1000",
+        ),
+    )
     job.wait_step(8)
     subprocess.run(["scancel", "--signal=USR2", job.job_id], env=cluster.env(), check=True)
     requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
     assert requeued.restart_count == 1
-    flushed, = job.of("flushed")
+    (flushed,) = job.of("flushed")
     assert flushed["step"] >= 7 and "preempted" in job.of("requeue")[0]["why"]
 
     done = job.wait_done(timeout=240)
     assert done.state == "COMPLETED", job.output
     assert job.digests() == reference3, job.output
-    restored, = job.of("restored")
+    (restored,) = job.of("restored")
     # The flushed step at least; the RAM tiers may hold a commit made after the flush.
     assert restored["step"] >= flushed["step"], job.events
     assert not job.of("fault")
@@ -74,8 +105,9 @@ def test_preemption_signal_from_the_environment_during_start_up_requeues(cluster
     """Issue 28: ``SRES_PREEMPT_SIGNAL=TERM`` exported (no --preempt-signal, as under srun --auto-resume),
     TERM to the batch shell while sres still imports torch: the shell survives and the run requeues."""
     srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", module="launcher.entry")
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          f"export SRES_PREEMPT_SIGNAL=TERM\nexec {srun}")  # sres is the batch shell
+    job = submit_training(
+        cluster, tmp_path, ["-N3", "--no-kill", "--requeue"], f"export SRES_PREEMPT_SIGNAL=TERM\nexec {srun}"
+    )  # sres is the batch shell
     _wait_latched(job.job_id)
     assert not job.of("start"), "the supervisor was up before the signal: not a start-up signal"
     subprocess.run(["scancel", "--batch", "--signal=TERM", job.job_id], env=cluster.env(), check=True)
@@ -112,13 +144,37 @@ def _wait_latched(job_id: str, timeout: float = 60.0) -> None:
 
 def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):
     """SLURM_RESTART_COUNT at --max-requeues: the supervisor says so instead of requeueing again."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}  # the session's private RAM tier
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"
+    }  # the session's private RAM tier
     env["SLURM_RESTART_COUNT"] = "2"
-    proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--max-requeues", "2",
-                             "--log-dir", str(tmp_path / "run"), "--", sys.executable, "-m",
-                             "resilience.examples.train_mlp", "--steps", "400", "--sleep-s", "0.05"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "run",
+            "--nodes",
+            "2",
+            "--max-requeues",
+            "2",
+            "--log-dir",
+            str(tmp_path / "run"),
+            "--",
+            sys.executable,
+            "-m",
+            "resilience.examples.train_mlp",
+            "--steps",
+            "400",
+            "--sleep-s",
+            "0.05",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "run" / "events.jsonl").exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -37,8 +37,14 @@ def until(what: str, ready, job: TrainingJob, timeout: float = 120.0) -> None:
 
 def sres_cmd(cluster, *args: str) -> subprocess.CompletedProcess:
     env = {**cluster.env(), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=60, cwd="/")
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
 
 
 def assert_every_sample_once(job: TrainingJob, steps: int) -> None:
@@ -49,8 +55,12 @@ def assert_every_sample_once(job: TrainingJob, steps: int) -> None:
 
 
 def test_a_lost_node_is_replaced_by_a_satellite_without_job_expansion(cluster, tmp_path, reference3):
-    job = submit_training(cluster, tmp_path, ["-N3", "--no-kill", "--requeue"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue"],
+        sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3"),
+    )
     job.wait_step(6)
     victim = job.hosts()[2]
     cluster.kill_node(victim)
@@ -58,7 +68,7 @@ def test_a_lost_node_is_replaced_by_a_satellite_without_job_expansion(cluster, t
     done = job.wait_done()
     assert done.state == "COMPLETED" and done.restart_count == 0, job.output
     assert job.digests() == reference3, job.output
-    added, = job.of("node-added")
+    (added,) = job.of("node-added")
     assert added["how"] == "satellite" and added["job"] != job.job_id and added["host"] != victim
     assert job.of("replaced")[0]["how"] == "satellite"
     assert victim not in job.client.job(job.job_id).nodes  # the job itself never grew
@@ -72,16 +82,39 @@ def test_lent_nodes_are_taken_back_by_preemption_and_lent_again(cluster, tmp_pat
     back once they are idle; every sample is trained once."""
     steps = 300
     cluster.drain(cluster.nodes[-1], "out of the way: n1-n4 are the whole partition for this test")
-    job = submit_training(cluster, tmp_path, ["-N2", "--no-kill"],
-                          sres_srun(tmp_path / "run", "--auto-resume=2", "-N", "2", "--max-nodes", "4",
-                                    "--lend-partition", "lend", "--grow-snooze", "1", "--no-tiers"),
-                          sleep=0.15, train_args=("--steps", str(steps), *ELASTIC))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N2", "--no-kill"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=2",
+            "-N",
+            "2",
+            "--max-nodes",
+            "4",
+            "--lend-partition",
+            "lend",
+            "--grow-snooze",
+            "1",
+            "--no-tiers",
+        ),
+        sleep=0.15,
+        train_args=("--steps", str(steps), *ELASTIC),
+    )
     until("growth to 4", lambda: [e["to_world"] for e in job.of("resize")] == [4], job)
     lent = [e["host"] for e in job.of("node-added") if e["how"] == "satellite"]
     assert len(lent) == 2 and {s.nodes[0] for s in satellites(job)} == set(lent)
 
-    urgent = job.client.submit(["--partition=urgent", "--nodes=2", f"--nodelist={','.join(lent)}",
-                                f"--output={tmp_path / 'urgent.out'}", "--wrap=sleep 6"])
+    urgent = job.client.submit(
+        [
+            "--partition=urgent",
+            "--nodes=2",
+            f"--nodelist={','.join(lent)}",
+            f"--output={tmp_path / 'urgent.out'}",
+            "--wrap=sleep 6",
+        ]
+    )
     until("the shrink", lambda: len(job.of("resize")) >= 2, job)
     wait_job(job.client, urgent, lambda j: j.finished, timeout=90)
     until("growth back to 4", lambda: len(job.of("resize")) >= 3, job, timeout=90)
@@ -101,10 +134,26 @@ def test_lent_nodes_are_taken_back_by_preemption_and_lent_again(cluster, tmp_pat
 
 
 def test_sres_controls_a_slurm_job_by_its_id_and_satellites_end_with_it(cluster, tmp_path):
-    job = submit_training(cluster, tmp_path, ["-N2", "--no-kill"],
-                          sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "2", "--max-nodes", "4",
-                                    "--lend-partition", "lend", "--grow-snooze", "0", "--no-tiers"),
-                          sleep=0.15, train_args=("--steps", "2000", *ELASTIC))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N2", "--no-kill"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=1",
+            "-N",
+            "2",
+            "--max-nodes",
+            "4",
+            "--lend-partition",
+            "lend",
+            "--grow-snooze",
+            "0",
+            "--no-tiers",
+        ),
+        sleep=0.15,
+        train_args=("--steps", "2000", *ELASTIC),
+    )
     until("growth to 4", lambda: [e["to_world"] for e in job.of("resize")] == [4], job)
 
     status = sres_cmd(cluster, "status", "--job", job.job_id)
@@ -112,14 +161,15 @@ def test_sres_controls_a_slurm_job_by_its_id_and_satellites_end_with_it(cluster,
     assert all(s.job_id in status.stdout for s in satellites(job)), status.stdout
     with pytest.raises(ConfigError) as refused:  # as user nobody (the test's python is root's alone)
         job_control.run_dir(job.client, job.job_id, uid=65534)
-    assert str(refused.value) == (f"job {job.job_id} belongs to root(0); only its user or root may control it "
-                                  "(you are nobody(65534))")
+    assert str(refused.value) == (
+        f"job {job.job_id} belongs to root(0); only its user or root may control it (you are nobody(65534))"
+    )
 
     before = {s.job_id: s.nodes[0] for s in satellites(job)}
     shrink = sres_cmd(cluster, "shrink", "--job", job.job_id, "--by", "1")
     assert shrink.returncode == 0, shrink.stderr
     until("the shrink", lambda: len(job.of("resize")) >= 2, job)
-    released, = job.of("node-released")
+    (released,) = job.of("node-released")
     assert released["why"] == "request" and released["job"] in before
     wait_job(job.client, released["job"], lambda j: j.finished, timeout=30)
     cluster.wait_state(before[released["job"]], lambda s: s == "IDLE", 30)
@@ -133,13 +183,18 @@ def test_sres_controls_a_slurm_job_by_its_id_and_satellites_end_with_it(cluster,
 
 
 def test_refusals_are_one_line(cluster, tmp_path):
-    job = submit_training(cluster, tmp_path, ["-N2"],
-                          sres_srun(tmp_path / "run", "-N", "2", "--max-nodes", "3", "--lend-partition", "nope"))
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N2"],
+        sres_srun(tmp_path / "run", "-N", "2", "--max-nodes", "3", "--lend-partition", "nope"),
+    )
     done = job.wait_done(timeout=60)
     assert done.state == "FAILED"
     errors = [line for line in job.output.splitlines() if line.startswith("sres: error")]
-    assert errors == ["sres: error: --lend-partition nope: no such partition (the cluster has gpu, lend, urgent)"], \
-        job.output
+    assert errors == [
+        "sres: error: --lend-partition nope: no such partition (the cluster has gpu, lend, urgent)"
+    ], job.output
     bad = sres_cmd(cluster, "run", "--nodes", "2", "--min-nodes", "3", "--max-nodes", "2", "--", "true")
     assert bad.returncode == 1 and bad.stderr == "sres: error: --max-nodes 2 is below --min-nodes 3\n"
 
@@ -149,15 +204,33 @@ def test_with_the_supervisor_apart_losing_rank_0s_node_loses_nothing(cluster, tm
     three training nodes are satellites. Rank 0's node dies; a new satellite takes its rank."""
     train = shlex.join([sys.executable, *TRAIN, "--sleep-s", "0.25", "--out", str(tmp_path / "out")])
     script = tmp_path / "job.sbatch"
-    script.write_text(templates.load("train_supervisor_apart").fill(
-        {"nodes": "3", "spares": "0", "retries": "1", "time": "00:10:00", "command": train,
-         "sres": f"{shlex.quote(sys.executable)} -m launcher.cli"}))
+    script.write_text(
+        templates.load("train_supervisor_apart").fill(
+            {
+                "nodes": "3",
+                "spares": "0",
+                "retries": "1",
+                "time": "00:10:00",
+                "command": train,
+                "sres": f"{shlex.quote(sys.executable)} -m launcher.cli",
+            }
+        )
+    )
     client = SlurmClient.create("cli", env=cluster.env())
-    job = TrainingJob(client.submit([f"--chdir={REPO}", f"--output={tmp_path / 'job.out'}",
-                                     f"--export=ALL,SRES_LOG_DIR={tmp_path / 'run'},PYTHONPATH={REPO}", str(script)]),
-                      tmp_path, client)
+    job = TrainingJob(
+        client.submit(
+            [
+                f"--chdir={REPO}",
+                f"--output={tmp_path / 'job.out'}",
+                f"--export=ALL,SRES_LOG_DIR={tmp_path / 'run'},PYTHONPATH={REPO}",
+                str(script),
+            ]
+        ),
+        tmp_path,
+        client,
+    )
     job.wait_step(6)
-    supervisor_node, = client.job(job.job_id).nodes
+    (supervisor_node,) = client.job(job.job_id).nodes
     hosts = job.hosts()
     assert supervisor_node not in hosts and len(satellites(job)) == 3
     cluster.kill_node(hosts[0])
@@ -165,7 +238,7 @@ def test_with_the_supervisor_apart_losing_rank_0s_node_loses_nothing(cluster, tm
     done = job.wait_done()
     assert done.state == "COMPLETED" and done.restart_count == 0, job.output
     assert job.digests() == reference3, job.output
-    replaced, = job.of("replaced")
+    (replaced,) = job.of("replaced")
     assert (replaced["rank"], replaced["how"]) == (0, "satellite") and replaced["host"] not in hosts
     # From peers; or, when the node died within milliseconds of a commit (the test kills it as
     # soon as it sees that step's progress), before rank 0's own part of it reached its buddy:

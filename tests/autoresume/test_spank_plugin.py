@@ -18,8 +18,12 @@ def test_option_shows_in_srun_help(cluster, plugin):
 
 
 def test_srun_auto_resume_recovers_a_killed_node(cluster, plugin, tmp_path, reference3):
-    job = submit_training(cluster, tmp_path, ["-N4", "--no-kill", "--requeue"],
-                          f"SRES_LOG_DIR={tmp_path / 'run'} srun --auto-resume=1 -N 3")
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N4", "--no-kill", "--requeue"],
+        f"SRES_LOG_DIR={tmp_path / 'run'} srun --auto-resume=1 -N 3",
+    )
     job.wait_step(6)
     victim = job.hosts()[1]
     cluster.kill_node(victim)
@@ -32,8 +36,11 @@ def test_srun_auto_resume_recovers_a_killed_node(cluster, plugin, tmp_path, refe
 
 @pytest.mark.parametrize("via", ["sres srun", "srun --auto-resume"])
 def test_outside_an_allocation_fails_with_one_clear_line(cluster, plugin, via):
-    cmd = ([sys.executable, "-m", "launcher.cli", "srun", "-N", "1", "hostname"] if via == "sres srun"
-           else ["srun", "--auto-resume=1", "-N", "1", "hostname"])
+    cmd = (
+        [sys.executable, "-m", "launcher.cli", "srun", "-N", "1", "hostname"]
+        if via == "sres srun"
+        else ["srun", "--auto-resume=1", "-N", "1", "hostname"]
+    )
     result = subprocess.run(cmd, env=cluster.env(), capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode != 0
     assert "sres: error: sres srun runs inside a Slurm allocation (SLURM_JOB_ID is unset)" in result.stderr

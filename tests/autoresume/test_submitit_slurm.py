@@ -83,7 +83,9 @@ def test_a_real_node_death_gives_the_fault_free_result(slurm_env, tmp_path, faul
 
 
 def test_preemption_requeues_and_resumes(slurm_env, tmp_path, fault_free):
-    job = executor(tmp_path, persistent_dir=str(tmp_path / "ckpt"), persist_every=3).submit(train, STEPS, 256, 0.25)
+    job = executor(tmp_path, persistent_dir=str(tmp_path / "ckpt"), persist_every=3).submit(
+        train, STEPS, 256, 0.25
+    )
     wait_event(job, "checkpoint-saved")  # training is under way (a signal during a rank's start kills it)
     subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True)
     assert job.result() == fault_free
@@ -91,7 +93,9 @@ def test_preemption_requeues_and_resumes(slurm_env, tmp_path, fault_free):
     assert wait_job(client, job.job_id, lambda j: j.finished).restart_count == 1
     requeue = [e for e in job.events() if e["event"] == "requeue"]
     restored = [e for e in job.events() if e["event"] == "restored"]
-    assert requeue and restored and restored[-1]["step"] >= requeue[0]["saved_step"] >= 0  # nothing saved is lost
+    assert (
+        requeue and restored and restored[-1]["step"] >= requeue[0]["saved_step"] >= 0
+    )  # nothing saved is lost
     assert requeue[0]["cause"] == "preemption"
 
 
@@ -122,11 +126,14 @@ def test_a_tiny_time_limit_requeues_max_num_timeout_times_then_fails_clearly(slu
     signal near the limit requeues (a time-limit requeue, from the saved step); the second finds
     max_num_timeout=1 used and fails the job with that reason, without waiting for Slurm."""
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=1)
-    ex.update_parameters(nodes=2, timeout_min=3, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"),
-                         persist_every=3)
+    ex.update_parameters(
+        nodes=2, timeout_min=3, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"), persist_every=3
+    )
     job = ex.submit(train, 100_000, 256, 0.05)
-    with pytest.raises(submitit.core.utils.FailedJobError,
-                       match=r"already requeued 1 time\(s\) at its time limit \(--max-timeout-requeues 1\)"):
+    with pytest.raises(
+        submitit.core.utils.FailedJobError,
+        match=r"already requeued 1 time\(s\) at its time limit \(--max-timeout-requeues 1\)",
+    ):
         job.result()
     requeues = [e for e in job.events() if e["event"] == "requeue"]
     assert [(e["cause"], e["restart_count"]) for e in requeues] == [("time-limit", 0)]
@@ -140,7 +147,9 @@ def test_an_array_task_is_preempted_requeued_as_itself_and_resumes(slurm_env, tm
     USR2 to one task requeues that task alone, which resumes from its saved step."""
     ex = executor(tmp_path, spares=0, persistent_dir=str(tmp_path / "ckpt"), persist_every=3)
     jobs = ex.map_array(train, [STEPS, STEPS], [256, 256], [0.25, 0.25])
-    assert [j.job_id.split("_")[1] for j in jobs] == ["0", "1"] and all(isinstance(j, type(jobs[0])) for j in jobs)
+    assert [j.job_id.split("_")[1] for j in jobs] == ["0", "1"] and all(
+        isinstance(j, type(jobs[0])) for j in jobs
+    )
     wait_event(jobs[1], "checkpoint-saved", timeout=180)
     subprocess.run(["scancel", "--signal=USR2", jobs[1].job_id], check=True)
     assert [j.result() for j in jobs] == [fault_free, fault_free]
@@ -160,6 +169,8 @@ def test_a_node_without_scontrol_fails_the_job_with_one_clear_line(slurm_env, tm
     ex = executor(tmp_path, no_tiers=True)
     ex.update_parameters(slurm_setup=[f"export PATH={bare}:{Path(sys.executable).parent}"])
     job = ex.submit(train, STEPS)
-    with pytest.raises(submitit.core.utils.FailedJobError, match=r"sres on \S+: 'scontrol' not found on PATH"):
+    with pytest.raises(
+        submitit.core.utils.FailedJobError, match=r"sres on \S+: 'scontrol' not found on PATH"
+    ):
         job.result()
     assert final_state(job) == "FAILED"

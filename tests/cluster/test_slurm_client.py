@@ -40,8 +40,9 @@ def test_drain_with_our_prefix_then_resume(cluster, client):
     node = client.node("n2")
     assert node.drained and node.reason == f"{REASON_PREFIX} xid 79 on gpu 3"
     assert "n2" not in client.idle_nodes()
-    sinfo = subprocess.run(["sinfo", "-R", "-h", "-o", "%N|%E"], env=cluster.env(), capture_output=True,
-                           text=True, check=True).stdout
+    sinfo = subprocess.run(
+        ["sinfo", "-R", "-h", "-o", "%N|%E"], env=cluster.env(), capture_output=True, text=True, check=True
+    ).stdout
     assert "n2|sres: xid 79 on gpu 3" in sinfo
     assert client.resume(["n2"]) == ["n2"]
     cluster.wait_state("n2", lambda s: s == "IDLE", 30)
@@ -117,8 +118,17 @@ def test_unknown_job_is_a_slurm_error(cluster, client):
 
 def test_killed_slurmd_is_reported_down_within_slurmd_timeout(cluster, client, tmp_path):
     marker = tmp_path / "started"
-    job_id = client.submit(["-N1", "-w", "n5", "--no-kill", "--output=/dev/null",
-                            "--wrap", f"srun sh -c 'touch {marker}; sleep 300'"])
+    job_id = client.submit(
+        [
+            "-N1",
+            "-w",
+            "n5",
+            "--no-kill",
+            "--output=/dev/null",
+            "--wrap",
+            f"srun sh -c 'touch {marker}; sleep 300'",
+        ]
+    )
     wait_job(client, job_id, lambda j: j.running)
     _wait(lambda: marker.exists(), 30, "the job step never started on n5")
     task_pids = [p for p in processes_with_env("SLURMD_NODENAME=n5")]
@@ -134,7 +144,9 @@ def test_killed_slurmd_is_reported_down_within_slurmd_timeout(cluster, client, t
             seen = time.monotonic() - killed_at
             break
         time.sleep(0.5)
-    assert seen is not None, f"n5 still {client.node('n5').long_state} {cluster.slurmd_timeout + 20} s after its slurmd died"
+    assert seen is not None, (
+        f"n5 still {client.node('n5').long_state} {cluster.slurmd_timeout + 20} s after its slurmd died"
+    )
     # Slurm pings every SlurmdTimeout/3 s, so "not responding" may lag the timeout by one ping.
     assert seen <= cluster.slurmd_timeout * 4 / 3 + 2, f"took {seen:.1f} s"
     cluster.restart_node("n5")
@@ -174,7 +186,9 @@ def test_shrink_refuses_to_drop_the_batch_host(cluster, client):
 
 
 def _queue(cluster) -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster.env(), capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], env=cluster.env(), capture_output=True, text=True, check=True
+    )
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -189,7 +203,9 @@ def _wait(predicate, timeout, message):
 def test_jobs_by_name_config_comment_and_a_step_in_another_job(cluster, client, tmp_path):
     """What satellites and `--job J` are built from: jobs found by name, slurmctld's config, a
     job's Comment, and a step started in one running job of ours from outside it."""
-    first = client.submit(["-N1", "--job-name=sres-satellite-test", "--output=/dev/null", "--wrap", "sleep 60"])
+    first = client.submit(
+        ["-N1", "--job-name=sres-satellite-test", "--output=/dev/null", "--wrap", "sleep 60"]
+    )
     other = client.submit(["-N1", "--job-name=other", "--output=/dev/null", "--wrap", "sleep 60"])
     wait_job(client, first, lambda j: j.running)
     assert [j.job_id for j in client.jobs_named("sres-satellite-test")] == [first]

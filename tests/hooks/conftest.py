@@ -50,8 +50,16 @@ class HookCluster:
                 # A per-node directory stands for a mount: all nodes share this host.
                 "mounts": [{"path": str(self.mounts / "%n"), "mountpoint": False, "writable": True}],
             },
-            "deep": {"per_check_s": 40, "allreduce_mib": 1, "allreduce_cpu_min_gbps": 0.0001,
-                     "memory_mib": 16, "memory_s": 0.5, "disk_path": str(self.root), "disk_mib": 8, "disk_s": 0.5},
+            "deep": {
+                "per_check_s": 40,
+                "allreduce_mib": 1,
+                "allreduce_cpu_min_gbps": 0.0001,
+                "memory_mib": 16,
+                "memory_s": 0.5,
+                "disk_path": str(self.root),
+                "disk_mib": 8,
+                "disk_s": 0.5,
+            },
         }
 
     def write_config(self, config: dict) -> None:
@@ -71,21 +79,29 @@ class HookCluster:
 
     def set_health_interval(self, seconds: int) -> None:
         conf = self.cluster.conf_path
-        lines = [f"HealthCheckInterval={seconds}" if line.startswith("HealthCheckInterval=") else line
-                 for line in conf.read_text().splitlines()]
+        lines = [
+            f"HealthCheckInterval={seconds}" if line.startswith("HealthCheckInterval=") else line
+            for line in conf.read_text().splitlines()
+        ]
         conf.write_text("\n".join(lines) + "\n")
-        subprocess.run(["scontrol", "reconfigure"], env=self.cluster.env(), check=True, timeout=30,
-                       capture_output=True)
+        subprocess.run(
+            ["scontrol", "reconfigure"], env=self.cluster.env(), check=True, timeout=30, capture_output=True
+        )
 
 
 def hook_conf(prefix: Path) -> str:
-    return "\n".join([
-        *[line for line in wrappers.slurm_conf_lines(str(prefix), interval_s=0)
-          if not line.startswith("SchedulerParameters")],
-        # The base config's SchedulerParameters line comes first: the last one wins.
-        "SchedulerParameters=permit_job_expansion,nohold_on_prolog_fail",
-        "RebootProgram=/bin/true",
-    ])
+    return "\n".join(
+        [
+            *[
+                line
+                for line in wrappers.slurm_conf_lines(str(prefix), interval_s=0)
+                if not line.startswith("SchedulerParameters")
+            ],
+            # The base config's SchedulerParameters line comes first: the last one wins.
+            "SchedulerParameters=permit_job_expansion,nohold_on_prolog_fail",
+            "RebootProgram=/bin/true",
+        ]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -97,8 +113,12 @@ def hook_cluster(tmp_path_factory: pytest.TempPathFactory):
     for node in cluster.nodes:
         (hooks.mounts / node).mkdir(parents=True, exist_ok=True)
     sres = f"{sys.executable} -m launcher.cli"
-    wrappers.write_local(str(hooks.prefix), sres, yaml.safe_dump(hooks.base_config()),
-                         {"PYTHONPATH": str(REPO), "SLURM_CONF": str(cluster.conf_path)})
+    wrappers.write_local(
+        str(hooks.prefix),
+        sres,
+        yaml.safe_dump(hooks.base_config()),
+        {"PYTHONPATH": str(REPO), "SLURM_CONF": str(cluster.conf_path)},
+    )
     with running(cluster, "hook test cluster"):
         yield hooks
 

@@ -74,8 +74,13 @@ Match LocalAddress {REFUSING}
     host_pub = (root / "host_key.pub").read_text().split()[:2]
     (root / "known_hosts").write_text("".join(f"[{a}]:{port} {' '.join(host_pub)}\n" for a in ADDRESSES))
     log = open(root / "sshd.log", "ab")
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(root / "sshd_config")], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", str(root / "sshd_config")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log.close()
     sshd = Sshd(root, port, root / "user_key", root / "other_key", root / "known_hosts", proc)
     deadline = time.monotonic() + timeout

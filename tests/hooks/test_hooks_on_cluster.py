@@ -21,8 +21,14 @@ pytestmark = pytest.mark.cluster
 
 
 def sinfo_reasons(hooked) -> dict[str, str]:
-    out = subprocess.run(["sinfo", "-R", "-h", "-N", "-o", "%N|%E"], env=hooked.cluster.env(), capture_output=True,
-                         text=True, check=True, timeout=30).stdout
+    out = subprocess.run(
+        ["sinfo", "-R", "-h", "-N", "-o", "%N|%E"],
+        env=hooked.cluster.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     return dict(line.split("|", 1) for line in out.splitlines() if line)
 
 
@@ -47,8 +53,11 @@ def test_sick_node_drained_by_prolog_job_runs_elsewhere_then_health_check_resume
 
     # While the condition holds, the health-check program keeps n1 drained...
     hooked.set_health_interval(5)
-    wait_for(lambda: hooked.events(hook="health", node="n1", event="check", check="mounts", status="fail"),
-             45, "slurmd never ran the health-check program on n1")
+    wait_for(
+        lambda: hooked.events(hook="health", node="n1", event="check", check="mounts", status="fail"),
+        45,
+        "slurmd never ran the health-check program on n1",
+    )
     assert client.node("n1").drained_by_us
     # ...and once it clears, runs the deep checks and resumes n1 (only n1).
     (hooked.mounts / "n1").mkdir()
@@ -56,8 +65,11 @@ def test_sick_node_drained_by_prolog_job_runs_elsewhere_then_health_check_resume
     assert hooked.events(hook="health", node="n1", event="deep_check", check="allreduce", status="ok")
     assert hooked.events(hook="health", node="n1", event="action", action="resume")
     since = time.time()
-    wait_for(lambda: [e for e in hooked.events(hook="health", node="n3", event="action") if e["ts"] > since],
-             30, "no health-check run on n3")
+    wait_for(
+        lambda: [e for e in hooked.events(hook="health", node="n3", event="action") if e["ts"] > since],
+        30,
+        "no health-check run on n3",
+    )
     n3 = client.node("n3")
     assert n3.drained and n3.reason == "admin: fan replaced tomorrow"
     assert not hooked.events(hook="health", node="n3", action="resume")
@@ -76,8 +88,10 @@ def test_health_check_drains_an_idle_sick_node(hooked):
 def test_epilog_kills_leftover_processes_and_removes_the_ram_tier(hooked, tmp_path):
     client = SlurmClient.create("cli", env=hooked.cluster.env())
     pid_file = tmp_path / "escaped.pid"
-    script = (f"mkdir -p {hooked.ram_root}/job-$SLURM_JOB_ID && echo state > {hooked.ram_root}/job-$SLURM_JOB_ID/r0; "
-              f"setsid sh -c 'sleep 300 & echo $! > {pid_file}' </dev/null >/dev/null 2>&1; sleep 1")
+    script = (
+        f"mkdir -p {hooked.ram_root}/job-$SLURM_JOB_ID && echo state > {hooked.ram_root}/job-$SLURM_JOB_ID/r0; "
+        f"setsid sh -c 'sleep 300 & echo $! > {pid_file}' </dev/null >/dev/null 2>&1; sleep 1"
+    )
     job_id = client.submit(["-N1", "-w", "n2", "--output=/dev/null", "--wrap", script])
     job = wait_job(client, job_id, lambda j: j.finished, timeout=60)
     assert job.state == "COMPLETED"
@@ -105,20 +119,52 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
     client = SlurmClient.create("cli", env=hooked.cluster.env())
     job_id = client.submit(["-N1", "-w", "n3", "--output=/dev/null", "--wrap", "true"])
     wait_job(client, job_id, lambda j: j.finished, timeout=60)
-    job_env = {**hooked.cluster.env(), "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": "n3",
-               "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name}
+    job_env = {
+        **hooked.cluster.env(),
+        "SLURM_JOB_ID": job_id,
+        "SLURMD_NODENAME": "n3",
+        "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name,
+    }
     leftover = subprocess.Popen(["sleep", "120"], env=job_env)
     try:
         env = {**hooked.cluster.env(), "SLURMD_NODENAME": "n3"}
-        result = subprocess.run([sys.executable, "-m", "launcher.cli", "hooks", "check", "--json", "--config",
-                                 str(hooked.config_path)], env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launcher.cli",
+                "hooks",
+                "check",
+                "--json",
+                "--config",
+                str(hooked.config_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         processes = next(r for r in json.loads(result.stdout) if r["check"] == "processes")
         assert processes["status"] == "fail", processes
         assert f"{leftover.pid} (sleep, job {job_id})" in processes["detail"]
         # The same process is nobody's leftover on another node.
         env["SLURMD_NODENAME"] = "n1"
-        result = subprocess.run([sys.executable, "-m", "launcher.cli", "hooks", "check", "--json", "--config",
-                                 str(hooked.config_path)], env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launcher.cli",
+                "hooks",
+                "check",
+                "--json",
+                "--config",
+                str(hooked.config_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert next(r for r in json.loads(result.stdout) if r["check"] == "processes")["status"] == "ok"
     finally:
         leftover.kill()

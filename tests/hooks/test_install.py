@@ -30,15 +30,38 @@ def sshd(tmp_path_factory):
 
 
 def install(sshd, prefix: Path, *extra: str, nodes: str = "127.0.0.[1,3]", key: Path | None = None):
-    argv = [sys.executable, "-m", "launcher.cli", "hooks", "install", "--nodes", nodes, "--port", str(sshd.port),
-            "--key", str(key or sshd.key), "--known-hosts", str(sshd.known_hosts), "--prefix", f"{prefix}/%n",
-            "--sres", SRES, "--env", f"PYTHONPATH={REPO}", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "hooks",
+        "install",
+        "--nodes",
+        nodes,
+        "--port",
+        str(sshd.port),
+        "--key",
+        str(key or sshd.key),
+        "--known-hosts",
+        str(sshd.known_hosts),
+        "--prefix",
+        f"{prefix}/%n",
+        "--sres",
+        SRES,
+        "--env",
+        f"PYTHONPATH={REPO}",
+        *extra,
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRES_"))}
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 def test_install_verifies_reports_the_refusing_node_and_is_idempotent(sshd, tmp_path):
@@ -64,8 +87,13 @@ def test_install_verifies_reports_the_refusing_node_and_is_idempotent(sshd, tmp_
     assert "nohold_on_prolog_fail" in first.stdout
 
     # The installed wrapper runs here as slurmd would run it (no PATH, no SLURM_CONF).
-    verify = subprocess.run([str(prefix / "127.0.0.1/hooks/prolog"), "--verify"], capture_output=True, text=True,
-                            env={"SLURMD_NODENAME": "n1"}, timeout=60)
+    verify = subprocess.run(
+        [str(prefix / "127.0.0.1/hooks/prolog"), "--verify"],
+        capture_output=True,
+        text=True,
+        env={"SLURMD_NODENAME": "n1"},
+        timeout=60,
+    )
     assert verify.returncode == 0 and "valid" in verify.stdout, verify.stderr
 
     before = snapshot(prefix)
@@ -87,9 +115,29 @@ def test_a_node_that_fails_verification_is_left_unchanged(sshd, tmp_path):
     assert good.returncode == 0, good.stdout + good.stderr
     before = snapshot(prefix)
     bad = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "hooks", "install", "--nodes", "127.0.0.1", "--port", str(sshd.port),
-         "--key", str(sshd.key), "--known-hosts", str(sshd.known_hosts), "--prefix", f"{prefix}/%n",
-         "--sres", "/nonexistent/sres"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "hooks",
+            "install",
+            "--nodes",
+            "127.0.0.1",
+            "--port",
+            str(sshd.port),
+            "--key",
+            str(sshd.key),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--prefix",
+            f"{prefix}/%n",
+            "--sres",
+            "/nonexistent/sres",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1
     assert "FAILED: verification of hooks/prolog failed" in bad.stdout, bad.stdout
     assert snapshot(prefix) == before and not list(prefix.glob("*.staging-*"))
@@ -97,9 +145,28 @@ def test_a_node_that_fails_verification_is_left_unchanged(sshd, tmp_path):
 
 def test_unknown_host_key_is_refused_without_the_flag(sshd, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "hooks", "install", "--nodes", "127.0.0.1", "--port", str(sshd.port),
-         "--key", str(sshd.key), "--prefix", str(tmp_path / "x"), "--sres", SRES],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "hooks",
+            "install",
+            "--nodes",
+            "127.0.0.1",
+            "--port",
+            str(sshd.port),
+            "--key",
+            str(sshd.key),
+            "--prefix",
+            str(tmp_path / "x"),
+            "--sres",
+            SRES,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     assert result.returncode == 1 and "--accept-unknown-hosts" in result.stdout, result.stdout
     assert not (tmp_path / "x").exists()
 
@@ -115,7 +182,9 @@ def test_apply_writes_slurm_conf_with_a_backup_once(sshd, tmp_path):
     text = conf.read_text()
     assert f"Prolog={tmp_path}/nodes/%n/hooks/prolog" in text and "/old/prolog" not in text
     assert "SchedulerParameters=permit_job_expansion,nohold_on_prolog_fail" in text
-    assert f"optional {tmp_path}/nodes/%n/spank/sres_auto_resume.so" in (tmp_path / "plugstack.conf").read_text()
+    assert (
+        f"optional {tmp_path}/nodes/%n/spank/sres_auto_resume.so" in (tmp_path / "plugstack.conf").read_text()
+    )
     assert (tmp_path / "nodes/127.0.0.1/spank/sres_auto_resume.so").read_bytes() == spank.read_bytes()
     backups = list(tmp_path.glob("slurm.conf.sres-backup-*"))
     assert len(backups) == 1 and "/old/prolog" in backups[0].read_text()

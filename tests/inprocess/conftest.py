@@ -41,15 +41,43 @@ class Run:
         return [e for e in self.events if e["event"] == kind]
 
 
-def sres_run(tmp: Path, *args: str, train_args: tuple[str, ...] = (), nodes: int = 4, timeout: float = 240,
-             steps: int = STEPS, example: str = "train_mlp") -> Run:
+def sres_run(
+    tmp: Path,
+    *args: str,
+    train_args: tuple[str, ...] = (),
+    nodes: int = 4,
+    timeout: float = 240,
+    steps: int = STEPS,
+    example: str = "train_mlp",
+) -> Run:
     log_dir = tmp / "run"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(nodes), "--log-dir", str(log_dir),
-           "--hang-timeout", "3", "--reform-timeout", "20", *args, "--",
-           sys.executable, "-m", f"resilience.examples.{example}", "--steps", str(steps),
-           "--out", str(log_dir / "out"), *train_args]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        str(nodes),
+        "--log-dir",
+        str(log_dir),
+        "--hang-timeout",
+        "3",
+        "--reform-timeout",
+        "20",
+        *args,
+        "--",
+        sys.executable,
+        "-m",
+        f"resilience.examples.{example}",
+        "--steps",
+        str(steps),
+        "--out",
+        str(log_dir / "out"),
+        *train_args,
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"
+    }
     return run_command(cmd, env, log_dir, timeout)
 
 
@@ -81,11 +109,14 @@ def sharded_reference(tmp_path_factory) -> dict[int, str]:
 
 
 def sres(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> threading.Thread:
     """Run ``then()`` on a thread once an event of the run matches ``predicate``."""
+
     def watch() -> None:
         deadline = time.monotonic() + timeout_s
         path = log_dir / "events.jsonl"
@@ -94,6 +125,7 @@ def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> thread
                 then()
                 return
             time.sleep(0.2)
+
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread

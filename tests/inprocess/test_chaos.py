@@ -15,18 +15,23 @@ import sys
 import pytest
 
 FAULTS = 25
-KINDS = ("kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk,"
-         "kill-supervisor-child")
+KINDS = (
+    "kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk,"
+    "kill-supervisor-child"
+)
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     where = tmp_path / "persistent"
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
-        pytest.skip(reason=f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}")
+        pytest.skip(
+            reason=f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}"
+        )
     yield where
     subprocess.run(["umount", "-l", str(where)], check=True)
 
@@ -34,22 +39,58 @@ def small_disk(tmp_path):
 @pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "sharded"])
 def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, sharded):
     kinds = KINDS + (",kill-during-copy" if sharded else "")
-    cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", str(FAULTS), "--seed", "7", "--every", "4",
-           "--kinds", kinds, "--log-dir", str(tmp_path), "--",
-           "--nodes", "4", "--spares", "1", "--hang-timeout", "3", "--reform-timeout", "20",
-           "--persistent-dir", str(small_disk), "--persist-every", "4", "--",
-           sys.executable, "-m", "resilience.examples.train_mlp", "--steps", "100", "--progress-every", "1000",
-           *(("--sharded",) if sharded else ())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "chaos",
+        "--faults",
+        str(FAULTS),
+        "--seed",
+        "7",
+        "--every",
+        "4",
+        "--kinds",
+        kinds,
+        "--log-dir",
+        str(tmp_path),
+        "--",
+        "--nodes",
+        "4",
+        "--spares",
+        "1",
+        "--hang-timeout",
+        "3",
+        "--reform-timeout",
+        "20",
+        "--persistent-dir",
+        str(small_disk),
+        "--persist-every",
+        "4",
+        "--",
+        sys.executable,
+        "-m",
+        "resilience.examples.train_mlp",
+        "--steps",
+        "100",
+        "--progress-every",
+        "1000",
+        *(("--sharded",) if sharded else ()),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    assert "identical              yes" in done.stdout and "clean                  yes" in done.stdout, done.stdout
+    assert "identical              yes" in done.stdout and "clean                  yes" in done.stdout, (
+        done.stdout
+    )
     schedule = json.loads((tmp_path / "chaos" / "fault-schedule.json").read_text())["injections"]
     # The seed draws every kind; a paired kind brings its partner (free-disk after fill-disk).
     assert len({s for s in schedule if not s.startswith("free-disk")}) >= FAULTS
     assert {s.split(":")[0] for s in schedule} == set(kinds.split(",")) | {"free-disk"}
     events = [json.loads(line) for line in (tmp_path / "chaos" / "events.jsonl").read_text().splitlines()]
-    assert len([e for e in events if e["event"] == "fault"]) >= FAULTS  # a whole-node or all-rank one counts per rank
+    assert (
+        len([e for e in events if e["event"] == "fault"]) >= FAULTS
+    )  # a whole-node or all-rank one counts per rank
     full = [e for e in events if e["event"] == "tier-warning" and e["tier"] == "persistent"]
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"
     assert not list(small_disk.rglob(".sres-fill-disk-*"))

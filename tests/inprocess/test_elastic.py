@@ -53,8 +53,18 @@ def test_four_three_four(tmp_path, fixed_size, sharded):
         replies["status"] = sres("status", str(log_dir), "--json")
 
     watcher = when_event(log_dir, lambda e: e["event"] == "resize" and e["to_world"] == 3, control)
-    run = sres_run(tmp_path, "--no-tiers", "--min-nodes", "2", "--max-nodes", "4", "--inject", "node:1:step=5",
-                   steps=STEPS, train_args=(*DATA, "--sleep-s", "0.2", *(("--sharded",) if sharded else ())))
+    run = sres_run(
+        tmp_path,
+        "--no-tiers",
+        "--min-nodes",
+        "2",
+        "--max-nodes",
+        "4",
+        "--inject",
+        "node:1:step=5",
+        steps=STEPS,
+        train_args=(*DATA, "--sleep-s", "0.2", *(("--sharded",) if sharded else ())),
+    )
     watcher.join(timeout=5)
     assert run.returncode == 0, run.stderr
     resizes = [(e["from_world"], e["to_world"], e["why"]) for e in run.of("resize")]
@@ -85,8 +95,16 @@ def _wrong_token(log_dir: Path) -> subprocess.CompletedProcess:
 def test_global_batch_the_new_world_does_not_divide(tmp_path):
     """20 samples per step on 4 ranks, then 3: the closest global batch 3 divides (21) and a
     linear LR scale are used and reported; no crash, every sample still once."""
-    run = sres_run(tmp_path, "--no-tiers", "--min-nodes", "2", "--inject", "node:3:step=4", steps=20,
-                   train_args=("--dataset", "100", "--global-batch", "20", "--micro-batch", "4"))
+    run = sres_run(
+        tmp_path,
+        "--no-tiers",
+        "--min-nodes",
+        "2",
+        "--inject",
+        "node:3:step=4",
+        steps=20,
+        train_args=("--dataset", "100", "--global-batch", "20", "--micro-batch", "4"),
+    )
     assert run.returncode == 0, run.stderr
     (resize,) = run.of("resize")
     assert (resize["global_batch"], resize["accumulation"]) == (21, 2)
@@ -97,8 +115,22 @@ def test_global_batch_the_new_world_does_not_divide(tmp_path):
 
 
 def test_below_min_nodes_waits_then_fails_clearly(tmp_path):
-    run = sres_run(tmp_path, "--no-tiers", "--min-nodes", "4", "--max-nodes", "5", "--on-no-spare", "wait",
-                   "--resize-timeout", "2", "--inject", "node:2:step=4", steps=20, train_args=DATA)
+    run = sres_run(
+        tmp_path,
+        "--no-tiers",
+        "--min-nodes",
+        "4",
+        "--max-nodes",
+        "5",
+        "--on-no-spare",
+        "wait",
+        "--resize-timeout",
+        "2",
+        "--inject",
+        "node:2:step=4",
+        steps=20,
+        train_args=DATA,
+    )
     assert run.returncode == 1
     (waiting,) = run.of("waiting")
     (failed,) = run.of("failed")

@@ -29,9 +29,18 @@ def digests(run: Run) -> set[str]:
 @pytest.fixture(scope="module")
 def by_world(tmp_path_factory) -> dict[int, set[str]]:
     """The same 60 steps of the same global batch at 1, 2, 3 and 4 ranks."""
-    return {world: digests(sres_run(tmp_path_factory.mktemp(f"world{world}"), "--no-tiers", nodes=world,
-                                    steps=STEPS, train_args=EXACT))
-            for world in (1, 2, 3, 4)}
+    return {
+        world: digests(
+            sres_run(
+                tmp_path_factory.mktemp(f"world{world}"),
+                "--no-tiers",
+                nodes=world,
+                steps=STEPS,
+                train_args=EXACT,
+            )
+        )
+        for world in (1, 2, 3, 4)
+    }
 
 
 def test_every_world_size_ends_with_the_same_bits(by_world):
@@ -49,12 +58,15 @@ def test_a_loop_without_no_sync_ends_with_the_bits_of_one_with_it(tmp_path, by_w
 
 @pytest.fixture(scope="module")
 def dropout_at_one(tmp_path_factory) -> set[str]:
-    return digests(sres_run(tmp_path_factory.mktemp("dropout1"), "--no-tiers", nodes=1, steps=STEPS,
-                            train_args=DROPOUT))
+    return digests(
+        sres_run(tmp_path_factory.mktemp("dropout1"), "--no-tiers", nodes=1, steps=STEPS, train_args=DROPOUT)
+    )
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_dropout_drawn_per_micro_batch_ends_alike_at_every_world_size(tmp_path, world, dropout_at_one, by_world):
+def test_dropout_drawn_per_micro_batch_ends_alike_at_every_world_size(
+    tmp_path, world, dropout_at_one, by_world
+):
     """Each micro-batch's masks come from ``resilience.micro_batch_rng(seed, step, id)``: the
     same samples get the same masks whichever rank runs them."""
     assert dropout_at_one != by_world[1]  # dropout changes the training
@@ -66,13 +78,31 @@ def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world):
     """A node lost with no spare (4 -> 3), a rank killed while that world forms, `sres grow` (3 -> 4)."""
     log_dir = tmp_path / "run"
     grown: list = []
-    watcher = when_event(log_dir, lambda e: e["event"] == "resize" and e["to_world"] == 3,
-                         lambda: grown.append(sres("grow", str(log_dir), "--by", "1")))
-    run = sres_run(tmp_path, "--no-tiers", "--min-nodes", "2", "--max-nodes", "4", "--inject", "node:1:step=5",
-                   "--inject", "kill:rank=0:gen=2", steps=STEPS, train_args=(*EXACT, "--sleep-s", "0.2"))
+    watcher = when_event(
+        log_dir,
+        lambda e: e["event"] == "resize" and e["to_world"] == 3,
+        lambda: grown.append(sres("grow", str(log_dir), "--by", "1")),
+    )
+    run = sres_run(
+        tmp_path,
+        "--no-tiers",
+        "--min-nodes",
+        "2",
+        "--max-nodes",
+        "4",
+        "--inject",
+        "node:1:step=5",
+        "--inject",
+        "kill:rank=0:gen=2",
+        steps=STEPS,
+        train_args=(*EXACT, "--sleep-s", "0.2"),
+    )
     watcher.join(timeout=5)
     assert digests(run) == by_world[4]
-    assert [(e["from_world"], e["to_world"], e["why"]) for e in run.of("resize")] == [(4, 3, "fault"), (3, 4, "request")]
+    assert [(e["from_world"], e["to_world"], e["why"]) for e in run.of("resize")] == [
+        (4, 3, "fault"),
+        (3, 4, "request"),
+    ]
     assert len(run.of("fault")) == 2 and grown[0].returncode == 0
 
 
@@ -81,9 +111,11 @@ def test_sharded_optimizer_on_exact_gradients_is_world_independent(tmp_path):
     all-reduced gradients elementwise and broadcasts, so its parameters do not depend on the
     world size either (its optimizer state is partitioned by world size, so only the parameters
     are compared)."""
+
     def params(world: int) -> set[str]:
-        run = sres_run(tmp_path / f"world{world}", "--no-tiers", nodes=world, steps=30,
-                       train_args=(*EXACT, "--sharded"))
+        run = sres_run(
+            tmp_path / f"world{world}", "--no-tiers", nodes=world, steps=30, train_args=(*EXACT, "--sharded")
+        )
         assert run.returncode == 0, run.stderr
         return {json.loads(p.read_text())["model_digest"] for p in (run.log_dir / "out").glob("rank*.json")}
 
@@ -95,6 +127,7 @@ def test_plain_ddp_recovers_bitwise(tmp_path):
     """World 3, a node lost, a spare: plain DistributedDataParallel built in train() ends bitwise
     equal to the fault-free run, because resilience.run gives it a bucket-independent all-reduce.
     Without it (the opt-out) the same pair of runs differs: the test can see the difference."""
+
     def run(name: str, *flags: str, opt_out: bool = False) -> set[str]:
         train = ("--ddp", "torch", *(("--no-deterministic-ddp",) if opt_out else ()))
         return digests(sres_run(tmp_path / name, "--no-tiers", *flags, nodes=3, train_args=train))
@@ -112,8 +145,13 @@ def logged_losses(run: Run) -> dict[int, float]:
 def test_exact_loss_curve_follows_float_mode(tmp_path):
     curves, evals = {}, {}
     for kind in ("exact", "resilience"):
-        run = sres_run(tmp_path / kind, "--no-tiers", nodes=2, steps=200,
-                       train_args=(*EXACT[:-1], kind, "--progress-every", "10"))
+        run = sres_run(
+            tmp_path / kind,
+            "--no-tiers",
+            nodes=2,
+            steps=200,
+            train_args=(*EXACT[:-1], kind, "--progress-every", "10"),
+        )
         curves[kind] = logged_losses(run)
         evals[kind] = json.loads((run.log_dir / "out" / "rank0.json").read_text())["eval_loss"]
     assert len(curves["exact"]) == 21 and curves["exact"].keys() == curves["resilience"].keys()

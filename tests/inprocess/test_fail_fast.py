@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.inprocess.conftest import Run, run_command
 
-TRAIN = '''
+TRAIN = """
 import argparse
 
 import torch
@@ -51,20 +51,43 @@ def train(ctx):
 
 
 resilience.run(train)
-'''
+"""
 
 
 def run_raising(tmp: Path, *at: str, steps: int = 10) -> tuple[Run, list[tuple[int, int, int]]]:
     """``sres run`` on 2 nodes of the script above; also (rank, generation, step) of every raise."""
     script, log, log_dir = tmp / "train_raising.py", tmp / "raised.txt", tmp / "run"
     script.write_text(TRAIN)
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--log-dir", str(log_dir),
-           "--hang-timeout", "3", "--reform-timeout", "20", "--",
-           sys.executable, str(script), "--steps", str(steps), "--log", str(log), "--at", *at]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        "2",
+        "--log-dir",
+        str(log_dir),
+        "--hang-timeout",
+        "3",
+        "--reform-timeout",
+        "20",
+        "--",
+        sys.executable,
+        str(script),
+        "--steps",
+        str(steps),
+        "--log",
+        str(log),
+        "--at",
+        *at,
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"
+    }
     run = run_command(cmd, env, log_dir, timeout=180)
-    raised = [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()] if log.exists() else []
+    raised = (
+        [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()] if log.exists() else []
+    )
     return run, raised
 
 
@@ -74,14 +97,19 @@ def test_the_same_error_at_the_same_step_stops_the_run_at_its_second_occurrence(
     # Raised in generations 1 and 2 only: nothing was retried after the second time.
     assert {(generation, step) for _, generation, step in raised} == {(1, 5), (2, 5)}, raised
     faults = run.of("fault")
-    assert [(f["kind"], f.get("recurred", False)) for f in faults] == [("exception", False), ("exception", True)]
+    assert [(f["kind"], f.get("recurred", False)) for f in faults] == [
+        ("exception", False),
+        ("exception", True),
+    ]
     assert [e["generation"] for e in run.of("generation")] == [1, 2]
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1, run.stderr
-    assert lines[0].endswith("raised ValueError: bad batch at step 5 again after recovering from it: "
-                             "the error is deterministic; not retrying"), lines
+    assert lines[0].endswith(
+        "raised ValueError: bad batch at step 5 again after recovering from it: "
+        "the error is deterministic; not retrying"
+    ), lines
     assert run.stderr.count("Traceback (most recent call last)") == 1
-    assert 'raise ValueError("bad batch")' in run.stderr[run.stderr.index("Traceback"):]
+    assert 'raise ValueError("bad batch")' in run.stderr[run.stderr.index("Traceback") :]
     (failed,) = run.of("failed")
     assert failed["error_type"] == "ValueError" and "again after recovering" in failed["reason"]
     assert not run.of("finished")
@@ -96,7 +124,7 @@ def test_the_same_error_at_another_step_each_time_is_retried(tmp_path):
     assert finished["steps"] == 10 and finished["faults"] == 2
 
 
-PLAIN_LOADER = '''
+PLAIN_LOADER = """
 import torch
 import resilience
 
@@ -111,15 +139,30 @@ def train(ctx):
 
 
 resilience.run(train)
-'''
+"""
 
 
 def test_a_plain_dataloader_registered_stops_the_run_at_once_with_one_line(tmp_path):
     script, log_dir = tmp_path / "train_plain_loader.py", tmp_path / "run"
     script.write_text(PLAIN_LOADER)
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--log-dir", str(log_dir),
-           "--hang-timeout", "3", "--", sys.executable, str(script)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        "2",
+        "--log-dir",
+        str(log_dir),
+        "--hang-timeout",
+        "3",
+        "--",
+        sys.executable,
+        str(script),
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"
+    }
     run = run_command(cmd, env, log_dir, timeout=120)
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if "error:" in line]

@@ -19,8 +19,15 @@ STEPS = 16
 
 
 def fsdp_run(tmp_path, name: str, *flags: str, train_args: tuple[str, ...] = ()):
-    return sres_run(tmp_path / name, "--no-tiers", *flags, nodes=4, steps=STEPS, example="train_fsdp",
-                    train_args=train_args)
+    return sres_run(
+        tmp_path / name,
+        "--no-tiers",
+        *flags,
+        nodes=4,
+        steps=STEPS,
+        example="train_fsdp",
+        train_args=train_args,
+    )
 
 
 def model_digests(run) -> set[str]:
@@ -49,7 +56,9 @@ def test_a_lost_node_gets_its_shards_from_its_buddy_and_the_result_is_exact(tmp_
 def test_losing_both_holders_of_an_fsdp_shard_fails_with_one_clear_line(tmp_path):
     # Node 2 dies as the job re-forms after node 1's loss, before rank 1's shards could move:
     # two kills "at step 6" would race (node 2's may come after rank 1 got its shards back).
-    run = fsdp_run(tmp_path, "both-lost", "--spares", "2", "--inject", "node:1:step=6", "--inject", "node:2:gen=2")
+    run = fsdp_run(
+        tmp_path, "both-lost", "--spares", "2", "--inject", "node:1:step=6", "--inject", "node:2:gen=2"
+    )
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and "every holder" in lines[0] and "rank 1" in lines[0], run.stderr
@@ -69,7 +78,9 @@ def test_hsdp_a_killed_rank_gets_its_shards_from_the_other_replica_group(tmp_pat
     assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
 
 
-def test_a_rank_killed_during_the_buddy_copy_rolls_every_rank_back_and_the_result_is_exact(tmp_path, fault_free):
+def test_a_rank_killed_during_the_buddy_copy_rolls_every_rank_back_and_the_result_is_exact(
+    tmp_path, fault_free
+):
     """Rank 1 dies half-way through sending its copy of commit 9 to its buddy: no rank may
     restore commit 9 (rank 1's shards of it exist nowhere complete), so every rank restores
     commit 8, none a mix of the two."""
@@ -87,11 +98,25 @@ def test_fsdp_state_reshards_from_peers_memory_when_the_world_shrinks_and_grows(
     whole state entering each new world is bit for bit the one committed in the old world."""
     log_dir = tmp_path / "elastic" / "run"
     replies = {}
-    watcher = when_event(log_dir, lambda e: e["event"] == "resize" and e["to_world"] == 3,
-                         lambda: replies.setdefault("grow", sres("grow", str(log_dir), "--by", "1")))
-    run = sres_run(tmp_path / "elastic", "--no-tiers", "--min-nodes", "2", "--max-nodes", "4",
-                   "--inject", "node:1:step=5", nodes=4, steps=40, example="train_fsdp",
-                   train_args=("--trace-digests", "--compute-s", "0.1", "--progress-every", "1000"))
+    watcher = when_event(
+        log_dir,
+        lambda e: e["event"] == "resize" and e["to_world"] == 3,
+        lambda: replies.setdefault("grow", sres("grow", str(log_dir), "--by", "1")),
+    )
+    run = sres_run(
+        tmp_path / "elastic",
+        "--no-tiers",
+        "--min-nodes",
+        "2",
+        "--max-nodes",
+        "4",
+        "--inject",
+        "node:1:step=5",
+        nodes=4,
+        steps=40,
+        example="train_fsdp",
+        train_args=("--trace-digests", "--compute-s", "0.1", "--progress-every", "1000"),
+    )
     watcher.join(timeout=5)
     assert run.returncode == 0, run.stderr
     assert replies["grow"].returncode == 0, replies["grow"].stderr
@@ -100,8 +125,11 @@ def test_fsdp_state_reshards_from_peers_memory_when_the_world_shrinks_and_grows(
     entries = [t for t in traced if t["at"] == "entry" and t["generation"] > 1]
     assert sorted({t["world_size"] for t in entries}) == [3, 4]
     for entry in entries:
-        committed = [t for t in traced if t["at"] == "commit" and t["step"] == entry["step"]
-                     and t["generation"] < entry["generation"]][-1]
+        committed = [
+            t
+            for t in traced
+            if t["at"] == "commit" and t["step"] == entry["step"] and t["generation"] < entry["generation"]
+        ][-1]
         assert committed["world_size"] != entry["world_size"]
         assert (entry["model"], entry["optimizer"]) == (committed["model"], committed["optimizer"]), entry
     assert len(model_digests(run)) == 1

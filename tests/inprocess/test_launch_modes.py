@@ -23,8 +23,21 @@ def test_plain_torchrun_runs_train_once_with_the_same_result(tmp_path, reference
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(port),
-           "-m", "resilience.examples.train_mlp", "--steps", str(STEPS), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "4",
+        "--master-port",
+        str(port),
+        "-m",
+        "resilience.examples.train_mlp",
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[:3000] + "\n...\n" + proc.stderr[-2000:]
     results = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(4)}

@@ -50,8 +50,21 @@ def live(tmp_path_factory):
     stop, scrapes, files = threading.Event(), [], []
     watcher = threading.Thread(target=watch, args=(tmp / "run", textfile, stop, scrapes, files), daemon=True)
     watcher.start()
-    run = sres_run(tmp, "--no-tiers", "--spares", "1", "--inject", "node:1:step=12", "--metrics-port", "0",
-                   "--metrics-textfile", str(textfile), nodes=3, steps=30, train_args=("--sleep-s", "0.15"))
+    run = sres_run(
+        tmp,
+        "--no-tiers",
+        "--spares",
+        "1",
+        "--inject",
+        "node:1:step=12",
+        "--metrics-port",
+        "0",
+        "--metrics-textfile",
+        str(textfile),
+        nodes=3,
+        steps=30,
+        train_args=("--sleep-s", "0.15"),
+    )
     stop.set()
     watcher.join(timeout=10)
     assert run.returncode == 0, run.stderr
@@ -64,7 +77,10 @@ def test_metrics_move_with_the_run_and_count_its_fault(live):
     steps = [s["sres_step"] for s in scrapes if "sres_step" in s]
     assert steps == sorted(steps) and steps[-1] > steps[0]  # the step moves as training goes
     assert max(s.get("sres_steps_per_second", 0) for s in scrapes) > 0
-    assert scrapes[-1].get("sres_faults_total{kind=node}") == 1 or files[-1].get("sres_faults_total{kind=node}") == 1
+    assert (
+        scrapes[-1].get("sres_faults_total{kind=node}") == 1
+        or files[-1].get("sres_faults_total{kind=node}") == 1
+    )
     final = parse(textfile.read_text())  # written once more at the end
     assert final["sres_step"] == 29 and final["sres_running"] == 0
     assert final["sres_faults_total{kind=node}"] == 1 and final["sres_recovery_seconds_count"] == 1
@@ -83,5 +99,7 @@ def test_the_goodput_account_covers_the_wall_time(live):
     assert min(causes.values()) >= -0.01 * wall  # "other" is what is left: never meaningfully negative
     assert causes["productive"] >= 28 * 0.15 and causes["startup"] > 0
     assert causes["transfer"] > 0 and causes["reform"] + causes["detection"] > 0
-    assert end["goodput"] == pytest.approx(causes["productive"] / sum(causes.values()), rel=1e-3)  # rounded causes
+    assert end["goodput"] == pytest.approx(
+        causes["productive"] / sum(causes.values()), rel=1e-3
+    )  # rounded causes
     assert "wall " in run.stderr and "productive" in run.stderr  # the summary shows the account

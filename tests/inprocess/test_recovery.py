@@ -11,21 +11,32 @@ from launcher.run.processes import processes_with_env
 from tests.inprocess.conftest import sres_run, when_event
 
 
-@pytest.mark.parametrize("spec, source", [
-    ("kill:rank=2:step=5", "peer"),
-    ("node:1:step=6", "peer"),
-    ("raise:rank=1:step=4", "self"),
-    ("hang:rank=3:step=5", "peer"),
-    ("kill-during-commit:rank=0:step=7", "peer"),
-])
+@pytest.mark.parametrize(
+    "spec, source",
+    [
+        ("kill:rank=2:step=5", "peer"),
+        ("node:1:step=6", "peer"),
+        ("raise:rank=1:step=4", "self"),
+        ("hang:rank=3:step=5", "peer"),
+        ("kill-during-commit:rank=0:step=7", "peer"),
+    ],
+)
 def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, spec, source):
     run = sres_run(tmp_path, "--spares", "1", "--inject", spec)
     assert run.returncode == 0, run.stderr
     assert run.digests() == reference
     (fault,) = run.of("fault")
     (recovered,) = run.of("recovered")
-    assert fault["kind"] == {"kill": "kill", "node": "node", "raise": "exception", "hang": "hang",
-                             "kill-during-commit": "kill"}[spec.split(":")[0]]
+    assert (
+        fault["kind"]
+        == {
+            "kill": "kill",
+            "node": "node",
+            "raise": "exception",
+            "hang": "hang",
+            "kill-during-commit": "kill",
+        }[spec.split(":")[0]]
+    )
     assert recovered["source"] == source and recovered["steps_lost"] == 0
     assert recovered["seconds"] > 0 and recovered["generation"] == 2
     # Survivors blocked in a collective leave it at once, not at a collective timeout.
@@ -52,8 +63,16 @@ def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_referenc
 
 
 def test_losing_both_holders_of_a_shard_fails_with_one_clear_line(tmp_path):
-    run = sres_run(tmp_path, "--spares", "2", "--inject", "node:1:step=6", "--inject", "node:2:step=6",
-                   train_args=("--sharded",))
+    run = sres_run(
+        tmp_path,
+        "--spares",
+        "2",
+        "--inject",
+        "node:1:step=6",
+        "--inject",
+        "node:2:step=6",
+        train_args=("--sharded",),
+    )
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and "could not be recovered from peers" in lines[0] and "every holder" in lines[0]
@@ -72,17 +91,20 @@ def test_train_that_always_raises_stops_at_the_second_time_with_the_traceback_on
     run = sres_run(tmp_path, "--max-restarts", "5", train_args=("--fail-always",))
     assert run.returncode == 1
     assert run.stderr.count("Traceback (most recent call last)") == 1
-    traceback = run.stderr[run.stderr.index("Traceback"):]
+    traceback = run.stderr[run.stderr.index("Traceback") :]
     assert 'raise ValueError("this train function always fails")' in traceback
     assert "at step 0 again after recovering from it: the error is deterministic; not retrying" in run.stderr
     assert len(run.of("fault")) == 2
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--inject", "explode:rank=1:step=2"), "unknown kind 'explode'"),
-    (("--nodes", "0"), "--nodes must be at least 1"),
-    (("--inject", "kill:rank=7:step=2"), "there are ranks 0..3"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--inject", "explode:rank=1:step=2"), "unknown kind 'explode'"),
+        (("--nodes", "0"), "--nodes must be at least 1"),
+        (("--inject", "kill:rank=7:step=2"), "there are ranks 0..3"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, args, words):
     run = sres_run(tmp_path, *args)
     assert run.returncode == 1
@@ -106,7 +128,9 @@ def test_a_killed_rank_is_taken_over_by_its_nodes_warm_standby(tmp_path, referen
     assert run.digests() == reference
     (fault,) = run.of("fault")
     (replaced,) = run.of("replaced")
-    assert fault["rank"] == 2 and replaced["how"] == "standby" and replaced["slot"].startswith("n2s"), run.events
+    assert fault["rank"] == 2 and replaced["how"] == "standby" and replaced["slot"].startswith("n2s"), (
+        run.events
+    )
     (recovered,) = run.of("recovered")
     assert recovered["source"] == "peer" and recovered["steps_lost"] == 0
     assert {e["node"] for e in run.of("standby-ready")} >= {0, 1, 2, 3}

@@ -19,17 +19,33 @@ from tests.inprocess.conftest import sres_run
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory):
     """3 nodes, no spare, may shrink to 2: the node loss is a resize (3 -> 2), then a rank is killed."""
-    run = sres_run(tmp_path_factory.mktemp("report"), "--no-tiers", "--min-nodes", "2", "--max-nodes", "3",
-                   "--inject", "node:1:step=8", "--inject", "kill:rank=0:step=16", nodes=3, steps=26,
-                   train_args=("--sleep-s", "0.05"))
+    run = sres_run(
+        tmp_path_factory.mktemp("report"),
+        "--no-tiers",
+        "--min-nodes",
+        "2",
+        "--max-nodes",
+        "3",
+        "--inject",
+        "node:1:step=8",
+        "--inject",
+        "kill:rank=0:step=16",
+        nodes=3,
+        steps=26,
+        train_args=("--sleep-s", "0.05"),
+    )
     assert run.returncode == 0, run.stderr
     assert [e["kind"] for e in run.of("fault")] == ["node", "kill"] and run.of("resize")
     return run
 
 
 def make_report(run_dir, out):
-    done = subprocess.run([sys.executable, "-m", "launcher.cli", "report", str(run_dir), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", "report", str(run_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return out.read_text()
 
@@ -39,8 +55,11 @@ def test_the_page_is_self_contained_and_lists_every_fault(faulty_run, tmp_path):
     sources = re.findall(r'src="([^"]*)"', page)
     assert len(sources) == 3 and all(s.startswith("data:image/png;base64,") for s in sources)
     assert not re.search(r'(href|src)="(?!data:)', page) and "<script" not in page
-    assert sorted(p.name for p in (tmp_path / "r").glob("*.png")) == \
-        ["report-goodput.png", "report-ranks.png", "report-timeline.png"]
+    assert sorted(p.name for p in (tmp_path / "r").glob("*.png")) == [
+        "report-goodput.png",
+        "report-ranks.png",
+        "report-timeline.png",
+    ]
     rows = re.findall(r"<tr><td>(\d+)</td><td>(\w+)</td>", page)
     assert [kind for _, kind in rows] == ["node", "kill"]
     data = report.load(faulty_run.log_dir)
@@ -52,7 +71,7 @@ def test_an_unfinished_run_gets_a_partial_report(faulty_run, tmp_path):
     shutil.copytree(faulty_run.log_dir, tmp_path / "run", ignore=shutil.ignore_patterns("report*"))
     events = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
     cut = next(i for i, line in enumerate(events) if json.loads(line)["event"] == "resize")
-    (tmp_path / "run" / "events.jsonl").write_text("\n".join(events[:cut + 1]) + "\n")
+    (tmp_path / "run" / "events.jsonl").write_text("\n".join(events[: cut + 1]) + "\n")
     page = make_report(tmp_path / "run", tmp_path / "partial.html")
     assert "Partial report: the run has not ended" in page
     assert sum(report.causes(report.load(tmp_path / "run")).values()) > 0
@@ -63,9 +82,22 @@ def test_a_real_browser_renders_it_without_errors(faulty_run, tmp_path):
     out = tmp_path / "report.html"
     make_report(faulty_run.log_dir, out)
     shot = tmp_path / "shot.png"
-    done = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                           "--v=0", f"--screenshot={shot}", "--window-size=1100,2400", out.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1100,2400",
+            out.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists(), done.stderr
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "ERR_" in line]
     assert not console, console

@@ -30,13 +30,16 @@ def step_times(log_dir, rank: int) -> dict[int, float]:
 
 def test_a_slow_node_is_reported_and_replaced_and_the_result_is_exact(tmp_path):
     def run(name: str, *flags: str):
-        done = sres_run(tmp_path / name, "--no-tiers", "--spares", "1", *flags, nodes=3, steps=STEPS,
-                        train_args=TRAIN)
+        done = sres_run(
+            tmp_path / name, "--no-tiers", "--spares", "1", *flags, nodes=3, steps=STEPS, train_args=TRAIN
+        )
         assert done.returncode == 0, done.stderr
         return done
 
     reference = run("fault-free")
-    slow = run("slow", "--inject", f"slow:rank=2:factor={FACTOR}:step={SLOW_AT}", "--straggler-action", "replace")
+    slow = run(
+        "slow", "--inject", f"slow:rank=2:factor={FACTOR}:step={SLOW_AT}", "--straggler-action", "replace"
+    )
     (event,) = slow.of("straggler")
     assert (event["rank"], event["action"]) == (2, "replace") and event["score"] > 1.5
     assert event["step"] <= SLOW_AT + event["steps"] + 5  # found within --straggler-steps + 5 steps

@@ -18,8 +18,13 @@ DIM, CLASSES = 32, 8
 
 def build() -> torch.nn.Module:
     return torch.nn.Sequential(
-        torch.nn.Linear(DIM, 128), torch.nn.GELU(), torch.nn.Dropout(0.1),
-        torch.nn.Linear(128, 128), torch.nn.LayerNorm(128), torch.nn.GELU(), torch.nn.Dropout(0.1),
+        torch.nn.Linear(DIM, 128),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(128, 128),
+        torch.nn.LayerNorm(128),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
         torch.nn.Linear(128, CLASSES),
     )
 

@@ -24,9 +24,14 @@ VOCAB, SEQ = 128, 32
 def word_tokenizer() -> PreTrainedTokenizerFast:
     """A word-level tokenizer over made-up words: the collator needs one (mask id, vocabulary size)."""
     words = {t: i for i, t in enumerate([*SPECIALS, *(f"w{i}" for i in range(VOCAB - len(SPECIALS)))])}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="[UNK]")),
-                                   pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                   mask_token="[MASK]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(words, unk_token="[UNK]")),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def main() -> None:
@@ -42,8 +47,15 @@ def main() -> None:
 
     def train(ctx: resilience.Context) -> None:
         common.seed_everything(args.seed)
-        config = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=128, max_position_embeddings=SEQ, pad_token_id=0)
+        config = BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=SEQ,
+            pad_token_id=0,
+        )
         model = BertForMaskedLM(config)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)

@@ -36,8 +36,14 @@ import resilience
 warnings.filterwarnings("ignore", message=r"'set_vital' is deprecated")
 
 
-def parse_args(description: str, *, steps: int = 16, batch: int = 4, lr: float = 1e-3,
-               flags: tuple[tuple[str, str], ...] = ()) -> argparse.Namespace:
+def parse_args(
+    description: str,
+    *,
+    steps: int = 16,
+    batch: int = 4,
+    lr: float = 1e-3,
+    flags: tuple[tuple[str, str], ...] = (),
+) -> argparse.Namespace:
     """The zoo's common arguments; ``flags``: (name, help) of a case's own on/off options."""
     parser = argparse.ArgumentParser(description=description)
     for name, text in flags:
@@ -46,11 +52,21 @@ def parse_args(description: str, *, steps: int = 16, batch: int = 4, lr: float =
     parser.add_argument("--batch", type=int, default=batch, help="samples per rank and step")
     parser.add_argument("--lr", type=float, default=lr)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dataset-size", type=int, default=1024,
-                        help="samples in the synthetic dataset (one epoch covers the whole run)")
-    parser.add_argument("--sleep-s", type=float, default=0.0,
-                        help="seconds of simulated compute per step (tests: lets warm standbys start)")
-    parser.add_argument("--out", type=Path, required=True, help="samples-rank<R>.jsonl and rank<R>.json go here")
+    parser.add_argument(
+        "--dataset-size",
+        type=int,
+        default=1024,
+        help="samples in the synthetic dataset (one epoch covers the whole run)",
+    )
+    parser.add_argument(
+        "--sleep-s",
+        type=float,
+        default=0.0,
+        help="seconds of simulated compute per step (tests: lets warm standbys start)",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="samples-rank<R>.jsonl and rank<R>.json go here"
+    )
     return parser.parse_args()
 
 
@@ -68,11 +84,14 @@ def seed_everything(seed: int) -> None:
 
 # --- data ------------------------------------------------------------------------------------
 
+
 class SyntheticDataset(Dataset):
     """``size`` samples, each made by ``make(generator)`` from a generator seeded by (seed, index):
     sample ``i`` is the same whatever process, worker or order reads it."""
 
-    def __init__(self, size: int, seed: int, make: Callable[[torch.Generator], dict[str, torch.Tensor]]) -> None:
+    def __init__(
+        self, size: int, seed: int, make: Callable[[torch.Generator], dict[str, torch.Tensor]]
+    ) -> None:
         self.size, self.seed, self.make = size, seed, make
 
     def __len__(self) -> int:
@@ -85,26 +104,38 @@ class SyntheticDataset(Dataset):
 
 def tokens(size: int, seed: int, *, seq_len: int, vocab: int, low: int = 0) -> SyntheticDataset:
     """Sequences of token ids in [low, vocab)."""
-    return SyntheticDataset(size, seed, lambda g: {"input_ids": torch.randint(low, vocab, (seq_len,), generator=g)})
+    return SyntheticDataset(
+        size, seed, lambda g: {"input_ids": torch.randint(low, vocab, (seq_len,), generator=g)}
+    )
 
 
 def vectors(size: int, seed: int, *, dim: int, classes: int) -> SyntheticDataset:
     """Feature vectors and a class label (a fixed function of the features)."""
+
     def make(g: torch.Generator) -> dict[str, torch.Tensor]:
         x = torch.randn(dim, generator=g)
-        return {"x": x, "y": (x[: classes].argmax())}
+        return {"x": x, "y": (x[:classes].argmax())}
+
     return SyntheticDataset(size, seed, make)
 
 
-def loader(dataset: Dataset, args: argparse.Namespace, *, num_workers: int = 0,
-           collate_fn: Callable | None = None) -> StatefulDataLoader:
+def loader(
+    dataset: Dataset, args: argparse.Namespace, *, num_workers: int = 0, collate_fn: Callable | None = None
+) -> StatefulDataLoader:
     """This rank's shuffled share of ``dataset`` (DistributedSampler) in a StatefulDataLoader."""
     sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed, drop_last=True)
-    return StatefulDataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=num_workers,
-                              collate_fn=collate_fn, drop_last=True)
+    return StatefulDataLoader(
+        dataset,
+        batch_size=args.batch,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        drop_last=True,
+    )
 
 
 # --- records ---------------------------------------------------------------------------------
+
 
 class SampleLog:
     """Appends the samples of each committed step to ``<out>/samples-rank<R>.jsonl``; call
@@ -121,7 +152,9 @@ class SampleLog:
             f.write(line)
 
 
-def progress(ctx: resilience.Context, step: int, total: int, loss: torch.Tensor, args: argparse.Namespace) -> None:
+def progress(
+    ctx: resilience.Context, step: int, total: int, loss: torch.Tensor, args: argparse.Namespace
+) -> None:
     """Rank 0 prints every 4th step's loss; then the simulated compute time, if any."""
     if ctx.rank == 0 and (step % 4 == 0 or step == total - 1):
         print(f"step {step:3d}/{total}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
@@ -157,15 +190,29 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(repr(obj).encode())
 
 
-def finish(ctx: resilience.Context, args: argparse.Namespace, model: torch.nn.Module,
-           optimizer: torch.optim.Optimizer, loss: torch.Tensor, **extra: Any) -> None:
+def finish(
+    ctx: resilience.Context,
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    **extra: Any,
+) -> None:
     """Write ``<out>/rank<R>.json``: the registered state's digest, and the model's parameters,
     the optimizer's state and each of ``extra`` (``<name>_sha``) on their own."""
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{ctx.rank}.json").write_text(json.dumps({
-        "rank": ctx.rank, "digest": ctx.state_digest(),
-        "model_sha": tensor_sha(dict(model.named_parameters())),
-        "optimizer_sha": tensor_sha(optimizer.state_dict()),
-        "loss": loss.item(), "step": ctx.step, "generation": ctx.generation, "world_size": ctx.world_size,
-        **{f"{name}_sha": tensor_sha(value) for name, value in extra.items()},
-    }))
+    (args.out / f"rank{ctx.rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": ctx.rank,
+                "digest": ctx.state_digest(),
+                "model_sha": tensor_sha(dict(model.named_parameters())),
+                "optimizer_sha": tensor_sha(optimizer.state_dict()),
+                "loss": loss.item(),
+                "step": ctx.step,
+                "generation": ctx.generation,
+                "world_size": ctx.world_size,
+                **{f"{name}_sha": tensor_sha(value) for name, value in extra.items()},
+            }
+        )
+    )

@@ -16,10 +16,16 @@ CASES = ("gpt2_ddp", "bert_mlm", "sched_ema_workers", "fsdp2_hf", "amp_scaler")
 STEPS = 18
 NODES = 2
 FAULTS = (
-    "--spares", "1", "--standby", "1",
-    "--inject", "kill:rank=1:step=5",  # a process kill: node 1's standby takes rank 1 over
-    "--inject", "node:1:step=9",  # a node loss: the spare node takes rank 1
-    "--inject", "kill-all:step=13",  # every rank at once: the RAM tier serves the restart
+    "--spares",
+    "1",
+    "--standby",
+    "1",
+    "--inject",
+    "kill:rank=1:step=5",  # a process kill: node 1's standby takes rank 1 over
+    "--inject",
+    "node:1:step=9",  # a node loss: the spare node takes rank 1
+    "--inject",
+    "kill-all:step=13",  # every rank at once: the RAM tier serves the restart
 )
 """Each fault kind of the zoo, in one run. Node 1 takes the kill and is then lost, so no node
 counts two process faults (``--node-fault-after``: it would be drained, with no spare left)."""
@@ -38,27 +44,63 @@ class ZooRun(Run):
     def sample_lines(self) -> dict[int, list[dict]]:
         """rank -> every line of its ``samples-rank<R>.jsonl``, in the order written."""
         paths = sorted((self.log_dir / "out").glob("samples-rank*.jsonl"))
-        return {int(p.stem.removeprefix("samples-rank")): [json.loads(line) for line in p.read_text().splitlines()]
-                for p in paths}
+        return {
+            int(p.stem.removeprefix("samples-rank")): [
+                json.loads(line) for line in p.read_text().splitlines()
+            ]
+            for p in paths
+        }
 
     def trained(self) -> dict[tuple[int, int], list[int]]:
         """(rank, step) -> the samples that rank trained at that step: the last line written for
         it (a step redone after a rollback is written again)."""
-        return {(rank, line["step"]): line["samples"] for rank, lines in self.sample_lines().items() for line in lines}
+        return {
+            (rank, line["step"]): line["samples"]
+            for rank, lines in self.sample_lines().items()
+            for line in lines
+        }
 
     def tail(self) -> str:
         return self.stderr[-4000:]
 
 
-def zoo_run(tmp: Path, case: str, *args: str, name: str = "run", steps: int = STEPS, timeout: float = 420,
-            train_args: tuple[str, ...] = ()) -> ZooRun:
+def zoo_run(
+    tmp: Path,
+    case: str,
+    *args: str,
+    name: str = "run",
+    steps: int = STEPS,
+    timeout: float = 420,
+    train_args: tuple[str, ...] = (),
+) -> ZooRun:
     log_dir = tmp / name
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(NODES), "--log-dir", str(log_dir),
-           "--hang-timeout", "5", "--reform-timeout", "30", *args, "--",
-           sys.executable, "-m", f"tests.models.{case}", "--steps", str(steps), "--out", str(log_dir / "out"),
-           *train_args]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        str(NODES),
+        "--log-dir",
+        str(log_dir),
+        "--hang-timeout",
+        "5",
+        "--reform-timeout",
+        "30",
+        *args,
+        "--",
+        sys.executable,
+        "-m",
+        f"tests.models.{case}",
+        "--steps",
+        str(steps),
+        "--out",
+        str(log_dir / "out"),
+        *train_args,
+    ]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_")) or k == "SRES_RAM_ROOT"
+    }
     run = run_command(cmd, env, log_dir, timeout)
     return ZooRun(run.returncode, run.stdout, run.stderr, run.log_dir)
 
@@ -73,7 +115,9 @@ class References:
         if case not in self.runs:
             run = zoo_run(self.factory.mktemp(f"ref-{case}"), case)
             if run.returncode != 0 or set(run.finals()) != set(range(NODES)):
-                pytest.fail(f"the fault-free run of {case} failed ({run.returncode}):\n{run.tail()}", pytrace=False)
+                pytest.fail(
+                    f"the fault-free run of {case} failed ({run.returncode}):\n{run.tail()}", pytrace=False
+                )
             self.runs[case] = run
         return self.runs[case]
 

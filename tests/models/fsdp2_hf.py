@@ -25,8 +25,9 @@ def main() -> None:
 
     def train(ctx: resilience.Context) -> None:
         common.seed_everything(args.seed)
-        config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=SEQ,
-                            bos_token_id=0, eos_token_id=0)
+        config = GPT2Config(
+            n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=SEQ, bos_token_id=0, eos_token_id=0
+        )
         model = GPT2LMHeadModel(config)
         model.train()
         for block in model.transformer.h:

@@ -20,15 +20,24 @@ DIM, CLASSES = 32, 8
 
 def build() -> torch.nn.Module:
     return torch.nn.Sequential(
-        torch.nn.Linear(DIM, 128), torch.nn.GELU(), torch.nn.Dropout(0.1),
-        torch.nn.Linear(128, 128), torch.nn.GELU(), torch.nn.Dropout(0.1),
+        torch.nn.Linear(DIM, 128),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(128, 128),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
         torch.nn.Linear(128, CLASSES),
     )
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, lr=3e-3, flags=(
-        ("--after-commit", "step the scheduler and the EMA after the commit block, as many loops do"),))
+    args = common.parse_args(
+        __doc__,
+        lr=3e-3,
+        flags=(
+            ("--after-commit", "step the scheduler and the EMA after the commit block, as many loops do"),
+        ),
+    )
     common.deterministic()
 
     def train(ctx: resilience.Context) -> None:
@@ -37,8 +46,9 @@ def main() -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
         scheduler = OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps, pct_start=0.25)
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
-        loader = common.loader(common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES), args,
-                               num_workers=2)
+        loader = common.loader(
+            common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES), args, num_workers=2
+        )
         ctx.register(model=model, optimizer=optimizer, scheduler=scheduler, ema=ema, loader=loader)
         ddp = DistributedDataParallel(model)
         samples = common.SampleLog(ctx, args.out)
@@ -60,7 +70,9 @@ def main() -> None:
                 scheduler.step()
                 ema.update_parameters(model)
             common.progress(ctx, step, args.steps, loss, args)
-        common.finish(ctx, args, model, optimizer, loss, ema=ema.state_dict(), scheduler=scheduler.state_dict())
+        common.finish(
+            ctx, args, model, optimizer, loss, ema=ema.state_dict(), scheduler=scheduler.state_dict()
+        )
 
     resilience.run(train)
 

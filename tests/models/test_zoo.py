@@ -75,10 +75,11 @@ def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, case):
     # The same samples at every step, none skipped or trained twice.
     check_sample_log(run)
     differences = sample_differences(run, ref)
-    assert not differences, f"{len(differences)} (rank, step) trained other samples:\n" + "\n".join(differences[:8])
+    assert not differences, f"{len(differences)} (rank, step) trained other samples:\n" + "\n".join(
+        differences[:8]
+    )
     # The same bits at the end.
     assert finals(run) == finals(ref)
-
 
 
 def test_state_changed_after_the_commit_block_is_exact_and_said(tmp_path, reference):
@@ -93,15 +94,26 @@ def test_state_changed_after_the_commit_block_is_exact_and_said(tmp_path, refere
     # The scheduler sets the optimizer's learning rate: all three changed after the block.
     said = [e for e in run.of("changed-after-commit") if e["step"] == 0]
     assert said and all(set(e["names"]) == {"ema", "optimizer", "scheduler"} for e in said), said
-    assert run.stderr.count("ema, optimizer, scheduler changed after the commit block (step 0)") == 1, run.tail()
+    assert run.stderr.count("ema, optimizer, scheduler changed after the commit block (step 0)") == 1, (
+        run.tail()
+    )
 
 
 def test_loaders_with_workers_resume_after_a_requeue(tmp_path, reference):
     """A job whose every rank died (as a requeue finds it) restarts under the same job id: the
     RAM tier gives each rank its loader's position (2 worker processes) and random streams back."""
     ref = reference("sched_ema_workers")
-    first = zoo_run(tmp_path, "sched_ema_workers", "--job-id", "zoo-requeue", "--inject", "kill-all:step=9",
-                    "--max-restarts", "0", name="first")
+    first = zoo_run(
+        tmp_path,
+        "sched_ema_workers",
+        "--job-id",
+        "zoo-requeue",
+        "--inject",
+        "kill-all:step=9",
+        "--max-restarts",
+        "0",
+        name="first",
+    )
     assert first.returncode == 1 and "gave up after 0 restart(s)" in first.stderr, first.tail()
     second = zoo_run(tmp_path, "sched_ema_workers", "--job-id", "zoo-requeue", name="second")
     succeeded(second)

@@ -27,16 +27,52 @@ def ram_root():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def sres_tiers(tmp: Path, ram: Path, *args: str, name: str = "run", job: str = "tiers", nodes: int = NODES,
-               steps: int = STEPS, train_args: tuple[str, ...] = (), persistent: Path | None = None,
-               timeout: float = 240, env_extra: dict | None = None, example: str = "train_mlp") -> Run:
+def sres_tiers(
+    tmp: Path,
+    ram: Path,
+    *args: str,
+    name: str = "run",
+    job: str = "tiers",
+    nodes: int = NODES,
+    steps: int = STEPS,
+    train_args: tuple[str, ...] = (),
+    persistent: Path | None = None,
+    timeout: float = 240,
+    env_extra: dict | None = None,
+    example: str = "train_mlp",
+) -> Run:
     log_dir = tmp / name
     persistent = persistent or tmp / "persistent"
-    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", str(nodes), "--log-dir", str(log_dir),
-           "--hang-timeout", "5", "--reform-timeout", "30", "--job-id", job,
-           "--persistent-dir", str(persistent), "--persist-every", str(K), *args, "--",
-           sys.executable, "-m", f"resilience.examples.{example}", "--steps", str(steps),
-           "--out", str(log_dir / "out"), *train_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "run",
+        "--nodes",
+        str(nodes),
+        "--log-dir",
+        str(log_dir),
+        "--hang-timeout",
+        "5",
+        "--reform-timeout",
+        "30",
+        "--job-id",
+        job,
+        "--persistent-dir",
+        str(persistent),
+        "--persist-every",
+        str(K),
+        *args,
+        "--",
+        sys.executable,
+        "-m",
+        f"resilience.examples.{example}",
+        "--steps",
+        str(steps),
+        "--out",
+        str(log_dir / "out"),
+        *train_args,
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
     env["SRES_RAM_ROOT"] = str(ram)
     env.update(env_extra or {})

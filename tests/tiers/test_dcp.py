@@ -56,7 +56,9 @@ def _sharded(full: torch.Tensor, world: int):
 
 def _save(world: int, tmp: str, asynchronous: bool) -> None:
     state = {"weight": _sharded(_full(), world), "step": torch.tensor(7)}
-    writer = TieredStorageWriter(7, job_id="dcpjob", persistent_dir=f"{tmp}/persistent", ram_root=Path(tmp) / "ram")
+    writer = TieredStorageWriter(
+        7, job_id="dcpjob", persistent_dir=f"{tmp}/persistent", ram_root=Path(tmp) / "ram"
+    )
     if asynchronous:
         dcp.async_save(state, storage_writer=writer).result()
     else:
@@ -65,7 +67,9 @@ def _save(world: int, tmp: str, asynchronous: bool) -> None:
 
 def _load(world: int, tmp: str, expect_tier: str) -> None:
     state = {"weight": _sharded(torch.zeros(ROWS, COLS), world), "step": torch.tensor(0)}
-    reader = TieredStorageReader(job_id="dcpjob", persistent_dir=f"{tmp}/persistent", ram_root=Path(tmp) / "ram")
+    reader = TieredStorageReader(
+        job_id="dcpjob", persistent_dir=f"{tmp}/persistent", ram_root=Path(tmp) / "ram"
+    )
     assert reader.tier == expect_tier, (reader.tier, reader.refused)
     dcp.load(state, storage_reader=reader)
     assert torch.equal(state["weight"].full_tensor(), _full())
@@ -88,7 +92,9 @@ def _spawn(fn, world: int, *args) -> None:
 def test_round_trip_and_load_on_another_world_size(tmp_path, asynchronous):
     _spawn(_save_worker, 2, str(tmp_path), asynchronous)
     ram = tmp_path / "ram" / "job-dcpjob" / "dcp" / "step-00000007"
-    assert (ram / mf.MANIFEST).exists() and (tmp_path / "persistent" / "dcp" / "step-00000007" / mf.MANIFEST).exists()
+    assert (ram / mf.MANIFEST).exists() and (
+        tmp_path / "persistent" / "dcp" / "step-00000007" / mf.MANIFEST
+    ).exists()
     _spawn(_load_worker, 2, str(tmp_path), "ram")  # same world size, RAM tier
     _spawn(_load_worker, 3, str(tmp_path), "ram")  # resharded by DCP onto 3 ranks
 
@@ -100,7 +106,9 @@ def test_corrupt_ram_copy_falls_back_to_persistent_and_says_why(tmp_path):
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
-    reader = TieredStorageReader(job_id="dcpjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram")
+    reader = TieredStorageReader(
+        job_id="dcpjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram"
+    )
     assert reader.tier == "persistent"
     assert any(victim.name in why and "checksum" in why for _, _, why in reader.refused)
     _spawn(_load_worker, 1, str(tmp_path), "persistent")
@@ -111,6 +119,10 @@ def test_no_valid_copy_is_a_clear_error(tmp_path):
     for root in (tmp_path / "ram" / "job-dcpjob" / "dcp", tmp_path / "persistent" / "dcp"):
         (mf.step_dir(root, 7) / mf.MANIFEST).write_text('{"format": 1, "job_')  # truncated
     with pytest.raises(mf.CheckpointInvalid, match="manifest unreadable"):
-        TieredStorageReader(job_id="dcpjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram")
+        TieredStorageReader(
+            job_id="dcpjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram"
+        )
     with pytest.raises(mf.CheckpointInvalid):
-        TieredStorageReader(job_id="otherjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram")
+        TieredStorageReader(
+            job_id="otherjob", persistent_dir=tmp_path / "persistent", ram_root=tmp_path / "ram"
+        )

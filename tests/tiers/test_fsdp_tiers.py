@@ -22,8 +22,18 @@ def gathered(run) -> set[tuple[str, str]]:
 
 
 def fsdp_tiers(tmp_path, ram_root, name: str, *flags: str, nodes: int, steps: int, job: str, persistent):
-    return sres_tiers(tmp_path, ram_root, *flags, name=name, job=job, nodes=nodes, steps=steps,
-                      persistent=persistent, example="train_fsdp", train_args=("--progress-every", "1000"))
+    return sres_tiers(
+        tmp_path,
+        ram_root,
+        *flags,
+        name=name,
+        job=job,
+        nodes=nodes,
+        steps=steps,
+        persistent=persistent,
+        example="train_fsdp",
+        train_args=("--progress-every", "1000"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +42,9 @@ def saved(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp-saved")
     ram = tmp / "ram"
     ram.mkdir()
-    run = fsdp_tiers(tmp, ram, "saved", nodes=4, steps=SAVED_AT + 1, job="fsdp-saved", persistent=tmp / "persistent")
+    run = fsdp_tiers(
+        tmp, ram, "saved", nodes=4, steps=SAVED_AT + 1, job="fsdp-saved", persistent=tmp / "persistent"
+    )
     assert run.returncode == 0, dump(run)
     assert SAVED_AT in complete_steps(tmp / "persistent", "fsdp-saved")
     (state,) = gathered(run)
@@ -44,8 +56,15 @@ def test_a_persistent_fsdp_checkpoint_of_4_ranks_restores_on_fewer(tmp_path, ram
     """The new ranks assemble each tensor from the 4 saved shards and cut their own: the whole
     state, gathered again, is the one saved (no step is trained after the restore)."""
     persistent, state = saved
-    run = fsdp_tiers(tmp_path, ram_root, f"on-{nodes}", nodes=nodes, steps=SAVED_AT + 1, job="fsdp-saved",
-                     persistent=persistent)
+    run = fsdp_tiers(
+        tmp_path,
+        ram_root,
+        f"on-{nodes}",
+        nodes=nodes,
+        steps=SAVED_AT + 1,
+        job="fsdp-saved",
+        persistent=persistent,
+    )
     assert run.returncode == 0, dump(run)
     event = restored(run)
     assert event["step"] == SAVED_AT and set(event["tiers"].values()) == {"persistent"}, dump(run)
@@ -58,16 +77,37 @@ def test_losing_both_holders_of_a_shard_restores_from_the_persistent_tier(tmp_pa
     the RAM-tier copies on node 1 and its neighbour copy (on node 2). The persistent tier serves
     rank 1 (the others restore the same step from their cheaper tiers); the result is exact."""
     steps = 3 * K + 2
-    reference = fsdp_tiers(tmp_path, ram_root, "reference", nodes=4, steps=steps, job="fsdp-reference",
-                           persistent=tmp_path / "reference-persistent")
+    reference = fsdp_tiers(
+        tmp_path,
+        ram_root,
+        "reference",
+        nodes=4,
+        steps=steps,
+        job="fsdp-reference",
+        persistent=tmp_path / "reference-persistent",
+    )
     assert reference.returncode == 0, dump(reference)
     shutil.rmtree(ram_root / "job-fsdp-reference", ignore_errors=True)
-    run = fsdp_tiers(tmp_path, ram_root, "both-lost", "--spares", "2",
-                     "--inject", f"node:1:step={K + 2}", "--inject", "node:2:gen=2",  # during the re-formation
-                     nodes=4, steps=steps, job="fsdp-both", persistent=tmp_path / "persistent")
+    run = fsdp_tiers(
+        tmp_path,
+        ram_root,
+        "both-lost",
+        "--spares",
+        "2",
+        "--inject",
+        f"node:1:step={K + 2}",
+        "--inject",
+        "node:2:gen=2",  # during the re-formation
+        nodes=4,
+        steps=steps,
+        job="fsdp-both",
+        persistent=tmp_path / "persistent",
+    )
     assert run.returncode == 0, dump(run)
     event = restored(run)
     assert event["tiers"]["1"] == "persistent" and event["source"] == "persistent", dump(run)
     recovered = run.of("recovered")  # one per fault
-    assert len(recovered) == 2 and all(r["steps_lost"] <= K for r in recovered), dump(run)  # <= persist interval
+    assert len(recovered) == 2 and all(r["steps_lost"] <= K for r in recovered), dump(
+        run
+    )  # <= persist interval
     assert run.digests() == reference.digests() and gathered(run) == gathered(reference)

@@ -44,15 +44,24 @@ def _wait_event(events: Path, kind: str, timeout_s: float) -> dict | None:
     return None
 
 
-@pytest.mark.parametrize("broken, fixed", [("size=1m", "size=64m"), ("size=64m,ro", "rw")], ids=["full", "read-only"])
-def test_unusable_persistent_dir_warns_training_goes_on_and_saves_resume(tmp_path, ram_root, small_mount, broken, fixed):
+@pytest.mark.parametrize(
+    "broken, fixed", [("size=1m", "size=64m"), ("size=64m,ro", "rw")], ids=["full", "read-only"]
+)
+def test_unusable_persistent_dir_warns_training_goes_on_and_saves_resume(
+    tmp_path, ram_root, small_mount, broken, fixed
+):
     try:
         _mount(small_mount, broken)
     except (subprocess.CalledProcessError, FileNotFoundError) as err:
         pytest.fail(f"cannot mount a tmpfs (tests run as root): {err}", pytrace=False)
     result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(run=sres_tiers(
-        tmp_path, ram_root, persistent=small_mount, steps=80, train_args=("--sleep-s", "0.15"))))
+    runner = threading.Thread(
+        target=lambda: result.update(
+            run=sres_tiers(
+                tmp_path, ram_root, persistent=small_mount, steps=80, train_args=("--sleep-s", "0.15")
+            )
+        )
+    )
     runner.start()
     warning = _wait_event(tmp_path / "run" / "events.jsonl", "tier-warning", 120)
     _remount(small_mount, fixed)  # space (or write access) returns
@@ -60,7 +69,11 @@ def test_unusable_persistent_dir_warns_training_goes_on_and_saves_resume(tmp_pat
     run = result["run"]
     assert run.returncode == 0, dump(run)
     assert warning is not None and warning["tier"] == "persistent", dump(run)
-    assert ("No space" in warning["error"]) if broken.startswith("size=1m") else ("Read-only" in warning["error"])
+    assert (
+        ("No space" in warning["error"])
+        if broken.startswith("size=1m")
+        else ("Read-only" in warning["error"])
+    )
     resumed = run.of("tier-resumed")
     assert resumed and resumed[0]["tier"] == "persistent", dump(run)
     assert run.of("finished")[0]["steps"] == 80
@@ -74,10 +87,24 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
     monkeypatch.setenv("SRES_RAM_ROOT", str(ram_root))
     persistent = tmp_path / "persistent"
     config = RunConfig(
-        command=(sys.executable, "-m", "resilience.examples.train_mlp", "--steps", "400", "--sharded",
-                 "--sleep-s", "0.05", "--out", str(tmp_path / "first" / "out")),
-        nodes=2, log_dir=tmp_path / "first", hang_timeout_s=5.0, max_restarts=0,
-        tiers=TierConfig(job_id="flushjob", persistent_dir=str(persistent), persist_every=0))
+        command=(
+            sys.executable,
+            "-m",
+            "resilience.examples.train_mlp",
+            "--steps",
+            "400",
+            "--sharded",
+            "--sleep-s",
+            "0.05",
+            "--out",
+            str(tmp_path / "first" / "out"),
+        ),
+        nodes=2,
+        log_dir=tmp_path / "first",
+        hang_timeout_s=5.0,
+        max_restarts=0,
+        tiers=TierConfig(job_id="flushjob", persistent_dir=str(persistent), persist_every=0),
+    )
     supervisor = Supervisor(config, out=open(tmp_path / "supervisor.log", "w"))
     runner = threading.Thread(target=supervisor.run)
     runner.start()
@@ -102,8 +129,16 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
     assert [e["step"] for e in events if e["event"] == "flushed"] == [step]
 
     subprocess.run(["rm", "-rf", str(ram_root / "job-flushjob")], check=True)  # requeued onto other nodes
-    run = sres_tiers(tmp_path, ram_root, name="second", job="flushjob", nodes=4, persistent=persistent,
-                     steps=step + 4, train_args=("--sharded",))
+    run = sres_tiers(
+        tmp_path,
+        ram_root,
+        name="second",
+        job="flushjob",
+        nodes=4,
+        persistent=persistent,
+        steps=step + 4,
+        train_args=("--sharded",),
+    )
     assert run.returncode == 0, dump(run)
     event = restored(run)
     assert event["step"] == step and set(event["tiers"].values()) == {"persistent"}, dump(run)
@@ -124,7 +159,9 @@ def test_ckpt_ls_and_verify_name_the_bad_file(tmp_path):
     mf.write(root, "j", 12, 2, 0, {"replicated": snapshot.capture({"w": torch.zeros(10)}, 12)})
 
     def sres(*args):
-        return subprocess.run([sys.executable, "-m", "launcher.cli", "ckpt", *args], capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "launcher.cli", "ckpt", *args], capture_output=True, text=True
+        )
 
     ls = sres("ls", str(root))
     assert ls.returncode == 0, ls.stderr
@@ -141,4 +178,8 @@ def test_ckpt_ls_and_verify_name_the_bad_file(tmp_path):
     assert sres("verify", str(root), "--step", "4").returncode == 0
     assert sres("verify", str(root)).returncode == 1
     missing = sres("ls", str(tmp_path / "nope"))
-    assert missing.returncode == 1 and "no such directory" in missing.stderr and "Traceback" not in missing.stderr
+    assert (
+        missing.returncode == 1
+        and "no such directory" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )

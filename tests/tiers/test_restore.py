@@ -23,7 +23,8 @@ def test_killing_every_rank_restores_from_ram_bitwise(tmp_path, ram_root, tiers_
     assert event["source"] == "ram" and 0 <= event["step"] < KILL_AT and event["seconds"] < 30
     # One recovery; one "recovered" per fault seen (the kills may land in two observations).
     assert {(r["source"], r["step"], r["generation"]) for r in run.of("recovered")} == {
-        ("ram", event["step"], event["generation"])}, dump(run)
+        ("ram", event["step"], event["generation"])
+    }, dump(run)
     assert not list(ram_root.iterdir()), "a finished run removes its RAM tier"
 
 
@@ -31,7 +32,9 @@ def test_killing_every_rank_restores_from_ram_bitwise(tmp_path, ram_root, tiers_
 def killed_job(tmp_path, ram_root):
     """A first run of job 'tiers' whose every rank was SIGKILLed at step KILL_AT: what a job
     restart (a requeue) finds."""
-    run = sres_tiers(tmp_path, ram_root, "--inject", f"kill-all:step={KILL_AT}", "--max-restarts", "0", name="first")
+    run = sres_tiers(
+        tmp_path, ram_root, "--inject", f"kill-all:step={KILL_AT}", "--max-restarts", "0", name="first"
+    )
     assert run.returncode == 1, dump(run)
     assert "gave up after 0 restart(s)" in run.stderr
     return run
@@ -59,7 +62,9 @@ def test_wiped_node_restores_from_its_neighbour(tmp_path, ram_root, killed_job, 
         assert event["tiers"] == {"0": "ram", "1": "neighbour"} and event["step"] == neighbour_step, dump(run)
 
 
-def test_wiped_ram_everywhere_restores_from_persistent_losing_at_most_k(tmp_path, ram_root, killed_job, tiers_reference):
+def test_wiped_ram_everywhere_restores_from_persistent_losing_at_most_k(
+    tmp_path, ram_root, killed_job, tiers_reference
+):
     shutil.rmtree(ram_root / "job-tiers")
     run = sres_tiers(tmp_path, ram_root, name="second")
     assert run.returncode == 0, dump(run)
@@ -88,10 +93,16 @@ def _trim_to_a_step_every_copy_holds(ram_root: Path, persistent: Path) -> int:
     Which ranks finished the steps around the kill is up to timing; after this, every case
     below starts alike (else a rank with no copy of the newest step borrows the other's, and
     the tier under test is skipped: seen in CI)."""
-    roots = {(own_root("tiers", 0, ram_root), 0), (own_root("tiers", 1, ram_root), 1),
-             (neighbour_root("tiers", 0, ram_root), 1), (neighbour_root("tiers", 1, ram_root), 0)}
-    held = [{s for s in mf.steps_in(root) if (mf.rank_dir(root, s, owner) / mf.MANIFEST).exists()}
-            for root, owner in roots]
+    roots = {
+        (own_root("tiers", 0, ram_root), 0),
+        (own_root("tiers", 1, ram_root), 1),
+        (neighbour_root("tiers", 0, ram_root), 1),
+        (neighbour_root("tiers", 1, ram_root), 0),
+    }
+    held = [
+        {s for s in mf.steps_in(root) if (mf.rank_dir(root, s, owner) / mf.MANIFEST).exists()}
+        for root, owner in roots
+    ]
     common = set.intersection(*held)
     assert common, f"no step has all four RAM-tier copies: {held}"
     step = max(common)
@@ -102,8 +113,9 @@ def _trim_to_a_step_every_copy_holds(ram_root: Path, persistent: Path) -> int:
     return step
 
 
-def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tmp_path, ram_root, killed_job,
-                                                                           tiers_reference):
+def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(
+    tmp_path, ram_root, killed_job, tiers_reference
+):
     own, neighbour = own_root("tiers", 1, ram_root), neighbour_root("tiers", 0, ram_root)
     persistent = tmp_path / "persistent"
     step = _trim_to_a_step_every_copy_holds(ram_root, persistent)
@@ -164,10 +176,14 @@ def test_corruption_in_each_tier_in_turn_is_detected_and_the_next_tier_serves(tm
     _flip_byte(manifest.path_of(rank1, "replicated.bin"))
     run, event, invalid = again("persistent-corrupt")
     assert event["tiers"] == {"0": "persistent", "1": "persistent"} and event["step"] < newest, dump(run)
-    assert any(e["tier"] == "persistent" and e["step"] == newest and "checksum" in e["reason"] for e in invalid)
+    assert any(
+        e["tier"] == "persistent" and e["step"] == newest and "checksum" in e["reason"] for e in invalid
+    )
 
 
-def test_truncated_manifest_missing_file_and_other_job_fall_back(tmp_path, ram_root, killed_job, tiers_reference):
+def test_truncated_manifest_missing_file_and_other_job_fall_back(
+    tmp_path, ram_root, killed_job, tiers_reference
+):
     own0, own1 = own_root("tiers", 0, ram_root), own_root("tiers", 1, ram_root)
     manifest = _newest(own0, 0) / mf.MANIFEST
     manifest.write_text(manifest.read_text()[:40])

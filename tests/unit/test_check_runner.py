@@ -43,7 +43,9 @@ def pids_with_arg(marker: str) -> list[int]:
 
 def test_a_hung_check_is_killed_at_its_budget_and_reported_as_timeout():
     start = time.monotonic()
-    results = run_checks([Check("gpu", hang, Fault.TRANSIENT), Check("quick", quick)], CTX, per_check_s=1.0, total_s=10)
+    results = run_checks(
+        [Check("gpu", hang, Fault.TRANSIENT), Check("quick", quick)], CTX, per_check_s=1.0, total_s=10
+    )
     took = time.monotonic() - start
     assert [r.check for r in results] == ["gpu", "quick"]
     assert results[0].status is Status.TIMEOUT and results[0].failed and results[0].fault is Fault.TRANSIENT

@@ -6,8 +6,9 @@ import sys
 
 
 def sres(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_doctor_outside_slurm_passes_and_reports_torch_and_shm():

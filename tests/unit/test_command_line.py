@@ -45,7 +45,10 @@ def test_bad_backend_name_and_timeout_are_refused():
 def test_pyslurm_backend_refused_with_reason_when_unusable():
     try:
         import pyslurm  # noqa: F401
-        pytest.skip(reason="pyslurm is installed here; the refusal path needs a machine without a matching one")
+
+        pytest.skip(
+            reason="pyslurm is installed here; the refusal path needs a machine without a matching one"
+        )
     except ImportError:
         pass
     with pytest.raises(ConfigError, match="pyslurm is not installed"):

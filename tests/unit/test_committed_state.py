@@ -32,7 +32,10 @@ def test_parts_keep_parameters_by_reference_and_copy_what_changes_outside_the_op
     loader = torch.utils.data.DataLoader(list(range(4)))
     objects = {"model": model, "opt": opt, "sched": sched, "extra": committed.PerRank({"n": 1})}
     parts = committed.take(objects, rng=True)
-    assert set(parts["replicated"]) == {"model", "opt", "sched"} and set(parts["rank"]) == {"extra", committed.RNG}
+    assert set(parts["replicated"]) == {"model", "opt", "sched"} and set(parts["rank"]) == {
+        "extra",
+        committed.RNG,
+    }
     assert parts["replicated"]["model"]["weight"].data_ptr() == model.weight.data_ptr()
     assert parts["replicated"]["model"]["running_mean"].data_ptr() != model.running_mean.data_ptr()
     before = committed.small(parts, objects)
@@ -66,10 +69,17 @@ def test_state_changed_after_the_commit_block_is_taken_at_the_step_boundary():
     seen = []
 
     class Runtime:
-        def before_step(self, step): pass
-        def before_commit(self): pass
-        def after_commit(self, step, ctx): pass
-        def committed(self, step, ctx, changed): seen.append((step, changed))
+        def before_step(self, step):
+            pass
+
+        def before_commit(self):
+            pass
+
+        def after_commit(self, step, ctx):
+            pass
+
+        def committed(self, step, ctx, changed):
+            seen.append((step, changed))
 
     counter = {"n": 0}
     ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=-1, runtime=Runtime())
@@ -83,8 +93,13 @@ def test_state_changed_after_the_commit_block_is_taken_at_the_step_boundary():
 
 
 def _h(rank, ranked=(), replicas=None, world=2):
-    return Holdings(rank, own=(5,), ranked=ranked, rank_replicas=replicas or {}, rank_world=world if ranked or replicas
-                    else 0)
+    return Holdings(
+        rank,
+        own=(5,),
+        ranked=ranked,
+        rank_replicas=replicas or {},
+        rank_world=world if ranked or replicas else 0,
+    )
 
 
 def test_a_replaced_rank_gets_its_own_part_from_its_buddy_never_a_peers():
@@ -123,13 +138,27 @@ def test_the_state_loaded_on_entry_is_not_committed_again():
     seen = []
 
     class Runtime:
-        def before_step(self, step): pass
-        def before_commit(self): pass
-        def after_commit(self, step, ctx): pass
-        def committed(self, step, ctx, changed): seen.append(step)
+        def before_step(self, step):
+            pass
 
-    ctx = Context(rank=0, world_size=1, local_rank=0, generation=2, step=8, runtime=Runtime(),
-                  restored={"counter": {"n": 8}})
+        def before_commit(self):
+            pass
+
+        def after_commit(self, step, ctx):
+            pass
+
+        def committed(self, step, ctx, changed):
+            seen.append(step)
+
+    ctx = Context(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        generation=2,
+        step=8,
+        runtime=Runtime(),
+        restored={"counter": {"n": 8}},
+    )
     ctx.register(counter={})
     for _ in ctx.steps(9):  # nothing left to train
         pass

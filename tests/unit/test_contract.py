@@ -12,16 +12,37 @@ from resilience.contract import messages as m
 from resilience.contract.run_store import RunStore
 
 SAMPLES: dict[type[m.Message], m.Message] = {
-    m.Plan: m.Plan(generation=3, world_size=2, members={0: "n0p0", 1: "n2p0"},
-                   slots={"n0p0": m.SlotInfo(0, 0), "n2p0": m.SlotInfo(2, 0)}, procs_per_node=1,
-                   replaced=(1,), reason="node 1 lost", config={"global_batch": 64}),
-    m.Report: m.Report("error", 1, seq=4, message="ValueError: bad", traceback="Traceback...", collateral=True,
-                       t=12.5, origin="peer", error_type="ValueError", digest="", step=17),
-    m.RecoveryInfo: m.RecoveryInfo(step=19, source="peer", bytes=1 << 20, recover_s=0.12, formed_t=100.5,
-                                   recovered_t=100.6),
+    m.Plan: m.Plan(
+        generation=3,
+        world_size=2,
+        members={0: "n0p0", 1: "n2p0"},
+        slots={"n0p0": m.SlotInfo(0, 0), "n2p0": m.SlotInfo(2, 0)},
+        procs_per_node=1,
+        replaced=(1,),
+        reason="node 1 lost",
+        config={"global_batch": 64},
+    ),
+    m.Report: m.Report(
+        "error",
+        1,
+        seq=4,
+        message="ValueError: bad",
+        traceback="Traceback...",
+        collateral=True,
+        t=12.5,
+        origin="peer",
+        error_type="ValueError",
+        digest="",
+        step=17,
+    ),
+    m.RecoveryInfo: m.RecoveryInfo(
+        step=19, source="peer", bytes=1 << 20, recover_s=0.12, formed_t=100.5, recovered_t=100.6
+    ),
     m.BatchInfo: m.BatchInfo(global_batch=64, accumulation=2, lr_scale=0.5, kept=True),
     m.RunStats: m.RunStats(median_step_s=0.031),
-    m.RecentSteps: m.RecentSteps((m.StepRecord(5, 0.01, 0.02, 1e9, 0.0), m.StepRecord(6, 0.011, 0.021, 1e9 + 1, 0.001))),
+    m.RecentSteps: m.RecentSteps(
+        (m.StepRecord(5, 0.01, 0.02, 1e9, 0.0), m.StepRecord(6, 0.011, 0.021, 1e9 + 1, 0.001))
+    ),
     m.FlushRequest: m.FlushRequest(id=2, step=None, timeout_s=30.0),
     m.FlushDone: m.FlushDone(step=40, error="disk full"),
     m.RankEvent: m.RankEvent("checkpoint-saved", {"rank": 1, "step": 40, "tier": "ram"}, 1e9),
@@ -41,8 +62,9 @@ def test_every_message_round_trips(kind):
     assert kind.decode(text.encode()) == sample  # a store returns bytes
 
 
-@pytest.mark.parametrize("kind", [k for k in m.MESSAGES if k not in (m.RecentSteps, m.RankEvent)],
-                         ids=lambda k: k.__name__)
+@pytest.mark.parametrize(
+    "kind", [k for k in m.MESSAGES if k not in (m.RecentSteps, m.RankEvent)], ids=lambda k: k.__name__
+)
 def test_a_field_a_newer_writer_added_is_left_out(kind):
     data = json.loads(SAMPLES[kind].encode())
     assert kind.decode(json.dumps({**data, "added_in_a_later_version": 1})) == SAMPLES[kind]
@@ -64,7 +86,11 @@ def test_the_store_accessors_carry_each_message_whole():
     store.publish_stats(SAMPLES[m.RunStats])
     store.publish_steps(3, "n0p0", SAMPLES[m.RecentSteps])
     assert (store.recovery(3), store.batch(3), store.stats(), store.recent_steps(3, "n0p0")) == (
-        SAMPLES[m.RecoveryInfo], SAMPLES[m.BatchInfo], SAMPLES[m.RunStats], SAMPLES[m.RecentSteps])
+        SAMPLES[m.RecoveryInfo],
+        SAMPLES[m.BatchInfo],
+        SAMPLES[m.RunStats],
+        SAMPLES[m.RecentSteps],
+    )
     assert store.progress() is None
     store.set_progress(41)
     assert store.progress() == 41
@@ -103,7 +129,9 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     assert all(got[s][0] == plan and got[s][2] for s in "ab")
     assert max(got[s][1] for s in "ab") - published < 0.5
     spare = RunStore.connect("127.0.0.1", server.port)
-    ended = threading.Thread(target=lambda: got.setdefault("spare", (spare.wait_plan("c", 1, poll_s=0.05), 0, 0)))
+    ended = threading.Thread(
+        target=lambda: got.setdefault("spare", (spare.wait_plan("c", 1, poll_s=0.05), 0, 0))
+    )
     ended.start()
     server.shut_down()
     ended.join(timeout=10)

@@ -11,17 +11,24 @@ from hypothesis import strategies as st
 from resilience.elastic import BatchError, ElasticSampler, batch_plan, coverage
 
 
-@pytest.mark.parametrize("global_batch, micro, world, used, micro_batches, lr", [
-    (24, 4, 4, 24, (4, 2), 1.0),
-    (24, 4, 3, 24, (4, 4), 1.0),
-    (24, 8, 1, 24, (8, 8, 8), 1.0),
-    (20, 4, 3, 21, (4, 3), 21 / 20),      # 18 and 21: 21 is closer
-    (22, 4, 4, 20, (4, 1), 20 / 22),      # 20 and 24: a tie goes to the smaller
-    (3, 4, 5, 5, (1,), 5 / 3),            # below one per rank: never zero
-])
+@pytest.mark.parametrize(
+    "global_batch, micro, world, used, micro_batches, lr",
+    [
+        (24, 4, 4, 24, (4, 2), 1.0),
+        (24, 4, 3, 24, (4, 4), 1.0),
+        (24, 8, 1, 24, (8, 8, 8), 1.0),
+        (20, 4, 3, 21, (4, 3), 21 / 20),  # 18 and 21: 21 is closer
+        (22, 4, 4, 20, (4, 1), 20 / 22),  # 20 and 24: a tie goes to the smaller
+        (3, 4, 5, 5, (1,), 5 / 3),  # below one per rank: never zero
+    ],
+)
 def test_batch_plan(global_batch, micro, world, used, micro_batches, lr):
     plan = batch_plan(global_batch, micro, world)
-    assert (plan.global_batch, plan.micro_batches, plan.accumulation) == (used, micro_batches, len(micro_batches))
+    assert (plan.global_batch, plan.micro_batches, plan.accumulation) == (
+        used,
+        micro_batches,
+        len(micro_batches),
+    )
     assert plan.lr_scale == pytest.approx(lr)
     assert plan.kept == (used == global_batch)
 
@@ -44,15 +51,20 @@ def _train(sampler: ElasticSampler, worlds: list[int]) -> list[list[int]]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(5, 60), batch=st.integers(1, 24), micro=st.integers(1, 8), seed=st.integers(0, 3),
-       worlds=st.lists(st.integers(1, 6), min_size=1, max_size=40))
+@given(
+    n=st.integers(5, 60),
+    batch=st.integers(1, 24),
+    micro=st.integers(1, 8),
+    seed=st.integers(0, 3),
+    worlds=st.lists(st.integers(1, 6), min_size=1, max_size=40),
+)
 def test_every_sample_of_an_epoch_once_over_any_resizes(n, batch, micro, seed, worlds):
     sampler = ElasticSampler(n, batch, micro, seed)
     steps = _train(sampler, worlds)
     stream = [i for step in steps for i in step]
     for epoch_start in range(0, len(stream) - n + 1, n):
-        assert sorted(stream[epoch_start:epoch_start + n]) == list(range(n))
-    tail = stream[len(stream) // n * n:]
+        assert sorted(stream[epoch_start : epoch_start + n]) == list(range(n))
+    tail = stream[len(stream) // n * n :]
     assert len(set(tail)) == len(tail)  # the epoch in progress has no repeat either
     for step, world in zip(steps, worlds):
         plan = sampler.plan(world)
@@ -65,14 +77,14 @@ def test_a_redone_step_in_another_world_replaces_the_uncommitted_segment():
     sampler = ElasticSampler(50, 12, 4, 1)
     _train(sampler, [4, 4, 4])
     state = sampler.state_dict()
-    sampler.indices(3, 0, 5)              # step 3 started at world 5 (12 -> 10), then a fault...
-    sampler.load_state_dict(state)        # ...the committed state (step 2) is restored
+    sampler.indices(3, 0, 5)  # step 3 started at world 5 (12 -> 10), then a fault...
+    sampler.load_state_dict(state)  # ...the committed state (step 2) is restored
     again = ElasticSampler(50, 12, 4, 1)
     again.load_state_dict(sampler.state_dict())
     assert _train(again, [4, 4, 4, 3])[3] == _train(ElasticSampler(50, 12, 4, 1), [4, 4, 4, 3])[3]
     live = ElasticSampler(50, 12, 4, 1)
     _train(live, [4, 4, 4])
-    live.indices(3, 0, 5)                 # the live object kept the uncommitted segment: replaced
+    live.indices(3, 0, 5)  # the live object kept the uncommitted segment: replaced
     assert live.indices(3, 0, 3) == again.indices(3, 0, 3)
 
 

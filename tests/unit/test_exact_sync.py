@@ -40,7 +40,9 @@ def train(steps: int, *, no_sync: bool, set_to_none: bool = True, probe: bool = 
 
 
 def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(torch.equal(x.view(torch.int32), y.view(torch.int32)) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        torch.equal(x.view(torch.int32), y.view(torch.int32)) for x, y in zip(a, b)
+    )
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
@@ -56,7 +58,7 @@ def test_steps_are_told_apart_by_the_gradients_being_consumed():
     two = train(2, no_sync=False)
     params = 4
     assert same_bits(two[:params], train(1, no_sync=True)[:params])
-    assert not same_bits(two[params:2 * params], two[:params])
+    assert not same_bits(two[params : 2 * params], two[:params])
 
 
 def test_autograd_grad_between_the_last_backward_and_the_step_changes_nothing():

@@ -5,23 +5,42 @@ from resilience.contract.injections import InjectSpecError, parse
 
 
 def test_parse_every_kind():
-    specs = parse(["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3", "hang:rank=3:step=4",
-                   "kill-during-commit:rank=2:step=9", "node:1:gen=2", "kill:rank=0:gen=3",
-                   "kill-during-copy:rank=1:step=6"])
-    assert [s.spec for s in specs] == ["kill:rank=1:step=5", "node:2:step=7", "raise:rank=0:step=3",
-                                       "hang:rank=3:step=4", "kill-during-commit:rank=2:step=9",
-                                       "node:1:gen=2", "kill:rank=0:gen=3", "kill-during-copy:rank=1:step=6"]
+    specs = parse(
+        [
+            "kill:rank=1:step=5",
+            "node:2:step=7",
+            "raise:rank=0:step=3",
+            "hang:rank=3:step=4",
+            "kill-during-commit:rank=2:step=9",
+            "node:1:gen=2",
+            "kill:rank=0:gen=3",
+            "kill-during-copy:rank=1:step=6",
+        ]
+    )
+    assert [s.spec for s in specs] == [
+        "kill:rank=1:step=5",
+        "node:2:step=7",
+        "raise:rank=0:step=3",
+        "hang:rank=3:step=4",
+        "kill-during-commit:rank=2:step=9",
+        "node:1:gen=2",
+        "kill:rank=0:gen=3",
+        "kill-during-copy:rank=1:step=6",
+    ]
     assert [s.index for s in specs] == list(range(8))
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("explode:rank=1:step=2", "unknown kind 'explode'"),
-    ("kill:rank=x:step=2", "bad form"),
-    ("kill:step=2", "bad form"),
-    ("node:1", "bad form"),
-    ("raise:rank=1:gen=2", "gen= works with kill and node only"),
-    ("node:1:gen=1", "gen >= 2"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("explode:rank=1:step=2", "unknown kind 'explode'"),
+        ("kill:rank=x:step=2", "bad form"),
+        ("kill:step=2", "bad form"),
+        ("node:1", "bad form"),
+        ("raise:rank=1:gen=2", "gen= works with kill and node only"),
+        ("node:1:gen=1", "gen >= 2"),
+    ],
+)
 def test_bad_specs_name_the_spec(bad, words):
     with pytest.raises(InjectSpecError) as info:
         parse([bad])
@@ -31,7 +50,9 @@ def test_bad_specs_name_the_spec(bad, words):
 
 def test_due_matches_rank_node_step_and_generation():
     specs = parse(["kill:rank=1:step=5", "node:2:step=5", "node:2:gen=3"])
-    assert [i.spec for i in due(specs, step=5, rank=1, node=0, kinds=["kill", "node"])] == ["kill:rank=1:step=5"]
+    assert [i.spec for i in due(specs, step=5, rank=1, node=0, kinds=["kill", "node"])] == [
+        "kill:rank=1:step=5"
+    ]
     assert [i.spec for i in due(specs, step=5, rank=0, node=2, kinds=["kill", "node"])] == ["node:2:step=5"]
     assert [i.spec for i in due(specs, generation=3, rank=0, node=2, kinds=["node"])] == ["node:2:gen=3"]
     assert due(specs, step=4, rank=1, node=2, kinds=["kill", "node"]) == []
@@ -52,14 +73,16 @@ def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
     import sys
     import time
 
-    child = ("import torch.distributed as dist\n"
-             "from resilience.agent import faults\n"
-             "from resilience.contract.run_store import RunStore\n"
-             "store = RunStore(dist.HashStore())\n"
-             "from resilience.contract.messages import Plan\n"
-             "store.publish_plan(Plan(2, 1, {0: 'the next generation'}, {}, 1))\n"
-             "from resilience.contract.injections import parse\n"
-             "faults.fire(parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n")
+    child = (
+        "import torch.distributed as dist\n"
+        "from resilience.agent import faults\n"
+        "from resilience.contract.run_store import RunStore\n"
+        "store = RunStore(dist.HashStore())\n"
+        "from resilience.contract.messages import Plan\n"
+        "store.publish_plan(Plan(2, 1, {0: 'the next generation'}, {}, 1))\n"
+        "from resilience.contract.injections import parse\n"
+        "faults.fire(parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n"
+    )
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr

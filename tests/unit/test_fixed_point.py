@@ -46,7 +46,9 @@ def summed_in_groups(grads: list[torch.Tensor], groups: list[list[int]]) -> torc
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), count=st.integers(1, 24), ranks=st.integers(1, 6), shuffle=st.integers(0, 99))
+@given(
+    seed=st.integers(0, 10_000), count=st.integers(1, 24), ranks=st.integers(1, 6), shuffle=st.integers(0, 99)
+)
 def test_any_grouping_and_order_gives_the_same_bits(seed, count, ranks, shuffle):
     grads = micro_batch_grads(seed, count)
     alone = summed_in_groups(grads, [list(range(count))])
@@ -54,11 +56,13 @@ def test_any_grouping_and_order_gives_the_same_bits(seed, count, ranks, shuffle)
     random.Random(shuffle).shuffle(order)
     groups = [order[r::ranks] for r in range(ranks) if order[r::ranks]]
     assert torch.equal(summed_in_groups(grads, groups), alone)
-    assert torch.allclose(alone, torch.stack(grads).mean(0), rtol=0, atol=2.0 ** -22 * max(g.abs().max() for g in grads))
+    assert torch.allclose(
+        alone, torch.stack(grads).mean(0), rtol=0, atol=2.0**-22 * max(g.abs().max() for g in grads)
+    )
 
 
 def test_elements_near_the_largest_are_kept_exactly():
-    grad = torch.tensor([1.0, -0.75, 2.0 ** -8 + 2.0 ** -30, 3.0 * 2.0 ** -40, 0.0])
+    grad = torch.tensor([1.0, -0.75, 2.0**-8 + 2.0**-30, 3.0 * 2.0**-40, 0.0])
     wide, default = Slot(torch.zeros(5, dtype=torch.float64)), Slot(torch.zeros(5, dtype=torch.float64))
     wide.add(grad, 1.0, 1, bits=32)
     back = fixed_point.dequantize(wide.total, wide.low, 1, torch.float32)
@@ -66,15 +70,15 @@ def test_elements_near_the_largest_are_kept_exactly():
     assert back[3] == 0.0  # below 2**-32 of the largest: rounded away
     default.add(grad, 1.0, 1)  # 24 bits
     back = fixed_point.dequantize(default.total, default.low, 1, torch.float32)
-    assert torch.equal(back[:2], grad[:2]) and back[2] == 2.0 ** -8  # 2**-30 is below the unit, 2**-23
+    assert torch.equal(back[:2], grad[:2]) and back[2] == 2.0**-8  # 2**-30 is below the unit, 2**-23
 
 
 def test_a_sum_that_cannot_fit_is_refused_not_wrapped():
-    assert fixed_point.fits(10, 10 - 32, 2 ** 20)
-    assert not fixed_point.fits(10, 10 - 32, 2 ** 31)
+    assert fixed_point.fits(10, 10 - 32, 2**20)
+    assert not fixed_point.fits(10, 10 - 32, 2**31)
     slot = Slot(torch.zeros(3, dtype=torch.float64))
     slot.add(torch.tensor([1.0, 0.5, 0.0]), 1.0, 1)
-    slot.add(torch.tensor([2.0 ** -40, 0.0, 0.0]), 2.0 ** -40, 2)  # 2**41 apart: more than a rank's 53 - 24 bits
+    slot.add(torch.tensor([2.0**-40, 0.0, 0.0]), 2.0**-40, 2)  # 2**41 apart: more than a rank's 53 - 24 bits
     assert slot.problem == fixed_point.RANGE
     slot.add(torch.tensor([math.inf, 0.0, 0.0]), math.inf, 3)
     plan = plan_sum([slot.header()], bound_count=3)
@@ -99,7 +103,9 @@ def accumulate(model: ExactDataParallel, batches: list[torch.Tensor], scale: flo
 
 
 def test_micro_batch_order_does_not_change_the_gradient():
-    batches = [torch.randn(4, 8, generator=torch.Generator().manual_seed(i)) * 10 ** (i % 3) for i in range(5)]
+    batches = [
+        torch.randn(4, 8, generator=torch.Generator().manual_seed(i)) * 10 ** (i % 3) for i in range(5)
+    ]
     grads = []
     for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1]):
         model = ExactDataParallel(TwoLayers())

@@ -66,8 +66,11 @@ def test_fsdp_state_goes_through_a_snapshot_and_loads_into_a_new_model(world_of_
     ctx2 = Context(rank=0, world_size=1, local_rank=0, generation=2, step=2, restored=restored)
     ctx2.register(model=model2, optimizer=opt2)
     assert ctx2.state_digest() == ctx.state_digest()  # what runs are compared by
-    for a, b in zip(flat(model.state_dict()) + flat(get_optimizer_state_dict(model, opt)),
-                    flat(model2.state_dict()) + flat(get_optimizer_state_dict(model2, opt2)), strict=True):
+    for a, b in zip(
+        flat(model.state_dict()) + flat(get_optimizer_state_dict(model, opt)),
+        flat(model2.state_dict()) + flat(get_optimizer_state_dict(model2, opt2)),
+        strict=True,
+    ):
         assert torch.equal(a, b)
     train_step(model, opt, 9)
     train_step(model2, opt2, 9)
@@ -114,7 +117,13 @@ def test_state_saved_by_another_world_size_is_assembled_and_cut_for_this_mesh(wo
 
 
 def test_assembling_refuses_missing_shards_and_two_sharded_mesh_dimensions():
-    form = {DTENSOR: torch.arange(6.0), "placements": (("shard", 0),), "shape": (6,), "stride": (1,), "index": (0,)}
+    form = {
+        DTENSOR: torch.arange(6.0),
+        "placements": (("shard", 0),),
+        "shape": (6,),
+        "stride": (1,),
+        "index": (0,),
+    }
     parts = split(form, 3)
     assert torch.equal(assemble(parts[::-1]), torch.arange(6.0))
     with pytest.raises(ResilienceError, match=r"every shard of a tensor; shards \[0, 2\]"):
@@ -145,6 +154,9 @@ def test_parameters_on_truly_different_meshes_are_refused_with_one_line(world_of
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
     fully_shard(model[0], mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp",)))
     fully_shard(model, mesh=world_of_one)
-    with pytest.raises(ResilienceError, match=r"on 2 different device meshes \(cpu 1 ranks \[0\] dims \['dp'\]; "
-                                              r"cpu 1 ranks \[0\]\): sres supports one mesh"):
+    with pytest.raises(
+        ResilienceError,
+        match=r"on 2 different device meshes \(cpu 1 ranks \[0\] dims \['dp'\]; "
+        r"cpu 1 ranks \[0\]\): sres supports one mesh",
+    ):
         mesh_of(model)

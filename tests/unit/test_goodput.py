@@ -13,14 +13,47 @@ def test_causes_sum_to_the_wall_time_and_each_is_measured():
         {"event": "generation", "t": 101.0, "generation": 1},
         {"event": "fault", "t": 110.0},
         {"event": "fault", "t": 110.5},  # a second fault recovered by the same generation: counted once
-        {"event": "recovered", "t": 112.0, "generation": 2, "seconds": 2.0, "release_s": 0.3, "reform_s": 0.8,
-         "transfer_s": 0.4, "first_step_s": 0.8, "steps_lost": 1},
-        {"event": "recovered", "t": 112.0, "generation": 2, "seconds": 1.5, "release_s": 0.1, "reform_s": 0.3,
-         "transfer_s": 0.4, "first_step_s": 0.8, "steps_lost": 0},
-        {"event": "resize", "t": 120.0, "generation": 3, "why": "request", "boundary_s": 2.0, "reform_s": 0.5,
-         "transfer_s": 0.2, "first_step_s": 0.6},
-        {"event": "resize", "t": 112.0, "generation": 2, "why": "fault", "reform_s": 0.8, "transfer_s": 0.4,
-         "first_step_s": 0.8},  # the fault's own resize: already in its recovery
+        {
+            "event": "recovered",
+            "t": 112.0,
+            "generation": 2,
+            "seconds": 2.0,
+            "release_s": 0.3,
+            "reform_s": 0.8,
+            "transfer_s": 0.4,
+            "first_step_s": 0.8,
+            "steps_lost": 1,
+        },
+        {
+            "event": "recovered",
+            "t": 112.0,
+            "generation": 2,
+            "seconds": 1.5,
+            "release_s": 0.1,
+            "reform_s": 0.3,
+            "transfer_s": 0.4,
+            "first_step_s": 0.8,
+            "steps_lost": 0,
+        },
+        {
+            "event": "resize",
+            "t": 120.0,
+            "generation": 3,
+            "why": "request",
+            "boundary_s": 2.0,
+            "reform_s": 0.5,
+            "transfer_s": 0.2,
+            "first_step_s": 0.6,
+        },
+        {
+            "event": "resize",
+            "t": 112.0,
+            "generation": 2,
+            "why": "fault",
+            "reform_s": 0.8,
+            "transfer_s": 0.4,
+            "first_step_s": 0.8,
+        },  # the fault's own resize: already in its recovery
     ]
     earlier = [{"event": "start", "t": 0.0}, {"event": "requeue", "t": 50.0}]
     seconds = account(earlier + events, end_t=130.0, steps=41, median_step_s=0.5, first_step_t=103.0)
@@ -34,21 +67,50 @@ def test_causes_sum_to_the_wall_time_and_each_is_measured():
 
 
 def test_a_run_that_never_stepped_is_all_startup():
-    seconds = account([{"event": "start", "t": 5.0}], end_t=9.0, steps=0, median_step_s=None, first_step_t=None)
+    seconds = account(
+        [{"event": "start", "t": 5.0}], end_t=9.0, steps=0, median_step_s=None, first_step_t=None
+    )
     assert seconds["startup"] == 4.0 and sum(seconds.values()) == 4.0
 
 
 def test_stalls_inside_steps_and_waiting_for_a_node_are_their_own_causes():
     """Two ranks, 4 steps: rank 1 computes 0.1 s more on every step (a straggler wait of 0.05 s
     over the median of two), and each commit blocks 0.02 s; a fault waited 5 s for a node."""
-    records = [{"generation": 1, "rank": r, "step": s, "compute_s": 0.1 + 0.1 * r, "step_s": 0.5,
-                "blocked_s": 0.02, "t": 0.0} for r in (0, 1) for s in range(4)]
-    events = [{"event": "start", "t": 0.0},
-              {"event": "waiting", "t": 10.0}, {"event": "generation", "t": 15.0, "generation": 2},
-              {"event": "recovered", "t": 16.0, "generation": 2, "seconds": 6.0, "release_s": 0.2,
-               "reform_s": 5.5, "transfer_s": 0.1, "first_step_s": 0.3, "steps_lost": 0}]
+    records = [
+        {
+            "generation": 1,
+            "rank": r,
+            "step": s,
+            "compute_s": 0.1 + 0.1 * r,
+            "step_s": 0.5,
+            "blocked_s": 0.02,
+            "t": 0.0,
+        }
+        for r in (0, 1)
+        for s in range(4)
+    ]
+    events = [
+        {"event": "start", "t": 0.0},
+        {"event": "waiting", "t": 10.0},
+        {"event": "generation", "t": 15.0, "generation": 2},
+        {
+            "event": "recovered",
+            "t": 16.0,
+            "generation": 2,
+            "seconds": 6.0,
+            "release_s": 0.2,
+            "reform_s": 5.5,
+            "transfer_s": 0.1,
+            "first_step_s": 0.3,
+            "steps_lost": 0,
+        },
+    ]
     seconds = account(events, end_t=20.0, steps=4, median_step_s=None, first_step_t=1.0, step_records=records)
-    assert seconds["checkpoint"] == pytest.approx(4 * 0.02) and seconds["straggler"] == pytest.approx(4 * 0.05)
+    assert seconds["checkpoint"] == pytest.approx(4 * 0.02) and seconds["straggler"] == pytest.approx(
+        4 * 0.05
+    )
     assert seconds["productive"] == pytest.approx(3 * (0.5 - 0.02 - 0.05))  # the useful part of a step
-    assert seconds["waiting"] == 5.0 and seconds["reform"] == pytest.approx(0.3)  # 5.5 - 0.2 detection - 5 waiting
+    assert seconds["waiting"] == 5.0 and seconds["reform"] == pytest.approx(
+        0.3
+    )  # 5.5 - 0.2 detection - 5 waiting
     assert sum(seconds.values()) == pytest.approx(20.0)

@@ -28,13 +28,20 @@ def by_check(results):
 def test_healthy_node_passes_every_gpu_check():
     results = by_check(evaluate(reading("healthy_8x_h100.json"), NO_XIDS, GpuConfig(expected_count=8)))
     assert {k: r.status for k, r in results.items()} == {
-        "gpu_count": Status.OK, "gpu_ecc": Status.OK, "gpu_pages": Status.OK, "gpu_xid": Status.OK,
-        "gpu_thermal": Status.OK, "gpu_nvlink": Status.OK}
+        "gpu_count": Status.OK,
+        "gpu_ecc": Status.OK,
+        "gpu_pages": Status.OK,
+        "gpu_xid": Status.OK,
+        "gpu_thermal": Status.OK,
+        "gpu_nvlink": Status.OK,
+    }
     assert results["gpu_nvlink"].detail == "144 links up"
 
 
 def test_gpu_count_dropped_is_transient():
-    r = by_check(evaluate(reading("h100_gpu_count_dropped.json"), NO_XIDS, GpuConfig(expected_count=8)))["gpu_count"]
+    r = by_check(evaluate(reading("h100_gpu_count_dropped.json"), NO_XIDS, GpuConfig(expected_count=8)))[
+        "gpu_count"
+    ]
     assert r.status is Status.FAIL and r.fault is Fault.TRANSIENT and r.detail == "7 of 8 GPUs visible"
 
 
@@ -48,18 +55,25 @@ def test_uncorrectable_ecc_is_persistent_and_names_the_gpu():
     results = by_check(evaluate(reading("a100_ecc_uncorrectable_remap_pending.json"), NO_XIDS, GpuConfig()))
     assert results["gpu_ecc"].status is Status.FAIL and results["gpu_ecc"].fault is Fault.PERSISTENT
     assert results["gpu_ecc"].detail == "gpu 3: 2 uncorrectable ECC errors"
-    assert results["gpu_pages"].fault is Fault.TRANSIENT and "row remap pending" in results["gpu_pages"].detail
+    assert (
+        results["gpu_pages"].fault is Fault.TRANSIENT and "row remap pending" in results["gpu_pages"].detail
+    )
 
 
 def test_ecc_threshold_is_configurable():
-    results = by_check(evaluate(reading("a100_ecc_uncorrectable_remap_pending.json"), NO_XIDS,
-                                GpuConfig(ecc_uncorrectable_max=2)))
+    results = by_check(
+        evaluate(
+            reading("a100_ecc_uncorrectable_remap_pending.json"), NO_XIDS, GpuConfig(ecc_uncorrectable_max=2)
+        )
+    )
     assert results["gpu_ecc"].status is Status.OK
 
 
 def test_row_remap_failure_is_persistent():
     r = by_check(evaluate(reading("a100_row_remap_failed.json"), NO_XIDS, GpuConfig()))["gpu_pages"]
-    assert r.status is Status.FAIL and r.fault is Fault.PERSISTENT and "gpu 6: row remapping failed" in r.detail
+    assert (
+        r.status is Status.FAIL and r.fault is Fault.PERSISTENT and "gpu 6: row remapping failed" in r.detail
+    )
 
 
 def test_retired_pages_over_the_limit_are_persistent_pending_alone_is_transient():
@@ -68,8 +82,12 @@ def test_retired_pages_over_the_limit_are_persistent_pending_alone_is_transient(
     pending = by_check(evaluate(reading("v100_retirement_pending.json"), NO_XIDS, GpuConfig()))["gpu_pages"]
     assert pending.status is Status.FAIL and pending.fault is Fault.TRANSIENT
     assert pending.detail == "gpu 5: page retirement pending (reboot to apply)"
-    assert by_check(evaluate(reading("v100_retired_pages.json"), NO_XIDS, GpuConfig(retired_pages_max=100)))[
-        "gpu_pages"].fault is Fault.TRANSIENT
+    assert (
+        by_check(evaluate(reading("v100_retired_pages.json"), NO_XIDS, GpuConfig(retired_pages_max=100)))[
+            "gpu_pages"
+        ].fault
+        is Fault.TRANSIENT
+    )
 
 
 def test_thermal_slowdown_fails_but_power_cap_is_normal():
@@ -89,13 +107,20 @@ def test_nvlink_down_and_gpus_without_nvlink_or_ecc():
 def test_xids_since_last_check_from_the_kernel_log(tmp_path):
     records = (FIXTURES / "kmsg_xids.txt").read_text().splitlines()
     events, last = parse_kmsg(records, after_seq=-1)
-    assert [(e.xid, e.pci) for e in events] == [(13, "PCI:0000:2a:00"), (79, "PCI:0000:9a:00"), (48, "PCI:0000:18:00")]
+    assert [(e.xid, e.pci) for e in events] == [
+        (13, "PCI:0000:2a:00"),
+        (79, "PCI:0000:9a:00"),
+        (48, "PCI:0000:18:00"),
+    ]
     assert last == 10416
     r = by_check(evaluate(reading("healthy_8x_h100.json"), XidLog(tuple(events)), GpuConfig()))["gpu_xid"]
     assert r.status is Status.FAIL and r.fault is Fault.PERSISTENT  # 48: double bit ECC
     assert r.detail.startswith("XID 79 on PCI:0000:9a:00") and "XID 13" not in r.detail
     only_79 = XidLog(tuple(e for e in events if e.xid == 79))
-    assert by_check(evaluate(reading("healthy_8x_h100.json"), only_79, GpuConfig()))["gpu_xid"].fault is Fault.TRANSIENT
+    assert (
+        by_check(evaluate(reading("healthy_8x_h100.json"), only_79, GpuConfig()))["gpu_xid"].fault
+        is Fault.TRANSIENT
+    )
     assert parse_kmsg(records, after_seq=10414)[0][0].xid == 48  # only what is new since the last check
 
     kmsg = tmp_path / "kmsg"

@@ -32,13 +32,19 @@ def test_job_processes_belong_to_their_node_and_cluster_hooks_excluded():
 
 
 def test_wrapper_pins_config_path_and_environment():
-    text = wrappers.wrapper_text("prolog", "/etc/sres", "/opt/venv/bin/sres", {"SLURM_CONF": "/etc/slurm/a b.conf"})
+    text = wrappers.wrapper_text(
+        "prolog", "/etc/sres", "/opt/venv/bin/sres", {"SLURM_CONF": "/etc/slurm/a b.conf"}
+    )
     assert text.startswith("#!/bin/sh\n")
     assert 'SRES_HEALTH_CONFIG="${SRES_HEALTH_CONFIG:-/etc/sres/health.yaml}"' in text
     assert "export SLURM_CONF='/etc/slurm/a b.conf'" in text
     assert text.rstrip().endswith('exec /opt/venv/bin/sres hooks prolog "$@"')
     assert set(wrappers.node_files("/p", "sres", "x: 1\n", {})) == {
-        "health.yaml", "hooks/prolog", "hooks/epilog", "hooks/healthcheck"}
+        "health.yaml",
+        "hooks/prolog",
+        "hooks/epilog",
+        "hooks/healthcheck",
+    }
 
 
 def test_slurm_conf_edit_replaces_merges_appends_and_is_idempotent():

@@ -15,11 +15,14 @@ def sres(*args, env_extra=None, tmp_path=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRES_"))}
     if tmp_path:  # a controller that refuses at once (a missing slurm.conf makes sinfo wait ~60 s)
         conf = tmp_path / "no-cluster.conf"
-        conf.write_text("ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nMessageTimeout=1\n")
+        conf.write_text(
+            "ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nMessageTimeout=1\n"
+        )
         env["SLURM_CONF"] = str(conf)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def write(tmp_path, data, name="health.yaml"):
@@ -33,12 +36,16 @@ PROLOG_ENV = {"SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "41", "SLURM_NODELIST": "
 
 def test_bad_config_fails_open_by_default_with_one_clear_line_and_a_loud_log(tmp_path):
     log = tmp_path / "h.jsonl"
-    bad = write(tmp_path, {"log": {"file": str(log), "syslog": False}, "checks": {"memory": {"min_free_gb": 1}}})
+    bad = write(
+        tmp_path, {"log": {"file": str(log), "syslog": False}, "checks": {"memory": {"min_free_gb": 1}}}
+    )
     result = sres("hooks", "prolog", "--config", str(bad), env_extra=PROLOG_ENV, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("sres: error:")]
-    assert errors == [f"sres: error: health config {bad}: checks.memory.min_free_gb: unknown key "
-                      "(known here: enabled, min_free_mib)"]
+    assert errors == [
+        f"sres: error: health config {bad}: checks.memory.min_free_gb: unknown key "
+        "(known here: enabled, min_free_mib)"
+    ]
     assert "failing OPEN" in result.stderr and "Traceback" not in result.stderr
     event = json.loads(log.read_text().splitlines()[-1])
     assert event["event"] == "config_error" and event["policy"] == "open" and event["node"] == "n7"
@@ -46,30 +53,45 @@ def test_bad_config_fails_open_by_default_with_one_clear_line_and_a_loud_log(tmp
 
 def test_bad_config_fails_closed_when_it_says_so(tmp_path):
     log = tmp_path / "h.jsonl"
-    bad = write(tmp_path, {"on_config_error": "closed", "log": {"file": str(log)},
-                           "budget": {"per_check_s": -1}})
+    bad = write(
+        tmp_path, {"on_config_error": "closed", "log": {"file": str(log)}, "budget": {"per_check_s": -1}}
+    )
     result = sres("hooks", "prolog", "--config", str(bad), env_extra=PROLOG_ENV, tmp_path=tmp_path)
     assert result.returncode == 1
-    assert f"sres: error: health config {bad}: budget.per_check_s: must not be negative, got -1" in result.stderr
+    assert (
+        f"sres: error: health config {bad}: budget.per_check_s: must not be negative, got -1" in result.stderr
+    )
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[0]["event"] == "config_error" and events[0]["policy"] == "closed"
-    assert any(e["event"] == "action" and e.get("reason") == "sres: config: budget.per_check_s" for e in events)
+    assert any(
+        e["event"] == "action" and e.get("reason") == "sres: config: budget.per_check_s" for e in events
+    )
 
 
 def test_config_from_the_environment_and_verify(tmp_path):
     good = write(tmp_path, {"checks": {"memory": {"min_free_mib": 1}}})
-    result = sres("hooks", "health", "--verify", env_extra={"SRES_HEALTH_CONFIG": str(good), "SLURMD_NODENAME": "n2"})
+    result = sres(
+        "hooks", "health", "--verify", env_extra={"SRES_HEALTH_CONFIG": str(good), "SLURMD_NODENAME": "n2"}
+    )
     assert result.returncode == 0 and f"config {good} valid" in result.stdout and "on n2" in result.stdout
     wrong = write(tmp_path, {"checks": {"disk": "/tmp"}}, "wrong.yaml")
     result = sres("hooks", "check", "--config", str(wrong))
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
-        f"sres: error: health config {wrong}: checks.disk: expected a list, got str '/tmp'"]
+        f"sres: error: health config {wrong}: checks.disk: expected a list, got str '/tmp'"
+    ]
 
 
 def test_check_prints_a_table_and_a_hung_check_is_a_timeout(tmp_path):
-    cfg = write(tmp_path, {"budget": {"per_check_s": 1, "total_s": 5},
-                           "checks": {"commands": [{"name": "hung_tool", "command": ["sleep", "120"]}],
-                                      "disk": [{"path": str(tmp_path), "min_free_mib": 1}]}})
+    cfg = write(
+        tmp_path,
+        {
+            "budget": {"per_check_s": 1, "total_s": 5},
+            "checks": {
+                "commands": [{"name": "hung_tool", "command": ["sleep", "120"]}],
+                "disk": [{"path": str(tmp_path), "min_free_mib": 1}],
+            },
+        },
+    )
     start = time.monotonic()
     result = sres("hooks", "check", "--config", str(cfg))
     assert time.monotonic() - start < 30
@@ -82,9 +104,16 @@ def test_check_prints_a_table_and_a_hung_check_is_a_timeout(tmp_path):
 
 def test_prolog_failure_exits_1_and_logs_one_line_per_check(tmp_path):
     log = tmp_path / "h.jsonl"
-    cfg = write(tmp_path, {"log": {"file": str(log), "syslog": True},
-                           "checks": {"mounts": [{"path": str(tmp_path / "scratch-%n"), "mountpoint": False}],
-                                      "slurmctld": {"enabled": False}}})
+    cfg = write(
+        tmp_path,
+        {
+            "log": {"file": str(log), "syslog": True},
+            "checks": {
+                "mounts": [{"path": str(tmp_path / "scratch-%n"), "mountpoint": False}],
+                "slurmctld": {"enabled": False},
+            },
+        },
+    )
     result = sres("hooks", "prolog", "--config", str(cfg), env_extra=PROLOG_ENV, tmp_path=tmp_path)
     assert result.returncode == 1
     events = [json.loads(line) for line in log.read_text().splitlines()]
@@ -96,7 +125,9 @@ def test_prolog_failure_exits_1_and_logs_one_line_per_check(tmp_path):
     # No Slurm here: the drain cannot be done, is logged, and the exit code still keeps jobs away.
     assert any(e["event"] in ("slurm", "action") and e.get("status") == "error" for e in events), events
     (tmp_path / "scratch-n7").mkdir()
-    assert sres("hooks", "prolog", "--config", str(cfg), env_extra=PROLOG_ENV, tmp_path=tmp_path).returncode == 0
+    assert (
+        sres("hooks", "prolog", "--config", str(cfg), env_extra=PROLOG_ENV, tmp_path=tmp_path).returncode == 0
+    )
 
 
 def test_job_nodelist_is_read_from_either_variable():

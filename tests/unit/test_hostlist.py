@@ -22,8 +22,16 @@ def test_expand(expression, hosts):
 
 @pytest.mark.parametrize(
     "expression",
-    ["a[01-03],b7,c[9-11]", "n[1-3,7]", "n[09-10]", "n[9-10]", "x", "n[001-003,010]", "n[1-2]-ib",
-     "gpu[1-4],cpu[01-02],login"],
+    [
+        "a[01-03],b7,c[9-11]",
+        "n[1-3,7]",
+        "n[09-10]",
+        "n[9-10]",
+        "x",
+        "n[001-003,010]",
+        "n[1-2]-ib",
+        "gpu[1-4],cpu[01-02],login",
+    ],
 )
 def test_round_trip(expression):
     hosts = expand(expression)

@@ -26,21 +26,21 @@ def state() -> dict:
     weights = torch.randn(N, generator=g)
     # A page of +x/-x word pairs: its int32 words sum to 0, so zeroing it keeps any sum.
     pairs = torch.randint(1, 2**30, (PAGE // 8,), generator=g, dtype=torch.int32)
-    weights.view(torch.int32)[PAGE // 4: PAGE // 4 + PAGE // 4] = torch.stack([pairs, -pairs], 1).reshape(-1)
+    weights.view(torch.int32)[PAGE // 4 : PAGE // 4 + PAGE // 4] = torch.stack([pairs, -pairs], 1).reshape(-1)
     return {"model": {"w": weights, "b": torch.arange(7, dtype=torch.float32)}}
 
 
 def swap_blocks(data: np.ndarray, start: int) -> None:
     a, b = start, start + PAGE  # two float32 elements 4 KiB apart
-    data[a:a + 4], data[b:b + 4] = data[b:b + 4].copy(), data[a:a + 4].copy()
+    data[a : a + 4], data[b : b + 4] = data[b : b + 4].copy(), data[a : a + 4].copy()
 
 
 def zero_page(data: np.ndarray, start: int) -> None:
-    data[start + PAGE: start + 2 * PAGE] = 0  # the page of +x/-x pairs
+    data[start + PAGE : start + 2 * PAGE] = 0  # the page of +x/-x pairs
 
 
 def shift_one(data: np.ndarray, start: int) -> None:
-    region = data[start: start + N * 4].view(np.float32)
+    region = data[start : start + N * 4].view(np.float32)
     region[:] = np.roll(region.copy(), 1)
 
 
@@ -53,15 +53,22 @@ def test_corruption_a_sum_misses_is_refused(tmp_path, corrupt):
     loaded = mf.load(path, manifest, copy=True)["replicated"]
     start = _offset_of_weights(file, loaded)
     data = np.fromfile(file, dtype=np.uint8)
-    before = snapshot.sum_checksum(b"", [torch.from_numpy(data[start:start + N * 4].copy()).view(torch.int32)])
+    before = snapshot.sum_checksum(
+        b"", [torch.from_numpy(data[start : start + N * 4].copy()).view(torch.int32)]
+    )
     corrupt(data, start)
-    after = snapshot.sum_checksum(b"", [torch.from_numpy(data[start:start + N * 4].copy()).view(torch.int32)])
+    after = snapshot.sum_checksum(
+        b"", [torch.from_numpy(data[start : start + N * 4].copy()).view(torch.int32)]
+    )
     assert before == after, "the corruption should be one a sum cannot see"
     data.tofile(file)
     with pytest.raises(mf.CheckpointInvalid, match="replicated.bin: checksum mismatch"):
         mf.load(path, mf.read_manifest(path))
-    verify = subprocess.run([sys.executable, "-m", "launcher.cli", "ckpt", "verify", str(tmp_path), "--step", "3"],
-                            capture_output=True, text=True)
+    verify = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", "ckpt", "verify", str(tmp_path), "--step", "3"],
+        capture_output=True,
+        text=True,
+    )
     assert verify.returncode == 1 and "replicated.bin" in verify.stdout + verify.stderr
 
 
@@ -78,7 +85,9 @@ def test_transfers_agree_however_the_bytes_are_cut():
     snap = snapshot.capture(state(), 1)
     skeleton, tensors, _ = snapshot.describe(state())
     assert snapshot.checksum(snap.skeleton, snap.regions()) == snapshot.checksum(skeleton, tensors)
-    assert snapshot.checksum(snap.skeleton, [snap.buffers[k] for k in sorted(snap.buffers)]) == snap.checksum()
+    assert (
+        snapshot.checksum(snap.skeleton, [snap.buffers[k] for k in sorted(snap.buffers)]) == snap.checksum()
+    )
 
 
 def test_manifests_of_the_sum_checksum_stay_readable(tmp_path):

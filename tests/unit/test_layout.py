@@ -36,7 +36,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for alias in node.names:
                 deps.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return {d for d in deps if d in modules and d != name}
@@ -84,8 +86,11 @@ def test_no_import_cycles():
 
 
 def test_modules_stay_small():
-    big = {n: len(p.read_text().splitlines()) for n, p in _modules().items()
-           if n.split(".")[0] in ("launcher", "resilience")}
+    big = {
+        n: len(p.read_text().splitlines())
+        for n, p in _modules().items()
+        if n.split(".")[0] in ("launcher", "resilience")
+    }
     assert {n: lines for n, lines in big.items() if lines > MAX_MODULE_LINES} == {}
 
 
@@ -102,8 +107,18 @@ def test_functions_stay_short():
     assert long == {}
 
 
-STORE_CALLS = {"set", "get", "add", "check", "compare_set", "delete_key", "multi_get", "multi_set", "wait",
-               "num_keys"}
+STORE_CALLS = {
+    "set",
+    "get",
+    "add",
+    "check",
+    "compare_set",
+    "delete_key",
+    "multi_get",
+    "multi_set",
+    "wait",
+    "num_keys",
+}
 STORE_CLASSES = {"TCPStore", "PrefixStore", "HashStore", "FileStore"}
 
 
@@ -114,12 +129,22 @@ def _a_store(node: ast.expr) -> bool:
 def _raw_store_uses(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Attribute) and node.attr in STORE_CLASSES
-                or isinstance(node, ast.Name) and node.id in STORE_CLASSES
-                or isinstance(node, ast.Attribute) and node.attr == "raw" and _a_store(node.value)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in STORE_CLASSES
+            or isinstance(node, ast.Name)
+            and node.id in STORE_CLASSES
+            or isinstance(node, ast.Attribute)
+            and node.attr == "raw"
+            and _a_store(node.value)
+        ):
             found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORE_CALLS
-              and _a_store(node.func.value)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in STORE_CALLS
+            and _a_store(node.func.value)
+        ):
             found.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
     return found
 
@@ -127,8 +152,11 @@ def _raw_store_uses(path: Path) -> list[str]:
 def test_the_store_is_used_only_through_the_contract():
     """Keys and encodings live in resilience.contract (run_store.RunStore): a key spelled, or a
     value parsed, anywhere else is where two processes start to disagree."""
-    raw = {name: uses for name, path in _modules().items()
-           if not name.startswith("resilience.contract") and (uses := _raw_store_uses(path))}
+    raw = {
+        name: uses
+        for name, path in _modules().items()
+        if not name.startswith("resilience.contract") and (uses := _raw_store_uses(path))
+    }
     assert raw == {}
 
 
@@ -140,5 +168,7 @@ def test_the_contract_imports_none_of_the_code_it_describes():
     for name, path in modules.items():
         if name.startswith("resilience.contract"):
             deps = {d for d in _imports(name, path, modules) if d.split(".")[0] in PACKAGES}
-            leaks[name] = sorted(d for d in deps if not d.startswith("resilience.contract") and d != "resilience.errors")
+            leaks[name] = sorted(
+                d for d in deps if not d.startswith("resilience.contract") and d != "resilience.errors"
+            )
     assert {n: d for n, d in leaks.items() if d} == {}

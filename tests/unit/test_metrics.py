@@ -9,20 +9,26 @@ from launcher.observability.metrics import RunMetrics
 
 def samples(metrics: RunMetrics) -> dict[tuple[str, tuple], float]:
     text = metrics.text().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_events_and_steps_become_metrics():
     now = [100.0]
     m = RunMetrics(clock=lambda: now[0])
-    for record in [{"event": "generation", "generation": 1, "world_size": 4},
-                   {"event": "fault", "kind": "node"}, {"event": "fault", "kind": "kill"},
-                   {"event": "recovered", "seconds": 0.6, "steps_lost": 1},
-                   {"event": "generation", "generation": 2, "world_size": 3},
-                   {"event": "resize", "why": "fault", "seconds": 1.5},
-                   {"event": "checkpoint-saved", "tier": "persistent", "seconds": 0.2},
-                   {"event": "requeue", "cause": "preemption"}]:
+    for record in [
+        {"event": "generation", "generation": 1, "world_size": 4},
+        {"event": "fault", "kind": "node"},
+        {"event": "fault", "kind": "kill"},
+        {"event": "recovered", "seconds": 0.6, "steps_lost": 1},
+        {"event": "generation", "generation": 2, "world_size": 3},
+        {"event": "resize", "why": "fault", "seconds": 1.5},
+        {"event": "checkpoint-saved", "tier": "persistent", "seconds": 0.2},
+        {"event": "requeue", "cause": "preemption"},
+    ]:
         m.on_event(record)
     for step in (10, 15, 30):
         m.on_step(step)
@@ -30,14 +36,19 @@ def test_events_and_steps_become_metrics():
     s = samples(m)
     assert s[("sres_step", ())] == 30 and s[("sres_steps_per_second", ())] == 2.0  # 20 steps in 10 s
     assert (s[("sres_world_size", ())], s[("sres_generation", ())], s[("sres_running", ())]) == (3, 2, 1)
-    assert s[("sres_faults_total", (("kind", "node"),))] == 1 and s[("sres_faults_total", (("kind", "kill"),))] == 1
+    assert (
+        s[("sres_faults_total", (("kind", "node"),))] == 1
+        and s[("sres_faults_total", (("kind", "kill"),))] == 1
+    )
     assert s[("sres_recovery_seconds_count", ())] == 1 and s[("sres_recovery_seconds_sum", ())] == 0.6
     assert s[("sres_recovery_seconds_bucket", (("le", "1.0"),))] == 1
     assert s[("sres_steps_redone_total", ())] == 1
     assert s[("sres_resize_seconds_count", (("why", "fault"),))] == 1
     assert s[("sres_tier_save_seconds_count", (("tier", "persistent"),))] == 1
     assert s[("sres_requeues_total", (("cause", "preemption"),))] == 1
-    m.on_event({"event": "finished", "goodput": 0.97, "goodput_by_cause": {"productive": 9.7, "startup": 0.3}})
+    m.on_event(
+        {"event": "finished", "goodput": 0.97, "goodput_by_cause": {"productive": 9.7, "startup": 0.3}}
+    )
     s = samples(m)
     assert (s[("sres_running", ())], s[("sres_goodput_ratio", ())]) == (0, 0.97)
     assert s[("sres_goodput_seconds", (("cause", "productive"),))] == 9.7

@@ -15,7 +15,9 @@ def test_ids_name_the_same_samples_alike_at_every_world_size():
     for world in (1, 2, 3, 4):
         plan = sampler.plan(world)
         for rank in range(world):
-            for micro_id, indices in zip(micro_batch_ids(plan, rank), sampler.indices(5, rank, world), strict=True):
+            for micro_id, indices in zip(
+                micro_batch_ids(plan, rank), sampler.indices(5, rank, world), strict=True
+            ):
                 assert named.setdefault(micro_id, indices) == indices, (world, rank, micro_id)
     assert sorted(named) == list(range(0, 24, 2))
 

@@ -6,7 +6,9 @@ from launcher.slurm.types import Node
 
 
 def node(name, state="ALLOCATED", flags=(), reason="", address=""):
-    return Node(name=name, state=state, flags=frozenset(flags), reason=reason, address=address or f"10.0.0.{name[-1]}")
+    return Node(
+        name=name, state=state, flags=frozenset(flags), reason=reason, address=address or f"10.0.0.{name[-1]}"
+    )
 
 
 def test_classify_splits_healthy_and_unhealthy():

@@ -13,10 +13,23 @@ from resilience.tiers import TierConfig
 
 
 def full() -> RankEnv:
-    return RankEnv(store_host="10.0.0.1", store_port=29500, slot="n1p0r2", node=1, local_rank=0, node_name="gpu7",
-                   backend="nccl", injections=tuple(injections.parse(["kill:rank=1:step=3", "node:2:step=5"])),
-                   heartbeat_s=0.25, reform_timeout_s=30.0, replication_factor=3, liveness_port=4242,
-                   preempt_signal="TERM", log_dir="/logs/run", tiers=TierConfig(job_id="77", persistent_dir="/p"))
+    return RankEnv(
+        store_host="10.0.0.1",
+        store_port=29500,
+        slot="n1p0r2",
+        node=1,
+        local_rank=0,
+        node_name="gpu7",
+        backend="nccl",
+        injections=tuple(injections.parse(["kill:rank=1:step=3", "node:2:step=5"])),
+        heartbeat_s=0.25,
+        reform_timeout_s=30.0,
+        replication_factor=3,
+        liveness_port=4242,
+        preempt_signal="TERM",
+        log_dir="/logs/run",
+        tiers=TierConfig(job_id="77", persistent_dir="/p"),
+    )
 
 
 def test_round_trip_through_the_environment():
@@ -27,8 +40,13 @@ def test_round_trip_through_the_environment():
 
 def test_defaults_fill_what_an_older_supervisor_did_not_set():
     env = RankEnv.from_environ({"SRES_STORE_PORT": "1234", "SRES_SLOT": "n0p0"})
-    assert (env.heartbeat_s, env.reform_timeout_s, env.replication_factor, env.backend, env.preempt_signal) == \
-        (0.5, 60.0, 2, "gloo", "USR2")
+    assert (
+        env.heartbeat_s,
+        env.reform_timeout_s,
+        env.replication_factor,
+        env.backend,
+        env.preempt_signal,
+    ) == (0.5, 60.0, 2, "gloo", "USR2")
 
 
 def test_not_started_by_sres():
@@ -40,12 +58,15 @@ def test_a_placement_adds_the_node_name_through_the_contract():
     assert RankEnv.from_environ(env).node_name == "gpu9"
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"SRES_STORE_PORT": "x"}, "bad rank environment"),
-    ({"SRES_BACKEND": "mpi"}, "gloo or nccl"),
-    ({"SRES_HEARTBEAT_S": "0"}, "must be positive"),
-    ({"SRES_PREEMPT_SIGNAL": "NOPE"}, "not a signal name"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"SRES_STORE_PORT": "x"}, "bad rank environment"),
+        ({"SRES_BACKEND": "mpi"}, "gloo or nccl"),
+        ({"SRES_HEARTBEAT_S": "0"}, "must be positive"),
+        ({"SRES_PREEMPT_SIGNAL": "NOPE"}, "not a signal name"),
+    ],
+)
 def test_a_malformed_environment_is_one_clear_line(change, words):
     with pytest.raises(RankEnvError, match=words):
         RankEnv.from_environ({**full().to_environ(), **change})

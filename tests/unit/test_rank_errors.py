@@ -69,23 +69,35 @@ def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
             print(type(err).__name__, blame.origin(err, released=False))
     """)
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(port)], stdout=subprocess.PIPE, text=True,
-                              stderr=subprocess.DEVNULL) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(r), str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
+            stderr=subprocess.DEVNULL,
+        )
+        for r in range(2)
+    ]
     out = procs[0].communicate(timeout=60)[0]
     procs[1].wait(timeout=60)
     assert out.split() == ["RuntimeError", "peer"]
 
 
 def test_reports_carry_the_origin_and_type_and_old_reports_still_read():
-    rep = Report("error", 2, message="RuntimeError: x", collateral=True, origin="peer", error_type="RuntimeError")
+    rep = Report(
+        "error", 2, message="RuntimeError: x", collateral=True, origin="peer", error_type="RuntimeError"
+    )
     assert Report.decode(rep.encode()) == rep
     old = Report.decode('{"kind": "error", "rank": 1, "message": "m", "collateral": false}')
     assert old.origin == "own" and old.error_type == ""
 
 
-@pytest.mark.parametrize("error", [Unrecoverable, CheckpointInvalid, TierConfigError, injections.InjectSpecError])
+@pytest.mark.parametrize(
+    "error", [Unrecoverable, CheckpointInvalid, TierConfigError, injections.InjectSpecError]
+)
 def test_every_error_of_the_rank_side_has_one_base(error):
     assert issubclass(error, ResilienceError)

@@ -11,7 +11,12 @@ def test_fresh_start_has_nothing_to_move():
 
 
 def test_replicated_state_comes_from_a_live_peer():
-    holdings = {0: Holdings(0, own=(8, 9)), 1: Holdings(1), 2: Holdings(2, own=(8, 9)), 3: Holdings(3, own=(8, 9))}
+    holdings = {
+        0: Holdings(0, own=(8, 9)),
+        1: Holdings(1),
+        2: Holdings(2, own=(8, 9)),
+        3: Holdings(3, own=(8, 9)),
+    }
     plan = plan_recovery(4, holdings)
     assert plan.step == 9
     assert plan.transfers == (Transfer(2, 1, "replicated", 2),)
@@ -60,15 +65,22 @@ def test_buddy_copy_cut_off_by_the_fault_rolls_back_one_step():
 def test_a_first_commit_whose_buddy_copy_was_cut_off_starts_over():
     """Found by sres chaos (seed 7, sharded): rank 2 hung at step 1 while its copy of commit 0
     was on its way; the commit before the first is the initial state, rebuilt by every rank."""
-    holdings = {0: Holdings(0, own=(0,), shards=(0,), replicas={3: (0,)}, sharded=True),
-                1: Holdings(1, own=(0,), shards=(0,), replicas={0: (0,)}, sharded=True),
-                2: Holdings(2), 3: Holdings(3, own=(0,), shards=(0,), replicas={}, sharded=True)}
+    holdings = {
+        0: Holdings(0, own=(0,), shards=(0,), replicas={3: (0,)}, sharded=True),
+        1: Holdings(1, own=(0,), shards=(0,), replicas={0: (0,)}, sharded=True),
+        2: Holdings(2),
+        3: Holdings(3, own=(0,), shards=(0,), replicas={}, sharded=True),
+    }
     assert plan_recovery(4, holdings).step == -1
 
 
 def test_losing_both_holders_of_a_shard_is_unrecoverable():
-    holdings = {0: Holdings(0, own=(5,), shards=(5,), replicas={3: (5,)}, sharded=True), 1: Holdings(1),
-                2: Holdings(2), 3: Holdings(3, own=(5,), shards=(5,), replicas={2: (5,)}, sharded=True)}
+    holdings = {
+        0: Holdings(0, own=(5,), shards=(5,), replicas={3: (5,)}, sharded=True),
+        1: Holdings(1),
+        2: Holdings(2),
+        3: Holdings(3, own=(5,), shards=(5,), replicas={2: (5,)}, sharded=True),
+    }
     with pytest.raises(Unrecoverable, match="rank 1 at step 5 is on no live process"):
         plan_recovery(4, holdings)
 

@@ -13,7 +13,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 def test_the_latch_and_the_config_agree_on_the_default_signal():
-    assert signal_latch.DEFAULT_SIGNAL == RunConfig.__dataclass_fields__["preempt_signal"].default == rank_env.PREEMPT_SIGNAL
+    assert (
+        signal_latch.DEFAULT_SIGNAL
+        == RunConfig.__dataclass_fields__["preempt_signal"].default
+        == rank_env.PREEMPT_SIGNAL
+    )
 
 
 def test_signal_name_comes_from_our_options_only():
@@ -54,42 +58,63 @@ def test_the_latch_and_the_parser_read_the_same_variable(monkeypatch):
 
 def test_a_signal_before_the_supervisor_starts_is_kept_not_fatal():
     """USR2 at once, while the CLI still imports torch: the process lives and remembers it."""
-    code = ("import os, signal, sys\n"
-            "from launcher.run import signal_latch\n"
-            "signal_latch.latch(sys.argv[1:])\n"
-            "os.kill(os.getpid(), signal.SIGUSR2)\n"
-            "import launcher.cli\n"  # the heavy import the signal may interrupt
-            "print(signal_latch.caught())\n")
+    code = (
+        "import os, signal, sys\n"
+        "from launcher.run import signal_latch\n"
+        "signal_latch.latch(sys.argv[1:])\n"
+        "os.kill(os.getpid(), signal.SIGUSR2)\n"
+        "import launcher.cli\n"  # the heavy import the signal may interrupt
+        "print(signal_latch.caught())\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "SRES_PREEMPT_SIGNAL"}
-    done = subprocess.run([sys.executable, "-c", code, "--nodes", "2"], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--nodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "SIGUSR2"
 
 
 def test_a_signal_named_by_the_environment_during_start_up_is_kept_not_fatal():
     """SRES_PREEMPT_SIGNAL=TERM and no --preempt-signal (as under srun --auto-resume): TERM is held too."""
-    code = ("import os, signal, sys\n"
-            "from launcher.run import signal_latch\n"
-            "signal_latch.latch(sys.argv[1:])\n"
-            "os.kill(os.getpid(), signal.SIGTERM)\n"
-            "import launcher.cli\n"
-            "print(signal_latch.caught())\n")
+    code = (
+        "import os, signal, sys\n"
+        "from launcher.run import signal_latch\n"
+        "signal_latch.latch(sys.argv[1:])\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "import launcher.cli\n"
+        "print(signal_latch.caught())\n"
+    )
     env = {**os.environ, "SRES_PREEMPT_SIGNAL": "TERM"}
-    done = subprocess.run([sys.executable, "-c", code, "--nodes", "2"], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--nodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "SIGTERM"
 
 
 def test_the_latch_imports_only_the_standard_library():
     """It runs before torch: anything heavier would widen the window it exists to close."""
-    code = ("import sys\n"
-            "before = set(sys.modules)\n"
-            "import launcher.run.signal_latch\n"
-            "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-            "print(sorted(new - set(sys.stdlib_module_names)))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
-                          check=False)
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import launcher.run.signal_latch\n"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "print(sorted(new - set(sys.stdlib_module_names)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['launcher']"

@@ -10,8 +10,15 @@ import sys
 
 import pytest
 
-from launcher.observability.simulate import Costs, Job, daly_interval, expected_inprocess, expected_restart, measured_costs, \
-    monte_carlo
+from launcher.observability.simulate import (
+    Costs,
+    Job,
+    daly_interval,
+    expected_inprocess,
+    expected_restart,
+    measured_costs,
+    monte_carlo,
+)
 
 COSTS = Costs(recovery_s=30.0, lost_s=10.0, steady_overhead=0.02, ckpt_write_s=60.0, restart_s=600.0)
 
@@ -44,11 +51,15 @@ def test_closed_forms():
 
 
 def test_measured_costs_are_medians_of_recoveries():
-    events = [{"event": "fault"},
-              {"event": "recovered", "seconds": 0.5, "steps_lost": 0, "reform_s": 0.1, "transfer_s": 0.2},
-              {"event": "recovered", "seconds": 0.7, "steps_lost": 1, "reform_s": 0.3, "transfer_s": 0.2},
-              {"event": "recovered", "seconds": 0.9, "steps_lost": 0, "reform_s": 0.2, "transfer_s": 0.4}]
-    m = measured_costs(events + [{"event": "finished", "goodput_by_cause": {"productive": 95.0, "checkpoint": 5.0}}])
+    events = [
+        {"event": "fault"},
+        {"event": "recovered", "seconds": 0.5, "steps_lost": 0, "reform_s": 0.1, "transfer_s": 0.2},
+        {"event": "recovered", "seconds": 0.7, "steps_lost": 1, "reform_s": 0.3, "transfer_s": 0.2},
+        {"event": "recovered", "seconds": 0.9, "steps_lost": 0, "reform_s": 0.2, "transfer_s": 0.4},
+    ]
+    m = measured_costs(
+        events + [{"event": "finished", "goodput_by_cause": {"productive": 95.0, "checkpoint": 5.0}}]
+    )
     assert (m.recoveries, m.recovery_s, m.steps_lost, m.steady_overhead) == (3, 0.7, 0, 0.05)
     assert m.parts == {"reform_s": 0.2, "transfer_s": 0.2}
     with pytest.raises(ValueError, match="no 'recovered' event"):
@@ -57,14 +68,36 @@ def test_measured_costs_are_medians_of_recoveries():
 
 def test_the_command_prints_a_table_and_writes_a_plot(tmp_path):
     events = tmp_path / "events.jsonl"
-    events.write_text("".join(json.dumps({"event": "recovered", "t": 1.0, "seconds": s, "steps_lost": 0}) + "\n"
-                              for s in (0.4, 0.6, 0.5)))
+    events.write_text(
+        "".join(
+            json.dumps({"event": "recovered", "t": 1.0, "seconds": s, "steps_lost": 0}) + "\n"
+            for s in (0.4, 0.6, 0.5)
+        )
+    )
     plot = tmp_path / "goodput.png"
-    done = subprocess.run([sys.executable, "-m", "launcher.cli", "simulate", str(tmp_path), "--gpus", "1024,16384",
-                           "--trials", "5", "--days", "2", "--plot", str(plot)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "simulate",
+            str(tmp_path),
+            "--gpus",
+            "1024,16384",
+            "--trials",
+            "5",
+            "--days",
+            "2",
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "median of 3 recoveries" in done.stdout and done.stdout.count("restart from checkpoint") == 2
     assert plot.read_bytes()[:4] == b"\x89PNG"
-    refused = subprocess.run([sys.executable, "-m", "launcher.cli", "simulate", "--gpus", "1000"],
-                             capture_output=True, text=True)
+    refused = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", "simulate", "--gpus", "1000"], capture_output=True, text=True
+    )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "sres: error:" in refused.stderr

@@ -1,6 +1,11 @@
 """Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
 
-from launcher.slurm.command_driver import _node_from_sinfo, job_from_scontrol, parse_scontrol_record, pick_record
+from launcher.slurm.command_driver import (
+    _node_from_sinfo,
+    job_from_scontrol,
+    parse_scontrol_record,
+    pick_record,
+)
 import pytest
 
 from launcher.slurm.types import duration_s, split_state
@@ -37,10 +42,21 @@ def test_job_from_scontrol():
     assert job.run_time_s == 1 and job.time_limit_s is None and job.time_left_s is None  # UNLIMITED
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("5", 300), ("5:30", 330), ("01:02:03", 3723), ("1-0", 86400), ("1-02:03", 93780), ("1-02:03:04", 93784),
-    ("UNLIMITED", None), ("INVALID", None), ("", None), ("1:2:3:4", None),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("5", 300),
+        ("5:30", 330),
+        ("01:02:03", 3723),
+        ("1-0", 86400),
+        ("1-02:03", 93780),
+        ("1-02:03:04", 93784),
+        ("UNLIMITED", None),
+        ("INVALID", None),
+        ("", None),
+        ("1:2:3:4", None),
+    ],
+)
 def test_slurm_durations(text, seconds):
     """sbatch --time's spellings, and what scontrol prints for a job without a limit."""
     assert duration_s(text) == seconds
@@ -54,8 +70,16 @@ def test_node_reason_with_spaces_survives_scontrol_parsing():
 
 
 def test_node_from_sinfo_json():
-    record = {"name": "n2", "state": "idle", "state_flags": ["DRAIN"], "reason": "sres: gpu fell off the bus",
-              "partitions": ["gpu"], "address": "127.0.0.1", "hostname": "vm", "cpus": 2}
+    record = {
+        "name": "n2",
+        "state": "idle",
+        "state_flags": ["DRAIN"],
+        "reason": "sres: gpu fell off the bus",
+        "partitions": ["gpu"],
+        "address": "127.0.0.1",
+        "hostname": "vm",
+        "cpus": 2,
+    }
     node = _node_from_sinfo(record)
     assert node.state == "IDLE" and node.flags == {"DRAIN"}
     assert node.drained and node.drained_by_us and not node.usable and not node.idle
@@ -74,8 +98,10 @@ def test_split_state_spellings():
 def test_an_array_tasks_own_id_picks_its_record():
     """Recorded: ``scontrol -o show job 1`` where 1 is both task 1_1's JobId and the array's id
     prints every task of the array; task 1_0 runs as JobId 2."""
-    out = ["JobId=2 ArrayJobId=1 ArrayTaskId=0 JobName=job.sh JobState=RUNNING Restarts=0",
-           "JobId=1 ArrayJobId=1 ArrayTaskId=1 JobName=job.sh JobState=RUNNING Restarts=1"]
+    out = [
+        "JobId=2 ArrayJobId=1 ArrayTaskId=0 JobName=job.sh JobState=RUNNING Restarts=0",
+        "JobId=1 ArrayJobId=1 ArrayTaskId=1 JobName=job.sh JobState=RUNNING Restarts=1",
+    ]
     records = [parse_scontrol_record(line) for line in out]
     assert pick_record(records, "1")["ArrayTaskId"] == "1"
     assert pick_record(records, "1_0")["JobId"] == "2"

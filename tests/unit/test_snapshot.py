@@ -8,8 +8,15 @@ def states():
     opt = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
-    return model, opt, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "loader": {"epoch": 3, "rng": torch.get_rng_state()}}
+    return (
+        model,
+        opt,
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "loader": {"epoch": 3, "rng": torch.get_rng_state()},
+        },
+    )
 
 
 def test_round_trip_is_exact_and_fresh():
@@ -23,8 +30,9 @@ def test_round_trip_is_exact_and_fresh():
     fresh_opt = torch.optim.AdamW(fresh.parameters())
     fresh.load_state_dict(back["model"])
     fresh_opt.load_state_dict(back["optimizer"])
-    again = snapshot.capture({"model": fresh.state_dict(), "optimizer": fresh_opt.state_dict(),
-                              "loader": back["loader"]}, step=7)
+    again = snapshot.capture(
+        {"model": fresh.state_dict(), "optimizer": fresh_opt.state_dict(), "loader": back["loader"]}, step=7
+    )
     assert again.digest() == snap.digest()
 
 

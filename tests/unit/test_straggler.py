@@ -7,7 +7,9 @@ import pytest
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 
 
-def feed(detector: StragglerDetector, steps: range, slow: dict[int, float], ranks=(0, 1, 2, 3)) -> list[Straggler]:
+def feed(
+    detector: StragglerDetector, steps: range, slow: dict[int, float], ranks=(0, 1, 2, 3)
+) -> list[Straggler]:
     found = []
     for step in steps:
         found += detector.observe(set(ranks), {r: {step: 0.1 * slow.get(r, 1.0)} for r in ranks})

@@ -27,7 +27,9 @@ class FakePlacement:
     store_host = "127.0.0.1"
     job_id = None
 
-    def __init__(self, requeueable: bool = False, idle: Sequence[int] = (), growable: Sequence[int] = ()) -> None:
+    def __init__(
+        self, requeueable: bool = False, idle: Sequence[int] = (), growable: Sequence[int] = ()
+    ) -> None:
         self.echo_slot: str | None = None
         self.requeueable = requeueable
         self.rc: dict[str, int | None] = {}
@@ -122,8 +124,9 @@ class Script:
 
 def run(tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw):
     config = RunConfig(command=("train",), nodes=nodes, spares=spares, log_dir=tmp_path, **kw)
-    supervisor = Supervisor(config, placement, clock=script.clock, wall=script.clock, sleep=script.sleep,
-                            out=io.StringIO())
+    supervisor = Supervisor(
+        config, placement, clock=script.clock, wall=script.clock, sleep=script.sleep, out=io.StringIO()
+    )
     script.supervisor = supervisor
     outcome = supervisor.run()
     return outcome, read_events(tmp_path / "events.jsonl")
@@ -153,8 +156,16 @@ def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script, spares=1)
     assert outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "replaced", "generation", "drained", "node-released",
-                             "finished"]
+    assert kinds(events) == [
+        "start",
+        "generation",
+        "fault",
+        "replaced",
+        "generation",
+        "drained",
+        "node-released",
+        "finished",
+    ]
     assert events[2]["kind"] == "node" and events[2]["why"] == "slurmd not responding"
     assert (events[3]["slot"], events[3]["how"]) == ("n3p0", "spare")
     assert placement.retired == [(2, "slurmd not responding")]
@@ -167,8 +178,17 @@ def test_without_a_spare_the_job_grows_after_the_drain(tmp_path):
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script)
     assert outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "drained", "node-released", "node-added", "replaced",
-                             "generation", "finished"]
+    assert kinds(events) == [
+        "start",
+        "generation",
+        "fault",
+        "drained",
+        "node-released",
+        "node-added",
+        "replaced",
+        "generation",
+        "finished",
+    ]
     assert events[4]["why"] == "fault" and events[5]["how"] == "expansion"
     assert events[6]["how"] == "expansion" and events[6]["slot"] == "n3p0"
 
@@ -180,7 +200,9 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
     outcome, events = run(tmp_path, placement, script)
     assert outcome.requeued and not outcome.ok
     assert kinds(events)[-3:] == ["drained", "node-released", "requeue"]
-    assert placement.requeued == ["node gpu1 was lost and no spare node is left, nor an idle node to grow into"]
+    assert placement.requeued == [
+        "node gpu1 was lost and no spare node is left, nor an idle node to grow into"
+    ]
 
 
 def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
@@ -205,6 +227,7 @@ def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
         store = script.supervisor.store
         store.report(1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
         store.report(1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
+
     script.at(3, reports)
     script.at(10, script.finish_generation)
     outcome, events = run(tmp_path, placement, script)
@@ -222,9 +245,19 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     def raise_at(step: int) -> Callable[[], None]:
         def report() -> None:
             store, g = script.supervisor.store, script.supervisor.plan.generation
-            store.report(g, "n1p0", Report(
-                "error", 1, message="ValueError: bad batch", error_type="ValueError", step=step,
-                traceback="Traceback (most recent call last):\nValueError: bad batch\n"))
+            store.report(
+                g,
+                "n1p0",
+                Report(
+                    "error",
+                    1,
+                    message="ValueError: bad batch",
+                    error_type="ValueError",
+                    step=step,
+                    traceback="Traceback (most recent call last):\nValueError: bad batch\n",
+                ),
+            )
+
         return report
 
     script.at(3, raise_at(5))
@@ -232,12 +265,23 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     script.at(20, raise_at(5))
     outcome, events = run(tmp_path, placement, script, max_restarts=10)
     assert not outcome.ok
-    assert kinds(events) == ["start", "generation", "fault", "generation", "fault", "generation", "fault", "failed"]
+    assert kinds(events) == [
+        "start",
+        "generation",
+        "fault",
+        "generation",
+        "fault",
+        "generation",
+        "fault",
+        "failed",
+    ]
     faults = [e for e in events if e["event"] == "fault"]
     assert [f.get("recurred", False) for f in faults] == [False, False, True]
     failed = events[-1]
-    reason = "rank 1 raised ValueError: bad batch at step 5 again after recovering from it: the error is " \
-             "deterministic; not retrying"
+    reason = (
+        "rank 1 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
+        "deterministic; not retrying"
+    )
     assert failed["reason"] == reason and failed["rank"] == 1 and failed["error_type"] == "ValueError"
     out = script.supervisor.executor.out.getvalue()
     assert [line for line in out.splitlines() if "error:" in line] == [f"sres: error: {reason}"]

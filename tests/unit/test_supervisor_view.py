@@ -20,14 +20,34 @@ HOSTS = {0: "gpu0", 1: "gpu1", 2: "gpu2"}
 
 def books() -> Books:
     """Plan 3 over nodes 0 and 1 (one rank each), node 2 a spare; standbys n0s1 (alive) and n1s2 (dead)."""
-    slots = {"n0p0": SlotState(SlotInfo(0, 0), 1.0), "n1p0": SlotState(SlotInfo(1, 0), 1.0),
-             "n2p0": SlotState(SlotInfo(2, 0), 1.0), "n0s1": SlotState(SlotInfo(0, 0), 2.0),
-             "n1s2": SlotState(SlotInfo(1, 0), 2.0, alive=False)}
-    plan = Plan(generation=3, world_size=2, members={0: "n0p0", 1: "n1p0"},
-                slots={"n0p0": SlotInfo(0, 0), "n1p0": SlotInfo(1, 0)}, procs_per_node=1)
-    return Books(slots=slots, plan=plan, spare_nodes=[2], dead_nodes={5}, process_faults={1: 1},
-                 origin={2: "satellite"}, restarts=2, respawns=1, standby={"n0s1", "n1s2"}, changed_at=7.0,
-                 fault=FaultState({1: "kill"}, {}), asked_nodes=3)
+    slots = {
+        "n0p0": SlotState(SlotInfo(0, 0), 1.0),
+        "n1p0": SlotState(SlotInfo(1, 0), 1.0),
+        "n2p0": SlotState(SlotInfo(2, 0), 1.0),
+        "n0s1": SlotState(SlotInfo(0, 0), 2.0),
+        "n1s2": SlotState(SlotInfo(1, 0), 2.0, alive=False),
+    }
+    plan = Plan(
+        generation=3,
+        world_size=2,
+        members={0: "n0p0", 1: "n1p0"},
+        slots={"n0p0": SlotInfo(0, 0), "n1p0": SlotInfo(1, 0)},
+        procs_per_node=1,
+    )
+    return Books(
+        slots=slots,
+        plan=plan,
+        spare_nodes=[2],
+        dead_nodes={5},
+        process_faults={1: 1},
+        origin={2: "satellite"},
+        restarts=2,
+        respawns=1,
+        standby={"n0s1", "n1s2"},
+        changed_at=7.0,
+        fault=FaultState({1: "kill"}, {}),
+        asked_nodes=3,
+    )
 
 
 def test_the_view_copies_the_books_and_takes_readiness_and_first_steps_from_the_observation():
@@ -65,6 +85,15 @@ def test_before_plan_1_the_view_says_not_started_and_the_policy_starts_the_run()
     assert not view.started and view.members == {} and not view.settled
     config = RunConfig(command=("train",), nodes=2, procs_per_node=2, spares=1, log_dir=Path("/nonexistent"))
     assert decide(0.0, Observation(), RunState(members={}, slots={}, hosts={}, started=False), config) == [
-        Launch(spawn=(("n0p0", 0, 0), ("n0p1", 0, 1), ("n1p0", 1, 0), ("n1p1", 1, 1), ("n2p0", 2, 0),
-                      ("n2p1", 2, 1)),
-               members={0: "n0p0", 1: "n0p1", 2: "n1p0", 3: "n1p1"})]
+        Launch(
+            spawn=(
+                ("n0p0", 0, 0),
+                ("n0p1", 0, 1),
+                ("n1p0", 1, 0),
+                ("n1p1", 1, 1),
+                ("n2p0", 2, 0),
+                ("n2p1", 2, 1),
+            ),
+            members={0: "n0p0", 1: "n0p1", 2: "n1p0", 3: "n1p1"},
+        )
+    ]

@@ -75,7 +75,10 @@ def where(tmp_path):
 
 def snaps(step: int) -> dict[str, snapshot.Snapshot]:
     g = torch.Generator().manual_seed(step)
-    state = {"model": {"w": torch.randn(64, 9, generator=g), "steps": torch.tensor([step])}, "epoch": step // 3}
+    state = {
+        "model": {"w": torch.randn(64, 9, generator=g), "steps": torch.tensor([step])},
+        "epoch": step // 3,
+    }
     return {"replicated": snapshot.capture(state, step)}
 
 
@@ -180,7 +183,9 @@ def test_pruning_never_counts_or_removes_another_jobs_copies(each_tier, where, w
 
 
 def test_a_tier_that_is_off_offers_nothing(each_tier, tmp_path):
-    off = Where(TierConfig(job_id="j1", ram=False, neighbour=False), node="gpu-a17", ram_base=tmp_path / "shm")
+    off = Where(
+        TierConfig(job_id="j1", ram=False, neighbour=False), node="gpu-a17", ram_base=tmp_path / "shm"
+    )
     assert each_tier.root(off) is None
     assert each_tier.offers(off, 0, lambda *a: None) == []
 

@@ -13,16 +13,28 @@ from resilience.state import snapshot
 from resilience.sharded import partition, reshard
 from resilience.tiers.restore import Offer, plan_restore
 from resilience.tiers.saver import RankPlace, TierSaver
-from resilience.tiers import TierConfig, TierConfigError, cleanup_job, complete_steps, job_ram_dir, neighbour_node, own_root
+from resilience.tiers import (
+    TierConfig,
+    TierConfigError,
+    cleanup_job,
+    complete_steps,
+    job_ram_dir,
+    neighbour_node,
+    own_root,
+)
 
 
 def snaps(step: int, seed: int = 0) -> dict[str, snapshot.Snapshot]:
     g = torch.Generator().manual_seed(seed)
-    state = {"model": {"w": torch.randn(33, 7, generator=g), "b": torch.arange(5, dtype=torch.int64)}, "n": step}
+    state = {
+        "model": {"w": torch.randn(33, 7, generator=g), "b": torch.arange(5, dtype=torch.int64)},
+        "n": step,
+    }
     return {"replicated": snapshot.capture(state, step)}
 
 
 # --- manifest -----------------------------------------------------------------------------------
+
 
 def test_write_load_round_trip_is_exact(tmp_path):
     s = snaps(3)
@@ -71,13 +83,17 @@ def test_incomplete_checkpoint_is_not_listed_complete(tmp_path):
 
 # --- restore planning (pure) ---------------------------------------------------------------------
 
+
 def offers(tier, step, world, holders=None, owners=None):
     return [Offer(tier, (holders or {}).get(r, r), r, step, world) for r in (owners or range(world))]
 
 
 def test_own_ram_wins_then_neighbour_then_persistent():
-    all_offers = offers("persistent", 8, 2, holders={0: -1, 1: -1}) + offers("ram", 8, 2) + \
-        [Offer("neighbour", 1, 0, 8, 2), Offer("neighbour", 0, 1, 8, 2)]
+    all_offers = (
+        offers("persistent", 8, 2, holders={0: -1, 1: -1})
+        + offers("ram", 8, 2)
+        + [Offer("neighbour", 1, 0, 8, 2), Offer("neighbour", 0, 1, 8, 2)]
+    )
     plan = plan_restore(2, all_offers, -1)
     assert plan.step == 8 and {s.owner: s.tier for s in plan.sources} == {0: "ram", 1: "ram"}
     plan = plan_restore(2, all_offers, -1, frozenset({("ram", 1, 8)}))
@@ -88,7 +104,11 @@ def test_own_ram_wins_then_neighbour_then_persistent():
 
 
 def test_newest_step_that_every_rank_has_and_only_after_the_peers():
-    o = offers("ram", 9, 2, owners=[0]) + offers("ram", 8, 2) + offers("persistent", 5, 2, holders={0: -1, 1: -1})
+    o = (
+        offers("ram", 9, 2, owners=[0])
+        + offers("ram", 8, 2)
+        + offers("persistent", 5, 2, holders={0: -1, 1: -1})
+    )
     assert plan_restore(2, o, -1).step == 8
     assert plan_restore(2, o, 8) is None  # peers already hold step 8
     assert plan_restore(2, o, -1, frozenset({("ram", 0, 8)})).step == 5
@@ -98,8 +118,9 @@ def test_replicated_state_is_served_by_another_ranks_copy_of_the_same_step():
     """Found by the 500-fault soak (seed 1, step 389): rank 1's newest RAM copy corrupt, rank 3
     respawned too often to hold the step before, no neighbour copy: the run started over from
     step -1. Replicated state is the same on every rank, so any rank's copy of the step serves."""
-    o = [Offer("ram", r, r, 388, 4, interchangeable=True) for r in range(4)] + \
-        [Offer("ram", r, r, 387, 4, interchangeable=True) for r in (0, 1, 2)]
+    o = [Offer("ram", r, r, 388, 4, interchangeable=True) for r in range(4)] + [
+        Offer("ram", r, r, 387, 4, interchangeable=True) for r in (0, 1, 2)
+    ]
     plan = plan_restore(4, o, -1, frozenset({("ram", 1, 388)}))
     assert plan.step == 388
     assert [(s.owner, s.of, s.holder) for s in plan.sources] == [(0, 0, 0), (1, 0, 0), (2, 2, 2), (3, 3, 3)]
@@ -127,6 +148,7 @@ def test_neighbour_node_never_itself():
 
 # --- resharding ------------------------------------------------------------------------------------
 
+
 def _shard_states(params, world):
     """What ShardedOptimizer.state_dict() gives on each of ``world`` ranks after one AdamW step."""
     owner = partition([p.numel() for p in params], world)
@@ -149,15 +171,20 @@ def test_reshard_moves_each_parameter_state_to_its_new_owner():
     for rank in range(2):
         state = reshard(old, new_owner, rank, 2)
         mine = [i for i, o in enumerate(new_owner) if o == rank]
-        assert state["owner"] == new_owner and state["local"]["param_groups"][0]["params"] == list(range(len(mine)))
+        assert state["owner"] == new_owner and state["local"]["param_groups"][0]["params"] == list(
+            range(len(mine))
+        )
         for local, index in enumerate(mine):
             o = old_owner[index]
             old_local = [i for i, x in enumerate(old_owner) if x == o].index(index)
-            assert torch.equal(state["local"]["state"][local]["exp_avg"], old[o]["local"]["state"][old_local]["exp_avg"])
+            assert torch.equal(
+                state["local"]["state"][local]["exp_avg"], old[o]["local"]["state"][old_local]["exp_avg"]
+            )
         torch.optim.AdamW([params[i] for i in mine], lr=0.1).load_state_dict(state["local"])
 
 
 # --- retention and cleanup -------------------------------------------------------------------------
+
 
 def test_cleanup_keeps_the_only_complete_copy(tmp_path):
     ram, persistent = tmp_path / "ram", tmp_path / "persistent"
@@ -199,15 +226,24 @@ def test_an_empty_tensor_of_the_last_dtype_round_trips(tmp_path):
     state = {"w": torch.ones(3), "ids": torch.zeros(0, dtype=torch.int64)}
     path = mf.write(tmp_path, "j", 1, 1, 0, {"replicated": snapshot.capture(state, 1)})
     loaded = snapshot.materialize(mf.load(path, mf.read_manifest(path, "j", 1))["replicated"], copy=True)
-    assert torch.equal(loaded["w"], state["w"]) and loaded["ids"].shape == (0,) and loaded["ids"].dtype == torch.int64
+    assert (
+        torch.equal(loaded["w"], state["w"])
+        and loaded["ids"].shape == (0,)
+        and loaded["ids"].dtype == torch.int64
+    )
 
 
 # --- the saver, without processes -----------------------------------------------------------------
 
+
 def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
     events = []
-    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False)
-    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: events.append((e, f)), node_root=tmp_path / "ram")
+    config = TierConfig(
+        job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False
+    )
+    saver = TierSaver(
+        config, RankPlace(0, 1, 0), lambda e, **f: events.append((e, f)), node_root=tmp_path / "ram"
+    )
     for step in range(7):
         state = {"model": {"w": torch.full((1000,), float(step))}}
         saver.save(step, {"replicated": state, "sharded": {}})
@@ -222,7 +258,9 @@ def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
 def test_save_blocks_only_for_the_copy(tmp_path):
     """Slow persistent storage never blocks save(): the lanes drop to the newest pending job."""
     gate = threading.Event()
-    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False)
+    config = TierConfig(
+        job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False
+    )
     saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
     original = saver.lane("persistent")._work
     saver.lane("persistent")._work = lambda job: (gate.wait(30), original(job))
@@ -255,7 +293,9 @@ def test_kill_all_spec_targets_every_rank():
 
 
 def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
-    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=0, fsync=False)
+    config = TierConfig(
+        job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=0, fsync=False
+    )
     saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
     root = own_root("j", 0, tmp_path / "ram")
     assert saver.flush_hold(5) == (None, "nothing committed yet")
@@ -281,19 +321,31 @@ def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
 
 # --- replicated state persisted once --------------------------------------------------------------
 
+
 def _rank_savers(tmp_path, world: int, ram: bool = True, **place):
     events: list[tuple[str, dict]] = []
-    config = TierConfig(job_id="j", ram=ram, neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1,
-                        fsync=False)
-    savers = [TierSaver(config, RankPlace(r, world, r), lambda e, **f: events.append((e, f)),
-                        node_root=tmp_path / "ram", **place) for r in range(world)]
+    config = TierConfig(
+        job_id="j", ram=ram, neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False
+    )
+    savers = [
+        TierSaver(
+            config,
+            RankPlace(r, world, r),
+            lambda e, **f: events.append((e, f)),
+            node_root=tmp_path / "ram",
+            **place,
+        )
+        for r in range(world)
+    ]
     return savers, events
 
 
 def _state(rank: int, model_seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(model_seed)
-    return {"replicated": {"model": {"w": torch.randn(300, generator=g)}},
-            "sharded": {"opt": {"m": torch.full((50,), float(rank))}}}
+    return {
+        "replicated": {"model": {"w": torch.randn(300, generator=g)}},
+        "sharded": {"opt": {"m": torch.full((50,), float(rank))}},
+    }
 
 
 @pytest.mark.parametrize("ram", [True, False], ids=["from-ram-tier", "from-buffers"])
@@ -321,7 +373,9 @@ def test_persistent_tier_holds_replicated_state_once_and_each_rank_reads_it_back
     data[-10] ^= 0x01
     (mf.rank_dir(root, 4, 0) / "replicated.bin").write_bytes(bytes(data))
     m1 = mf.read_manifest(mf.rank_dir(root, 4, 1), "j", 3)
-    with pytest.raises(mf.CheckpointInvalid, match=r"rank-00000/replicated.bin \(shared by rank 1\): checksum mismatch"):
+    with pytest.raises(
+        mf.CheckpointInvalid, match=r"rank-00000/replicated.bin \(shared by rank 1\): checksum mismatch"
+    ):
         mf.load(mf.rank_dir(root, 4, 1), m1)
     (mf.rank_dir(root, 4, 0) / "replicated.bin").unlink()
     assert complete_steps(root, "j") == {}
@@ -353,13 +407,20 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
     from resilience.tiers.restore import list_offers
 
     config = TierConfig(job_id="j", neighbour=False, fsync=False)
-    saver = TierSaver(config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path)  # first allocation
+    saver = TierSaver(
+        config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path
+    )  # first allocation
     saver.save(6, {"replicated": {"w": torch.ones(8)}})
     saver.wait_idle()
     saver.close()
     # The requeued job runs rank 0 on that host: it offers rank 2's copy from its own RAM tier.
-    offers = list_offers(config, rank=0, node="gpu-a17", include_shared=False, report=print, ram_base=tmp_path)
+    offers = list_offers(
+        config, rank=0, node="gpu-a17", include_shared=False, report=print, ram_base=tmp_path
+    )
     assert offers == [Offer("ram", 0, 2, 6, 4, interchangeable=True)]
-    assert list_offers(config, rank=0, node="gpu-b02", include_shared=False, report=print, ram_base=tmp_path) == []
+    assert (
+        list_offers(config, rank=0, node="gpu-b02", include_shared=False, report=print, ram_base=tmp_path)
+        == []
+    )
     with pytest.raises(ValueError, match="not a node name"):
         own_root("j", "../etc", tmp_path)
