@@ -125,7 +125,8 @@ def main() -> int:
         )
     baseline = statistics.median(slurm)
     print(
-        f"{'Slurm sees it dead':18} {baseline:10.1f}   (baseline: the earliest any Slurm-driven recovery can start)"
+        f"{'Slurm sees it dead':18} {baseline:10.1f}   (baseline: the earliest any Slurm-driven recovery "
+        "can start)"
     )
     for kind in results:
         resumed = statistics.median(run["kill -> resumed"] for run in results[kind])

@@ -101,7 +101,8 @@ def main() -> int:
         *model,
     ]
     print(
-        f"soak: {args.faults} faults (seed {args.seed}, one per {args.every:g} steps), {steps} steps; logs {log_dir}",
+        f"soak: {args.faults} faults (seed {args.seed}, one per {args.every:g} steps), {steps} steps; logs "
+        f"{log_dir}",
         flush=True,
     )
     return subprocess.run(cmd, cwd=ROOT).returncode

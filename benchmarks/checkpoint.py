@@ -27,7 +27,8 @@ For each state size (float32 tensors shaped like a model: parameters + AdamW's t
   each rank writing its full state (the baseline) vs ranks > 0 leaving their replicated
   state to rank 0's copy (``persist_replicated_once``, the default)
 
-    python benchmarks/checkpoint.py [--sizes 512,2048] [--repeat 5] [--dp-ranks 4] [--dir /tmp/sres-ckpt-bench]
+    python benchmarks/checkpoint.py [--sizes 512,2048] [--repeat 5] [--dp-ranks 4] \
+        [--dir /tmp/sres-ckpt-bench]
 """
 
 from __future__ import annotations
@@ -333,11 +334,14 @@ def main() -> None:
     for m in sizes:
         r = results[m]
         print(
-            f"{r['bytes'] / 2**20:.0f} MiB: tiered blocking = {r['tiered save'] / r['memory copy']:.2f}x one memory copy "
+            f"{r['bytes'] / 2**20:.0f} MiB: tiered blocking = {r['tiered save'] / r['memory copy']:.2f}x "
+            "one memory copy "
             f"(target <= 1.2x); dcp.async_save blocks {r['dcp.async_save'] / r['tiered save']:.1f}x longer "
             f"(target >= 3x); torch.save {r['torch.save'] / r['tiered save']:.1f}x; "
-            f"RAM-tier restore {r['torch.load, cold'] / r['restore RAM tier']:.1f}x faster than a cold torch.load "
-            f"from the persistent dir (target >= 5x), {r['torch.load'] / r['restore RAM tier']:.1f}x than one "
+            f"RAM-tier restore {r['torch.load, cold'] / r['restore RAM tier']:.1f}x faster than a cold "
+            "torch.load "
+            f"from the persistent dir (target >= 5x), {r['torch.load'] / r['restore RAM tier']:.1f}x than "
+            "one "
             f"from the page cache"
         )
 

@@ -113,7 +113,8 @@ def capture_table(commits: int, ranks: int) -> None:
     for p in procs:
         p.join()
     print(
-        f"\nBlocking cost of a commit: median of {commits - 10} commits, {ranks} ranks at once (max over ranks)"
+        f"\nBlocking cost of a commit: median of {commits - 10} commits, {ranks} ranks at once (max over "
+        "ranks)"
     )
     print(f"{'registered':<16}{'commit (us)':>14}{'step (ms)':>12}{'commit/step':>14}")
     for kind in SETS:
@@ -140,7 +141,8 @@ def _zoo() -> dict[str, tuple[str, ...]]:
 def recovery_table(steps: int) -> None:
     print(f"\nRecovery after a node loss at step {steps // 2}: 2 nodes + 1 spare, one run each")
     print(
-        f"{'case':<22}{'recovered (s)':>15}{'release':>9}{'re-form':>9}{'transfer':>10}{'1st step':>10}{'exact':>7}"
+        f"{'case':<22}{'recovered (s)':>15}{'release':>9}{'re-form':>9}{'transfer':>10}"
+        f"{'1st step':>10}{'exact':>7}"
     )
     for name, module in _zoo().items():
         with tempfile.TemporaryDirectory() as tmp:

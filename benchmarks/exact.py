@@ -121,7 +121,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown workload {sorted(unknown)[0]!r}")
     print(
-        f"state {state_mb(args.width, args.depth):.0f} MiB per rank (width {args.width}, depth {args.depth}), "
+        f"state {state_mb(args.width, args.depth):.0f} MiB per rank (width {args.width}, depth "
+        f"{args.depth}), "
         f"4 ranks, gloo on CPU, {args.steps} steps per run, median of {args.repeat} runs",
         flush=True,
     )
@@ -136,7 +137,8 @@ def main() -> int:
                         f"  {workload:22s} {mode:10s} trial {trial + 1}: {t * 1000:7.1f} ms/step", flush=True
                     )
     print(
-        f"\n{'workload':22s} {'mode':10s} {'median ms':>10s} {'range ms':>16s} {'vs resilience':>14s} {'vs stock':>9s}"
+        f"\n{'workload':22s} {'mode':10s} {'median ms':>10s} {'range ms':>16s} {'vs resilience':>14s} "
+        f"{'vs stock':>9s}"
     )
     for workload in workloads:
         base = {m: statistics.median(results[(workload, m)]) for m in MODES}
@@ -144,16 +146,19 @@ def main() -> int:
             times = results[(workload, mode)]
             print(
                 f"{workload:22s} {mode:10s} {base[mode] * 1000:10.1f} {min(times) * 1000:7.1f} - "
-                f"{max(times) * 1000:6.1f} {base[mode] / base['resilience']:13.2f}x {base[mode] / base['stock']:8.2f}x"
+                f"{max(times) * 1000:6.1f} {base[mode] / base['resilience']:13.2f}x "
+                f"{base[mode] / base['stock']:8.2f}x"
             )
     quantize, dequantize, numel = bounds(args.width, args.depth, 5)
     print(f"\nWhat bounds exact mode ({numel / 1e6:.1f} M gradient elements, one process, one thread):")
     print(
-        f"  quantize one backward's gradients: {quantize * 1000:6.1f} ms  ({numel * 4 / quantize / 1e9:.2f} GB/s of float32)"
+        f"  quantize one backward's gradients: {quantize * 1000:6.1f} ms  ({numel * 4 / quantize / 1e9:.2f} "
+        "GB/s of float32)"
     )
     print(f"  to int32, and back to float32:     {dequantize * 1000:6.1f} ms")
     print(
-        f"  all-reduced per step: {numel * 4 / 2**20:.0f} MiB as int32 (when every sum fits 31 bits, as at 24 bits "
+        f"  all-reduced per step: {numel * 4 / 2**20:.0f} MiB as int32 (when every sum fits 31 bits, as at "
+        "24 bits "
         f"here), {numel * 8 / 2**20:.0f} MiB as int64; float32 DDP: {numel * 4 / 2**20:.0f} MiB"
     )
     return 0

@@ -197,7 +197,8 @@ def main() -> int:
     depth = int(model[model.index("--depth") + 1])
     total = state_mib(argparse.Namespace(vocab=128, dim=512, depth=depth, heads=8))
     print(
-        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per rank), "
+        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per "
+        "rank), "
         f"depth {depth}",
         flush=True,
     )
@@ -241,14 +242,16 @@ def main() -> int:
     )
     print(
         f"{'ours':>9} {med('release_s'):>8.3f} {med('reform_s'):>8.3f} {med('transfer_s'):>9.3f} "
-        f"{restored_s:>9.3f} {med('first_step_s'):>9.3f} {total_s:>8.3f} {max(r['steps_lost'] for r in recs):>11}"
+        f"{restored_s:>9.3f} {med('first_step_s'):>9.3f} {total_s:>8.3f} "
+        f"{max(r['steps_lost'] for r in recs):>11}"
     )
     print(
         f"{'classic':>9} {'':>8} {'':>8} {'':>9} {base_loaded:>9.3f} {base - base_loaded:>9.3f} {base:>8.3f} "
         f"{'save int.':>11}"
     )
     print(
-        f"  speed-up: {base / total_s:.1f}x to the first step done, {base_loaded / restored_s:.1f}x to the state "
+        f"  speed-up: {base / total_s:.1f}x to the first step done, {base_loaded / restored_s:.1f}x to the "
+        "state "
         f"in memory (ours: in the survivors' and the spare's memory; classic: loaded into a built model)"
     )
     print(
@@ -257,7 +260,8 @@ def main() -> int:
     )
     print(f"\nSteady state, rank 0, median of {args.repeat} runs of {STEADY_STEPS} steps")
     print(
-        f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} {'extra':>8}"
+        f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} "
+        f"{'extra':>8}"
     )
     for compute_s, pairs in steadies.items():
         plain = statistics.median(p[0] for p, _ in pairs)
@@ -265,7 +269,8 @@ def main() -> int:
         rss_plain = statistics.median(p[1] for p, _ in pairs)
         rss_sres = statistics.median(q[1] for _, q in pairs)
         print(
-            f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} {rss_plain:>7.0f}MiB "
+            f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} "
+            f"{rss_plain:>7.0f}MiB "
             f"{rss_sres:>6.0f}MiB {rss_sres - rss_plain:>5.0f}MiB"
         )
     print(
@@ -273,8 +278,10 @@ def main() -> int:
     )
     print("  work of 4 ranks on this machine's cores, which the snapshot and buddy copy compete for")
     print(
-        f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last {KEEP_OWN} "
-        f"commits, plus {KEEP} of its buddy's (replication factor 2): {(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
+        f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last "
+        f"{KEEP_OWN} "
+        f"commits, plus {KEEP} of its buddy's (replication factor 2): "
+        f"{(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
         "by design"
     )
     return 0

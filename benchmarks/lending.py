@@ -7,13 +7,15 @@ grows by two satellites; a 2-node job submitted to ``urgent`` preempts them; whe
 the training grows back. Each transition is split into Slurm's part (reported, not ours) and
 ours:
 
-  preemption  urgent submitted -> the satellites' ranks get SIGTERM        (Slurm: scheduling)
-              SIGTERM -> training resumed on the smaller world             (ours: relay, pause at
-                                                                            the step boundary, re-form, first step)
-  growth      the nodes idle again -> the satellites running               (Slurm: sbatch + scheduling)
-              the rest, to the first step on the larger world              (ours: noticing the idle nodes
-                                                                            (sinfo every 3 s), the new ranks'
-                                                                            start-up, pause, re-form, first step)
+  preemption  urgent submitted -> the satellites' ranks get SIGTERM   (Slurm: scheduling)
+              SIGTERM -> training resumed on the smaller world        (ours: relay, pause at the
+                                                                       step boundary, re-form,
+                                                                       first step)
+  growth      the nodes idle again -> the satellites running          (Slurm: sbatch + scheduling)
+              the rest, to the first step on the larger world         (ours: noticing the idle nodes
+                                                                       (sinfo every 3 s), the new
+                                                                       ranks' start-up, pause,
+                                                                       re-form, first step)
 
 Baseline, measured in the same run: what a preempted job that does not shrink gracefully
 has left before Slurm kills it (SIGTERM -> job ended: the partition's GraceTime + KillWait),
@@ -166,7 +168,8 @@ def main() -> int:
                 f"round {r + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()), file=sys.stderr
             )
     print(
-        f"\nlent nodes taken back and lent again, 2 -> 4 -> 2 -> 4 nodes, local cluster, GraceTime={args.grace} s, "
+        "\nlent nodes taken back and lent again, 2 -> 4 -> 2 -> 4 nodes, local cluster, "
+        f"GraceTime={args.grace} s, "
         f"{args.rounds} round(s)"
     )
     print(f"{'seconds':22} {'median':>8} {'min':>8} {'max':>8}")
@@ -179,7 +182,8 @@ def main() -> int:
         "shrink has left, before its recovery starts)"
     )
     print(
-        f"preempted lent nodes leave {ours:.2f} s after Slurm's signal: {baseline / ours:.1f}x inside the grace "
+        f"preempted lent nodes leave {ours:.2f} s after Slurm's signal: {baseline / ours:.1f}x inside the "
+        "grace "
         "period; training never stops"
     )
     return 0

@@ -122,7 +122,8 @@ def main() -> int:
         )
     print(
         f"step timing alone: {per_step_us:.1f} us per step and rank (in one process, store included) = "
-        f"{per_step_us / (mb * 1e6) * 100:.3f}% of a {mb * 1000:.0f} ms step; metrics are served by the supervisor, "
+        f"{per_step_us / (mb * 1e6) * 100:.3f}% of a {mb * 1000:.0f} ms step; metrics are served by the "
+        "supervisor, "
         f"off the ranks' path"
     )
     return 0

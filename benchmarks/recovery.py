@@ -244,7 +244,8 @@ def main() -> int:
         print(
             f"{mb:>6.0f}MB {total:>8.3f} {med(recs, 'release_s'):>8.3f} {med(recs, 'reform_s'):>8.3f} "
             f"{med(recs, 'transfer_s'):>9.3f} {med(recs, 'first_step_s'):>9.3f} {base:>11.3f} "
-            f"{base / total:>8.1f}x {max(r['steps_lost'] for r in recs):>6} (baseline: up to its save interval)"
+            f"{base / total:>8.1f}x {max(r['steps_lost'] for r in recs):>6} (baseline: up to its save "
+            "interval)"
         )
     print("\nSteady-state step time (rank 0, median)")
     print(f"{'state':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9}")

@@ -38,6 +38,7 @@ from launcher.run.processes import pid_alive, processes_with_env  # noqa: F401 -
 
 NEEDED_COMMANDS = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "srun", "sbatch", "salloc")
 STATE_FILE = "cluster.json"
+NODE_RESOURCES = "CPUs=2 RealMemory=2000 Gres=gpu:2"
 
 
 class ClusterUnavailable(RuntimeError):
@@ -265,6 +266,7 @@ class SlurmCluster:
     def _slurm_conf(self) -> str:
         first, last = self.node_ports[0], self.node_ports[-1]
         node_range = f"n[1-{len(self.nodes)}]" if len(self.nodes) > 1 else "n1"
+        lend_preemption = f"PreemptMode=CANCEL GraceTime={self.grace_time}"
         port = f"{first}-{last}" if len(self.nodes) > 1 else str(first)
         d = self.directory
         return f"""\
@@ -303,9 +305,9 @@ GresTypes=gpu
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 {self.extra_conf}
-NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=2000 Gres=gpu:2
+NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} {NODE_RESOURCES}
 PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
-PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime={self.grace_time}
+PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 {lend_preemption}
 PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 """
 

@@ -39,7 +39,8 @@ refused) goes back to its last save: ``--persist-every`` bounds it, not this."""
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "chaos",
-        help="run a training command fault-free and under N random faults; exit 0 only if identical and clean",
+        help="run a training command fault-free and under N random faults; exit 0 only if identical "
+        "and clean",
         description="Runs `sres run RUN-OPTIONS -- CMD` twice: fault-free, then with a seeded random fault "
         "schedule. Compares every rank's final state digest, checks that each fault was recovered "
         "and that no process or RAM-tier file of the run is left, and prints one table. "
@@ -258,7 +259,8 @@ def _table(
     )
     lines = [
         f"{'faults injected':<22} {len(schedule['injections'])}",
-        f"{'faults seen':<22} {len(faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
+        f"{'faults seen':<22} {len(faults)} "
+        f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items())) or '-'})",
         f"{'recovered':<22} {len(recovered)}",
     ]
     if seconds:
@@ -288,7 +290,8 @@ def _table(
         )
     lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
     lines.append(
-        f"{'clean':<22} {'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}"
+        f"{'clean':<22} "
+        f"{'yes' if verdict.clean else 'NO: ' + '; '.join(verdict.leftovers + verdict.problems)}"
     )
     return "\n".join(lines)
 

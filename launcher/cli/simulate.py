@@ -56,6 +56,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--days", type=float, default=30.0, help="fault-free length of the training run (default 30)"
     )
+    _add_cost_options(p)
+    p.add_argument(
+        "--trials", type=int, default=200, help="simulated runs per scale and strategy (default 200)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", type=Path, default=Path("sres-simulate.png"), help="where the plot goes")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def _add_cost_options(p: argparse.ArgumentParser) -> None:
+    """What each strategy pays: measured from the events unless given."""
     p.add_argument(
         "--recovery-s",
         type=float,
@@ -82,12 +93,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=600.0,
         help="restart of the job from a checkpoint: requeue, scheduling, start-up, load (default 600)",
     )
-    p.add_argument(
-        "--trials", type=int, default=200, help="simulated runs per scale and strategy (default 200)"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", type=Path, default=Path("sres-simulate.png"), help="where the plot goes")
-    p.set_defaults(func=_cmd_simulate)
 
 
 def _costs(args: argparse.Namespace) -> tuple[Costs, str]:
@@ -142,7 +147,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         f"{args.days:g}-day runs, {args.trials} trials (a model: see sres simulate --help)"
     )
     print(
-        f"{'GPUs':>6} {'MTBF':>7} {'strategy':24} {'goodput':>8} {'p5-p95':>15} {'expected':>9} {'failures':>9}"
+        f"{'GPUs':>6} {'MTBF':>7} {'strategy':24} {'goodput':>8} {'p5-p95':>15} {'expected':>9} "
+        f"{'failures':>9}"
     )
     rows: list[tuple[Job, list[Result]]] = []
     for job in jobs:

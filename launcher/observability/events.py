@@ -47,55 +47,66 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def summary(events: list[dict[str, Any]]) -> str:
     """The short human summary ``sres run`` prints at the end."""
     faults = [e for e in events if e["event"] == "fault"]
-    recovered = [e for e in events if e["event"] == "recovered"]
     end = next((e for e in reversed(events) if e["event"] in ("finished", "failed")), None)
-    lines = []
-    if end is None:
-        lines.append("run did not finish")
-    elif end["event"] == "failed":
-        lines.append(f"run FAILED: {end['reason']}")
-    else:
-        goodput = end.get("goodput")
-        lines.append(
-            f"run finished: {end['steps']} steps, {len(faults)} fault(s), goodput {goodput:.1%}"
-            if goodput is not None
-            else f"run finished: {end['steps']} steps"
-        )
-        causes = end.get("goodput_by_cause") or {}
-        if causes:
-            spent = ", ".join(
-                f"{k.replace('_', ' ')} {v:.2f} s" for k, v in causes.items() if abs(v) >= 0.005
-            )
-            lines.append(f"  wall {sum(causes.values()):.2f} s: {spent}")
-    for fault in faults:
-        where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
-        why = f": {fault['why']}" if fault.get("why") else ""
-        lines.append(
-            f"  fault: {fault['kind']} {where} (node {fault.get('host', fault.get('node'))}{why}) "
-            f"at step {fault.get('step')}"
-        )
-    for event in events:
-        if event["event"] == "drained":
-            lines.append(f"  drained {event['host']}: sres: {event['why']}")
-        elif event["event"] == "node-added":
-            job = f" job {event['job']}" if event.get("job") else ""
-            lines.append(f"  added {event['host']} ({event['how']}{job}, {event['seconds']:.2f} s)")
-        elif event["event"] == "node-released" and event["why"] != "fault":  # a fault's node: "drained" above
-            lines.append(f"  released {event['host']} ({event['why']})")
-        elif event["event"] == "resize":
-            batch = (
-                f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
-                if event.get("global_batch") is not None
-                else ""
-            )
-            lines.append(
-                f"  resized {event['from_world']} -> {event['to_world']} ranks ({event['why']}) "
-                f"after step {event['step']}: first step in {event['seconds']:.2f} s{batch}"
-            )
-    for rec in recovered:
-        lines.append(
-            f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
-            f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "
-            f"{rec['bytes'] / 2**20:.1f} MiB moved"
-        )
+    lines = _end_lines(end, len(faults))
+    lines += [_fault_line(fault) for fault in faults]
+    lines += [line for line in map(_change_line, events) if line]
+    lines += [_recovered_line(rec) for rec in events if rec["event"] == "recovered"]
     return "\n".join(lines)
+
+
+def _end_lines(end: dict[str, Any] | None, faults: int) -> list[str]:
+    if end is None:
+        return ["run did not finish"]
+    if end["event"] == "failed":
+        return [f"run FAILED: {end['reason']}"]
+    goodput = end.get("goodput")
+    lines = [
+        f"run finished: {end['steps']} steps, {faults} fault(s), goodput {goodput:.1%}"
+        if goodput is not None
+        else f"run finished: {end['steps']} steps"
+    ]
+    causes = end.get("goodput_by_cause") or {}
+    if causes:
+        spent = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in causes.items() if abs(v) >= 0.005)
+        lines.append(f"  wall {sum(causes.values()):.2f} s: {spent}")
+    return lines
+
+
+def _fault_line(fault: dict[str, Any]) -> str:
+    where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
+    why = f": {fault['why']}" if fault.get("why") else ""
+    return (
+        f"  fault: {fault['kind']} {where} (node {fault.get('host', fault.get('node'))}{why}) "
+        f"at step {fault.get('step')}"
+    )
+
+
+def _change_line(event: dict[str, Any]) -> str | None:
+    """A node drained, added or released, or the world resized; None for any other event."""
+    if event["event"] == "drained":
+        return f"  drained {event['host']}: sres: {event['why']}"
+    if event["event"] == "node-added":
+        job = f" job {event['job']}" if event.get("job") else ""
+        return f"  added {event['host']} ({event['how']}{job}, {event['seconds']:.2f} s)"
+    if event["event"] == "node-released" and event["why"] != "fault":  # a fault's node: "drained"
+        return f"  released {event['host']} ({event['why']})"
+    if event["event"] == "resize":
+        batch = (
+            f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
+            if event.get("global_batch") is not None
+            else ""
+        )
+        return (
+            f"  resized {event['from_world']} -> {event['to_world']} ranks ({event['why']}) "
+            f"after step {event['step']}: first step in {event['seconds']:.2f} s{batch}"
+        )
+    return None
+
+
+def _recovered_line(rec: dict[str, Any]) -> str:
+    return (
+        f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
+        f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "
+        f"{rec['bytes'] / 2**20:.1f} MiB moved"
+    )

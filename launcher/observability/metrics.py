@@ -30,7 +30,14 @@ class RunMetrics:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.registry = r = CollectorRegistry()
+        self.registry = CollectorRegistry()
+        self._progress(self.registry)
+        self._faults(self.registry)
+        self._costs(self.registry)
+        self._steps: list[tuple[float, int]] = []
+        self.running.set(1)
+
+    def _progress(self, r: CollectorRegistry) -> None:
         self.step = Gauge("sres_step", "Newest step committed by every rank", registry=r)
         self.steps_per_s = Gauge(
             "sres_steps_per_second", f"Committed steps per second (last ~{RATE_WINDOW_S:g} s)", registry=r
@@ -40,6 +47,8 @@ class RunMetrics:
         self.running = Gauge(
             "sres_running", "1 while the run goes on, 0 once it finished or failed", registry=r
         )
+
+    def _faults(self, r: CollectorRegistry) -> None:
         self.faults = Counter("sres_faults", "Faults seen, by kind", ["kind"], registry=r)
         self.recovery = Histogram(
             "sres_recovery_seconds", "Fault to the first step after it", registry=r, buckets=SECONDS_BUCKETS
@@ -52,6 +61,8 @@ class RunMetrics:
             buckets=SECONDS_BUCKETS,
         )
         self.steps_lost = Counter("sres_steps_redone", "Steps done again after recoveries", registry=r)
+
+    def _costs(self, r: CollectorRegistry) -> None:
         self.tier_save = Histogram(
             "sres_tier_save_seconds",
             "Checkpoint tier saves, by tier",
@@ -80,8 +91,6 @@ class RunMetrics:
             ["cause"],
             registry=r,
         )
-        self._steps: list[tuple[float, int]] = []
-        self.running.set(1)
 
     def on_event(self, record: dict[str, Any]) -> None:
         kind = record.get("event")
@@ -125,7 +134,8 @@ class RunMetrics:
 
 
 def start(port: int | None, addr: str, textfile: Path | None, events: EventLog) -> MetricsOutput | None:
-    """Metrics fed by ``events`` (and :meth:`MetricsOutput.update`), where the options say; None if nowhere."""
+    """Metrics fed by ``events`` (and :meth:`MetricsOutput.update`), where the options say; None if
+    nowhere."""
     if port is None and textfile is None:
         return None
     try:

@@ -230,13 +230,15 @@ class SlurmClient:
             if self.job(job_id).nodes != job.nodes:
                 raise
             raise SlurmError(
-                f"Slurm refused to shrink job {job_id} ({err.stderr.splitlines()[-1] if err.stderr else err}); "
+                f"Slurm refused to shrink job {job_id} "
+                f"({err.stderr.splitlines()[-1] if err.stderr else err}); "
                 "without slurmdbd, Slurm 22.05 resizes a job's node list only once"
             ) from err
         after = self.job(job_id)
         if set(after.nodes) != set(keep):
             raise SlurmError(
-                f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to {hostlist.compress(keep)}"
+                f"job {job_id} has nodes {hostlist.compress(after.nodes)} after shrinking to "
+                f"{hostlist.compress(keep)}"
             )
         return after
 

@@ -64,7 +64,8 @@ class CommandLine:
         except FileNotFoundError:
             package = _INSTALL_HINT.get(argv[0], "slurm-client")
             raise SlurmUnavailable(
-                f"'{argv[0]}' not found on PATH: install Slurm's client tools (Debian: apt-get install {package})"
+                f"'{argv[0]}' not found on PATH: install Slurm's client tools (Debian: apt-get install "
+                f"{package})"
             ) from None
         except subprocess.TimeoutExpired as err:
             stderr = err.stderr.decode() if isinstance(err.stderr, bytes) else (err.stderr or "")

@@ -84,14 +84,38 @@ class SrunRequest:
 
 def parse(argv: Sequence[str]) -> SrunRequest:
     """Split ``[--auto-resume[=N]] [--spares S] [srun options] COMMAND...``."""
-    args = list(argv)
-    nodes: int | None = None
-    ntasks: int | None = None
-    per_node: int | None = None
-    spares: int | None = None
-    retries = 1
-    partition = None
-    step: list[str] = []
+    options, command = _split(list(argv))
+    if not command:
+        raise ConfigError("no command given: sres srun --auto-resume=1 -N 2 python train.py")
+    found: dict[str, int] = {}
+    retries, partition, step = 1, None, []
+    for name, value, eq, raw in options:
+        if name == "--auto-resume":
+            retries = _int(name, value) if eq else 1
+        elif name in _COUNTS:
+            found[_COUNTS[name]] = _int(name, value.split("-")[0] if name in ("-N", "--nodes") else value)
+        else:
+            partition = value if name in ("-p", "--partition") else partition
+            step.extend(raw)
+    if retries < 0:
+        raise ConfigError(f"--auto-resume must be 0 or more (got {retries})")
+    nodes, per_node = _layout(found.get("nodes"), found.get("ntasks"), found.get("per_node"))
+    return SrunRequest(command, nodes, per_node, found.get("spares"), retries, tuple(step), partition)
+
+
+_COUNTS = {
+    "-N": "nodes",
+    "--nodes": "nodes",
+    "-n": "ntasks",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "per_node",
+    "--spares": "spares",
+}
+
+
+def _split(args: list[str]) -> tuple[list[tuple[str, str, str, list[str]]], tuple[str, ...]]:
+    """The leading options as (name, value, '=' or '', the words as given), and the command after them."""
+    options = []
     i = 0
     while i < len(args) and args[i].startswith("-"):
         start, arg = i, args[i]
@@ -112,25 +136,12 @@ def parse(argv: Sequence[str]) -> SrunRequest:
             i += 1
             value = args[i]
         i += 1
-        if name == "--auto-resume":
-            retries = _int(name, value) if eq else 1
-        elif name in ("-N", "--nodes"):
-            nodes = _int(name, value.split("-")[0])
-        elif name in ("-n", "--ntasks"):
-            ntasks = _int(name, value)
-        elif name == "--ntasks-per-node":
-            per_node = _int(name, value)
-        elif name == "--spares":
-            spares = _int(name, value)
-        else:
-            if name in ("-p", "--partition"):
-                partition = value
-            step.extend(args[start:i])
-    command = tuple(args[i:])
-    if not command:
-        raise ConfigError("no command given: sres srun --auto-resume=1 -N 2 python train.py")
-    if retries < 0:
-        raise ConfigError(f"--auto-resume must be 0 or more (got {retries})")
+        options.append((name, value, eq, args[start:i]))
+    return options, tuple(args[i:])
+
+
+def _layout(nodes: int | None, ntasks: int | None, per_node: int | None) -> tuple[int | None, int]:
+    """Nodes and ranks per node from -N, -n and --ntasks-per-node: one rank layout per node."""
     if ntasks is not None:
         if per_node is None:
             if nodes is None or ntasks % nodes:
@@ -142,7 +153,7 @@ def parse(argv: Sequence[str]) -> SrunRequest:
             nodes = ntasks // per_node
         if nodes * per_node != ntasks:
             raise ConfigError(f"-n {ntasks} is not -N {nodes} x --ntasks-per-node {per_node}")
-    return SrunRequest(command, nodes, per_node or 1, spares, retries, tuple(step), partition)
+    return nodes, per_node or 1
 
 
 def split_ours(argv: Sequence[str], ours: dict[str, bool]) -> tuple[list[str], list[str]]:

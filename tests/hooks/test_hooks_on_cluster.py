@@ -89,7 +89,8 @@ def test_epilog_kills_leftover_processes_and_removes_the_ram_tier(hooked, tmp_pa
     client = SlurmClient.create("cli", env=hooked.cluster.env())
     pid_file = tmp_path / "escaped.pid"
     script = (
-        f"mkdir -p {hooked.ram_root}/job-$SLURM_JOB_ID && echo state > {hooked.ram_root}/job-$SLURM_JOB_ID/r0; "
+        f"mkdir -p {hooked.ram_root}/job-$SLURM_JOB_ID && echo state > "
+        f"{hooked.ram_root}/job-$SLURM_JOB_ID/r0; "
         f"setsid sh -c 'sleep 300 & echo $! > {pid_file}' </dev/null >/dev/null 2>&1; sleep 1"
     )
     job_id = client.submit(["-N1", "-w", "n2", "--output=/dev/null", "--wrap", script])

@@ -30,7 +30,8 @@ def small_disk(tmp_path):
     )
     if mounted.returncode != 0:
         pytest.skip(
-            reason=f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}"
+            reason="a full disk needs a small filesystem: mount -t tmpfs failed (needs root): "
+            f"{mounted.stderr}"
         )
     yield where
     subprocess.run(["umount", "-l", str(where)], check=True)

@@ -125,7 +125,8 @@ def test_liveness_sees_a_killed_process_at_once():
                 "-c",
                 (
                     "import sys, time; from resilience.contract.liveness import announce; "
-                    f"s = announce('127.0.0.1', {server.port}, 'n0p0', '7'); print('up', flush=True); time.sleep(60)"
+                    f"s = announce('127.0.0.1', {server.port}, 'n0p0', '7'); print('up', flush=True); "
+                    "time.sleep(60)"
                 ),
             ],
             stdout=subprocess.PIPE,

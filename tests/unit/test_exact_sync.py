@@ -20,7 +20,8 @@ def micro_batches(step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def train(steps: int, *, no_sync: bool, set_to_none: bool = True, probe: bool = False) -> list[torch.Tensor]:
-    """``steps`` steps of ``MICRO`` micro-batches; the gradients handed to each step, and the final parameters."""
+    """``steps`` steps of ``MICRO`` micro-batches; the gradients handed to each step, and the final
+    parameters."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
     exact = ExactDataParallel(model)

@@ -10,7 +10,10 @@ from slurm_plugins.conf_edit import MARK, apply_plugstack_line, apply_slurm_conf
 
 
 def test_controllers_from_slurm_conf():
-    conf = "ClusterName=c\nSlurmctldHost=head1(10.0.0.1)\nSlurmctldHost=head2 # backup\nSlurmctldPort=6817-6818\n"
+    conf = (
+        "ClusterName=c\nSlurmctldHost=head1(10.0.0.1)\nSlurmctldHost=head2 # backup\n"
+        "SlurmctldPort=6817-6818\n"
+    )
     assert controllers(conf) == [("10.0.0.1", 6817), ("head2", 6817)]
     assert controllers("ControlMachine=old\nControlAddr=10.1.1.1\n") == [("10.1.1.1", 6817)]
     assert controllers("ClusterName=c\n") == []

@@ -63,7 +63,10 @@ def test_slurm_durations(text, seconds):
 
 
 def test_node_reason_with_spaces_survives_scontrol_parsing():
-    line = "NodeName=n2 Arch=x86_64 State=IDLE+DRAIN Reason=sres: gpu fell off the bus [root@2026-11-21T11:21:17] Weight=1"
+    line = (
+        "NodeName=n2 Arch=x86_64 State=IDLE+DRAIN Reason=sres: gpu fell off the bus "
+        "[root@2026-11-21T11:21:17] Weight=1"
+    )
     record = parse_scontrol_record(line)
     assert record["Reason"] == "sres: gpu fell off the bus [root@2026-11-21T11:21:17]"
     assert record["Weight"] == "1"

@@ -9,8 +9,8 @@ from launcher.supervisor import RunConfig, await_culprit, replace, silent_slots
 from resilience.contract.injections import parse
 from resilience.contract.messages import Report, SlotInfo
 
-SLOTS = {f"n{n}p{l}": SlotInfo(n, l) for n in range(4) for l in range(2)}
-MEMBERS = {n * 2 + l: f"n{n}p{l}" for n in range(3) for l in range(2)}  # node 3 is the spare
+SLOTS = {f"n{n}p{p}": SlotInfo(n, p) for n in range(4) for p in range(2)}
+MEMBERS = {n * 2 + p: f"n{n}p{p}" for n in range(3) for p in range(2)}  # node 3 is the spare
 
 
 def spare(node, local):

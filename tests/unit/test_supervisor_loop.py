@@ -207,7 +207,10 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
 
 def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
     placement, script = FakePlacement(), Script()
-    store_beats = lambda: [script.supervisor.store.beat(f"n{n}p0") for n in (0, 2)]
+
+    def store_beats():
+        return [script.supervisor.store.beat(f"n{n}p0") for n in (0, 2)]
+
     for tick in range(1, 400):  # ranks 0 and 2 beat; rank 1 beat once, then froze
         script.at(tick, store_beats)
     script.at(1, lambda: script.supervisor.store.beat("n1p0"))
