@@ -1,4 +1,7 @@
-"""The ``sres`` command: latch the requeue signal, then load the CLI (which imports torch)."""
+"""The ``sres`` command: latch the requeue signal, then load the CLI (which imports torch).
+
+``sres hooks ...`` (Slurm's prolog, epilog and health check on every node, for every job) goes
+to ``slurm_plugins.cli`` alone, which imports no torch."""
 
 from __future__ import annotations
 
@@ -6,6 +9,10 @@ import sys
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["hooks"]:
+        from slurm_plugins import cli as hooks_cli
+
+        return hooks_cli.main(sys.argv[1:])
     from launcher.run import signal_latch
 
     if sys.argv[1:2] in (["run"], ["srun"]):

@@ -1,6 +1,9 @@
 """Errors of the launcher. Each is expected, explained in one line, and shown without a traceback.
 
 Anything that is not an ``SresError`` is a bug of ours, and ``sres`` lets its traceback through.
+Every error a user or the cluster can cause is defined here; the module that raises one imports
+it (``launcher.slurm.hostlist.HostlistError`` and ``launcher.supervisor.control.ControlError``
+still name them). Standard library only: the Slurm client and the admins' hooks import it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,19 @@ class SresError(Exception):
 
 class ConfigError(SresError):
     """Bad arguments or configuration, refused before anything starts."""
+
+
+class HostlistError(SresError, ValueError):
+    """A hostlist expression that Slurm would also refuse."""
+
+
+class ControlError(SresError):
+    """A control request (``sres resize/grow/shrink/status``) that could not be delivered or was refused."""
+
+
+class Unreachable(ControlError):
+    """No supervisor answers at this run's address from here (or no run is found here):
+    ``--job`` then asks through a step of the job on its batch host."""
 
 
 class SlurmError(SresError):

@@ -10,16 +10,19 @@ A contract (code outside the project imports these names)::
     print(job.events())                                 # the run's events.jsonl, as dicts
 
 It is submitit's own machinery (pickles, folders, ``job.result()``, ``job.cancel()``), with one
-process per job that runs the sres supervisor (``launcher.submitit_job``): on Slurm the batch
-script runs ``sres srun`` over the allocation (nodes + spares), locally ``sres run`` with
-simulated nodes. Every rank runs the submitted function under ``resilience.run``.
+process per job that runs the sres supervisor (``launcher.submitit_job``). The parameters make a
+``RunRequest`` (validated when they are set), which that process is given as JSON on its
+command line and runs with ``supervise``: on Slurm over the allocation (nodes + spares, ranks as
+srun steps, as ``sres srun``), locally on simulated nodes (as ``sres run``). Every rank runs the
+submitted function under ``resilience.run``.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import shlex
 import shutil
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -27,52 +30,25 @@ from submitit.core import core, utils
 from submitit.local.local import LocalExecutor, LocalJob, start_controller
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
+from launcher.errors import ConfigError
 from launcher.observability.events import read_events
-from launcher.submitit_job import run_dir
+from launcher.run import environment
+from launcher.run.request import RunOptions, RunRequest
+from launcher.submitit_job import command_line, run_dir
 
 CLUSTERS = ("slurm", "local")
 SHAPE = ("nodes", "spares", "tasks_per_node", "max_restarts")
 """The run's shape, ours to interpret (submitit would give them to sbatch)."""
 SHARED = ("timeout_min", "name", "stderr_to_stdout")
 """submitit's generic parameters that both backends take."""
+SRES_OPTIONS = frozenset(f.name for f in fields(RunOptions)) - {"log_dir"}
+"""Parameters that are sres options (``RunOptions``' fields): every option ``sres run`` and
+``sres srun`` share, but the log dir, which is the job's (``<folder>/<job id>_sres``)."""
 SIGNAL_DELAY_S = 120
 """Seconds before the time limit that Slurm signals the batch host (``--signal=B:USR2@120``):
 time for the supervisor to persist the newest commit and requeue."""
 LOCAL_TIMEOUT_MIN = 60.0
 """The local controller's time limit when none is given (submitit's own default is 2 min)."""
-
-
-def sres_options() -> dict[str, argparse.Action]:
-    """Keyword -> option of ``sres srun`` that a submitted job may set (``inject``, ``hang_timeout``,
-    ``persistent_dir``, ...): every option ``sres run`` and ``sres srun`` share, but the log dir."""
-    from launcher.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    run, srun = (sub.choices[name] for name in ("run", "srun"))
-    shared = {a.dest for a in srun._actions} & {a.dest for a in run._actions}
-    return {
-        a.dest: a
-        for a in srun._actions
-        if a.dest in shared and a.option_strings and a.dest not in ("help", "log_dir")
-    }
-
-
-def option_argv(values: dict[str, Any]) -> list[str]:
-    """sres command-line options for ``values`` (keyword -> value), refusing unknown keywords."""
-    options = sres_options()
-    argv: list[str] = []
-    for key, value in values.items():
-        if key not in options:
-            raise ValueError(f"unknown parameter {key!r}: not a submitit or sres option")
-        flag = options[key].option_strings[-1]
-        if isinstance(options[key], argparse._StoreTrueAction):
-            argv += [flag] if value else []
-        elif isinstance(options[key], argparse._AppendAction):
-            for item in [value] if isinstance(value, str) else value:
-                argv += [flag, str(item)]
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 class _Events:
@@ -126,20 +102,20 @@ class ResilientSlurmJob(SlurmJob, _Events):
 
 
 class _SresCommand:
-    """What both backends run per job: the supervisor, told the run's shape and sres options."""
+    """What both backends run per job: the supervisor, given the run's request."""
 
     folder: Path
     python: str
-    sres_argv: list[str]
+    request: RunRequest
 
     @property
     def _submitit_command_str(self) -> str:
-        argv = [self.python, "-u", "-m", "launcher.submitit_job", str(self.folder), "--", *self.sres_argv]
+        argv = command_line(self.python, self.folder, self.request)
         return " ".join(shlex.quote(a) if a != self.python else a for a in argv)
 
 
 class _LocalBackend(_SresCommand, LocalExecutor):
-    """submitit's local controller with one task: ``sres run`` and its simulated nodes."""
+    """submitit's local controller with one task: the supervisor and its simulated nodes."""
 
     job_class = ResilientLocalJob
 
@@ -162,7 +138,7 @@ class _LocalBackend(_SresCommand, LocalExecutor):
 
 
 class _SlurmBackend(_SresCommand, SlurmExecutor):
-    """submitit's Slurm executor whose batch script runs ``sres srun`` once, on the batch host."""
+    """submitit's Slurm executor whose batch script runs the supervisor once, on the batch host."""
 
     job_class = ResilientSlurmJob
 
@@ -198,8 +174,10 @@ class ResilientExecutor(core.Executor):
     ``cluster``: ``"slurm"``, ``"local"``, or None for Slurm when ``sbatch`` is on PATH, else
     local (as submitit's AutoExecutor decides). Parameters: the run's shape (``nodes``,
     ``spares``, ``tasks_per_node``, ``max_restarts``), every option of ``sres run``/``sres srun``
-    by its long name (``inject``, ``hang_timeout``, ``persistent_dir``, ``min_nodes``, ...),
-    submitit's ``timeout_min``/``name``, and ``slurm_*`` parameters for sbatch (ignored locally).
+    by its long name (``inject``, ``hang_timeout``, ``persistent_dir``, ``min_nodes``, ...: the
+    fields of ``RunOptions``), submitit's ``timeout_min``/``name``, and ``slurm_*`` parameters for
+    sbatch (ignored locally). An unknown name or a bad value raises ValueError at once. Options
+    not given come from this process's ``SRES_*`` variables, read when parameters are set.
     """
 
     def __init__(
@@ -234,10 +212,13 @@ class ResilientExecutor(core.Executor):
                 raise ValueError(f"{key}={value!r}: a whole number, at least {1 if key != 'spares' else 0}")
         backend = {k: kwargs.pop(k) for k in SHARED if k in kwargs}
         slurm = {k.removeprefix("slurm_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("slurm_")}
+        sres = {**self._sres, **kwargs}
+        unknown = next((key for key in sres if key not in SRES_OPTIONS), None)
+        if unknown is not None:
+            raise ValueError(f"unknown parameter {unknown!r}: not a submitit or sres option")
+        self._request({**self._shape, **shape}, sres)  # refuses a bad value before anything changes
         self._sbatch_extra.update(slurm.pop("additional_parameters", {}))
         self._signal_delay_s = slurm.pop("signal_delay_s", self._signal_delay_s)
-        sres = {**self._sres, **kwargs}
-        option_argv(sres)  # refuses an unknown parameter before anything changes
         self._shape.update(shape)
         self._sres = sres
         if self.cluster == "slurm":
@@ -250,16 +231,35 @@ class ResilientExecutor(core.Executor):
             self._executor.update_parameters(**backend)
         self._apply()
 
-    def _apply(self) -> None:
-        """Hand the backend its sres command line and, on Slurm, the allocation it needs."""
-        s = self._shape
-        # Requeues on Slurm are sres's (persist the newest commit, scontrol requeue). As under
-        # submitit, those at the time limit are capped by max_num_timeout and preemptions are
-        # not (Slurm's MaxBatchRequeue still is); max_requeues caps these too when given.
-        requeues = {"max_timeout_requeues": self.max_num_timeout, "max_requeues": "none"}
-        options = option_argv({**requeues, **self._sres} if self.cluster == "slurm" else self._sres)
+    def _request(self, shape: dict[str, int], sres: dict[str, Any]) -> RunRequest:
+        """The job's request, but its command and log dir (the job's own). Options not given
+        come from this process's ``SRES_*`` variables (as for ``sres run``), else their defaults.
+        Requeues on Slurm are sres's (persist the newest commit, scontrol requeue). As under
+        submitit, those at the time limit are capped by max_num_timeout and preemptions are
+        not (Slurm's MaxBatchRequeue still is); max_requeues caps these too when given."""
+        values: dict[str, Any] = environment.values(os.environ)
         if self.cluster == "slurm":
-            signal = self._sres.get("preempt_signal", "USR2").upper().removeprefix("SIG")
+            values.update(max_timeout_requeues=self.max_num_timeout, max_requeues=None)
+        values.update(sres)
+        values.pop("log_dir", None)
+        try:
+            return RunRequest(
+                command=(),
+                nodes=shape["nodes"],
+                procs_per_node=shape["tasks_per_node"],
+                spares=shape["spares"],
+                max_restarts=shape["max_restarts"],
+                launcher="slurm" if self.cluster == "slurm" else "local",
+                options=RunOptions.from_values(values),
+            )
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+
+    def _apply(self) -> None:
+        """Hand the backend the job's request and, on Slurm, the allocation it needs."""
+        request = self._request(self._shape, self._sres)
+        if self.cluster == "slurm":
+            signal = request.options.preempt_signal.upper().removeprefix("SIG")
             sbatch = {
                 "no_kill": True,
                 "requeue": True,
@@ -267,38 +267,12 @@ class ResilientExecutor(core.Executor):
                 **self._sbatch_extra,
             }
             self._executor.update_parameters(
-                nodes=s["nodes"] + s["spares"],
-                ntasks_per_node=s["tasks_per_node"],
+                nodes=request.nodes + request.spares,
+                ntasks_per_node=request.procs_per_node,
                 use_srun=False,
                 additional_parameters=sbatch,
             )
-            self._executor.sres_argv = [
-                "srun",
-                *options,
-                f"--auto-resume={s['max_restarts']}",
-                "--spares",
-                str(s["spares"]),
-                "-N",
-                str(s["nodes"]),
-                "--ntasks-per-node",
-                str(s["tasks_per_node"]),
-            ]
-        else:
-            self._executor.sres_argv = [
-                "run",
-                "--launcher",
-                "local",
-                "--nodes",
-                str(s["nodes"]),
-                "--procs-per-node",
-                str(s["tasks_per_node"]),
-                "--spares",
-                str(s["spares"]),
-                "--max-restarts",
-                str(s["max_restarts"]),
-                *options,
-                "--",
-            ]
+        self._executor.request = request
 
     def _internal_process_submissions(
         self, delayed_submissions: list[utils.DelayedSubmission]

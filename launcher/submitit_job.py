@@ -1,60 +1,77 @@
 """The job's own process under ``ResilientExecutor``: the sres supervisor, then the outcome for submitit.
 
-``python -u -m launcher.submitit_job FOLDER -- SUBCOMMAND [sres options]`` is the command
-submitit runs (once per job: on the batch host under Slurm, as the single task of the local
-controller otherwise). It runs ``sres run`` / ``sres srun`` with each rank executing
-``resilience.submitit_rank``; rank 0 writes the return value. When the run fails, this process
-writes the failure where ``job.exception()`` reads it: the first failing rank's traceback and
-sres's one-line reason. A run that requeued itself writes nothing: the job runs again.
+``python -u -m launcher.submitit_job FOLDER --request JSON`` is the command submitit runs
+(once per job: on the batch host under Slurm, as the single task of the local controller
+otherwise; :func:`command_line` writes it). JSON is the ``RunRequest`` the executor made; this
+process completes it (every rank runs ``resilience.submitit_rank`` on this job's pickles, the
+log dir is ``<folder>/<job id>_sres``) and runs it with ``supervise``; rank 0 writes the return
+value. When the run fails, this process writes the failure where ``job.exception()`` reads it:
+the first failing rank's traceback and sres's one-line reason. A run that requeued itself
+writes nothing: the job runs again, with the same command line.
+
+Jobs submitted before requests existed run ``FOLDER -- run|srun [sres options]``: that form
+still works (through the CLI's parser).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
 
+REQUEST = "--request"
+
 if __name__ == "__main__":  # before the imports below (torch): Slurm may signal a requeue at once
     from launcher.run import signal_latch
 
-    signal_latch.latch(sys.argv[4:])
+    if sys.argv[2:3] == [REQUEST]:
+        signal_latch.latch_request(sys.argv[3] if len(sys.argv) > 3 else "")
+    else:
+        signal_latch.latch(sys.argv[4:])
 
 import submitit  # noqa: E402
 from submitit.core import utils  # noqa: E402
 
-from launcher import cli  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import read_events  # noqa: E402
+from launcher.run.request import RunRequest  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""
+USAGE = "usage: python -m launcher.submitit_job FOLDER --request JSON (or FOLDER -- run|srun [sres options])"
 
 
 def run_dir(folder: Path, job_id: str) -> Path:
     return Path(folder) / RUN_DIR.format(job_id=job_id)
 
 
+def command_line(python: str, folder: Path | str, request: RunRequest) -> list[str]:
+    """The command that runs ``request`` as a job in ``folder`` (submitit's, with ``%j``)."""
+    return [python, "-u", "-m", "launcher.submitit_job", str(folder), REQUEST, request.to_json()]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m launcher.submitit_job FOLDER -- run|srun [sres options]", file=sys.stderr)
+    if not (len(argv) == 3 and argv[1] == REQUEST) and not (len(argv) >= 3 and argv[1] == "--"):
+        print(USAGE, file=sys.stderr)
         return 2
-    subcommand, options = argv[2], argv[3:]
     os.environ["SUBMITIT_FOLDER"] = argv[0]  # as submitit's own process_job: JobEnvironment reads it
     env = submitit.JobEnvironment()
     paths = env.paths
     log_dir = run_dir(paths.folder, env.job_id)
-    rank = [
+    rank = (
         sys.executable,
         "-u",
         "-m",
         "resilience.submitit_rank",
         str(paths.submitted_pickle),
         str(paths.result_pickle),
-    ]
+    )
     error = None
     try:
-        code = cli.run([subcommand, "--log-dir", str(log_dir), *options, *rank])
+        code = _run(argv[1:], rank, log_dir)
     except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
@@ -62,6 +79,20 @@ def main(argv: list[str]) -> int:
         with utils.temporary_save_path(paths.result_pickle) as tmp:
             utils.cloudpickle_dump(("error", error or failure_text(log_dir, code)), tmp)
     return code
+
+
+def _run(args: list[str], rank: tuple[str, ...], log_dir: Path) -> int:
+    """The request completed with this job's rank command and log dir, supervised; the exit code."""
+    if args[0] != REQUEST:  # a job submitted before requests: its sres command line
+        from launcher import cli
+
+        return cli.run([args[1], "--log-dir", str(log_dir), *args[2:], *rank])
+    from launcher.run.supervise import supervise
+
+    request = RunRequest.from_json(args[1])
+    options = dataclasses.replace(request.options, log_dir=log_dir)
+    logging.basicConfig(level=logging.WARNING, format="sres: %(message)s")  # as sres without -v
+    return supervise(dataclasses.replace(request, command=rank, options=options))
 
 
 def failure_text(log_dir: Path, code: int) -> str:

@@ -11,17 +11,44 @@ def train(ctx: resilience.Context) -> None:
             opt.step(); opt.zero_grad()
 
 resilience.run(train)
+
+The names below load on first use (PEP 562): ``import resilience.x`` runs this file first, and
+the torch-free parts (``resilience.errors``, ``resilience.contract``, the RAM tier's paths and
+cleanup that the admins' epilog uses) must not pull in torch through it.
 """
 
-from resilience.api import run
-from resilience.context import Context
-from resilience.ddp import ddp
-from resilience.elastic import ElasticSampler
-from resilience.exact import ExactDataParallel, GradientNotRepresentable
-from resilience.micro_random import micro_batch_ids, micro_batch_rng
-from resilience.state.committed import PerRank
-from resilience.state.replication import Unrecoverable
-from resilience.sharded import ShardedOptimizer
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from resilience.api import run
+    from resilience.context import Context
+    from resilience.ddp import ddp
+    from resilience.elastic import ElasticSampler
+    from resilience.errors import GradientNotRepresentable, Unrecoverable
+    from resilience.exact import ExactDataParallel
+    from resilience.micro_random import micro_batch_ids, micro_batch_rng
+    from resilience.sharded import ShardedOptimizer
+    from resilience.state.committed import PerRank
+
+_WHERE = {
+    "Context": "resilience.context",
+    "run": "resilience.api",
+    "ddp": "resilience.ddp",
+    "ElasticSampler": "resilience.elastic",
+    "ExactDataParallel": "resilience.exact",
+    "GradientNotRepresentable": "resilience.errors",
+    "PerRank": "resilience.state.committed",
+    "ShardedOptimizer": "resilience.sharded",
+    "Unrecoverable": "resilience.errors",
+    "micro_batch_ids": "resilience.micro_random",
+    "micro_batch_rng": "resilience.micro_random",
+}
+"""Each public name -> the module that defines it."""
 
 __all__ = [
     "Context",
@@ -36,3 +63,29 @@ __all__ = [
     "micro_batch_ids",
     "micro_batch_rng",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'resilience' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # once: later uses do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """``resilience.ddp`` is the function users call, and also the name of the module that
+    defines it: importing that module (the agent does) must not put the module in the
+    function's place, as the import system would."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "ddp" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

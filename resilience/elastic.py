@@ -27,14 +27,10 @@ from typing import Any
 import torch
 
 from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
-from resilience.errors import ResilienceError
+from resilience.errors import BatchError
 
 SAMPLES_DIR = "samples"
 """Under the run's log dir: one JSON line per committed step and rank (``ElasticSampler.record``)."""
-
-
-class BatchError(ResilienceError, ValueError):
-    """The global batch cannot be kept at this world size and the policy says fail."""
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,12 @@
 
 Each says in one line what happened and what to do; it crosses to the supervisor as a
 structured report (``resilience.contract.messages.Report``), never as parsed text.
+
+Every error a user (or the run's circumstances) can cause on the rank side is defined here and
+nowhere else; the module that raises one imports it, and a name users import from its old
+place (``resilience.Unrecoverable``, ``resilience.tiers.manifest.CheckpointInvalid``) still
+works. Standard library only: ``resilience.contract`` and the admins' hooks import it, and
+neither may pull in torch (``tests/unit/test_layout.py`` holds both rules).
 """
 
 from __future__ import annotations
@@ -9,6 +15,9 @@ from __future__ import annotations
 
 class ResilienceError(Exception):
     """Something the rank side of slurm-resilience refused or could not do."""
+
+
+# --- what a user gave --------------------------------------------------------------------------
 
 
 class OptionError(ResilienceError, TypeError):
@@ -21,3 +30,50 @@ class RankEnvError(ResilienceError, ValueError):
 
 class RegistrationError(ResilienceError, TypeError):
     """``ctx.register`` got an object whose state sres cannot protect or bring back as it was."""
+
+
+class TierConfigError(ResilienceError, ValueError):
+    """A tier configuration that cannot work; the message says which setting."""
+
+
+class ElasticConfigError(ResilienceError, ValueError):
+    """An elastic setting that cannot work; the message names the key."""
+
+
+class InjectSpecError(ResilienceError, ValueError):
+    """An ``--inject`` spec that cannot be parsed; the message names the spec."""
+
+
+# --- what training met ---------------------------------------------------------------------------
+
+
+class BatchError(ResilienceError, ValueError):
+    """The global batch cannot be kept at this world size and the policy says fail."""
+
+
+class GradientNotRepresentable(ResilienceError, ArithmeticError):
+    """A step's gradient holds inf/NaN, or spans more than the int64 sum holds."""
+
+
+class InjectedFault(ResilienceError, RuntimeError):
+    """The exception that ``raise:`` injects."""
+
+
+# --- state that cannot be brought back -----------------------------------------------------------
+
+
+class Unrecoverable(ResilienceError, RuntimeError):
+    """Some rank's state exists on no live process: peers cannot restore it."""
+
+
+class CheckpointError(ResilienceError, RuntimeError):
+    """Base of the checkpoint errors."""
+
+
+class CheckpointInvalid(CheckpointError):
+    """A checkpoint that must not be used: missing or bad manifest, missing file, wrong size,
+    checksum mismatch, another job or world size. The message names the file."""
+
+
+class OtherJob(CheckpointInvalid):
+    """A checkpoint of another job, in a directory jobs share: not this job's to use or judge."""

@@ -38,7 +38,7 @@ from torch.autograd.graph import get_gradient_edge
 
 from resilience import fixed_point
 from resilience.agent import step_timer
-from resilience.errors import ResilienceError
+from resilience.errors import GradientNotRepresentable
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ ON_OVERFLOW = ("raise", "skip")
 _hooks: "weakref.WeakKeyDictionary[torch.nn.Module, list[Any]]" = weakref.WeakKeyDictionary()
 """Gradient hooks of the newest exact wrapper of each module: a module wrapped again (after a
 re-entry that kept it) must not feed two wrappers."""
-
-
-class GradientNotRepresentable(ResilienceError, ArithmeticError):
-    """A step's gradient holds inf/NaN, or spans more than the int64 sum holds."""
 
 
 class ExactDataParallel(torch.nn.Module):
@@ -235,7 +231,8 @@ class ExactDataParallel(torch.nn.Module):
         what = (
             "holds inf or NaN"
             if plan.problem == fixed_point.NONFINITE
-            else f"spans more than the integer sums hold at bits={self.bits} (micro-batches differ too much in scale)"
+            else f"spans more than the integer sums hold at bits={self.bits} "
+            "(micro-batches differ too much in scale)"
         )
         message = f"exact gradient sum: the step's gradient of {name!r} {what}"
         if self.on_overflow == "raise":

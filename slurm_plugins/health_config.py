@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from launcher.errors import ConfigError
+from slurm_plugins.errors import HealthConfigError
 
 DEFAULT_PATH = Path("/etc/sres/health.yaml")
 ENV_VAR = "SRES_HEALTH_CONFIG"
@@ -39,15 +39,6 @@ THROTTLE_REASONS = {
     "hw_power_brake_slowdown": 0x80,
     "display_clock_setting": 0x100,
 }
-
-
-class HealthConfigError(ConfigError):
-    """The health config is unreadable or invalid; ``key`` names the offending key."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        self.source, self.key, self.problem = source, key, problem
-        where = f"{key}: " if key else ""
-        super().__init__(f"health config {source}: {where}{problem}")
 
 
 @dataclass(frozen=True)

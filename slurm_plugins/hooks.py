@@ -28,7 +28,8 @@ from slurm_plugins.actions import Decision, Kind, decide, perform
 from slurm_plugins.checks import CheckContext, CheckResult, enabled_checks
 from slurm_plugins.checks.processes import kill_job_processes
 from slurm_plugins.deep import deep_checks
-from slurm_plugins.health_config import HealthConfig, HealthConfigError
+from slurm_plugins.errors import HealthConfigError
+from slurm_plugins.health_config import HealthConfig
 from slurm_plugins.health_log import HealthLog
 from slurm_plugins.runner import run_checks, run_in_turn
 

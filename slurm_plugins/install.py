@@ -28,8 +28,8 @@ from pathlib import Path
 import yaml
 
 from launcher.slurm import hostlist
-from launcher.errors import ConfigError
 from slurm_plugins import health_config, wrappers
+from slurm_plugins.errors import HooksConfigError, InstallError
 from slurm_plugins.conf_edit import apply_plugstack_line, apply_slurm_conf_lines, write_with_backup
 from slurm_plugins.spank import build as spank_build
 
@@ -64,10 +64,6 @@ class NodeReport:
         )
 
 
-class InstallError(Exception):
-    """One node's installation failed; the message is the report's one line."""
-
-
 def install_node(
     host: str, prefix: str, files: Mapping[str, tuple[bytes, int]], ssh: SshOptions
 ) -> NodeReport:
@@ -93,12 +89,7 @@ def install_node(
                 if _remote_digest(sftp, final) == hashlib.sha256(content).hexdigest():
                     report.unchanged.append(rel)
                     continue
-                _run(
-                    client,
-                    f"mkdir -p {shlex.quote(os.path.dirname(final))} && "
-                    f"if [ -e {shlex.quote(final)} ]; then ln -f {shlex.quote(final)} {shlex.quote(final + '.prev')}; fi",
-                    ssh.timeout_s,
-                )
+                _run(client, _keep_previous(final), ssh.timeout_s)
                 sftp.posix_rename(f"{staging}/{rel}", final)
                 report.changed.append(rel)
             report.ok = True
@@ -115,6 +106,12 @@ def install_node(
     finally:
         client.close()
     return report
+
+
+def _keep_previous(final: str) -> str:
+    """The shell command that makes room for ``final`` and keeps its current version as *.prev."""
+    path, prev = shlex.quote(final), shlex.quote(final + ".prev")
+    return f"mkdir -p {shlex.quote(os.path.dirname(final))} && if [ -e {path} ]; then ln -f {path} {prev}; fi"
 
 
 def _connect(host: str, ssh: SshOptions):
@@ -224,7 +221,7 @@ def _env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise ConfigError(f"--env {pair!r}: expected KEY=VALUE")
+            raise HooksConfigError(f"--env {pair!r}: expected KEY=VALUE")
         env[key] = value
     return env
 
@@ -234,14 +231,14 @@ def _spank(path: str | None) -> bytes | None:
     if candidate.is_file():
         return candidate.read_bytes()
     if path:
-        raise ConfigError(f"--spank {path}: no such file")
+        raise HooksConfigError(f"--spank {path}: no such file")
     return None
 
 
 def main(args: argparse.Namespace) -> int:
     nodes = hostlist.expand(args.nodes)
     if not nodes:
-        raise ConfigError("--nodes names no node")
+        raise HooksConfigError("--nodes names no node")
     config_text = _config_text(args.config)
     env = _env(args.env)
     spank = _spank(args.spank)
@@ -290,7 +287,7 @@ def _apply(conf: str, lines: list[str], plug: str | None) -> None:
     try:
         before = path.read_text()
     except OSError as err:
-        raise ConfigError(f"cannot read {conf} ({err.strerror})") from None
+        raise HooksConfigError(f"cannot read {conf} ({err.strerror})") from None
     changed, backup = write_with_backup(path, apply_slurm_conf_lines(before, lines))
     print(f"\n{conf}: " + (f"updated (backup {backup})" if changed else "already has these lines"))
     if plug:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.errors import ConfigError
 from resilience.tiers import manifest as mf
-from resilience.tiers import TierConfig, TierConfigError, default_job_id
+from resilience.tiers import TierConfig
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,25 +60,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def tier_config(args: argparse.Namespace, log_dir: Path) -> TierConfig | None:
-    """The run's TierConfig from the flags: RAM and neighbour tiers on by default."""
-    if args.no_tiers:
-        return None
-    job_id = args.job_id or default_job_id(os.environ, log_dir)
-    persist_every = args.persist_every
-    if args.persistent_dir and persist_every is None and not args.tier_config:
-        persist_every = 10
-    flags = {
-        "job_id": job_id,
-        "persistent_dir": args.persistent_dir,
-        "persist_every": persist_every,
-        "ram_every": args.ram_every,
-    }
-    try:
-        if args.tier_config:
-            return TierConfig.from_yaml(args.tier_config, **flags)
-        return TierConfig.from_mapping({}, **flags)
-    except (TierConfigError, ValueError) as err:
-        raise ConfigError(f"tier settings: {err}") from None
+    """The run's TierConfig from the flags: RAM and neighbour tiers on by default (kept for code
+    outside the project; ``launcher.run.configs.tier_config`` is the one that runs)."""
+    from launcher.run import configs
+
+    return configs.tier_config(args, log_dir, os.environ)  # type: ignore[arg-type]  # RunOptions' names
 
 
 def _rows(root: Path) -> list[tuple[int, int | None, int, bool, str]]:

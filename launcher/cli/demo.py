@@ -4,10 +4,12 @@ Trains the example MLP (about 64 MiB of parameters and AdamW state) data-paralle
 simulated nodes with 1 warm spare, twice: once without faults (the reference), once with a
 node killed mid-run. The second run recovers from peers' memory; the demo then compares
 the final state of every rank bitwise and prints the recovery time and goodput.
+:func:`add_parser` adds the subcommand.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -15,9 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.observability.events import read_events
-from launcher.supervisor import RunConfig, Supervisor
-from resilience.contract.injections import parse as parse_injections
-from resilience.examples.train_mlp import state_mb
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,9 @@ def _train_command(c: DemoConfig, out: Path) -> tuple[str, ...]:
 
 
 def _run(c: DemoConfig, name: str, inject: tuple[str, ...], out=sys.stdout) -> tuple[bool, Path]:
+    from launcher.supervisor import RunConfig, Supervisor  # here: sres loads this module for --help too
+    from resilience.contract.injections import parse as parse_injections
+
     log_dir = c.log_dir / name
     config = RunConfig(
         command=_train_command(c, log_dir / "out"),
@@ -67,14 +69,20 @@ def _final(log_dir: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in (log_dir / "out").glob("rank*.json")}
 
 
+def _header(c: DemoConfig) -> str:
+    from resilience.examples.train_mlp import state_mb  # here: sres loads this module for --help too
+
+    return (
+        f"sres demo: MLP {c.depth + 1} x {c.width}x{c.width}, "
+        f"{state_mb(c.width, c.depth):.0f} MiB of parameters + "
+        f"AdamW state per rank, {c.nodes} nodes + 1 warm spare, {c.steps} steps; logs in {c.log_dir}"
+    )
+
+
 def main(c: DemoConfig, out=sys.stdout) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     c = DemoConfig(**{**c.__dict__, "log_dir": c.log_dir / f"demo-{stamp}"})
-    print(
-        f"sres demo: MLP {c.depth + 1} x {c.width}x{c.width}, {state_mb(c.width, c.depth):.0f} MiB of parameters + "
-        f"AdamW state per rank, {c.nodes} nodes + 1 warm spare, {c.steps} steps; logs in {c.log_dir}",
-        file=out,
-    )
+    print(_header(c), file=out)
     print("\n[1/2] reference run, no fault", file=out, flush=True)
     ok, ref_dir = _run(c, "reference", ())
     if not ok:
@@ -106,7 +114,8 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
     print(
         f"  recovery: {rec['seconds']:.2f} s from the kill to the first step after it "
         f"(release {rec['release_s']:.2f} s, re-form {rec['reform_s']:.2f} s, state from {rec['source']} "
-        f"{rec['bytes'] / 2**20:.0f} MiB in {rec['transfer_s']:.2f} s, first step {rec['first_step_s']:.2f} s); "
+        f"{rec['bytes'] / 2**20:.0f} MiB in {rec['transfer_s']:.2f} s, "
+        f"first step {rec['first_step_s']:.2f} s); "
         f"{rec['steps_lost']} step(s) redone",
         file=out,
     )
@@ -116,3 +125,23 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
             file=out,
         )
     return 0 if identical else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="kill a node mid-training, recover from peers, compare with a fault-free run",
+        description="Train a ~64 MiB MLP on 4 simulated nodes + 1 warm spare twice, without and with "
+        "a node killed mid-run; print both final losses, whether the final state is bitwise "
+        "identical, the recovery time and goodput.",
+    )
+    p.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    p.add_argument("--width", type=int, default=1024, help="MLP width: 1024 gives ~64 MiB of state per rank")
+    p.add_argument(
+        "--log-dir", default="sres-runs", help="parent folder of the demo's logs (default sres-runs)"
+    )
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return main(DemoConfig(steps=args.steps, width=args.width, log_dir=Path(args.log_dir)))

@@ -2,11 +2,12 @@
 
 Each check is a small function returning a :class:`Finding`. Slurm findings count as
 failures only where Slurm is needed (inside an allocation, or with ``--slurm``): the
-embedded local runner trains without it.
+embedded local runner trains without it. :func:`add_parser` adds the subcommand.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import shutil
@@ -166,3 +167,38 @@ def render(findings: list[Finding]) -> str:
             line += f"\n      {'':<{width}}  fix: {f.fix}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check this machine: Slurm, backend, torch, /dev/shm, SPANK plugin",
+        description="Report what this machine has for resilient training and how to fix what is missing. "
+        "Exits 1 when something needed is missing.",
+    )
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="treat Slurm as needed (it is by default only inside an allocation)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "cli", "pyslurm"],
+        default="auto",
+        help="Slurm client backend (default: pyslurm if it matches the cluster, else cli)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm command (default 10)")
+    p.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    needed = args.slurm or bool(os.environ.get("SLURM_JOB_ID"))
+    findings = run_checks(
+        os.environ, needed, lambda: SlurmClient.create(args.backend, timeout_s=args.timeout)
+    )
+    print(render(findings))
+    failed = [f for f in findings if f.status is Status.FAIL]
+    if failed:
+        print(f"\n{len(failed)} problem(s): {', '.join(f.name for f in failed)}", file=sys.stderr)
+        return 1
+    return 0

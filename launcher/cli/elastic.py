@@ -1,5 +1,6 @@
-"""The elastic flags of ``sres run`` and the commands that resize a running job:
-``sres resize RUN --nodes N``, ``sres grow RUN --by K``, ``sres shrink RUN --by K``, ``sres status RUN``."""
+"""The elastic flags of ``sres run`` (``launcher.run.configs.elastic_config`` reads them) and the
+commands that resize a running job: ``sres resize RUN --nodes N``, ``sres grow RUN --by K``,
+``sres shrink RUN --by K``, ``sres status RUN``."""
 
 from __future__ import annotations
 
@@ -9,22 +10,8 @@ from pathlib import Path
 
 from launcher.errors import ConfigError
 from launcher.supervisor import control
-from resilience.contract.elastic_config import ON_NO_SPARE, ElasticConfig, ElasticConfigError
+from resilience.contract.elastic_config import ON_NO_SPARE, ElasticConfig
 from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
-
-# flag -> ElasticConfig key
-_FLAGS = {
-    "min_nodes": "min_nodes",
-    "max_nodes": "max_nodes",
-    "on_no_spare": "on_no_spare",
-    "resize_step": "resize_step",
-    "resize_sizes": "resize_sizes",
-    "grow_snooze": "grow_snooze_s",
-    "resize_timeout": "resize_timeout_s",
-    "drain_grace": "drain_grace_s",
-    "batch_policy": "batch_policy",
-    "lr_scaling": "lr_scaling",
-}
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,24 +61,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def elastic_config(args: argparse.Namespace) -> ElasticConfig:
-    """The run's ElasticConfig: the YAML file, then the flags given."""
-    flags = {
-        key: getattr(args, flag) for flag, key in _FLAGS.items() if getattr(args, flag, None) is not None
-    }
-    try:
-        base = ElasticConfig.from_yaml(args.elastic_config) if args.elastic_config else ElasticConfig()
-        return base.updated(flags, "elastic settings")
-    except ElasticConfigError as err:
-        raise ConfigError(_flag_names(str(err))) from None
-
-
-def _flag_names(text: str) -> str:
-    for flag, key in _FLAGS.items():
-        text = text.replace(key, "--" + flag.replace("_", "-"))
-    return text
-
-
 # --- resizing a running job -------------------------------------------------------------------------
 
 
@@ -99,7 +68,7 @@ def _reply(args: argparse.Namespace, op: str, **fields) -> int:
     if (args.run is None) == (args.job is None):
         raise ConfigError(f"sres {op}: give the run (its log dir) or --job JOBID, one of them")
     if args.job is not None:
-        from launcher.cli import job_control
+        from launcher.slurm import job_control
         from launcher.slurm.client import default_client
 
         argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))]

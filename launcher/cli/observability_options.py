@@ -1,5 +1,6 @@
 """The options of ``sres run`` and ``sres srun`` that say how a run is watched: live metrics and
-stragglers (their reading is ``sres report``'s and the supervisor's)."""
+stragglers (their reading is ``sres report``'s and the supervisor's; ``launcher.run.configs``
+makes them a ``StragglerConfig``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import ConfigError
 from launcher.observability.straggler import ACTIONS, StragglerConfig
 
 
 def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> None:
-    """``d``: the default of a ``RunConfig`` field."""
+    """``d``: an option's default, by its Python name (``RunOptions``')."""
     p.add_argument(
         "--metrics-port",
         type=int,
@@ -50,10 +50,3 @@ def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> No
         help="replace: treat a straggler's node as faulty (drained under Slurm) and move its ranks to a "
         "spare (default: report it)",
     )
-
-
-def straggler_config(args: argparse.Namespace) -> StragglerConfig:
-    try:
-        return StragglerConfig(args.straggler_factor, args.straggler_steps, args.straggler_action)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None

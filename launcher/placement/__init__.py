@@ -1,7 +1,15 @@
-"""Where ranks run (a *placement*): ``local`` (simulated nodes on this machine) or ``srun`` (steps of a Slurm job).
+"""Where ranks run (a *placement*): ``local`` (simulated nodes on this machine) or ``srun``
+(steps of a Slurm job).
 
-The supervisor decides; a backend carries out. Both offer the same operations, so the
-supervisor's fault handling is one piece of code whichever runs the ranks.
+The supervisor decides; a placement carries out. What a placement can do is split by
+capability into small protocols, and each part of the supervisor asks for the one it uses:
+the executor starts and kills processes (:class:`RankProcesses`), names nodes
+(:class:`NodeNames`), lets nodes go (:class:`NodeExits`), takes new ones
+(:class:`NodeSupply`) and requeues the job (:class:`JobControl`); the Observer also reads
+evidence about a node (:class:`NodeInspector`). A placement offers these without choosing
+among them: which source of a node comes first is the policy's choice
+(``REPLACEMENT_ORDER``, ``GROWTH_ORDER``). :class:`Placement` is all of them at once, what a
+``Supervisor`` is given.
 """
 
 from __future__ import annotations
@@ -30,46 +38,84 @@ class NewNode:
     how: str
     """"idle" (a healthy node the job held and no rank used; ``returned`` when it was drained
     earlier and is healthy again), "satellite" (a one-node job of ours), "expansion" (the job
-    grew) or "local"."""
+    grew) or "local" (a simulated node)."""
     seconds: float
     returned: bool = False
 
 
-class Placement(Protocol):
-    echo_slot: str | None
+class RankProcesses(Protocol):
+    """Starts, watches and stops rank processes."""
+
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None: ...
+    def poll(self, slot: str) -> int | None:
+        """The process's exit code (negative: killed by that signal), None while it runs."""
+
+    def kill(self, slot: str) -> None: ...
+    def echo(self, slot: str) -> None:
+        """Show this slot's output on the console from now on (the process holding rank 0)."""
+
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        """Wait for every process to leave by itself, then kill what is left."""
+
+
+class NodeNames(Protocol):
+    """Where things are: nodes' host names, the Slurm job each runs in, the store's host."""
+
     store_host: str
-    requeueable: bool
     job_id: str | None
     """The Slurm job the run belongs to (None for a local run)."""
-    """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
 
     def host(self, node: int) -> str: ...
-    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None: ...
-    def poll(self, slot: str) -> int | None: ...
-    def kill(self, slot: str) -> None: ...
-    def stop_all(self, timeout_s: float = 30.0) -> None: ...
+    def job_of(self, node: int) -> str | None:
+        """The Slurm job the node's ranks run in (the job itself or a satellite); None locally."""
+
+
+class NodeInspector(Protocol):
+    """Evidence about a node, gathered when one of its ranks was lost; the policy judges it."""
+
     def evidence(self, node: int) -> NodeEvidence: ...
-    def retire(self, node: int, why: str) -> None: ...
-    def idle_node(self) -> NewNode | None:
-        """A healthy node the job holds and no rank uses, or None."""
 
-    def grow(self) -> NewNode | None:
-        """One more node from the scheduler (job expansion), or None when it cannot or may not."""
 
-    def new_node(self, index: int) -> NewNode | None:
-        """A node for a growing world (``index``: the next unused node number, where the
-        placement numbers nodes freely), or None when there is none."""
+class NodeExits(Protocol):
+    """A node leaves the run: drained for a fault, or given back."""
+
+    def retire(self, node: int, why: str) -> None:
+        """Drain the node (reason ``sres: why``) and drop it from the job where Slurm allows."""
 
     def release(self, node: int, why: str) -> str | None:
         """The node leaves the run, not for a fault: give it back to Slurm where it is ours to
         give (a satellite is cancelled). Returns the Slurm job id given back, or None."""
 
+
+class NodeSupply(Protocol):
+    """The sources of one more node, each on its own (None: this source has none now), and
+    how much the scheduler could lend."""
+
+    def idle_node(self) -> NewNode | None:
+        """A healthy node the job holds and no rank uses (or one back from repair), or None."""
+
+    def grow(self) -> NewNode | None:
+        """One more node from the scheduler (a satellite or job expansion), or None when it
+        cannot or may not."""
+
+    def simulate(self, node: int) -> NewNode | None:
+        """A simulated node numbered ``node`` (a placement that numbers its nodes freely), or
+        None where nodes are real."""
+
     def lendable(self) -> int:
         """How many idle nodes the run could grow into now (0 where nothing is lent)."""
 
-    def job_of(self, node: int) -> str | None:
-        """The Slurm job the node's ranks run in (the job itself or a satellite); None locally."""
+
+class JobControl(Protocol):
+    """The job as a whole: its time limits and a requeue."""
+
+    requeueable: bool
+    """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
 
     def requeue(self, why: str) -> None: ...
     def time_limits(self) -> tuple[float | None, float | None]:
         """The job's time left and time limit in seconds, (None, None) where there is none."""
+
+
+class Placement(RankProcesses, NodeNames, NodeInspector, NodeExits, NodeSupply, JobControl, Protocol):
+    """Every capability at once: what a ``Supervisor`` is given (its parts each take one)."""

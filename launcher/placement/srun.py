@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm import discovery as node_discovery
-from launcher.placement import NewNode, NodeEvidence
-from launcher.placement.local import LocalPlacement
 from launcher.errors import ConfigError, SlurmError, SresError
+from launcher.placement import NewNode, NodeEvidence
+from launcher.placement.processes import Processes
+from launcher.slurm import discovery as node_discovery
 from launcher.slurm.satellites import GROW_BY, Satellites
 from launcher.slurm.client import SlurmClient
 from resilience.contract.liveness import LivenessServer
@@ -75,8 +75,13 @@ def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
     return JobHosts(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
 
 
-class SrunPlacement(LocalPlacement):
-    """Starts each rank with ``srun`` on a named node; watches, kills and replaces through Slurm."""
+class SrunPlacement:
+    """Starts each rank with ``srun`` on a named node; watches, kills and replaces through Slurm.
+
+    Its processes (the ``srun`` commands, their logs, the echo) are a
+    :class:`~launcher.placement.processes.Processes`, as a local placement's are; what Slurm
+    adds (a rank's death seen through its liveness connection, a step cancelled) wraps it.
+    """
 
     def __init__(
         self,
@@ -96,7 +101,7 @@ class SrunPlacement(LocalPlacement):
     ) -> None:
         """``satellite_nodes``: every node that holds ranks (and spares) is a satellite, this
         many of them; the job's own node runs only the supervisor and its store."""
-        super().__init__(log_dir, echo)
+        self.processes = Processes(log_dir, echo)
         self.client = client
         self.job_id = placement.job_id
         self.hosts = list(placement.hosts)
@@ -158,10 +163,10 @@ class SrunPlacement(LocalPlacement):
             *command,
         ]
         # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
-        self._start(slot, argv, {**env, **node_name_environ(self.hosts[node])})
+        self.processes.start(slot, argv, {**env, **node_name_environ(self.hosts[node])})
 
     def poll(self, slot: str) -> int | None:
-        rc = super().poll(slot)
+        rc = self.processes.poll(slot)
         if rc is None and self.liveness.lost_at(slot) is not None:
             return -signal.SIGKILL  # the rank died; srun learns it only when Slurm declares the node dead
         if rc is not None and rc > 128:
@@ -175,7 +180,10 @@ class SrunPlacement(LocalPlacement):
                 self.client.cancel(f"{self.job_of(self._node_of_slot[slot])}.{peer.step_id}", signal="KILL")
             except SlurmError as err:
                 log.info("scancel of %s's step failed: %s", slot, err)
-        super().kill(slot)
+        self.processes.kill(slot)
+
+    def echo(self, slot: str) -> None:
+        self.processes.echo_slot = slot
 
     def evidence(self, node: int) -> NodeEvidence:
         name = self.hosts[node]
@@ -253,9 +261,8 @@ class SrunPlacement(LocalPlacement):
         self.hosts.append(added[0])
         return NewNode(len(self.hosts) - 1, added[0], "expansion", time.monotonic() - t0)
 
-    def new_node(self, index: int) -> NewNode | None:
-        """A healthy unused node of the job, else a satellite (or an expansion)."""
-        return self.idle_node() or self.grow()
+    def simulate(self, node: int) -> NewNode | None:
+        return None  # Slurm's nodes are real: they come idle in the job or from the scheduler
 
     def release(self, node: int, why: str) -> str | None:
         """A satellite's node leaves: its job is cancelled. A node of the job itself stays in
@@ -276,7 +283,7 @@ class SrunPlacement(LocalPlacement):
             return 0
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
-        super().stop_all(timeout_s)
+        self.processes.stop_all(timeout_s)
         self.satellites.release_all()
 
     def requeue(self, why: str) -> None:

@@ -16,13 +16,11 @@ import itertools
 import re
 from collections.abc import Iterable
 
+from launcher.errors import HostlistError
+
 __all__ = ["HostlistError", "expand", "compress"]
 
 _MAX_HOSTS = 1_000_000  # Refuse expressions like n[0-999999999] before allocating them.
-
-
-class HostlistError(ValueError):
-    """A hostlist expression that Slurm would also refuse."""
 
 
 def expand(expression: str) -> list[str]:

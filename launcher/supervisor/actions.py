@@ -110,10 +110,13 @@ class Launch:
 class Publish:
     """Publish the next generation: ``members`` (rank -> slot), after starting ``spawn``
     (slot, node, local rank), taking ``used_spares`` out of the spare pool and giving each
-    ``promoted`` standby (slot, local rank) the local rank of the rank it takes over."""
+    ``promoted`` standby (slot, local rank) the local rank of the rank it takes over.
+
+    ``replaced``: each rank that moved -> how (``respawn``, ``standby``, or for a lost node's
+    ranks how their new node came: ``spare``, ``idle``, ``satellite``, ``expansion``, ``local``)."""
 
     members: Mapping[int, str]
-    replaced: tuple[int, ...]
+    replaced: Mapping[int, str]
     reason: str
     spawn: tuple[tuple[str, int, int], ...] = ()
     used_spares: tuple[int, ...] = ()
@@ -157,9 +160,15 @@ class BeginResize:
 
 @dataclass(frozen=True)
 class AddNodes:
-    """Start ``count`` more nodes' rank processes for a growing world (they warm up, then join)."""
+    """Start more nodes' rank processes for a growing world (they warm up, then join): one
+    per number in ``nodes``, each from the first of ``sources`` that has one (a source name
+    of the policy's ``GROWTH_ORDER``); the first node none has ends the adding.
 
-    count: int
+    ``nodes``: the numbers the new nodes take where the placement numbers its nodes freely (a
+    simulated node); a node of Slurm keeps the number its placement gives it."""
+
+    nodes: tuple[int, ...]
+    sources: tuple[str, ...]
 
 
 @dataclass(frozen=True)

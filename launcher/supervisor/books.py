@@ -1,17 +1,22 @@
-"""The run's mutable books, and what performing an action ends with.
+"""The run's mutable books, the frozen view the policy gets of them, and what performing an
+action ends with.
 
 Only the executor and its performers change the books; the policy sees them frozen, through
-:func:`launcher.supervisor.view.run_state`, and the Observer only reads the slots.
+:func:`run_state`, and the Observer only reads the slots. The view is only as pure as its
+builder: :func:`run_state` reads no store, emits no event and changes no book, so the same
+books and observation give the same view however often it is built in a tick. What must be
+read from the world (readiness, a generation's first step) arrives as
+:class:`~launcher.supervisor.view.Observation` fields.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
-from launcher.supervisor.policy import ErrorAt, FaultState
-from launcher.supervisor.resize import ResizeState
+from launcher.supervisor.view import ErrorAt, FaultState, Observation, ResizeState, RunState
 from resilience.contract.messages import Plan, Report
 
 
@@ -57,3 +62,52 @@ class Books:
     def for_run(cls, config: RunConfig) -> "Books":
         """The books before anything starts: the spare nodes are the ones after the run's nodes."""
         return cls(spare_nodes=list(range(config.nodes, config.nodes + config.spares)))
+
+
+def run_state(
+    books: Books, obs: Observation, config: RunConfig, hosts: Mapping[int, str], requeueable: bool
+) -> RunState:
+    """The policy's view of the run. Pure. ``hosts``: node -> its host name (for messages)."""
+    b = books
+    return RunState(
+        members=dict(b.plan.members) if b.plan is not None else {},
+        slots={s: st.info for s, st in b.slots.items()},
+        hosts=dict(hosts),
+        spare_nodes=tuple(b.spare_nodes),
+        dead_nodes=frozenset(b.dead_nodes),
+        process_faults=dict(b.process_faults),
+        restarts=b.restarts,
+        respawns=b.respawns,
+        requeueable=requeueable,
+        collateral_since=b.collateral_since,
+        fault=b.fault,
+        resize=b.resize,
+        warm=obs.warm,
+        next_refill=b.next_refill,
+        standby=standby_by_node(b),
+        settled=settled(b, obs, config),
+        origin=dict(b.origin),
+        lent=frozenset(n for n, how in b.origin.items() if how == "satellite"),
+        changed_at=b.changed_at,
+        asked_nodes=b.asked_nodes,
+        errors_seen=frozenset(b.errors_seen),
+        started=b.plan is not None,
+    )
+
+
+def standby_by_node(books: Books) -> dict[int, tuple[str, ...]]:
+    """node -> its live standby slots, in name order."""
+    by_node: dict[int, tuple[str, ...]] = {}
+    for slot in sorted(books.standby):
+        state = books.slots[slot]
+        if state.alive:
+            by_node[state.info.node] = (*by_node.get(state.info.node, ()), slot)
+    return by_node
+
+
+def settled(books: Books, obs: Observation, config: RunConfig) -> bool:
+    """The current generation made its first step (only ``--standby`` waits for that)."""
+    plan = books.plan
+    if plan is None or not config.standby:
+        return False
+    return obs.generation == plan.generation and obs.first_step_t is not None

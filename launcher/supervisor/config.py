@@ -52,7 +52,8 @@ class RunConfig:
     tiers: TierConfig | None = None
     """Checkpoint tiers (RAM, neighbour, persistent) and the job id they are filed under."""
     metrics_port: int | None = None
-    """Serve live metrics (Prometheus text) on this port; 0: any free port (the ``metrics`` event says which)."""
+    """Serve live metrics (Prometheus text) on this port; 0: any free port (the ``metrics`` event
+    says which)."""
     metrics_addr: str = "127.0.0.1"
     metrics_textfile: Path | None = None
     """Also write them here, replaced atomically, for node_exporter's textfile collector."""

@@ -20,21 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import SresError
+from launcher.errors import ControlError, Unreachable
 
 ADDRESS_FILE = "control.json"
 TOKEN_FILE = "control.token"
 OPS = ("status", "resize", "grow", "shrink")
 ANSWER_TIMEOUT_S = 30.0
-
-
-class ControlError(SresError):
-    """A control request that could not be delivered or was refused."""
-
-
-class Unreachable(ControlError):
-    """No supervisor answers at this run's address from here (or no run is found here):
-    ``--job`` then asks through a step of the job on its batch host."""
 
 
 @dataclass(frozen=True)

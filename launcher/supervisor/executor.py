@@ -4,7 +4,7 @@ The executor owns the run's mutable books (:class:`~launcher.supervisor.books.Bo
 hands each action to its performer (``perform_faults``, ``perform_nodes``, ``perform_resize``,
 ``perform_end``: one function per action). It is also the one place an observation's facts
 enter the books (:meth:`Executor.note`); the policy's input is built from them by the pure
-:func:`~launcher.supervisor.view.run_state`. A performer returns an
+:func:`~launcher.supervisor.books.run_state`. A performer returns an
 :class:`~launcher.supervisor.books.Outcome` when the run ends.
 """
 
@@ -15,12 +15,10 @@ from typing import Any, TextIO
 
 from launcher.supervisor import actions as act
 from launcher.supervisor import perform_end, perform_faults, perform_nodes, perform_resize
-from launcher.supervisor.books import Books, Outcome
+from launcher.supervisor.books import Books, Outcome, run_state
 from launcher.supervisor.hands import Hands
-from launcher.supervisor.observe import Observation
-from launcher.supervisor.policy import RunState
 from launcher.supervisor.resize import node_slots
-from launcher.supervisor.view import run_state
+from launcher.supervisor.view import Observation, RunState
 
 PERFORMERS: dict[type, Callable[[Hands, Any], Outcome | None]] = {
     act.KillSlot: perform_faults.kill_slot,
@@ -75,16 +73,16 @@ class Executor:
                 h.events.emit(
                     "standby-ready",
                     node=node,
-                    host=h.placement.host(node),
+                    host=h.names.host(node),
                     slot=slot,
                     seconds=h.clocks.clock() - b.slots[slot].started,
                 )
 
     def view(self, obs: Observation) -> RunState:
-        """The policy's input (see :func:`~launcher.supervisor.view.run_state`)."""
+        """The policy's input (see :func:`~launcher.supervisor.books.run_state`)."""
         nodes = {st.info.node for st in self.books.slots.values()}
-        hosts = {node: self.hands.placement.host(node) for node in nodes}
-        return run_state(self.books, obs, self.hands.config, hosts, self.hands.placement.requeueable)
+        hosts = {node: self.hands.names.host(node) for node in nodes}
+        return run_state(self.books, obs, self.hands.config, hosts, self.hands.job.requeueable)
 
     def spare_slots(self) -> set[str]:
         ppn = self.hands.config.procs_per_node

@@ -2,7 +2,10 @@
 
 The performers (``perform_*`` modules) are plain functions ``(hands, action)``; they share the
 few effects that several of them need (start a process, publish a plan, give a node back, say
-a line) through these methods rather than through a common base class.
+a line) through these methods rather than through a common base class. The placement is there
+by capability (processes, node names, nodes leaving, new nodes, the job): a performer uses
+the one it needs, and a source of a node is performed as the policy named it
+(:func:`take_node`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from launcher.observability.events import EventLog
-from launcher.placement import NewNode, Placement
+from launcher.placement import JobControl, NewNode, NodeExits, NodeNames, NodeSupply, RankProcesses
 from launcher.supervisor.books import Books
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
@@ -39,13 +42,19 @@ class Clocks:
 class Hands:
     """The run's books and everything an action's effects go through.
 
-    ``env``: a slot's process environment (slot, node, local rank); ``flush``: persist the newest
-    commit now (its timeout) -> the step saved; ``answer``: reply to a control request.
+    The placement's capabilities: ``processes`` (rank processes), ``names`` (hosts, Slurm
+    jobs), ``exits`` (drain, give back), ``supply`` (new nodes), ``job`` (requeue). ``env``: a
+    slot's process environment (slot, node, local rank); ``flush``: persist the newest commit
+    now (its timeout) -> the step saved; ``answer``: reply to a control request.
     """
 
     config: RunConfig
     books: Books
-    placement: Placement
+    processes: RankProcesses
+    names: NodeNames
+    exits: NodeExits
+    supply: NodeSupply
+    job: JobControl
     store: RunStore
     events: EventLog
     recovery: RecoveryWatch
@@ -56,7 +65,7 @@ class Hands:
     answer: Callable[..., None] = _no_answer
 
     def spawn(self, slot: str, node: int, local: int) -> None:
-        self.placement.spawn(slot, node, self.config.command, self.env(slot, node, local))
+        self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local))
         self.books.slots[slot] = SlotState(SlotInfo(node, local), started=self.clocks.clock())
 
     def start_node(self, new: NewNode) -> None:
@@ -64,7 +73,7 @@ class Hands:
         for local, slot in enumerate(node_slots(new.node, self.config.procs_per_node)):
             self.spawn(slot, new.node, local)
         self.books.origin[new.node] = new.how
-        job = self.placement.job_of(new.node)
+        job = self.names.job_of(new.node)
         self.events.emit(
             "node-added",
             node=new.node,
@@ -93,7 +102,7 @@ class Hands:
         )
         self.store.publish_plan(plan)
         b.plan, b.changed_at = plan, self.clocks.clock()
-        self.placement.echo_slot = members[0]
+        self.processes.echo(members[0])
         self.events.emit(
             "generation", generation=generation, world_size=plan.world_size, replaced=list(replaced)
         )
@@ -101,8 +110,8 @@ class Hands:
     def give_back(self, node: int, why: str) -> None:
         """A node leaves the run, not drained: a satellite's job is cancelled (``why``:
         preempted or request)."""
-        job = self.placement.release(node, why)
-        host = self.placement.host(node)
+        job = self.exits.release(node, why)
+        host = self.names.host(node)
         self.events.emit("node-released", node=node, host=host, why=why, **({"job": job} if job else {}))
         self.say(f"released {host} ({why}{f', job {job} cancelled' if job else ''})")
 
@@ -112,9 +121,27 @@ class Hands:
 
     def jobs(self, nodes: Iterable[int]) -> dict[str, str]:
         """host -> the Slurm job its ranks run in (the job itself or a satellite); empty locally."""
-        return {self.placement.host(n): job for n in sorted(nodes) if (job := self.placement.job_of(n))}
+        return {self.names.host(n): job for n in sorted(nodes) if (job := self.names.job_of(n))}
 
     def say(self, text: str) -> None:
         for line in text.splitlines():
             self.out.write(f"sres: {line}\n")
         self.out.flush()
+
+
+NODE_SOURCES: dict[str, Callable[[NodeSupply, int], NewNode | None]] = {
+    "idle-node": lambda supply, number: supply.idle_node(),
+    "new-node": lambda supply, number: supply.grow(),
+    "simulated": lambda supply, number: supply.simulate(number),
+}
+"""Each source of a node the policy may name -> how the placement's supply performs it."""
+
+
+def take_node(supply: NodeSupply, sources: Iterable[str], number: int) -> NewNode | None:
+    """A node from the first of ``sources`` (in the policy's order) that has one; ``number``:
+    the node's number where the placement numbers nodes freely. None: no source had one."""
+    for source in sources:
+        new = NODE_SOURCES[source](supply, number)
+        if new is not None:
+            return new
+    return None

@@ -31,9 +31,11 @@ from launcher.supervisor.control import ControlServer
 from launcher.supervisor.executor import Executor
 from launcher.supervisor.flush import flush_persistent
 from launcher.supervisor.hands import Clocks, Hands
-from launcher.supervisor.observe import Observation, Observer
+from launcher.supervisor.observe import Observer
 from launcher.supervisor.policy import decide
 from launcher.supervisor.recovery import RecoveryWatch
+from launcher.supervisor.step_reports import StepLog
+from launcher.supervisor.view import Observation
 from resilience.contract.messages import RankEvent
 from resilience.contract.run_store import RankEvents, RunStore
 from resilience.contract.liveness import LivenessServer
@@ -45,7 +47,7 @@ METRICS_PERIOD_S = 1.0
 MAX_DECISIONS_PER_TICK = 16
 """How many times one tick may ask the policy, plus one per node of the run. An open fault is
 re-decided after each step that changes the facts: each source of
-:data:`~launcher.supervisor.policy.REPLACEMENT_ORDER` is tried once, and a source that serves
+:data:`~launcher.supervisor.replace_policy.REPLACEMENT_ORDER` is tried once, and a source that serves
 adds a node (at most one per node lost) or ends the fault. More decisions are a bug of ours."""
 
 
@@ -79,30 +81,46 @@ class Supervisor:
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
-        self.executor = Executor(
-            Hands(
-                config=config,
-                books=self.books,
-                placement=self.placement,
-                store=self.store,
-                events=self.events,
-                recovery=self.recovery,
-                env=self._rank_env,
-                flush=self.flush_persistent,
-                clocks=Clocks(clock, wall, sleep),
-                out=out,
-                answer=self.control.answer,
-            )
-        )
+        self.executor = Executor(self._hands(out))
+        p = self.placement  # each part takes the capabilities it uses
         self.observer = Observer(
-            config, self.placement, self.store, self.books.slots, wall, self.control.take
+            config,
+            self.store,
+            self.books.slots,
+            wall,
+            processes=p,
+            inspector=p,
+            supply=p,
+            job=p,
+            requests=self.control.take,
         )
+        self.step_log = StepLog(Path(config.log_dir))
         self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
         self.metrics = metrics.start(
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )
         self._next_metrics = 0.0
+
+    def _hands(self, out: TextIO) -> Hands:
+        p = self.placement
+        return Hands(
+            config=self.config,
+            books=self.books,
+            processes=p,
+            names=p,
+            exits=p,
+            supply=p,
+            job=p,
+            store=self.store,
+            events=self.events,
+            recovery=self.recovery,
+            env=self._rank_env,
+            flush=self.flush_persistent,
+            clocks=Clocks(self.clock, self.wall, self.sleep),
+            out=out,
+            answer=self.control.answer,
+        )
 
     @property
     def slots(self):
@@ -206,6 +224,7 @@ class Supervisor:
             obs = self.observer.with_evidence(
                 obs, lambda r: b.slots[b.plan.members[r]].info.node, b.dead_nodes
             )
+        self.step_log.append(obs.steps)  # observing wrote nothing: the steps it read are kept here
         self.executor.note(obs)
         return self._settle(now, obs)
 
@@ -282,9 +301,9 @@ def _warning(event: RankEvent) -> str | None:
     record = event.fields
     if event.event == "inexact":
         return (
-            f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} without "
-            f"their own random streams and data positions of that step ({record['why']}): this run is no "
-            f"longer bitwise what a fault-free run gives"
+            f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} "
+            f"without their own random streams and data positions of that step ({record['why']}): "
+            f"this run is no longer bitwise what a fault-free run gives"
         )
     if event.event == "changed-after-commit":
         return (

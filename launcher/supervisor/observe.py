@@ -1,22 +1,25 @@
-"""What the supervisor sees each tick, as one immutable :class:`Observation`.
+"""What the supervisor sees each tick, as one immutable
+:class:`~launcher.supervisor.view.Observation`.
 
 The :class:`Observer` reads the world (process exits through the placement, heartbeats,
-readiness, first steps, reports and requests on the store, node evidence from Slurm) and keeps
-the bookkeeping that reading needs (who is alive, when each heartbeat last moved) in books of
-its own; the executor's slots it only reads. It decides nothing and changes nothing of the run.
+readiness, first steps, step times, reports and requests on the store, node evidence from
+Slurm) and keeps the bookkeeping that reading needs (who is alive, when each heartbeat last
+moved) in books of its own; the executor's slots it only reads. It decides nothing, changes
+nothing of the run and writes nothing: the steps it read go out in the observation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from launcher.placement import NodeEvidence, Placement
 from launcher.observability.straggler import Straggler
+from launcher.placement import JobControl, NodeInspector, NodeSupply, RankProcesses
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import Request
 from launcher.supervisor.step_reports import StepReports
+from launcher.supervisor.view import Observation, RankStep
 from resilience.contract.messages import Report, SlotInfo
 from resilience.contract.run_store import RunStore
 
@@ -48,63 +51,6 @@ class _Watch:
     """Warmed up and waiting for a plan (its ``ready/<slot>`` key)."""
 
 
-@dataclass(frozen=True)
-class Observation:
-    """One tick's facts. ``lost``: member rank -> how it was lost; ``reports``: this
-    generation's reports by slot; ``evidence``: what can be seen of nodes that lost a rank."""
-
-    seen_t: float = 0.0
-    """Wall-clock time of this look: a fault's time, from which its recovery is measured."""
-    lost: Mapping[int, str] = field(default_factory=dict)
-    reports: Mapping[str, Report] = field(default_factory=dict)
-    hung: tuple[str, ...] = ()
-    node_kills: tuple[int, ...] = ()
-    child_kill: bool = False
-    """A fault injection asked the supervisor to kill one of its warm spares' processes."""
-    spares_exited: tuple[tuple[int, str], ...] = ()
-    preempted: str | None = None
-    time_left_s: float | None = None
-    """When ``preempted``: the job's time left and limit, as Slurm saw them then (None: no limit)."""
-    time_limit_s: float | None = None
-    evidence: Mapping[int, NodeEvidence] = field(default_factory=dict)
-    stragglers: tuple[Straggler, ...] = ()
-    """Ranks whose compute time per step stayed above the others' (reported once per streak)."""
-    requests: tuple[Request, ...] = ()
-    """Control requests (``sres resize/grow/shrink/status``) that arrived since the last tick."""
-    reclaimed: tuple[int, ...] = ()
-    """Lent nodes whose ranks got Slurm's signal that the node is being taken back."""
-    lendable: int | None = None
-    """Idle nodes the run could grow into, when looked at this tick (every ``LEND_PERIOD_S``)."""
-    exited: tuple[str, ...] = ()
-    """Slots whose process was seen to end in this look (members, spares and standbys alike)."""
-    warm: frozenset[str] = frozenset()
-    """Live slots that warmed up and wait for a plan (imports and first-use costs paid)."""
-    generation: int = 0
-    """The generation this look was taken for."""
-    first_step_t: float | None = None
-    """When ``generation`` made its first step; read only with ``--standby`` (which waits for it)."""
-
-    @property
-    def errors(self) -> dict[str, Report]:
-        return {s: r for s, r in self.reports.items() if r.kind == "error"}
-
-    @property
-    def unrecoverable(self) -> Report | None:
-        return next((r for r in self.reports.values() if r.kind == "unrecoverable"), None)
-
-    @property
-    def refused(self) -> Report | None:
-        """A rank's ``train`` asked for what sres refuses (``RegistrationError``): the same on every entry."""
-        return next((r for r in self.reports.values() if r.kind == "refused"), None)
-
-    def all_done(self, members: Mapping[int, str]) -> bool:
-        return len(self.reports) == len(members) and all(r.kind == "done" for r in self.reports.values())
-
-    def all_paused(self, members: Mapping[int, str]) -> bool:
-        """Every rank left the generation at the agreed step boundary (a resize)."""
-        return len(self.reports) == len(members) and all(r.kind == "paused" for r in self.reports.values())
-
-
 LEND_PERIOD_S = 3.0
 """How often a world below ``--max-nodes`` asks Slurm for idle nodes (one ``sinfo``)."""
 
@@ -115,13 +61,20 @@ class Observer:
     def __init__(
         self,
         config: RunConfig,
-        placement: Placement,
         store: RunStore,
         slots: dict[str, SlotState],
         wall: Callable[[], float],
+        *,
+        processes: RankProcesses,
+        inspector: NodeInspector,
+        supply: NodeSupply,
+        job: JobControl,
         requests: Callable[[], tuple[Request, ...]] = tuple,
     ) -> None:
-        self.config, self.placement, self.store, self.slots, self.wall = config, placement, store, slots, wall
+        """What it reads a placement through: process exits (``processes``), node evidence
+        (``inspector``), idle nodes to lend (``supply``), the job's time limits (``job``)."""
+        self.config, self.store, self.slots, self.wall = config, store, slots, wall
+        self.processes, self.inspector, self.supply, self.job = processes, inspector, supply, job
         self._requests = requests
         self.preempted: str | None = None
         """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
@@ -130,7 +83,8 @@ class Observer:
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
-        self.step_reports = StepReports(store, config.log_dir, config.straggler)
+        self.step_reports = StepReports(store, config.straggler)
+        self._steps: list[RankStep] = []
         self._stragglers: list[Straggler] = []
         self._reclaims_seen = 0
         self._reclaimed: set[int] = set()
@@ -151,22 +105,13 @@ class Observer:
         spares_exited = tuple((self.slots[s].info.node, s) for s in exited if s in spare_slots)
         hung = self._silent(now, generation, members)
         reports = self._read_reports(generation, members)
-        lost: dict[int, str] = {}
-        for rank, slot in members.items():
-            state = self.slots[slot]
-            # A process the supervisor killed is lost from that moment, not from when its exit
-            # lands (tens of ms for a large process): a node's ranks are one fault at once.
-            gone = not self._watch(slot).alive or state.killed_as is not None
-            if gone and not (slot in reports and reports[slot].kind == "done"):
-                rc = self.placement.poll(slot)
-                lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
-                if state.killed_t is not None:
-                    seen_t = min(seen_t, state.killed_t)
+        lost, seen_t = self._lost(members, reports, seen_t)
         if len(reports) == len(members) and all(r.kind == "done" for r in reports.values()):
-            self._stragglers += self.step_reports.read(generation, members)  # the last steps, for the account
+            self._read_steps(generation, members)  # the last steps, for the account
         if self.preempted is not None and self._limits is None:
-            self._limits = self.placement.time_limits()  # once: how near the time limit the signal came
+            self._limits = self.job.time_limits()  # once: how near the time limit the signal came
         left, limit = self._limits or (None, None)
+        steps, stragglers = self._take_steps()
         return Observation(
             seen_t=seen_t,
             lost=lost,
@@ -178,7 +123,8 @@ class Observer:
             preempted=self.preempted,
             time_left_s=left,
             time_limit_s=limit,
-            stragglers=self._take_stragglers(),
+            stragglers=stragglers,
+            steps=steps,
             requests=self._requests(),
             reclaimed=tuple(sorted(self._reclaimed)),
             lendable=self._lendable(now, members),
@@ -188,6 +134,23 @@ class Observer:
             first_step_t=self._first_step(generation),
         )
 
+    def _lost(
+        self, members: Mapping[int, str], reports: Mapping[str, Report], seen_t: float
+    ) -> tuple[dict[int, str], float]:
+        """Member rank -> how it was lost, and the fault's time (a kill of ours, if earlier)."""
+        lost: dict[int, str] = {}
+        for rank, slot in members.items():
+            state = self.slots[slot]
+            # A process the supervisor killed is lost from that moment, not from when its exit
+            # lands (tens of ms for a large process): a node's ranks are one fault at once.
+            gone = not self._watch(slot).alive or state.killed_as is not None
+            if gone and not (slot in reports and reports[slot].kind == "done"):
+                rc = self.processes.poll(slot)
+                lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
+                if state.killed_t is not None:
+                    seen_t = min(seen_t, state.killed_t)
+        return lost, seen_t
+
     def with_evidence(
         self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]
     ) -> Observation:
@@ -196,7 +159,7 @@ class Observer:
         if not nodes:
             return obs
         return dataclasses.replace(
-            obs, evidence={node: self.placement.evidence(node) for node in sorted(nodes)}
+            obs, evidence={node: self.inspector.evidence(node) for node in sorted(nodes)}
         )
 
     def _watch(self, slot: str) -> _Watch:
@@ -210,7 +173,7 @@ class Observer:
         exited = []
         for slot in self.slots:
             watch = self._watch(slot)
-            if watch.alive and self.placement.poll(slot) is not None:
+            if watch.alive and self.processes.poll(slot) is not None:
                 watch.alive = False
                 exited.append(slot)
         return tuple(exited)
@@ -242,8 +205,15 @@ class Observer:
             self._reports_seen = (count, generation)
         return dict(self._reports)
 
-    def _take_stragglers(self) -> tuple[Straggler, ...]:
-        found, self._stragglers = tuple(self._stragglers), []
+    def _read_steps(self, generation: int, members: Mapping[int, str]) -> None:
+        steps, stragglers = self.step_reports.read(generation, members)
+        self._steps += steps
+        self._stragglers += stragglers
+
+    def _take_steps(self) -> tuple[tuple[RankStep, ...], tuple[Straggler, ...]]:
+        """The steps and stragglers read since the last observation, handed out once."""
+        found = tuple(self._steps), tuple(self._stragglers)
+        self._steps, self._stragglers = [], []
         return found
 
     def _silent(self, now: float, generation: int, members: Mapping[int, str]) -> list[str]:
@@ -252,7 +222,7 @@ class Observer:
         if now < self._next_heartbeat_check:
             return []
         self._next_heartbeat_check = now + self.config.heartbeat_s / 2
-        self._stragglers += self.step_reports.read(generation, members)
+        self._read_steps(generation, members)
         if self.preempted is None and self.store.preempted():
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
@@ -289,7 +259,7 @@ class Observer:
         if len({self.slots[s].info.node for s in members.values()}) >= self.config.elastic.max_nodes:
             return None
         self._next_lend_look = now + LEND_PERIOD_S
-        return self.placement.lendable()
+        return self.supply.lendable()
 
     def _child_kill_request(self) -> bool:
         return self.store.take_child_kill()

@@ -12,7 +12,7 @@ from launcher.observability.events import summary
 from launcher.supervisor import actions as act
 from launcher.supervisor.books import Outcome
 from launcher.supervisor.hands import Hands
-from launcher.supervisor.policy import error_at
+from launcher.supervisor.fault_policy import error_at
 from launcher.supervisor.requeue_policy import requeues_counted
 from resilience import tiers
 
@@ -35,7 +35,7 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
     )
     h.store.shut_down()
     try:
-        h.placement.requeue(a.why)
+        h.job.requeue(a.why)
     except SresError as err:
         return fail(h, act.Fail(f"{a.why}; and the job cannot be requeued: {err}"))
     return Outcome(False, f"requeued: {a.why}", h.events.events, requeued=True)
@@ -71,7 +71,7 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
         first = a.culprit is None or error_at(a.culprit) == error_at(b.first_culprit)
         h.out.write(f"{'first failure' if first else 'failure'} (rank {culprit.rank}):\n{culprit.traceback}")
     for slot in b.slots:
-        h.placement.kill(slot)
+        h.processes.kill(slot)
     h.say(f"error: {a.reason}")
     return Outcome(False, a.reason, h.events.events)
 

@@ -11,13 +11,14 @@ import dataclasses
 from launcher.errors import SresError
 from launcher.supervisor import actions as act
 from launcher.supervisor.hands import Hands
-from launcher.supervisor.policy import FaultState, error_at
+from launcher.supervisor.fault_policy import error_at
+from launcher.supervisor.view import FaultState
 
 
 def kill_slot(h: Hands, a: act.KillSlot) -> None:
     state = h.books.slots[a.slot]
     state.killed_as, state.killed_t = a.as_, h.clocks.wall()
-    h.placement.kill(a.slot)
+    h.processes.kill(a.slot)
 
 
 def kill_node(h: Hands, a: act.KillNode) -> None:
@@ -30,11 +31,11 @@ def kill_node(h: Hands, a: act.KillNode) -> None:
             # Marked first: the Observer counts the node's ranks lost from now on (one fault),
             # however long their exits take to land.
             state.killed_as, state.killed_t = "node", h.clocks.wall()
-            h.placement.kill(slot)
+            h.processes.kill(slot)
 
 
 def note_straggler(h: Hands, a: act.NoteStraggler) -> None:
-    host = h.placement.host(a.node)
+    host = h.names.host(a.node)
     straggler = h.config.straggler
     action = "replace" if a.replaced else ("none" if straggler.action == "none" else "kept: no spare")
     h.events.emit(
@@ -77,14 +78,14 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
             kind=how,
             rank=rank,
             node=node,
-            host=h.placement.host(node),
+            host=h.names.host(node),
             step=progress + 1,
             generation=generation,
             t=a.t,
             **({"why": why} if why else {}),
         )
         h.say(
-            f"fault: {how} of rank {rank} (node {h.placement.host(node)}"
+            f"fault: {how} of rank {rank} (node {h.names.host(node)}"
             f"{': ' + why if why else ''}) at step {progress + 1}"
         )
     if a.culprit is not None:
@@ -107,7 +108,7 @@ def _record_culprit(h: Hands, a: act.OpenFault, progress: int, generation: int) 
         kind="exception",
         rank=c.rank,
         node=node,
-        host=h.placement.host(node),
+        host=h.names.host(node),
         step=progress + 1,
         generation=generation,
         message=c.message,
@@ -124,10 +125,10 @@ def drain(h: Hands, a: act.Drain) -> None:
     b = h.books
     if b.fault is not None:
         b.fault = dataclasses.replace(b.fault, drained=b.fault.drained | {a.node})
-    host = h.placement.host(a.node)
+    host = h.names.host(a.node)
     t0 = h.clocks.clock()
     try:
-        h.placement.retire(a.node, a.why)
+        h.exits.retire(a.node, a.why)
     except SresError as err:
         h.events.emit("drain-failed", node=a.node, host=host, why=a.why, error=str(err))
         h.say(f"warning: could not drain {host}: {err}")

@@ -25,11 +25,11 @@ def launch(h: Hands, a: act.Launch) -> None:
 
 
 def use_idle_node(h: Hands, a: act.UseIdleNode) -> None:
-    _add_node(h, h.placement.idle_node(), "idle-node")
+    _add_node(h, h.supply.idle_node(), "idle-node")
 
 
 def acquire_node(h: Hands, a: act.AcquireNode) -> None:
-    _add_node(h, h.placement.grow(), "new-node")
+    _add_node(h, h.supply.grow(), "new-node")
 
 
 def _add_node(h: Hands, new: NewNode | None, source: str) -> None:
@@ -44,7 +44,7 @@ def _add_node(h: Hands, new: NewNode | None, source: str) -> None:
 
 def refill_spare(h: Hands, a: act.RefillSpare) -> None:
     h.books.next_refill = h.clocks.clock() + REFILL_PERIOD_S
-    new = h.placement.idle_node()
+    new = h.supply.idle_node()
     if new is not None:
         h.start_node(new)
         h.books.spare_nodes.append(new.node)
@@ -60,7 +60,7 @@ def start_standby(h: Hands, a: act.StartStandby) -> None:
 
 def publish(h: Hands, a: act.Publish) -> None:
     """The next generation after a fault: spares taken, cold processes started, standbys
-    promoted; one ``replaced`` event per rank that moved, then the plan."""
+    promoted; one ``replaced`` event per rank that moved (how: the policy's), then the plan."""
     b = h.books
     for node in a.used_spares:
         b.spare_nodes.remove(node)
@@ -70,24 +70,10 @@ def publish(h: Hands, a: act.Publish) -> None:
     for slot, local in a.promoted:
         b.standby.discard(slot)
         b.slots[slot].info = SlotInfo(b.slots[slot].info.node, local)
-    promoted = {slot for slot, _ in a.promoted}
-    for rank in a.replaced:
-        old_node = b.slots[b.plan.members[rank]].info.node
-        new_node = b.slots[a.members[rank]].info.node
-        how = (
-            b.origin.get(new_node, "spare")
-            if old_node in b.dead_nodes
-            else "standby"
-            if a.members[rank] in promoted
-            else "respawn"
-        )
+    for rank, how in sorted(a.replaced.items()):
+        node = b.slots[a.members[rank]].info.node
         h.events.emit(
-            "replaced",
-            rank=rank,
-            slot=a.members[rank],
-            node=new_node,
-            host=h.placement.host(new_node),
-            how=how,
+            "replaced", rank=rank, slot=a.members[rank], node=node, host=h.names.host(node), how=how
         )
-    h.publish(dict(a.members), a.replaced, a.reason)
+    h.publish(dict(a.members), tuple(sorted(a.replaced)), a.reason)
     b.fault = None

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from launcher.supervisor import actions as act
-from launcher.supervisor.hands import Hands
-from launcher.supervisor.resize import ResizeState, node_slots
+from launcher.supervisor.hands import Hands, take_node
+from launcher.supervisor.resize import node_slots
+from launcher.supervisor.view import ResizeState
 
 
 def answer(h: Hands, a: act.Answer) -> None:
@@ -27,7 +28,7 @@ def report_status(h: Hands, a: act.ReportStatus) -> None:
 
 def status(h: Hands) -> dict:
     """What ``sres status`` shows of a running job."""
-    b, c, host = h.books, h.config, h.placement.host
+    b, c, host = h.books, h.config, h.names.host
     nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
     return {
         "world_size": b.plan.world_size,
@@ -40,7 +41,7 @@ def status(h: Hands) -> dict:
         "resizing_to": b.resize.nodes if b.resize is not None else None,
         "min_nodes": c.elastic.min_nodes,
         "max_nodes": c.elastic.max_nodes,
-        "job_id": h.placement.job_id,
+        "job_id": h.names.job_id,
         "jobs": h.jobs(nodes),
     }
 
@@ -58,11 +59,12 @@ def begin_resize(h: Hands, a: act.BeginResize) -> None:
 
 
 def add_nodes(h: Hands, a: act.AddNodes) -> None:
+    """Each node from the first source the policy named that has one; the first node that
+    none has ends the adding."""
     b = h.books
     added = []
-    for _ in range(a.count):
-        index = 1 + max(st.info.node for st in b.slots.values())
-        new = h.placement.new_node(index)
+    for number in a.nodes:
+        new = take_node(h.supply, a.sources, number)
         if new is None:
             break
         h.start_node(new)
@@ -83,7 +85,7 @@ def abandon_resize(h: Hands, a: act.AbandonResize) -> None:
     b = h.books
     for node in b.resize.joining:
         for slot in node_slots(node, h.config.procs_per_node):
-            h.placement.kill(slot)
+            h.processes.kill(slot)
     h.events.emit("resize-abandoned", to_nodes=b.resize.nodes, why=a.why)
     h.say(f"resize to {b.resize.nodes} node(s) abandoned: {a.why}")
     b.resize = None
@@ -97,7 +99,7 @@ def resize(h: Hands, a: act.Resize) -> None:
     t0 = pausing if pausing is not None else h.clocks.clock()  # the pause, or now: the decision to shrink
     for slot, state in b.slots.items():  # respawned ranks and standbys too, not only the first slots
         if state.info.node in a.release and state.alive:
-            h.placement.kill(slot)
+            h.processes.kill(slot)
     for node in a.release:
         h.give_back(node, "preempted" if a.why == "preempted" else "request")
     b.spare_nodes += list(a.to_spares)
@@ -119,7 +121,7 @@ def resize(h: Hands, a: act.Resize) -> None:
 
 
 def _say_resized(h: Hands, a: act.Resize) -> None:
-    host = h.placement.host
+    host = h.names.host
     text = f"resizing: world {a.from_world} -> {len(a.members)} ({a.why})"
     if a.release:
         text += f", released {', '.join(host(n) for n in a.release)}"

@@ -131,7 +131,8 @@ class RecoveryWatch:
             )
             kept = "" if batch is None else f", global batch {batch.global_batch} x{batch.lr_scale:g} lr"
             self.say(
-                f"resized: world {r.from_world} -> {r.to_world} ({r.why}), first step after {seconds:.2f} s{kept}"
+                f"resized: world {r.from_world} -> {r.to_world} ({r.why}), "
+                f"first step after {seconds:.2f} s{kept}"
             )
         self.resizes.clear()
 

@@ -15,7 +15,6 @@ node (buddies are found by node).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from launcher.supervisor.actions import (
     AbandonResize,
@@ -28,25 +27,16 @@ from launcher.supervisor.actions import (
     Resize,
 )
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.control import Request
+from launcher.supervisor.view import Observation, Request, ResizeState, RunState
 from resilience.contract.messages import SlotInfo
 
-
-@dataclass(frozen=True)
-class ResizeState:
-    """A resize under way (not forced by a fault)."""
-
-    nodes: int
-    """The node count it moves to."""
-    why: str
-    since: float
-    request: int | None = None
-    added: bool = False
-    joining: tuple[int, ...] = ()
-    """Nodes started for it (growth), taking ranks when the plan of the new size is published."""
-    pausing_since: float | None = None
-    release: tuple[int, ...] = ()
-    """The nodes a shrink lets go; empty: lent nodes first, then the newest, never node 0."""
+GROWTH_ORDER: tuple[str, ...] = ("simulated", "idle-node", "new-node")
+"""Where the nodes of a growing world come from, for each node the first source that has one:
+a simulated node (a placement that numbers its nodes freely: a local run grows on request), a
+healthy node the job holds and no rank uses, a node the scheduler adds (a satellite or job
+expansion, as ``--grow-by`` says). A lost node's ranks go by
+:data:`~launcher.supervisor.replace_policy.REPLACEMENT_ORDER` instead, which has no simulated
+node: a local run without a spare shrinks, waits, requeues or fails as a full cluster would."""
 
 
 def renumber(members: Mapping[int, str], keep: set[str], new_slots: Sequence[str] = ()) -> dict[int, str]:
@@ -59,35 +49,36 @@ def node_slots(node: int, procs_per_node: int) -> list[str]:
     return [f"n{node}p{local}" for local in range(procs_per_node)]
 
 
-def on_requests(
-    requests: Sequence[Request],
-    nodes: Sequence[int],
-    resize: ResizeState | None,
-    fault_open: bool,
-    waiting: bool,
-    config: RunConfig,
-) -> list[Action]:
+def add_nodes(slots: Mapping[str, SlotInfo], count: int) -> AddNodes:
+    """Start ``count`` more nodes, numbered after every node the run ever used (a number is
+    never given twice), each from the first source in :data:`GROWTH_ORDER` that has one."""
+    top = max((info.node for info in slots.values()), default=-1)
+    return AddNodes(tuple(range(top + 1, top + 1 + count)), GROWTH_ORDER)
+
+
+def on_requests(requests: Sequence[Request], state: RunState, config: RunConfig) -> list[Action]:
     """Answer control requests: status, or a resize the policy allows (one at a time).
 
     While a node loss waits for a node (``--on-no-spare wait``), ``grow`` starts nodes that
     the lost ranks then move to.
     """
     out: list[Action] = []
+    resize, fault = state.resize, state.fault
     for req in requests:
         if req.op == "status":
             out.append(ReportStatus(req.id))
             continue
-        current = len(nodes)
+        current = len(state.nodes)
         target = req.target(current)
         why = config.elastic.why_not(target, config.nodes)
-        if waiting and req.op == "grow":
+        if fault is not None and fault.waiting_since is not None and req.op == "grow":
             out.append(Answer(req.id, True, f"starting {req.by} node(s) for the lost ranks"))
-            out.append(AddNodes(req.by))
+            out.append(add_nodes(state.slots, req.by))
         elif resize is not None:
             out.append(
                 Answer(req.id, False, f"a resize to {resize.nodes} node(s) is under way; try again after it")
             )
-        elif fault_open:
+        elif fault is not None:
             out.append(Answer(req.id, False, "the run is recovering from a fault; try again after it"))
         elif target == current:
             out.append(Answer(req.id, True, f"the run already has {current} node(s)"))
@@ -102,38 +93,30 @@ def on_requests(
     return out
 
 
-def advance(
-    now: float,
-    resize: ResizeState,
-    members: Mapping[int, str],
-    slots: Mapping[str, SlotInfo],
-    warm: frozenset[str],
-    all_paused: bool,
-    config: RunConfig,
-    lent: frozenset[int] = frozenset(),
-) -> list[Action]:
-    """The next step of a resize under way."""
-    nodes = sorted({slots[s].node for s in members.values()})
+def advance(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    """The next step of the resize under way (``state.resize``)."""
+    resize, members, slots = state.resize, state.members, state.slots
+    nodes = state.nodes
     grow = resize.nodes - len(nodes)
     new_slots: list[str] = []
     if grow == 0:  # a fault meanwhile shrank the world to this size
         return [AbandonResize(f"the world already has {len(nodes)} node(s)")]
     if grow > 0:
         if not resize.added:
-            return [AddNodes(grow)]
+            return [add_nodes(slots, grow)]
         if len(resize.joining) < grow and (resize.why != "idle" or not resize.joining):
             return [AbandonResize(f"only {len(resize.joining)} of {grow} node(s) could be started")]
         grow = len(resize.joining)  # growing into idle nodes: as many as Slurm lent
         new_slots = [s for node in resize.joining for s in node_slots(node, config.procs_per_node)]
-        if not all(s in warm for s in new_slots):
+        if not all(s in state.warm for s in new_slots):
             if now - resize.since > config.startup_timeout_s:
                 return [AbandonResize(f"the new node(s) did not start within {config.startup_timeout_s:g} s")]
             return []
     if resize.pausing_since is None:
         return [Pause()]
-    if not all_paused and now - resize.pausing_since < config.elastic.drain_grace_s:
+    if not obs.all_paused(members) and now - resize.pausing_since < config.elastic.drain_grace_s:
         return []
-    release = (resize.release or tuple(released_first(nodes, lent)[:-grow])) if grow < 0 else ()
+    release = (resize.release or tuple(released_first(nodes, state.lent)[:-grow])) if grow < 0 else ()
     keep = {s for s in members.values() if slots[s].node not in release}
     return [
         Resize(
@@ -152,39 +135,32 @@ def released_first(nodes: Sequence[int], lent: frozenset[int]) -> list[int]:
     return sorted(nodes, key=lambda n: (n == 0, n not in lent, -n))
 
 
-def on_capacity(
-    now: float,
-    reclaimed: Sequence[int],
-    lendable: int | None,
-    nodes: Sequence[int],
-    resize: ResizeState | None,
-    changed_at: float,
-    config: RunConfig,
-    asked: int | None = None,
-) -> list[Action]:
+def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     """Follow Slurm's priorities. Pure.
 
     A lent node being taken back (its ranks got the preemption signal) leaves at the next step
     boundary, before its grace time ends; a growth under way gives way to it. Below
     ``min_nodes`` the node is not let go early: when Slurm ends it, the loss is a fault like
-    any other. Idle nodes (``lendable``) are grown into once the world has been unchanged for
-    ``grow_snooze_s``, up to ``max_nodes``, or to the size a user ``asked`` for last.
+    any other. Idle nodes (``obs.lendable``) are grown into once the world has been unchanged
+    for ``grow_snooze_s``, up to ``max_nodes``, or to the size a user asked for last.
     """
-    elastic = config.elastic
-    going = tuple(n for n in reclaimed if n in nodes)
+    elastic, nodes, resize = config.elastic, state.nodes, state.resize
+    going = tuple(n for n in obs.reclaimed if n in nodes)
     if going:
         if resize is not None and resize.why == "idle":
             return [AbandonResize("Slurm is taking lent nodes back")]
         target = len(nodes) - len(going)
         if resize is not None and (resize.why != "preempted" or set(going) <= set(resize.release)):
-            return []  # a shrink on request finishes first; one taking lent nodes back takes the later ones too
+            # A shrink on request finishes first; one taking lent nodes back takes the later ones too.
+            return []
         if not elastic.allowed(target, config.nodes):
             return []
         return [BeginResize(target, "preempted", release=going)]
-    if resize is not None or not lendable or now - changed_at < elastic.grow_snooze_s:
+    if resize is not None or not obs.lendable or now - state.changed_at < elastic.grow_snooze_s:
         return []
+    asked = state.asked_nodes
     ceiling = elastic.max_nodes if asked is None else min(asked, elastic.max_nodes)
-    target = elastic.largest_allowed(min(ceiling, len(nodes) + lendable), config.nodes)
+    target = elastic.largest_allowed(min(ceiling, len(nodes) + obs.lendable), config.nodes)
     return [BeginResize(target, "idle")] if target is not None and target > len(nodes) else []
 
 

@@ -1,19 +1,23 @@
-"""The ranks' per-step times: read from the store, kept in ``step_times.jsonl``, judged for stragglers.
+"""The ranks' per-step times: read from the store and judged for stragglers (the Observer's
+part), and kept in ``step_times.jsonl`` (the loop's writer).
 
-Each rank publishes its recent steps (:mod:`resilience.agent.step_timer`); the supervisor
-reads them about twice a second, appends the steps it has not seen to
-``<log dir>/step_times.jsonl`` (one line per rank and step: what the run report's heatmap
-draws) and hands them to the :class:`~launcher.observability.straggler.StragglerDetector` of the generation.
+Each rank publishes its recent steps (:mod:`resilience.agent.step_timer`); the Observer reads
+them about twice a second with :class:`StepReports`, which hands the steps it has not seen to
+the :class:`~launcher.observability.straggler.StragglerDetector` of the generation and returns
+them in the observation (:attr:`~launcher.supervisor.view.Observation.steps`); the loop then
+appends them to ``<log dir>/step_times.jsonl`` with :class:`StepLog` (one line per rank and
+step: what the run report's heatmap draws). Reading the world never writes a file.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from launcher.observability.events import read_events
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
+from launcher.supervisor.view import RankStep
 from resilience.contract.run_store import RunStore
 
 FILE = "step_times.jsonl"
@@ -26,19 +30,20 @@ def read_file(log_dir: Path) -> list[dict]:
 
 
 class StepReports:
-    def __init__(self, store: RunStore, log_dir: Path, config: StragglerConfig) -> None:
+    """Reads each member's new steps of a generation and judges them; writes nothing."""
+
+    def __init__(self, store: RunStore, config: StragglerConfig) -> None:
         self.store, self.config = store, config
-        self.path = Path(log_dir) / FILE
         self._generation = 0
         self._seen: dict[int, int] = {}
         self.detector = StragglerDetector(config)
 
-    def read(self, generation: int, members: Mapping[int, str]) -> list[Straggler]:
-        """New steps of every member in ``generation``: written down, then judged."""
+    def read(self, generation: int, members: Mapping[int, str]) -> tuple[list[RankStep], list[Straggler]]:
+        """New steps of every member in ``generation``, and the stragglers they complete."""
         if generation != self._generation:
             self._generation, self._seen, self.detector = generation, {}, StragglerDetector(self.config)
         reports: dict[int, dict[int, float]] = {}
-        lines = []
+        steps: list[RankStep] = []
         for rank, slot in members.items():
             recent = self.store.recent_steps(generation, slot)
             new = (
@@ -48,26 +53,38 @@ class StepReports:
                 continue
             self._seen[rank] = new[-1].step
             reports[rank] = {r.step: r.compute_s for r in new}
-            lines += [
-                json.dumps(
-                    {
-                        "generation": generation,
-                        "rank": rank,
-                        "slot": slot,
-                        "step": r.step,
-                        "t": r.t,
-                        "compute_s": round(r.compute_s, 6),
-                        "step_s": round(r.step_s, 6),
-                        "blocked_s": round(r.blocked_s, 6),
-                    }
-                )
-                for r in new
-            ]
-        if lines:
-            with self.path.open("a") as f:
-                f.write("\n".join(lines) + "\n")
-        return self.detector.observe(set(members), reports) if reports else []
+            steps += [RankStep(generation, rank, slot, r) for r in new]
+        return steps, (self.detector.observe(set(members), reports) if reports else [])
 
     @property
     def scores(self) -> dict[int, float]:
         return dict(self.detector.scores)
+
+
+class StepLog:
+    """Appends steps to ``<log dir>/step_times.jsonl``."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = Path(log_dir) / FILE
+
+    def append(self, steps: Iterable[RankStep]) -> None:
+        lines = [_line(s) for s in steps]
+        if lines:
+            with self.path.open("a") as f:
+                f.write("\n".join(lines) + "\n")
+
+
+def _line(s: RankStep) -> str:
+    r = s.record
+    return json.dumps(
+        {
+            "generation": s.generation,
+            "rank": s.rank,
+            "slot": s.slot,
+            "step": r.step,
+            "t": r.t,
+            "compute_s": round(r.compute_s, 6),
+            "step_s": round(r.step_s, 6),
+            "blocked_s": round(r.blocked_s, 6),
+        }
+    )

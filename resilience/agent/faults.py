@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resilience.contract.injections import Injection
-from resilience.errors import ResilienceError
+from resilience.errors import InjectedFault
 
 if TYPE_CHECKING:  # the CLI parses specs before torch is imported
     from resilience.contract.run_store import RunStore
@@ -66,10 +66,6 @@ AT_STEP_START = (
 """The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
 FILL_LIMIT_BYTES = 1 << 30
 """``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
-
-
-class InjectedFault(ResilienceError, RuntimeError):
-    """The exception that ``raise:`` injects."""
 
 
 def due(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from resilience.agent.rank_parts import RankParts
-from resilience.state.replication import KEEP_OWN, Holdings, SnapshotRing
+from resilience.state.recovery_plan import Holdings
+from resilience.state.replication import KEEP_OWN, SnapshotRing
 from resilience.tiers.restore import Restored
 
 

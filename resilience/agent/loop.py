@@ -35,9 +35,9 @@ from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.ddp import deterministic_by_default
-from resilience.errors import RegistrationError
+from resilience.errors import RegistrationError, Unrecoverable
 from resilience.state import snapshot
-from resilience.state.replication import BuddyReplicator, Unrecoverable
+from resilience.state.replication import BuddyReplicator
 from resilience.tiers.agent import TierAgent
 
 log = logging.getLogger("resilience")
@@ -128,10 +128,35 @@ class Agent(CommitPipeline):
 
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
+        local_rank = self._take_rank(plan)
+        self._enter(RankState.JOINING)
+        if not self.store.join(plan):
+            return False  # a later fault superseded this generation: go to the newest plan
+        failure: Report | None = None
+        try:
+            digest = self._train_generation(plan, local_rank, train)
+        except Paused:
+            failure = self._leave_at_boundary()
+        except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
+            failure = self._failure(err)
+        self._enter(RankState.LEAVING)
+        if failure is not None:
+            # Report first: the supervisor orders reports, and the first one names the cause.
+            self._report(failure)
+            self._teardown()
+            return False
+        if self.rank == 0 and self._step_times:
+            self.store.publish_stats(RunStats(statistics.median(self._step_times)))
+        self._timer.publish()  # before "done": the supervisor's account reads every step
+        self._report(Report("done", self.rank, digest=digest))
+        self._teardown()
+        return True
+
+    def _take_rank(self, plan: Plan) -> int:
+        """This process's rank and local rank in ``plan`` (a standby's local rank is new); the
+        injections due as it joins fire here."""
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
-        local_rank = os.environ["LOCAL_RANK"] = str(
-            plan.slots[self.env.slot].local_rank
-        )  # a standby's is new
+        local_rank = os.environ["LOCAL_RANK"] = str(plan.slots[self.env.slot].local_rank)
         self._inject(
             faults.due(
                 self.env.injections,
@@ -141,10 +166,12 @@ class Agent(CommitPipeline):
                 kinds=("kill", "node"),
             )
         )
-        self._enter(RankState.JOINING)
-        if not self.store.join(plan):
-            return False  # a later fault superseded this generation: go to the newest plan
-        failure: Report | None = None
+        return int(local_rank)
+
+    def _train_generation(self, plan: Plan, local_rank: int, train: Callable[[Context], None]) -> str:
+        """Form, recover, run ``train`` and wait for every rank to finish; the fingerprint of
+        the state this rank ends with."""
+        ctx = restored = None
         try:
             self._enter(RankState.FORMING)
             self._form(plan)
@@ -153,7 +180,7 @@ class Agent(CommitPipeline):
             ctx = Context(
                 rank=self.rank,
                 world_size=plan.world_size,
-                local_rank=int(local_rank),
+                local_rank=local_rank,
                 generation=plan.generation,
                 step=step,
                 restored=restored,
@@ -173,44 +200,37 @@ class Agent(CommitPipeline):
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
-        except Paused:
-            failure = self._leave_at_boundary()
-        except RegistrationError as err:  # the same on every entry: retrying cannot help
-            failure = Report("refused", self.rank, message=str(err), error_type=blame.error_type(err))
-        except Unrecoverable as err:
-            failure = Report(
+            return digest
+        finally:
+            ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
+
+    def _failure(self, err: Exception) -> Report:
+        """The report of a generation that ended with ``err`` (called while it is handled)."""
+        if isinstance(err, RegistrationError):  # the same on every entry: retrying cannot help
+            return Report("refused", self.rank, message=str(err), error_type=blame.error_type(err))
+        if isinstance(err, Unrecoverable):
+            return Report(
                 "unrecoverable",
                 self.rank,
                 message=str(err),
                 traceback=traceback.format_exc(),
                 error_type=blame.error_type(err),
             )
-        except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
-            where = blame.origin(err, released=self._watch.released())
-            failure = Report(
-                "error",
-                self.rank,
-                message=f"{type(err).__name__}: {err}",
-                traceback=traceback.format_exc(),
-                collateral=where != blame.OWN,
-                origin=where,
-                error_type=blame.error_type(err),
-                step=_failed_at(self._live),
-            )
-        finally:
-            ctx = restored = None  # noqa: F841 - drop references to user objects (DDP holds the group)
-        self._enter(RankState.LEAVING)
-        if failure is not None:
-            # Report first: the supervisor orders reports, and the first one names the cause.
-            self._report(failure)
-            self._teardown()
-            return False
-        if self.rank == 0 and self._step_times:
-            self.store.publish_stats(RunStats(statistics.median(self._step_times)))
-        self._timer.publish()  # before "done": the supervisor's account reads every step
-        self._report(Report("done", self.rank, digest=digest))
-        self._teardown()
-        return True
+        return self._error_report(err, step=_failed_at(self._live))
+
+    def _error_report(self, err: Exception, step: int | None = None) -> Report:
+        """An ``error`` report: whose fault ``err`` is, and the step it belongs to."""
+        where = blame.origin(err, released=self._watch.released())
+        return Report(
+            "error",
+            self.rank,
+            message=f"{type(err).__name__}: {err}",
+            traceback=traceback.format_exc(),
+            collateral=where != blame.OWN,
+            origin=where,
+            error_type=blame.error_type(err),
+            step=step,
+        )
 
     def _leave_at_boundary(self) -> Report:
         """Every rank stopped before the same step: finish background copies, meet once more
@@ -219,16 +239,7 @@ class Agent(CommitPipeline):
             self._wait_background()
             dist.barrier(group=self.state_group)
         except Exception as err:  # noqa: BLE001 - a fault during the pause: reported as one
-            where = blame.origin(err, released=self._watch.released())
-            return Report(
-                "error",
-                self.rank,
-                message=f"{type(err).__name__}: {err}",
-                traceback=traceback.format_exc(),
-                collateral=where != blame.OWN,
-                origin=where,
-                error_type=blame.error_type(err),
-            )
+            return self._error_report(err)
         return Report("paused", self.rank)
 
     # --- forming a generation -----------------------------------------------------------------

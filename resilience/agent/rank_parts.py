@@ -16,14 +16,9 @@ from typing import Any
 import torch.distributed as dist
 
 from resilience.state import snapshot
-from resilience.state.replication import (
-    KEEP_OWN,
-    BuddyReplicator,
-    RankPart,
-    SnapshotRing,
-    recv_snapshot,
-    send_snapshot,
-)
+from resilience.state.recovery_plan import RankPart
+from resilience.state.replication import KEEP_OWN, BuddyReplicator, SnapshotRing
+from resilience.state.transfer import recv_snapshot, send_snapshot
 from resilience.state.snapshot import Snapshot
 
 TAG = 1

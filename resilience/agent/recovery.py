@@ -1,6 +1,6 @@
 """Recovery, once per generation: agree on the step, move what is missing, say what to load.
 
-Every rank gathers what every rank holds (:class:`~resilience.state.replication.Holdings`),
+Every rank gathers what every rank holds (:class:`~resilience.state.recovery_plan.Holdings`),
 and all of them compute the same plan from it, so all enter the same transfers, or the same
 collective tier restore, or none. Peers' memory comes first: survivors hold the newest
 commit. The tiers serve when no peer holds the state (every rank process lost, a new job of
@@ -28,19 +28,11 @@ from resilience.context import Context
 from resilience.contract.messages import Plan, RecoveryInfo
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
+from resilience.errors import Unrecoverable
 from resilience.state import snapshot
-from resilience.state.replication import (
-    Holdings,
-    RecoveryPlan,
-    SnapshotRing,
-    Unrecoverable,
-    broadcast_snapshot,
-    plan_rank_parts,
-    plan_recovery,
-    recv_snapshot,
-    send_snapshot,
-    send_state,
-)
+from resilience.state.recovery_plan import Holdings, RecoveryPlan, plan_rank_parts, plan_recovery
+from resilience.state.replication import SnapshotRing
+from resilience.state.transfer import broadcast_snapshot, recv_snapshot, send_snapshot, send_state
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
 

@@ -14,17 +14,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from resilience.errors import ResilienceError
+from resilience.errors import ElasticConfigError
 
 BATCH_POLICIES = ("keep-closest", "fail")
 """What a world that does not divide the global batch does (``resilience.elastic.batch_plan``)."""
 LR_SCALINGS = ("linear", "sqrt", "none")
 ON_NO_SPARE = ("shrink", "wait", "requeue", "fail")
 ELASTIC_ENV = "SRES_ELASTIC"
-
-
-class ElasticConfigError(ResilienceError, ValueError):
-    """An elastic setting that cannot work; the message names the key."""
 
 
 @dataclass(frozen=True)

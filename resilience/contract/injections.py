@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from resilience.errors import ResilienceError
+from resilience.errors import InjectSpecError
 
 KINDS = (
     "kill",
@@ -29,10 +29,6 @@ KINDS = (
     "free-disk",
     "kill-supervisor-child",
 )
-
-
-class InjectSpecError(ResilienceError, ValueError):
-    """An ``--inject`` spec that cannot be parsed; the message names the spec."""
 
 
 @dataclass(frozen=True)

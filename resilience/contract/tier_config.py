@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from resilience.errors import ResilienceError
+from resilience.errors import TierConfigError
 
 TIERS_ENV = "SRES_TIERS"
 
@@ -23,10 +23,6 @@ def check_job_id(job_id: str) -> None:
     """A job id names a directory under the RAM root: nothing that could leave it."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_id or "") or job_id in (".", ".."):
         raise ValueError(f"not a job id: {job_id!r}")
-
-
-class TierConfigError(ResilienceError, ValueError):
-    """A tier configuration that cannot work; the message says which setting."""
 
 
 @dataclass(frozen=True)

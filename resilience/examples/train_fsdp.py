@@ -1,4 +1,5 @@
-"""A small transformer sharded with FSDP2 (``fully_shard`` per block, then the root): the sharded workload.
+"""A small transformer sharded with FSDP2 (``fully_shard`` per block, then the root): the
+sharded workload.
 
 Every parameter and optimizer state is a DTensor shard held by one rank (``--hsdp R``: by one
 rank in each of R replica groups), so a lost rank's state comes from a buddy's copy, not
@@ -15,9 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import resource
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -33,6 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import resilience
+from resilience.examples import outputs
 
 # fully_shard warns that TinyLM returns a view (its head's output); nothing here modifies it
 # in place, which is what the warning is about.
@@ -128,6 +128,71 @@ def state_mib(args: argparse.Namespace) -> float:
     return sum(p.numel() for p in model.parameters()) * 4 * 3 / 2**20
 
 
+def train(ctx: resilience.Context, args: argparse.Namespace) -> None:
+    """The training function, as one writes it: build, register, then step and commit."""
+    if ctx.world_size % args.hsdp:
+        raise ValueError(f"--hsdp {args.hsdp} does not divide the world size {ctx.world_size}")
+    model = build(args, ctx.world_size)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    ctx.register(model=model, optimizer=opt)
+    trace_digests("entry", ctx, model, opt, args)
+    loss = torch.tensor(float("nan"))
+    clock = outputs.StepClock()
+    for step in ctx.steps(args.steps):
+        tokens, targets = batch_for(step, ctx.rank, args)
+        logits = model(tokens)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
+        if args.compute_s:
+            time.sleep(args.compute_s)
+        loss.backward()
+        with ctx.commit():
+            opt.step()
+            opt.zero_grad()
+        trace_digests("commit", ctx, model, opt, args)
+        clock.tick()
+        outputs.progress(ctx, step, args.steps, loss, args.progress_every)
+    model_digest, optimizer_digest = full_digests(model, opt) if dist.is_initialized() else (None, None)
+    if args.out is not None:
+        digests = {"model_digest": model_digest, "optimizer_digest": optimizer_digest}
+        peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        outputs.write_result(args.out, ctx, loss, clock, digests, peak_rss_mib=peak_rss_mib)
+
+
+def trace_digests(
+    at: str,
+    ctx: resilience.Context,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    args: argparse.Namespace,
+) -> None:
+    """``--trace-digests``: the whole state's digests now (a collective: every rank calls
+    this), appended by rank 0 to ``<out>/digests.jsonl`` to compare across world sizes."""
+    if not args.trace_digests:
+        return
+    model_digest, optimizer_digest = full_digests(model, opt)
+    if ctx.rank == 0 and args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        record = {
+            "at": at,
+            "step": ctx.step,
+            "generation": ctx.generation,
+            "world_size": ctx.world_size,
+            "model": model_digest,
+            "optimizer": optimizer_digest,
+        }
+        with open(args.out / "digests.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    resilience.run(lambda ctx: train(ctx, args))
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -162,85 +227,6 @@ def parse_args() -> argparse.Namespace:
         "--out", type=Path, default=None, help="write rank<R>.json with the final digests here"
     )
     return parser.parse_args()
-
-
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(1)
-
-    def train(ctx: resilience.Context) -> None:
-        if ctx.world_size % args.hsdp:
-            raise ValueError(f"--hsdp {args.hsdp} does not divide the world size {ctx.world_size}")
-        model = build(args, ctx.world_size)
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-        ctx.register(model=model, optimizer=opt)
-
-        def trace(at: str) -> None:
-            """The whole state's digests now (a collective), to compare across world sizes."""
-            if args.trace_digests:
-                model_digest, optimizer_digest = full_digests(model, opt)
-                if ctx.rank == 0 and args.out is not None:
-                    args.out.mkdir(parents=True, exist_ok=True)
-                    with open(args.out / "digests.jsonl", "a") as f:
-                        f.write(
-                            json.dumps(
-                                {
-                                    "at": at,
-                                    "step": ctx.step,
-                                    "generation": ctx.generation,
-                                    "world_size": ctx.world_size,
-                                    "model": model_digest,
-                                    "optimizer": optimizer_digest,
-                                }
-                            )
-                            + "\n"
-                        )
-
-        trace("entry")
-        loss = torch.tensor(float("nan"))
-        step_times: list[float] = []
-        last = time.perf_counter()
-        for step in ctx.steps(args.steps):
-            tokens, targets = batch_for(step, ctx.rank, args)
-            logits = model(tokens)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
-            if args.compute_s:
-                time.sleep(args.compute_s)
-            loss.backward()
-            with ctx.commit():
-                opt.step()
-                opt.zero_grad()
-            trace("commit")
-            now = time.perf_counter()
-            step_times.append(now - last)
-            last = now
-            if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
-                print(
-                    f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True
-                )
-        model_digest, optimizer_digest = full_digests(model, opt) if dist.is_initialized() else (None, None)
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"rank{ctx.rank}.json").write_text(
-                json.dumps(
-                    {
-                        "rank": ctx.rank,
-                        "digest": ctx.state_digest(),
-                        "model_digest": model_digest,
-                        "optimizer_digest": optimizer_digest,
-                        "loss": loss.item(),
-                        "step": ctx.step,
-                        "generation": ctx.generation,
-                        "pid": os.getpid(),
-                        "world_size": ctx.world_size,
-                        # Steady state: the first steps of a generation pay for warm-up and re-entry.
-                        "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
-                        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                    }
-                )
-            )
-
-    resilience.run(train)
 
 
 if __name__ == "__main__":

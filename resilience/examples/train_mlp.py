@@ -12,9 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
-import os
-import statistics
 import time
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 import resilience
+from resilience.examples import outputs
 
 
 DDP_KINDS = ("resilience", "exact", "torch")
@@ -74,7 +72,8 @@ def elastic_step(
     whatever the world size. DDP averages over ranks, so each rank's micro-losses are summed
     over its share; exact mode averages over micro-batches, so each is a plain mean (a divisor
     that changes with the world size would change the bits). Random ops (dropout) draw from
-    the micro-batch's own stream (``resilience.micro_batch_rng``): the same masks at any world size."""
+    the micro-batch's own stream (``resilience.micro_batch_rng``): the same masks at any world
+    size."""
     micro = sampler.indices(step, ctx.rank, ctx.world_size)
     ids = resilience.micro_batch_ids(ctx.batch, ctx.rank)
     per_rank = ctx.batch.per_rank
@@ -95,7 +94,8 @@ def elastic_step(
 
 @torch.no_grad()
 def eval_loss(model: torch.nn.Module, width: int, seed: int, count: int = 64) -> float:
-    """Mean loss over the first ``count`` samples (without dropout): comparable across runs of any world size."""
+    """Mean loss over the first ``count`` samples (without dropout): comparable across runs of
+    any world size."""
     xs, ys = zip(*(sample(j, width, seed) for j in range(count)))
     model.eval()
     try:
@@ -120,8 +120,88 @@ def state_mb(width: int, depth: int) -> float:
     return params * 4 * 3 / 2**20
 
 
+def train(ctx: resilience.Context, args: argparse.Namespace) -> None:
+    """The training function, as one writes it: build, register, then step and commit."""
+    if args.fail_always:
+        raise ValueError("this train function always fails")
+    model = build_model(args.width, args.depth, args.seed, args.dropout)
+    if args.sharded:
+        opt = resilience.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=args.lr)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    ctx.register(model=model, optimizer=opt)
+    sampler = None
+    if args.dataset:
+        sampler = resilience.ElasticSampler(args.dataset, args.global_batch, args.micro_batch, args.seed)
+        ctx.register(sampler=sampler)
+        for group in opt.param_groups:
+            group["lr"] = args.lr * ctx.lr_scale
+    ddp = wrap(model, args.ddp, args.exact_bits)
+    loss = torch.tensor(float("nan"))
+    clock = outputs.StepClock()
+    for step in ctx.steps(args.steps):
+        loss = forward_backward(ddp, ctx, sampler, step, args)
+        with ctx.commit():
+            opt.step()
+            opt.zero_grad()
+        if args.sleep_s:
+            time.sleep(args.sleep_s)
+        clock.tick()
+        outputs.progress(ctx, step, args.steps, loss, args.progress_every)
+    if args.out is not None:
+        evaluated = eval_loss(model, args.width, args.seed) if sampler is not None else None
+        digests = {"model_digest": model_digest(model)}
+        outputs.write_result(args.out, ctx, loss, clock, digests, eval_loss=evaluated)
+
+
+def forward_backward(
+    ddp: torch.nn.Module,
+    ctx: resilience.Context,
+    sampler: resilience.ElasticSampler | None,
+    step: int,
+    args: argparse.Namespace,
+) -> torch.Tensor:
+    """This rank's loss at ``step``, its gradients computed: the global batch in micro-batches
+    (elastic mode, ``--dataset``), else a batch of this rank's own."""
+    if sampler is not None:
+        return elastic_step(
+            ddp,
+            ctx,
+            sampler,
+            step,
+            args.width,
+            args.seed,
+            exact=args.ddp == "exact",
+            sync_every_backward=args.sync_every_backward,
+        )
+    x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
+    loss = torch.nn.functional.mse_loss(ddp(x), y)
+    if args.compute_s:
+        time.sleep(args.compute_s)
+    loss.backward()
+    return loss
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    options = {"deterministic_ddp": False} if args.no_deterministic_ddp else {}
+    resilience.run(lambda ctx: train(ctx, args), **options)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
+    _add_training_flags(parser)
+    _add_test_flags(parser)
+    _add_elastic_flags(parser)
+    return parser.parse_args()
+
+
+def _add_training_flags(parser: argparse.ArgumentParser) -> None:
+    """The model, its data, optimizer and data parallelism."""
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--depth", type=int, default=2)
@@ -143,6 +223,10 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="resilience.run(train, deterministic_ddp=False): leave plain DDP's bucket all-reduce alone",
     )
+
+
+def _add_test_flags(parser: argparse.ArgumentParser) -> None:
+    """What the tests and benchmarks ask of a run: failures, slowness, progress and results."""
     parser.add_argument("--fail-always", action="store_true", help="raise on every entry (tests give-up)")
     parser.add_argument("--progress-every", type=int, default=10)
     parser.add_argument(
@@ -158,6 +242,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--out", type=Path, default=None, help="write rank<R>.json with the final digest here"
     )
+
+
+def _add_elastic_flags(parser: argparse.ArgumentParser) -> None:
+    """Elastic mode: a dataset through resilience.ElasticSampler, in micro-batches."""
     parser.add_argument(
         "--dataset",
         type=int,
@@ -180,83 +268,6 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="elastic mode: no no_sync() around any micro-batch (every backward synchronizes)",
     )
-    return parser.parse_args()
-
-
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(1)
-
-    def train(ctx: resilience.Context) -> None:
-        if args.fail_always:
-            raise ValueError("this train function always fails")
-        model = build_model(args.width, args.depth, args.seed, args.dropout)
-        if args.sharded:
-            opt = resilience.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=args.lr)
-        else:
-            opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-        ctx.register(model=model, optimizer=opt)
-        sampler = None
-        if args.dataset:
-            sampler = resilience.ElasticSampler(args.dataset, args.global_batch, args.micro_batch, args.seed)
-            ctx.register(sampler=sampler)
-            for group in opt.param_groups:
-                group["lr"] = args.lr * ctx.lr_scale
-        ddp = wrap(model, args.ddp, args.exact_bits)
-        loss = torch.tensor(float("nan"))
-        step_times: list[float] = []
-        last = time.perf_counter()
-        for step in ctx.steps(args.steps):
-            if sampler is not None:
-                loss = elastic_step(
-                    ddp,
-                    ctx,
-                    sampler,
-                    step,
-                    args.width,
-                    args.seed,
-                    exact=args.ddp == "exact",
-                    sync_every_backward=args.sync_every_backward,
-                )
-            else:
-                x, y = batch_for(step, ctx.rank, args.width, args.batch, args.seed)
-                loss = torch.nn.functional.mse_loss(ddp(x), y)
-                if args.compute_s:
-                    time.sleep(args.compute_s)
-                loss.backward()
-            with ctx.commit():
-                opt.step()
-                opt.zero_grad()
-            if args.sleep_s:
-                time.sleep(args.sleep_s)
-            now = time.perf_counter()
-            step_times.append(now - last)
-            last = now
-            if ctx.rank == 0 and (step % args.progress_every == 0 or step == args.steps - 1):
-                print(
-                    f"step {step:4d}/{args.steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True
-                )
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"rank{ctx.rank}.json").write_text(
-                json.dumps(
-                    {
-                        "rank": ctx.rank,
-                        "digest": ctx.state_digest(),
-                        "model_digest": model_digest(model),
-                        "loss": loss.item(),
-                        "step": ctx.step,
-                        "generation": ctx.generation,
-                        "pid": os.getpid(),
-                        "world_size": ctx.world_size,
-                        # Steady state: the first steps of a generation pay for warm-up and re-entry.
-                        "median_step_s": statistics.median(step_times[2:]) if len(step_times) > 4 else None,
-                        "eval_loss": eval_loss(model, args.width, args.seed) if sampler is not None else None,
-                    }
-                )
-            )
-
-    resilience.run(train, **({"deterministic_ddp": False} if args.no_deterministic_ddp else {}))
 
 
 if __name__ == "__main__":

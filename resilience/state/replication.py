@@ -1,28 +1,32 @@
-"""Who holds whose state, how a generation agrees on the step to resume, and the transfers.
+"""Copies of a rank's state kept in other processes: the rings of recent snapshots, and the
+buddy copies of sharded state.
 
-Every rank keeps its last two committed snapshots (own memory). Data-parallel (replicated)
+Every rank keeps its last committed snapshots (own memory). Data-parallel (replicated)
 state is the same on every rank, so any live peer can serve it. Sharded state (e.g. a
 ZeRO-1 optimizer shard) exists once per rank, so each rank also sends its shard to
-``factor - 1`` buddy ranks on other nodes after each commit, in the background.
-
-At re-formation, :func:`plan_recovery` (pure) picks the newest step that every survivor
-still holds and for which every replaced rank's state can be fetched; a survivor that got
-one step further rolls back to it (commits are all-or-nothing across survivors). It never
-picks a step for which some state is missing: that is :class:`Unrecoverable`.
+``factor - 1`` buddy ranks on other nodes after each commit, in the background
+(:class:`BuddyReplicator`). Which step a generation resumes at, and who sends what, is
+:mod:`resilience.state.recovery_plan`'s (pure); the transfers are
+:mod:`resilience.state.transfer`'s.
 """
 
 from __future__ import annotations
 
-import pickle
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-import torch
 import torch.distributed as dist
 
-from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
-from resilience.errors import ResilienceError
+# The planning moved to recovery_plan: its names stay importable from here, where the tests
+# take them.
+from resilience.errors import Unrecoverable as Unrecoverable
+from resilience.state.recovery_plan import Holdings as Holdings
+from resilience.state.recovery_plan import RankPart as RankPart
+from resilience.state.recovery_plan import Transfer as Transfer
+from resilience.state.recovery_plan import plan_rank_parts as plan_rank_parts
+from resilience.state.recovery_plan import plan_recovery as plan_recovery
+from resilience.state.snapshot import Snapshot
+from resilience.state.transfer import recv_snapshot, send_snapshot
 
 KEEP = 2
 """Snapshots of a buddy's state kept: its last complete copy and the one before."""
@@ -35,107 +39,6 @@ N - 1, so each needs its last three commits; one more step is impossible, as nob
 step N + 2's collectives without the dead rank."""
 
 
-class Unrecoverable(ResilienceError, RuntimeError):
-    """Some rank's state exists on no live process: peers cannot restore it."""
-
-
-@dataclass(frozen=True)
-class Holdings:
-    """What one rank can offer: steps of its own state, and of buddies' shards it holds."""
-
-    rank: int
-    own: tuple[int, ...] = ()
-    """Steps of this rank's replicated (data-parallel) state."""
-    shards: tuple[int, ...] = ()
-    """Steps of this rank's own sharded state."""
-    replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    sharded: bool = False
-    shard_world: int = 0
-    """World size in which the sharded state held here (own and replicas) was made; 0: none."""
-    shard_rank: int = -1
-    """The rank whose shard ``shards`` are (this rank's own before a resize renumbered it)."""
-    twins: tuple[int, ...] = ()
-    """Ranks whose sharded state is this rank's too (HSDP: the same shard in the other replica
-    groups): they serve it without buddy copies."""
-    ranked: tuple[int, ...] = ()
-    """Steps of this rank's own per-rank part (random streams, loader positions)."""
-    rank_replicas: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    """owner -> steps of its per-rank part held here (this rank is its buddy)."""
-    rank_world: int = 0
-    """World size in which the per-rank parts held here were taken; 0: none."""
-
-
-@dataclass(frozen=True)
-class Transfer:
-    src: int
-    dst: int
-    part: str  # "replicated" | "sharded"
-    owner: int
-    """Whose snapshot ``src`` sends: the shard's owner (a buddy's copy), or ``src`` itself (a
-    twin's own shard, or replicated state)."""
-
-
-@dataclass(frozen=True)
-class RankPart:
-    """Where rank ``rank`` gets its own per-rank part from: ``holder`` (itself or a buddy), as
-    taken at ``step``'s commit (older than the recovery's step only when the newer was lost)."""
-
-    rank: int
-    holder: int
-    step: int
-
-
-@dataclass(frozen=True)
-class RecoveryPlan:
-    step: int  # -1: nothing committed yet, start from scratch
-    transfers: tuple[Transfer, ...] = ()
-    reshard: tuple[tuple[int, int], ...] = ()
-    """After a resize: (owner in the old world, holder now) for every old shard; each holder
-    broadcasts it and every rank rebuilds its own shard of the new world from all of them."""
-
-    rank_parts: tuple[RankPart, ...] = ()
-    inexact: tuple[int, ...] = ()
-    """Ranks whose per-rank part of ``step`` is on no live process: they resume with an older
-    one (or none), and the run is no longer bitwise what a fault-free run gives."""
-
-    def source(self, rank: int) -> str:
-        return "peer" if any(t.dst == rank for t in self.transfers) else "self"
-
-
-def plan_rank_parts(
-    step: int, world: int, holdings: Mapping[int, Holdings]
-) -> tuple[tuple[RankPart, ...], tuple[int, ...]]:
-    """Where each rank's per-rank part of ``step`` comes from, and which ranks lack it. Pure.
-
-    A rank's part is its own: from itself, else from a buddy's copy; never another rank's.
-    When both were lost at ``step`` (a node lost after the commit, before the copy reached the
-    buddy) the newest older copy serves and the rank is named inexact. After a resize the
-    parts belong to another numbering and none is used.
-    """
-    if step < 0 or not any(h.ranked or h.rank_replicas for h in holdings.values()):
-        return (), ()
-    if {h.rank_world for h in holdings.values() if h.rank_world} != {world}:
-        return (), ()
-    parts, inexact = [], []
-    for rank in range(world):
-        offers = [(s, rank) for s in holdings.get(rank, Holdings(rank)).ranked]
-        offers += [
-            (s, q) for q, h in sorted(holdings.items()) if q != rank for s in h.rank_replicas.get(rank, ())
-        ]
-        exact = [o for o in offers if o[0] == step]
-        older = [o for o in offers if o[0] < step]
-        if exact:
-            pick = min(exact, key=lambda o: (o[1] != rank, o[1]))
-        elif older:
-            pick = max(older, key=lambda o: (o[0], o[1] == rank, -o[1]))
-            inexact.append(rank)
-        else:
-            inexact.append(rank)
-            continue
-        parts.append(RankPart(rank, pick[1], pick[0]))
-    return tuple(parts), tuple(inexact)
-
-
 def buddies(rank: int, world: int, procs_per_node: int, factor: int, twins: int = 0) -> list[int]:
     """Ranks that hold copies of ``rank``'s shard: same local rank on the next nodes, as many
     as ``factor`` copies need beyond the rank's own and its ``twins``' (HSDP replica groups)."""
@@ -146,94 +49,6 @@ def buddies(rank: int, world: int, procs_per_node: int, factor: int, twins: int 
         if b != rank and b not in out:
             out.append(b)
     return out
-
-
-def plan_recovery(world: int, holdings: Mapping[int, Holdings], factor: int = 2) -> RecoveryPlan:
-    """Pick the step to resume at and the transfers that give every rank its state. Pure.
-
-    The newest step for which the replicated state exists somewhere and every rank's shard
-    (sharded runs) exists on itself, a buddy or a twin. Ranks lacking the replicated state at
-    that step (replaced, behind by one commit, or cut off inside a commit) receive it from a
-    live peer; ranks lacking their shard receive it from a buddy's copy or a twin's own.
-    """
-    sharded = any(h.sharded for h in holdings.values())
-    candidates = sorted(set().union(*(h.own for h in holdings.values())), reverse=True)
-    if not candidates:
-        return RecoveryPlan(-1)
-    old_world = max((h.shard_world for h in holdings.values()), default=0)
-    if (
-        sharded
-        and old_world
-        and (old_world != world or any(h.shard_world and h.shard_rank != r for r, h in holdings.items()))
-    ):
-        return _plan_reshard(candidates, holdings, old_world, factor)
-    missing = ""
-    for step in candidates:
-        donors = sorted(r for r, h in holdings.items() if step in h.own)
-        transfers: list[Transfer] = []
-        for rank in range(world):
-            mine = holdings.get(rank, Holdings(rank))
-            if step not in mine.own:
-                donor = donors[rank % len(donors)]  # spread the load over live peers
-                transfers.append(Transfer(donor, rank, "replicated", donor))
-            if sharded and step not in mine.shards:
-                holders = sorted(
-                    q
-                    for q, h in holdings.items()
-                    if step in h.replicas.get(rank, ()) or (rank in h.twins and step in h.shards)
-                )
-                if not holders:
-                    # The buddy copy of this step may have been cut off by the fault: an older
-                    # step may be complete.
-                    missing = missing or (
-                        f"the state of rank {rank} at step {step} is on no live process: every "
-                        f"holder of its shard was lost (replication factor {factor})"
-                    )
-                    break
-                holder = holders[0]
-                twin = step not in holdings[holder].replicas.get(rank, ())
-                transfers.append(Transfer(holder, rank, "sharded", holder if twin else rank))
-        else:
-            return RecoveryPlan(step, tuple(transfers))
-    if candidates == [0]:
-        # The first commit's buddy copy was cut off (a fault at step 1, while it was still on
-        # its way): the commit before it is the initial state, which every rank rebuilds.
-        return RecoveryPlan(-1)
-    raise Unrecoverable(missing or "no committed step is held by the survivors")
-
-
-def _replicated_transfers(step: int, holdings: Mapping[int, Holdings], world: int) -> list[Transfer]:
-    donors = sorted(r for r, h in holdings.items() if step in h.own)
-    return [
-        Transfer(donors[rank % len(donors)], rank, "replicated", donors[rank % len(donors)])
-        for rank in range(world)
-        if step not in holdings.get(rank, Holdings(rank)).own
-    ]
-
-
-def _plan_reshard(
-    candidates: list[int], holdings: Mapping[int, Holdings], old_world: int, factor: int
-) -> RecoveryPlan:
-    """The world changed since the shards were made: the newest step at which every old shard
-    is held by someone (its owner or a buddy); all of them move to every rank."""
-    world = len(holdings)
-    for step in candidates:
-        sources = []
-        for owner in range(old_world):
-            holders = sorted(
-                r
-                for r, h in holdings.items()
-                if (h.shard_rank == owner and step in h.shards) or step in h.replicas.get(owner, ())
-            )
-            if not holders:
-                break
-            sources.append((owner, holders[0]))
-        else:
-            return RecoveryPlan(step, tuple(_replicated_transfers(step, holdings, world)), tuple(sources))
-    raise Unrecoverable(
-        f"resizing from {old_world} ranks: some shard is on no live process at any step held "
-        f"(replication factor {factor})"
-    )
 
 
 class SnapshotRing:
@@ -267,85 +82,6 @@ class SnapshotRing:
 
     def clear(self) -> None:
         self._by_step.clear()
-
-
-# --- transfers over a (gloo) process group -------------------------------------------------
-
-
-def send_snapshot(
-    snap: Snapshot,
-    dst: int,
-    group: dist.ProcessGroup | None = None,
-    midway: Callable[[], None] | None = None,
-    tag: int = 0,
-) -> int:
-    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway, tag)
-
-
-def send_state(
-    step: int,
-    skeleton: bytes,
-    tensors: list[torch.Tensor],
-    sizes: dict[str, int],
-    dst: int,
-    group: dist.ProcessGroup | None = None,
-    midway: Callable[[], None] | None = None,
-    tag: int = 0,
-) -> int:
-    """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
-    ones (no copy into a snapshot first); the caller must not change them until this returns.
-    ``midway`` runs when the metadata and half the tensors are out (where faults are injected).
-    ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
-    meta = pickle.dumps((step, skeleton, sizes, checksum(skeleton, tensors)))
-    dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group, tag=tag)
-    dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group, tag=tag)
-    sent = len(meta)
-    for i, t in enumerate(tensors):
-        if midway is not None and i == len(tensors) // 2:
-            midway()
-        flat = t.detach().contiguous().reshape(-1)
-        dist.send(flat, dst, group=group, tag=tag)
-        sent += flat.numel() * flat.element_size()
-    return sent
-
-
-def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
-    """``src``'s snapshot on every rank of ``group`` (``snap`` is given on ``src`` only), checksum verified."""
-    if snap is not None:
-        meta = pickle.dumps((snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, snap.regions())))
-        size = torch.tensor([len(meta)], dtype=torch.int64)
-    else:
-        size = torch.empty(1, dtype=torch.int64)
-    dist.broadcast(size, src, group=group)
-    buf = (
-        torch.frombuffer(bytearray(meta), dtype=torch.uint8)
-        if snap is not None
-        else torch.empty(int(size.item()), dtype=torch.uint8)
-    )
-    dist.broadcast(buf, src, group=group)
-    step, skeleton, sizes, expected = pickle.loads(buf.numpy().tobytes())
-    out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
-    regions = out.regions()
-    for region in regions:
-        dist.broadcast(region, src, group=group)
-    if snap is None and checksum(skeleton, regions) != expected:
-        raise Unrecoverable(f"shard broadcast by rank {src} for step {step} fails its checksum")
-    return out
-
-
-def recv_snapshot(src: int, group: dist.ProcessGroup | None = None, tag: int = 0) -> Snapshot:
-    size = torch.empty(1, dtype=torch.int64)
-    dist.recv(size, src, group=group, tag=tag)
-    meta = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.recv(meta, src, group=group, tag=tag)
-    step, skeleton, sizes, expected = pickle.loads(meta.numpy().tobytes())
-    snap = empty_like_layout(step, skeleton, sizes)
-    regions = snap.regions()
-    for region in regions:
-        dist.recv(region, src, group=group, tag=tag)
-    if checksum(skeleton, regions) != expected:
-        raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
-    return snap
 
 
 class BuddyReplicator:

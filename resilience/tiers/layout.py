@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from resilience.contract.tier_config import TierConfig, check_job_id
-from resilience.tiers import manifest as mf
+from resilience.tiers import checkpoint_dirs as dirs
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
@@ -100,17 +100,17 @@ def record_job_config(config: TierConfig, root: Path | None = None) -> None:
 def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
     """step -> world size of every checkpoint under ``root`` whose manifests exist for all its
     ranks (a cheap check: manifests and file sizes, not checksums), newest first."""
-    return complete_steps_of(root, mf.steps_in(root), job_id)
+    return complete_steps_of(root, dirs.steps_in(root), job_id)
 
 
 def complete_steps_of(root: Path, steps: list[int], job_id: str | None = None) -> dict[int, int]:
     """:func:`complete_steps` among ``steps`` only."""
     out: dict[int, int] = {}
     for step in steps:
-        ranks = mf.ranks_in(root, step)
+        ranks = dirs.ranks_in(root, step)
         try:
-            manifests = [mf.read_manifest(mf.rank_dir(root, step, r), job_id) for r in ranks]
-        except mf.CheckpointInvalid:
+            manifests = [dirs.read_manifest(dirs.rank_dir(root, step, r), job_id) for r in ranks]
+        except dirs.CheckpointInvalid:
             continue
         if (
             manifests
@@ -132,9 +132,9 @@ def prune(
     nothing is removed. With ``job_id``, only that job's copies count and only steps holding
     no other job's copy are removed (several jobs may share a persistent directory).
     """
-    steps = mf.steps_in(root)
+    steps = dirs.steps_in(root)
     if owner is not None:
-        steps = [s for s in steps if mf.rank_dir(root, s, owner).exists()]
+        steps = [s for s in steps if dirs.rank_dir(root, s, owner).exists()]
     complete = [s for s in steps if _complete(root, s, owner, job_id)]
     if keep < 1 or len(complete) < keep:
         return
@@ -142,10 +142,10 @@ def prune(
     for step in steps:
         if step >= oldest_kept or step in pinned or _another_jobs(root, step, owner, job_id):
             continue
-        target = mf.rank_dir(root, step, owner) if owner is not None else mf.step_dir(root, step)
+        target = dirs.rank_dir(root, step, owner) if owner is not None else dirs.step_dir(root, step)
         shutil.rmtree(target, ignore_errors=True)
         try:
-            mf.step_dir(root, step).rmdir()  # gone when its last rank left
+            dirs.step_dir(root, step).rmdir()  # gone when its last rank left
         except OSError:
             pass
 
@@ -155,9 +155,9 @@ def _complete(root: Path, step: int, owner: int | None, job_id: str | None) -> b
     if owner is None:
         return step in complete_steps_of(root, [step], job_id)
     try:
-        mf.read_manifest(mf.rank_dir(root, step, owner), job_id)
+        dirs.read_manifest(dirs.rank_dir(root, step, owner), job_id)
         return True
-    except mf.CheckpointInvalid:
+    except dirs.CheckpointInvalid:
         return False
 
 
@@ -165,11 +165,11 @@ def _another_jobs(root: Path, step: int, owner: int | None, job_id: str | None) 
     """Whether ``step`` (rank ``owner``'s part) holds a copy that names a job other than ``job_id``."""
     if job_id is None:
         return False
-    for rank in [owner] if owner is not None else mf.ranks_in(root, step):
+    for rank in [owner] if owner is not None else dirs.ranks_in(root, step):
         try:
-            if mf.read_manifest(mf.rank_dir(root, step, rank)).job_id != job_id:
+            if dirs.read_manifest(dirs.rank_dir(root, step, rank)).job_id != job_id:
                 return True
-        except mf.CheckpointInvalid:
+        except dirs.CheckpointInvalid:
             continue
     return False
 
@@ -201,7 +201,7 @@ def cleanup_job(job_id: str, root: Path | None = None) -> bool:
         for sub in ("own", "neighbour"):
             newest = _newest_complete_rank_step(node / sub, job_id)
             if newest is not None and newest > persisted:
-                keep.append(mf.step_dir(node / sub, newest))
+                keep.append(dirs.step_dir(node / sub, newest))
     if not keep:
         shutil.rmtree(path, ignore_errors=True)
         return True
@@ -221,11 +221,11 @@ def cleanup_job(job_id: str, root: Path | None = None) -> bool:
 
 def _newest_complete_rank_step(root: Path, job_id: str) -> int | None:
     """Newest step with at least one valid rank manifest (a node holds some ranks of a step)."""
-    for step in mf.steps_in(root):
-        for rank in mf.ranks_in(root, step):
+    for step in dirs.steps_in(root):
+        for rank in dirs.ranks_in(root, step):
             try:
-                mf.read_manifest(mf.rank_dir(root, step, rank), job_id)
+                dirs.read_manifest(dirs.rank_dir(root, step, rank), job_id)
                 return step
-            except mf.CheckpointInvalid:
+            except dirs.CheckpointInvalid:
                 continue
     return None

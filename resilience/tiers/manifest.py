@@ -12,12 +12,12 @@ rank's own checksum, so a rank whose state differed never loads rank 0's.
 The files are written into a temporary directory, the manifest last, and the directory is
 renamed into place: a checkpoint without a valid manifest is never complete, and a reader
 never uses one. Every failure a reader can meet is a :class:`CheckpointInvalid` whose
-message names the file and why, so that the events log can say it.
+message names the file and why, so that the events log can say it. Naming the directories
+and reading a manifest need no torch: :mod:`resilience.tiers.checkpoint_dirs` (the epilog's).
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import pickle
@@ -25,115 +25,25 @@ import shutil
 import struct
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+# The names of resilience.tiers.checkpoint_dirs (torch-free, for the epilog) and of the
+# checkpoint errors stay importable from here, where the tiers and the tests take them.
+from resilience.errors import CheckpointError as CheckpointError
+from resilience.errors import CheckpointInvalid
+from resilience.errors import OtherJob as OtherJob
 from resilience.state.snapshot import Snapshot, checksum, matches
-from resilience.errors import ResilienceError
+from resilience.tiers.checkpoint_dirs import MANIFEST, FileEntry, Manifest, rank_dir, read_manifest
+from resilience.tiers.checkpoint_dirs import ranks_in as ranks_in
+from resilience.tiers.checkpoint_dirs import step_dir as step_dir
+from resilience.tiers.checkpoint_dirs import steps_in as steps_in
 
-FORMAT = 1
 MAGIC = b"SRESCKP1"
-MANIFEST = "manifest.json"
 ALIGN = 64
-
-
-class CheckpointError(ResilienceError, RuntimeError):
-    """Base of the checkpoint errors."""
-
-
-class CheckpointInvalid(CheckpointError):
-    """A checkpoint that must not be used: missing or bad manifest, missing file, wrong size,
-    checksum mismatch, another job or world size. The message names the file."""
-
-
-class OtherJob(CheckpointInvalid):
-    """A checkpoint of another job, in a directory jobs share: not this job's to use or judge."""
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    size: int
-    checksum: str
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a reader checks before it uses a rank's checkpoint."""
-
-    job_id: str
-    step: int
-    world_size: int
-    rank: int
-    files: dict[str, FileEntry]
-    layout: dict[str, dict[str, int]] = field(default_factory=dict)
-    """kind -> dtype -> element count (the shard layout of this rank)."""
-    created: float = 0.0
-    shared: dict[str, int] = field(default_factory=dict)
-    """file name -> rank whose directory of the same step holds that file (its size and
-    checksum are still this rank's own, in ``files``)."""
-    format: int = FORMAT
-
-    def path_of(self, path: Path, name: str) -> Path:
-        """Where file ``name`` of the checkpoint directory ``path`` is."""
-        owner = self.shared.get(name)
-        return Path(path) / name if owner is None else Path(path).parent / f"rank-{owner:05d}" / name
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str, where: Path) -> "Manifest":
-        try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT:
-                raise CheckpointInvalid(f"{where}: unknown manifest format {data.get('format')!r}")
-            files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
-            return cls(
-                job_id=str(data["job_id"]),
-                step=int(data["step"]),
-                world_size=int(data["world_size"]),
-                rank=int(data["rank"]),
-                files=files,
-                layout=dict(data.get("layout", {})),
-                created=float(data.get("created", 0.0)),
-                shared={str(k): int(v) for k, v in data.get("shared", {}).items()},
-            )
-        except CheckpointInvalid:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise CheckpointInvalid(f"{where}: manifest unreadable ({type(err).__name__}: {err})") from None
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
-
-
-def rank_dir(root: Path, step: int, rank: int) -> Path:
-    return step_dir(root, step) / f"rank-{rank:05d}"
-
-
-def steps_in(root: Path) -> list[int]:
-    """Steps that have a directory under ``root`` (complete or not), newest first."""
-    out = []
-    try:
-        entries = list(Path(root).iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.name.startswith("step-") and entry.name[5:].isdigit():
-            out.append(int(entry.name[5:]))
-    return sorted(out, reverse=True)
-
-
-def ranks_in(root: Path, step: int) -> list[int]:
-    try:
-        names = [e.name for e in step_dir(root, step).iterdir()]
-    except OSError:
-        return []
-    return sorted(int(n[5:]) for n in names if n.startswith("rank-") and n[5:].isdigit())
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -260,41 +170,6 @@ def _align(n: int) -> int:
 # --- reading ------------------------------------------------------------------------------------
 
 
-def read_manifest(
-    path: Path, job_id: str | None = None, world_size: int | None = None, name: str = MANIFEST
-) -> Manifest:
-    """The manifest of the checkpoint directory ``path``; raises CheckpointInvalid (naming the
-    file) when it is missing, truncated, or belongs to another job or world size, or when a
-    listed file is missing or has another size."""
-    where = Path(path) / name
-    try:
-        text = where.read_text()
-    except FileNotFoundError:
-        raise CheckpointInvalid(f"{where}: no manifest (checkpoint incomplete)") from None
-    except OSError as err:
-        raise CheckpointInvalid(f"{where}: unreadable ({err})") from None
-    manifest = Manifest.from_json(text, where)
-    if job_id is not None and manifest.job_id != job_id:
-        raise OtherJob(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
-    if world_size is not None and manifest.world_size != world_size:
-        raise CheckpointInvalid(f"{where}: written by {manifest.world_size} ranks, this run has {world_size}")
-    for name, entry in manifest.files.items():
-        where = manifest.path_of(path, name)
-        try:
-            size = where.stat().st_size
-        except OSError:
-            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: missing") from None
-        if size != entry.size:
-            raise CheckpointInvalid(
-                f"{where}{_sharer(manifest, name)}: {size} bytes, the manifest says {entry.size}"
-            )
-    return manifest
-
-
-def _sharer(manifest: Manifest, name: str) -> str:
-    return f" (shared by rank {manifest.rank})" if name in manifest.shared else ""
-
-
 def load(
     path: Path,
     manifest: Manifest,
@@ -321,7 +196,7 @@ def load(
                 if name not in manifest.shared
                 else f"file corrupt, or it is not rank {manifest.rank}'s state"
             )
-            raise CheckpointInvalid(f"{where}{_sharer(manifest, name)}: checksum mismatch ({why})")
+            raise CheckpointInvalid(f"{where}{manifest.sharer_note(name)}: checksum mismatch ({why})")
         out[kind] = snap
     return out
 

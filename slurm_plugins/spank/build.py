@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from launcher.errors import ConfigError, SresError
+from slurm_plugins.errors import HooksConfigError, SpankBuildError
 
 SOURCE = Path(__file__).with_name("sres_auto_resume.c")
 PLUGIN = "sres_auto_resume.so"
@@ -19,18 +19,18 @@ PLUGIN = "sres_auto_resume.so"
 def build(out_dir: Path, cc: str = "cc", include: Path = Path("/usr/include")) -> Path:
     """Compile the plugin into ``out_dir``; returns the .so path."""
     if not (include / "slurm" / "spank.h").exists():
-        raise ConfigError(
+        raise HooksConfigError(
             f"{include}/slurm/spank.h not found: install Slurm's headers (apt-get install libslurm-dev)"
         )
     if shutil.which(cc) is None:
-        raise ConfigError(f"C compiler {cc!r} not found (apt-get install gcc), or pass --cc")
+        raise HooksConfigError(f"C compiler {cc!r} not found (apt-get install gcc), or pass --cc")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / PLUGIN
     tmp = out_dir / f".{PLUGIN}.tmp"
     cmd = [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{include}", "-o", str(tmp), str(SOURCE)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SresError(f"building the SPANK plugin failed ({' '.join(cmd)}):\n{result.stderr.strip()}")
+        raise SpankBuildError(f"building the SPANK plugin failed ({' '.join(cmd)}):\n{result.stderr.strip()}")
     tmp.replace(target)  # srun processes that already loaded the old file keep their mapping
     return target
 

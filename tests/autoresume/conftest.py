@@ -29,7 +29,7 @@ def plugin(cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("spank")
     so = build(out)
     sres = out / "sres"  # what an installed console script does, for the repository under test
-    sres.write_text(f'#!/bin/sh\nexport PYTHONPATH={REPO}\nexec {sys.executable} -m launcher.cli "$@"\n')
+    sres.write_text(f'#!/bin/sh\nexport PYTHONPATH={REPO}\nexec {sys.executable} -m launcher.entry "$@"\n')
     sres.chmod(0o755)
     cluster.plugstack_path.write_text(plugstack_line(so, str(sres)) + "\n")
     yield so

@@ -152,7 +152,7 @@ def test_preemption_when_requeues_are_used_up_fails_clearly(tmp_path):
         [
             sys.executable,
             "-m",
-            "launcher.cli",
+            "launcher.entry",
             "run",
             "--nodes",
             "2",

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from launcher.cli import job_control
+from launcher.slurm import job_control
 from launcher.slurm import templates
 from launcher.errors import ConfigError
 from launcher.slurm.client import SlurmClient

@@ -112,7 +112,7 @@ def hook_cluster(tmp_path_factory: pytest.TempPathFactory):
     cluster.extra_conf = hook_conf(hooks.prefix)
     for node in cluster.nodes:
         (hooks.mounts / node).mkdir(parents=True, exist_ok=True)
-    sres = f"{sys.executable} -m launcher.cli"
+    sres = f"{sys.executable} -m launcher.entry"
     wrappers.write_local(
         str(hooks.prefix),
         sres,

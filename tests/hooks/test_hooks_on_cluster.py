@@ -133,7 +133,7 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
             [
                 sys.executable,
                 "-m",
-                "launcher.cli",
+                "launcher.entry",
                 "hooks",
                 "check",
                 "--json",
@@ -154,7 +154,7 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
             [
                 sys.executable,
                 "-m",
-                "launcher.cli",
+                "launcher.entry",
                 "hooks",
                 "check",
                 "--json",

@@ -15,7 +15,7 @@ from tests.hooks import sshd as sshd_server
 from tests.slurm_cluster import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
-SRES = f"env PYTHONPATH={REPO} {sys.executable} -m launcher.cli"
+SRES = f"env PYTHONPATH={REPO} {sys.executable} -m launcher.entry"
 FILES = ("health.yaml", "hooks/prolog", "hooks/epilog", "hooks/healthcheck")
 
 
@@ -33,7 +33,7 @@ def install(sshd, prefix: Path, *extra: str, nodes: str = "127.0.0.[1,3]", key: 
     argv = [
         sys.executable,
         "-m",
-        "launcher.cli",
+        "launcher.entry",
         "hooks",
         "install",
         "--nodes",
@@ -118,7 +118,7 @@ def test_a_node_that_fails_verification_is_left_unchanged(sshd, tmp_path):
         [
             sys.executable,
             "-m",
-            "launcher.cli",
+            "launcher.entry",
             "hooks",
             "install",
             "--nodes",
@@ -148,7 +148,7 @@ def test_unknown_host_key_is_refused_without_the_flag(sshd, tmp_path):
         [
             sys.executable,
             "-m",
-            "launcher.cli",
+            "launcher.entry",
             "hooks",
             "install",
             "--nodes",

@@ -21,11 +21,11 @@ from launcher.supervisor.actions import (
     Resize,
     WaitForNode,
 )
-from launcher.supervisor.control import Request
-from launcher.supervisor.observe import Observation
 from launcher.placement import NodeEvidence
-from launcher.supervisor.policy import RECLAIMED, FaultState, RunState, node_verdict
-from launcher.supervisor.resize import ResizeState
+from launcher.supervisor.control import Request
+from launcher.supervisor.fault_policy import RECLAIMED, node_verdict
+from launcher.supervisor.resize import GROWTH_ORDER
+from launcher.supervisor.view import FaultState, Observation, ResizeState, RunState
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 from resilience.contract.messages import Report, SlotInfo
 
@@ -126,20 +126,27 @@ CASES = {
         Observation(requests=(Request(2, "resize", nodes=6),)),
         state(resize=ResizeState(5, "request", 90.0)),
         config(max_nodes=6),
-        [AddNodes(1), Answer(2, False, "a resize to 5 node(s) is under way; try again after it")],
+        [
+            AddNodes((6,), GROWTH_ORDER),
+            Answer(2, False, "a resize to 5 node(s) is under way; try again after it"),
+        ],
     ),
     "grow while a lost node waits: the new node takes its ranks": (
         Observation(requests=(Request(3, "grow", by=1),)),
         state(dead_nodes=DEAD_1, fault=FaultState(**{**LOST_1.__dict__, "waiting_since": 95.0})),
         config(min_nodes=4, max_nodes=5, on_no_spare="wait"),
-        [Answer(3, True, "starting 1 node(s) for the lost ranks"), AddNodes(1), WaitForNode(95.0)],
+        [
+            Answer(3, True, "starting 1 node(s) for the lost ranks"),
+            AddNodes((6,), GROWTH_ORDER),
+            WaitForNode(95.0),
+        ],
     ),
     # --- a resize under way ------------------------------------------------------------------------
     "grow: start the node first": (
         Observation(),
         state(resize=ResizeState(5, "request", 90.0)),
         config(max_nodes=6),
-        [AddNodes(1)],
+        [AddNodes((6,), GROWTH_ORDER)],
     ),
     "grow: wait for the new node to warm up": (
         Observation(),

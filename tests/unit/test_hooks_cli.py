@@ -136,3 +136,41 @@ def test_job_nodelist_is_read_from_either_variable():
     assert HookEnv.from_env({"SLURM_NODELIST": "n[1-2]"}).nodelist == "n[1-2]"
     assert HookEnv.from_env({"SLURM_JOB_NODELIST": "n3", "SLURM_NODELIST": "n[1-2]"}).nodelist == "n3"
     assert HookEnv.from_env({"SLURM_JOBID": "9"}).job_id == "9"
+
+
+def test_the_epilog_as_slurm_runs_it_cleans_the_ram_tier_and_imports_no_torch(tmp_path):
+    """``sres hooks epilog`` through the ``sres`` console script's own entry (launcher.entry),
+    as every node runs it at every job's end: importing torch there would cost a second a job."""
+    from resilience.tiers.checkpoint_dirs import FileEntry, Manifest, rank_dir, steps_in
+
+    own = tmp_path / "ram" / "job-41" / "node-n7" / "own"
+    for step in (10, 20):  # two complete steps, nothing persisted: the newest one stays
+        path = rank_dir(own, step, 0)
+        path.mkdir(parents=True)
+        (path / "replicated.bin").write_bytes(b"x" * 64)
+        entry = FileEntry(64, "0")
+        (path / "manifest.json").write_text(Manifest("41", step, 1, 0, {"replicated.bin": entry}).to_json())
+    log = tmp_path / "h.jsonl"
+    off = {"enabled": False}
+    cfg = write(
+        tmp_path,
+        {
+            "ram_root": str(tmp_path / "ram"),
+            "log": {"file": str(log), "syslog": False},
+            "checks": {"gpu": off, "processes": off, "slurmctld": off},
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRES_"))}
+    env.update(PROLOG_ENV, SLURM_SCRIPT_CONTEXT="epilog_slurmd", PYTHONPROFILEIMPORTTIME="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher.entry", "hooks", "epilog", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [line for line in result.stderr.splitlines() if line.endswith("| torch")] == []
+    assert steps_in(own) == [20]
+    cleanup = [json.loads(line) for line in log.read_text().splitlines() if '"cleanup"' in line]
+    assert cleanup[0]["status"] == "ok" and cleanup[0]["ram_tier_removed"] is True

@@ -88,11 +88,7 @@ def test_no_import_cycles():
 
 
 def test_modules_stay_small():
-    big = {
-        n: len(p.read_text().splitlines())
-        for n, p in _modules().items()
-        if n.split(".")[0] in PACKAGES
-    }
+    big = {n: len(p.read_text().splitlines()) for n, p in _modules().items() if n.split(".")[0] in PACKAGES}
     assert {n: lines for n, lines in big.items() if lines > MAX_MODULE_LINES} == {}
 
 
@@ -163,8 +159,8 @@ def test_the_store_is_used_only_through_the_contract():
 
 
 def test_the_contract_imports_none_of_the_code_it_describes():
-    """Both sides import the contract; it imports neither (resilience.errors is a leaf of
-    exception classes, shared by all)."""
+    """Both sides import the contract; it imports neither. Its errors are resilience.errors',
+    which the contract may import: a leaf of exception classes (next rule), shared by all."""
     modules = _modules()
     leaks = {}
     for name, path in modules.items():
@@ -174,6 +170,118 @@ def test_the_contract_imports_none_of_the_code_it_describes():
                 d for d in deps if not d.startswith("resilience.contract") and d != "resilience.errors"
             )
     assert {n: d for n, d in leaks.items() if d} == {}
+
+
+def test_the_errors_modules_are_leaves():
+    """One errors.py per package holds its exception classes; each imports only the standard
+    library (slurm_plugins.errors also launcher.errors, whose SresError is its base): the
+    contract, the Slurm client and the admins' hooks import them without pulling in torch."""
+    modules = _modules()
+    allowed = {
+        "resilience.errors": set(),
+        "launcher.errors": set(),
+        "slurm_plugins.errors": {"launcher.errors"},
+    }
+    beyond = {
+        name: {d for d in _all_imports(modules[name]) if d.split(".")[0] not in sys.stdlib_module_names} - ok
+        for name, ok in allowed.items()
+    }
+    assert {n: sorted(d) for n, d in beyond.items() if d} == {}
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, ours or not, also inside a function (``from pkg import
+    name``: ``pkg.name`` when that is a module of ours, else ``pkg``)."""
+    modules = _modules()
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            for alias in node.names:
+                found.add(
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                )
+    return found
+
+
+def test_admin_hooks_import_from_the_launcher_only_its_slurm_client_and_errors():
+    """Hooks run on every node for every job: of the launcher they may use the Slurm client
+    (launcher.slurm, torch-free) and the errors, nothing that starts or watches ranks."""
+    modules = _modules()
+    wrong = {}
+    for name, path in modules.items():
+        if name.split(".")[0] == "slurm_plugins":
+            deps = {d for d in _all_imports(path) if d.split(".")[0] == "launcher"}
+            bad = {d for d in deps if d != "launcher.errors" and d.split(".")[:2] != ["launcher", "slurm"]}
+            if bad:
+                wrong[name] = sorted(bad)
+    assert wrong == {}
+
+
+def test_admin_hooks_and_the_slurm_client_never_import_torch():
+    """The prolog and epilog run for every job on every node: importing torch there costs a
+    second or more each time. Every slurm_plugins and launcher.slurm module, and every module
+    of ours they import anywhere (also inside a function: the epilog's RAM-tier cleanup), is
+    imported in a fresh interpreter, which then holds no torch. Only a deep check's own
+    ``import torch`` (GPU stress, all-reduce) is left out, being no module of ours."""
+    modules = _modules()
+    roots = [n for n in modules if n.split(".")[0] == "slurm_plugins" or n.startswith("launcher.slurm")]
+    wanted = set(roots)
+    for name in roots:
+        wanted |= {d for d in _all_imports(modules[name]) if d in modules}
+    script = (
+        "import importlib, sys\n"
+        f"for name in {sorted(wanted)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"imported: {done.stdout.strip()[:300]}"
+
+
+POLICY_MODULES = {
+    "launcher.supervisor.policy",
+    "launcher.supervisor.fault_policy",
+    "launcher.supervisor.replace_policy",
+    "launcher.supervisor.requeue_policy",
+    "launcher.supervisor.resize",
+}
+POLICY_MAY_IMPORT = {
+    "launcher.supervisor.actions",
+    "launcher.supervisor.view",
+    "launcher.supervisor.config",
+    "launcher.errors",
+    "resilience.contract.messages",
+    "resilience.contract.elastic_config",
+    "resilience.contract.tier_config",
+    "resilience.contract.injections",
+}
+
+
+def test_the_policy_imports_only_the_view_the_actions_and_the_configs():
+    """The policy is pure because of what it can reach: the frozen view (which names every value
+    type an observation carries), the actions it returns, the configs and the contract's
+    messages, the other policy modules, launcher.errors (a leaf of exception classes) and the
+    standard library. No store, placement, observer, executor or event log."""
+    modules = _modules()
+    wrong = {}
+    for name in sorted(POLICY_MODULES):
+        path = modules[name]
+        ours = _imports(name, path, modules) - POLICY_MODULES - POLICY_MAY_IMPORT
+        theirs = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                theirs.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                theirs.add(node.module.split(".")[0])
+        theirs -= set(PACKAGES) | set(sys.stdlib_module_names)
+        if ours | theirs:
+            wrong[name] = sorted(ours | theirs)
+    assert wrong == {}
 
 
 def test_ruff_passes():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.placement import NodeEvidence
 from launcher.observability.straggler import Straggler, StragglerConfig
+from launcher.placement import NodeEvidence
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import (
     AcquireNode,
@@ -26,8 +26,9 @@ from launcher.supervisor.actions import (
     StartStandby,
     UseIdleNode,
 )
-from launcher.supervisor.observe import Observation
-from launcher.supervisor.policy import REPLACEMENT_ORDER, ErrorAt, FaultState, RunState, error_at
+from launcher.supervisor.fault_policy import error_at
+from launcher.supervisor.replace_policy import REPLACEMENT_ORDER
+from launcher.supervisor.view import ErrorAt, FaultState, Observation, RunState
 from resilience.contract.messages import Report, SlotInfo
 
 # Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
@@ -334,7 +335,7 @@ CASES = {
         Observation(),
         state(fault=fault({1: "kill"}), respawns=4),
         CONFIG,
-        [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, (1,), "fault", (("n1p0r5", 1, 0),), ())],
+        [Publish({0: "n0p0", 1: "n1p0r5", 2: "n2p0"}, {1: "respawn"}, "fault", (("n1p0r5", 1, 0),), ())],
     ),
     "process fault with a warm standby on its node: the standby takes the rank and its local rank": (
         Observation(),
@@ -346,7 +347,7 @@ CASES = {
             warm=frozenset({"n1s7"}),
         ),
         CONFIG,
-        [Publish({0: "n0p0", 1: "n1s7", 2: "n2p0"}, (1,), "fault", (), (), (("n1s7", 0),))],
+        [Publish({0: "n0p0", 1: "n1s7", 2: "n2p0"}, {1: "standby"}, "fault", (), (), (("n1s7", 0),))],
     ),
     "...a warm one first; one still warming up is further along than a cold start": (
         Observation(),
@@ -358,7 +359,16 @@ CASES = {
             warm=frozenset({"n1s8"}),
         ),
         CONFIG,
-        [Publish({0: "n0p0", 1: "n1s8", 2: "n2s9"}, (1, 2), "fault", (), (), (("n1s8", 0), ("n2s9", 0)))],
+        [
+            Publish(
+                {0: "n0p0", 1: "n1s8", 2: "n2s9"},
+                {1: "standby", 2: "standby"},
+                "fault",
+                (),
+                (),
+                (("n1s8", 0), ("n2s9", 0)),
+            )
+        ],
     ),
     "--standby 1: every node holding ranks gets one once the generation runs": (
         Observation(),
@@ -377,7 +387,7 @@ CASES = {
         state(dead_nodes=frozenset({1}), fault=fault({1: "node"}, {1: "slurmd not responding"})),
         CONFIG,
         [
-            Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, (1,), "fault", (), (3,)),
+            Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, {1: "spare"}, "fault", (), (3,)),
             Drain(1, "slurmd not responding"),
         ],
     ),
@@ -385,7 +395,7 @@ CASES = {
         Observation(),
         state(dead_nodes=frozenset({1}), fault=fault({1: "node"})),
         CONFIG,
-        [Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, (1,), "fault", (), (3,))],
+        [Publish({0: "n0p0", 1: "n3p0", 2: "n2p0"}, {1: "spare"}, "fault", (), (3,))],
     ),
     "no spare: drain, then an idle node of the job": (
         Observation(),
@@ -452,7 +462,7 @@ def test_two_lost_nodes_need_two_spares():
     assert decide(NOW, Observation(), st, CONFIG) == [UseIdleNode()]
     st = RunState(**{**st.__dict__, "spare_nodes": (2, 3)})
     assert decide(NOW, Observation(), st, CONFIG) == [
-        Publish({0: "n2p0", 1: "n3p0"}, (0, 1), "fault", (), (2, 3))
+        Publish({0: "n2p0", 1: "n3p0"}, {0: "spare", 1: "spare"}, "fault", (), (2, 3))
     ]
 
 

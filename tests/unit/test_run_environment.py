@@ -2,7 +2,7 @@
 
 import argparse
 
-from launcher.cli import parser as cli
+from launcher.cli import run_options
 from launcher.run import environment
 
 
@@ -22,7 +22,7 @@ def test_the_command_line_wins_and_stops_at_the_training_command():
 def test_the_table_lists_every_option_the_parser_reads_from_the_environment():
     """A new option of sres run/srun gets its line here (the parser reads SRES_<OPTION> for each)."""
     parser = argparse.ArgumentParser()
-    cli._add_supervision_options(parser)  # the options both subcommands read
+    run_options.add_supervision_options(parser)  # the options both subcommands read
     actions = parser._actions  # argparse keeps no public list
     options = {o for a in actions for o in a.option_strings if o.startswith("--")} - {"--help"}
     assert {v.option for v in environment.VARIABLES if v.option} == options
@@ -34,3 +34,16 @@ def test_each_variable_is_listed_once_with_a_one_line_description():
     assert all(n.startswith(environment.PREFIX) for n in names)
     assert all(v.description and "\n" not in v.description for v in environment.VARIABLES)
     assert all(v.name == environment.variable(v.option) for v in environment.VARIABLES if v.option)
+
+
+def test_variables_are_read_by_their_kind():
+    env = {"SRES_NO_TIERS": "Yes", "SRES_NO_GROW": "0", "SRES_INJECT": "kill:rank=0:step=1; ;node:1:step=2"}
+    env |= {"SRES_HANG_TIMEOUT": "7", "SRES_NODES": "9"}  # not an option of the table: not read
+    assert environment.values(env) == {
+        "no_tiers": True,
+        "no_grow": False,
+        "inject": ["kill:rank=0:step=1", "node:1:step=2"],
+        "hang_timeout": "7",
+    }
+    assert "inject" not in environment.defaults(env)  # the command line replaces the list
+    assert environment.options()["--no-tiers"] is False and environment.options()["--log-dir"] is True

@@ -54,6 +54,9 @@ class FakePlacement:
         if self.rc[slot] is None:
             self.rc[slot] = -9
 
+    def echo(self, slot: str) -> None:
+        self.echo_slot = slot
+
     def stop_all(self, timeout_s: float = 30.0) -> None:
         for slot in self.rc:
             self.kill(slot)
@@ -71,8 +74,8 @@ class FakePlacement:
         node = self._growable.pop(0) if self._growable else None
         return None if node is None else NewNode(node, f"gpu{node}", "expansion", 0.1)
 
-    def new_node(self, index: int) -> NewNode | None:
-        return self.grow()
+    def simulate(self, node: int) -> NewNode | None:
+        return None
 
     def release(self, node: int, why: str) -> str | None:
         self.retired.append((node, f"released: {why}"))

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from launcher.supervisor import RunConfig, decide
 from launcher.supervisor.actions import Launch
-from launcher.supervisor.books import Books
-from launcher.supervisor.observe import Observation, SlotState
-from launcher.supervisor.policy import FaultState, RunState
-from launcher.supervisor.view import run_state
+from launcher.supervisor.books import Books, run_state
+from launcher.supervisor.observe import SlotState
+from launcher.supervisor.view import FaultState, Observation, RunState
 from resilience.contract.messages import Plan, SlotInfo
 
 CONFIG = RunConfig(command=("train",), nodes=2, spares=1, log_dir=Path("/nonexistent"), standby=1)

@@ -17,9 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.errors import ConfigError, SlurmError
+from launcher.errors import ConfigError, SlurmError, Unreachable
 from launcher.slurm.client import SlurmClient
-from launcher.supervisor import control
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str]
     log_dir = run_dir(client, job_id)
     try:
         return here(str(log_dir))
-    except control.Unreachable:
+    except Unreachable:
         pass
     command = [argv[0], str(log_dir), *argv[1:]]
     sys.stdout.write(

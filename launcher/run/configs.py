@@ -1,0 +1,140 @@
+"""A ``RunRequest`` made into the supervisor's configs: ``RunConfig`` and, in it, the tier,
+elastic and straggler configs. No side effects (``supervise`` prints and writes): the facts of
+the environment (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``) and the clock come in as arguments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from launcher.observability.events import read_events
+from launcher.observability.straggler import StragglerConfig
+from launcher.run.request import RunOptions, RunRequest, flag
+from launcher.supervisor.config import RunConfig
+from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
+from resilience.contract.injections import Injection
+from resilience.tiers import TierConfig, TierConfigError, default_job_id
+
+ELASTIC_KEYS = {
+    "min_nodes": "min_nodes",
+    "max_nodes": "max_nodes",
+    "on_no_spare": "on_no_spare",
+    "resize_step": "resize_step",
+    "resize_sizes": "resize_sizes",
+    "grow_snooze": "grow_snooze_s",
+    "resize_timeout": "resize_timeout_s",
+    "drain_grace": "drain_grace_s",
+    "batch_policy": "batch_policy",
+    "lr_scaling": "lr_scaling",
+}
+"""Option -> its ElasticConfig key."""
+
+
+def log_dir_for(request: RunRequest, environ: Mapping[str, str], now: float) -> Path:
+    """The run's log dir: the request's, else ``sres-runs/job-<id>`` in a Slurm job (a requeued
+    job keeps its id, so its log dir and its requeue count), else ``sres-runs/run-<time>``."""
+    if request.options.log_dir is not None:
+        return request.options.log_dir
+    job_id = environ.get("SLURM_JOB_ID")
+    if request.launcher == "slurm" and job_id:
+        return Path(f"sres-runs/job-{job_id}")
+    return Path(time.strftime("sres-runs/run-%Y%m%d-%H%M%S", time.localtime(now)))
+
+
+def injections(request: RunRequest) -> tuple[tuple[Injection, ...], list[str]]:
+    """The request's faults to inject and, for seeded random ones, their schedules in words."""
+    from resilience.agent import fault_schedule
+    from resilience.contract.injections import InjectSpecError
+
+    try:
+        return fault_schedule.injections_from(list(request.options.inject), request.world_size)
+    except InjectSpecError as err:
+        raise ConfigError(str(err)) from None
+
+
+def run_config(
+    request: RunRequest, log_dir: Path, injected: tuple[Injection, ...], environ: Mapping[str, str]
+) -> RunConfig:
+    """Everything the supervisor needs, validated (``RunConfig`` refuses what does not hold)."""
+    o = request.options
+    restart_count = int(environ.get("SLURM_RESTART_COUNT") or 0)
+    return RunConfig(
+        command=request.command,
+        nodes=request.nodes,
+        procs_per_node=request.procs_per_node,
+        spares=request.spares,
+        standby=o.standby,
+        injections=injected,
+        log_dir=log_dir,
+        backend=o.backend,
+        hang_timeout_s=o.hang_timeout,
+        reform_timeout_s=o.reform_timeout,
+        max_restarts=request.max_restarts,
+        replication_factor=o.replication_factor,
+        node_fault_after=o.node_fault_after,
+        max_requeues=o.max_requeues,
+        max_timeout_requeues=o.max_timeout_requeues,
+        restart_count=restart_count,
+        timeout_requeues=timeout_requeues(log_dir, restart_count),
+        preempt_signal=o.preempt_signal,
+        tiers=tier_config(o, log_dir, environ),
+        elastic=elastic_config(o),
+        metrics_port=o.metrics_port,
+        metrics_addr=o.metrics_addr,
+        metrics_textfile=o.metrics_textfile,
+        straggler=straggler_config(o),
+    )
+
+
+def tier_config(options: RunOptions, log_dir: Path, environ: Mapping[str, str]) -> TierConfig | None:
+    """The run's TierConfig: RAM and neighbour tiers on by default; the persistent tier every
+    10th commit when only its directory is given; the YAML file under the flags."""
+    if options.no_tiers:
+        return None
+    persist_every = options.persist_every
+    if options.persistent_dir and persist_every is None and not options.tier_config:
+        persist_every = 10
+    flags = {
+        "job_id": options.job_id or default_job_id(environ, log_dir),
+        "persistent_dir": options.persistent_dir,
+        "persist_every": persist_every,
+        "ram_every": options.ram_every,
+    }
+    try:
+        if options.tier_config:
+            return TierConfig.from_yaml(options.tier_config, **flags)
+        return TierConfig.from_mapping({}, **flags)
+    except (TierConfigError, ValueError) as err:
+        raise ConfigError(f"tier settings: {err}") from None
+
+
+def elastic_config(options: RunOptions) -> ElasticConfig:
+    """The run's ElasticConfig: the YAML file, then the options given; errors name the flags."""
+    given = {key: getattr(options, name) for name, key in ELASTIC_KEYS.items()}
+    try:
+        base = ElasticConfig.from_yaml(options.elastic_config) if options.elastic_config else ElasticConfig()
+        return base.updated({k: v for k, v in given.items() if v is not None}, "elastic settings")
+    except ElasticConfigError as err:
+        text = str(err)
+        for name, key in ELASTIC_KEYS.items():
+            text = text.replace(key, flag(name))
+        raise ConfigError(text) from None
+
+
+def straggler_config(options: RunOptions) -> StragglerConfig:
+    try:
+        return StragglerConfig(options.straggler_factor, options.straggler_steps, options.straggler_action)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def timeout_requeues(log_dir: Path, restart_count: int) -> int:
+    """Requeues this job made at its time limit: its earlier runs' ``requeue`` events in the
+    same log dir (a requeued job keeps its id, so its log dir)."""
+    path = log_dir / "events.jsonl"
+    if restart_count == 0 or not path.exists():
+        return 0
+    return sum(1 for e in read_events(path) if e["event"] == "requeue" and e.get("cause") == "time-limit")

@@ -1,0 +1,109 @@
+"""A fault classified: which nodes must go, who is the culprit, whether it is deterministic. Pure.
+
+:func:`open_fault` turns what an observation lost (processes, a rank's exception) into the
+fault's record and the nodes to kill; :func:`node_verdict` judges a node from the evidence its
+placement gathered; :func:`await_culprit` holds a fault that so far is only collateral
+errors. Where the lost ranks then go is :mod:`launcher.supervisor.replace_policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from launcher.supervisor.actions import Action, Fail, KillNode, OpenFault
+from launcher.supervisor.config import RunConfig
+from launcher.supervisor.view import ErrorAt, NodeEvidence, Observation, RunState
+from resilience.contract.messages import Report
+
+INJECTED_NODE_LOSS = "node lost (injected fault)"
+SPARE_PROCESS_DIED = "a warm spare process of this node died"
+RECLAIMED = "Slurm took the lent node back (preempted)"
+COLLATERAL_GRACE_S = 1.0
+"""How long reports of collateral errors alone wait for the process death that caused them."""
+
+
+def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    """Classify a fault: which nodes must go (killed, later drained), who is the culprit."""
+    counts, bad = _bad_nodes(obs, state, config)
+    lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
+    culprit = None if lost else min(obs.errors.values(), key=lambda r: (r.collateral, r.seq))
+    where = error_at(culprit)
+    recurred = where is not None and where in state.errors_seen
+    actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts, recurred)]
+    actions += [KillNode(node, why) for node, why in sorted(bad.items())]
+    if recurred:
+        said = (
+            culprit.message.splitlines()[0] if culprit.message else culprit.error_type
+        )  # the traceback has the rest
+        actions.append(
+            Fail(
+                f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
+                f"it: the error is deterministic; not retrying",
+                culprit,
+            )
+        )
+    elif state.restarts + 1 > config.max_restarts:
+        actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))
+    return actions
+
+
+def _bad_nodes(obs: Observation, state: RunState, config: RunConfig) -> tuple[dict[int, int], dict[int, str]]:
+    """The per-node process fault counts after this fault, and the nodes that must go (why)."""
+    counts = dict(state.process_faults)
+    bad: dict[int, str] = {}
+    # Every rank lost at once has a common cause (the program, the job): it is no node's fault.
+    common = len(state.members) > 1 and set(obs.lost) >= set(state.members)
+    for node in sorted(
+        {state.node_of(r) for r in obs.lost} - state.dead_nodes
+    ):  # injected kills: already dead
+        if not common:
+            counts[node] = counts.get(node, 0) + 1
+        why = node_verdict(
+            obs.evidence_of(node),
+            counts.get(node, 0) if not common else 0,
+            config.node_fault_after,
+        )
+        if why is not None:
+            bad[node] = why
+    return counts, bad
+
+
+def error_at(report: Report | None) -> ErrorAt | None:
+    """Where a rank's own exception was raised; None for a peer's fault seen by a survivor
+    (collateral) and for an exception raised outside ``ctx.steps()`` (no step). Pure."""
+    if report is None or report.collateral or report.origin != "own" or report.step is None:
+        return None
+    return ErrorAt(report.error_type, report.message, report.step)
+
+
+def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str | None:
+    """Why a node that just lost a rank must leave the job, or None for a process fault. Pure.
+
+    The returned text becomes the drain reason (after ``sres:``), so it says what was seen.
+    """
+    if evidence.reclaimed:
+        return RECLAIMED
+    if not evidence.slurmd_answers:
+        return "slurmd not responding"
+    if not evidence.slurm_usable:
+        detail = f" ({evidence.slurm_reason})" if evidence.slurm_reason else ""
+        return f"slurm reports {evidence.slurm_state or 'node unusable'}{detail}"
+    if process_faults >= limit:
+        return f"repeated failure: {process_faults} process faults on this node"
+    return None
+
+
+def await_culprit(
+    lost: Mapping[int, str],
+    errors: Mapping[str, Report],
+    collateral_since: float | None,
+    now: float,
+    grace_s: float = COLLATERAL_GRACE_S,
+) -> bool:
+    """Whether to hold a fault that so far is only collateral errors (collectives that lost a
+    peer): a rank's SIGKILL reaches its peers' sockets as fast as it reaches us, and a survivor's
+    report can come first. Handled as an exception at once, it would cost a generation with no
+    one replaced, then a second fault for the real loss. Waits at most ``grace_s``. Pure."""
+    if lost or not errors or not all(r.collateral for r in errors.values()):
+        return False
+    return collateral_since is None or now - collateral_since < grace_s

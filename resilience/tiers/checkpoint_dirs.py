@@ -1,0 +1,138 @@
+"""A tier root's directories and the manifest that makes one valid, without torch.
+
+A tier root holds ``step-<S>/rank-<R>/`` directories; each is complete once its
+``manifest.json`` (step, job, world size, shard layout, per-file size and checksum) is there and
+every file it lists has the size it says. Naming, listing and reading these needs only the
+standard library: the epilog (``resilience.tiers.layout.cleanup_job``, run by
+``slurm_plugins.hooks`` on every node at every job's end) judges which copies to keep with
+this module alone. The state files themselves are :mod:`resilience.tiers.manifest`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from resilience.errors import CheckpointInvalid, OtherJob
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    size: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a reader checks before it uses a rank's checkpoint."""
+
+    job_id: str
+    step: int
+    world_size: int
+    rank: int
+    files: dict[str, FileEntry]
+    layout: dict[str, dict[str, int]] = field(default_factory=dict)
+    """kind -> dtype -> element count (the shard layout of this rank)."""
+    created: float = 0.0
+    shared: dict[str, int] = field(default_factory=dict)
+    """file name -> rank whose directory of the same step holds that file (its size and
+    checksum are still this rank's own, in ``files``)."""
+    format: int = FORMAT
+
+    def path_of(self, path: Path, name: str) -> Path:
+        """Where file ``name`` of the checkpoint directory ``path`` is."""
+        owner = self.shared.get(name)
+        return Path(path) / name if owner is None else Path(path).parent / f"rank-{owner:05d}" / name
+
+    def sharer_note(self, name: str) -> str:
+        """What an error about file ``name`` adds when that file is another rank's."""
+        return f" (shared by rank {self.rank})" if name in self.shared else ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: Path) -> "Manifest":
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise CheckpointInvalid(f"{where}: unknown manifest format {data.get('format')!r}")
+            files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
+            return cls(
+                job_id=str(data["job_id"]),
+                step=int(data["step"]),
+                world_size=int(data["world_size"]),
+                rank=int(data["rank"]),
+                files=files,
+                layout=dict(data.get("layout", {})),
+                created=float(data.get("created", 0.0)),
+                shared={str(k): int(v) for k, v in data.get("shared", {}).items()},
+            )
+        except CheckpointInvalid:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointInvalid(f"{where}: manifest unreadable ({type(err).__name__}: {err})") from None
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def rank_dir(root: Path, step: int, rank: int) -> Path:
+    return step_dir(root, step) / f"rank-{rank:05d}"
+
+
+def steps_in(root: Path) -> list[int]:
+    """Steps that have a directory under ``root`` (complete or not), newest first."""
+    out = []
+    try:
+        entries = list(Path(root).iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.startswith("step-") and entry.name[5:].isdigit():
+            out.append(int(entry.name[5:]))
+    return sorted(out, reverse=True)
+
+
+def ranks_in(root: Path, step: int) -> list[int]:
+    try:
+        names = [e.name for e in step_dir(root, step).iterdir()]
+    except OSError:
+        return []
+    return sorted(int(n[5:]) for n in names if n.startswith("rank-") and n[5:].isdigit())
+
+
+def read_manifest(
+    path: Path, job_id: str | None = None, world_size: int | None = None, name: str = MANIFEST
+) -> Manifest:
+    """The manifest of the checkpoint directory ``path``; raises CheckpointInvalid (naming the
+    file) when it is missing, truncated, or belongs to another job or world size, or when a
+    listed file is missing or has another size."""
+    where = Path(path) / name
+    try:
+        text = where.read_text()
+    except FileNotFoundError:
+        raise CheckpointInvalid(f"{where}: no manifest (checkpoint incomplete)") from None
+    except OSError as err:
+        raise CheckpointInvalid(f"{where}: unreadable ({err})") from None
+    manifest = Manifest.from_json(text, where)
+    if job_id is not None and manifest.job_id != job_id:
+        raise OtherJob(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
+    if world_size is not None and manifest.world_size != world_size:
+        raise CheckpointInvalid(f"{where}: written by {manifest.world_size} ranks, this run has {world_size}")
+    for name, entry in manifest.files.items():
+        where = manifest.path_of(path, name)
+        try:
+            size = where.stat().st_size
+        except OSError:
+            raise CheckpointInvalid(f"{where}{manifest.sharer_note(name)}: missing") from None
+        if size != entry.size:
+            raise CheckpointInvalid(
+                f"{where}{manifest.sharer_note(name)}: {size} bytes, the manifest says {entry.size}"
+            )
+    return manifest

@@ -1,0 +1,116 @@
+"""``ResilientExecutor``'s parameters become the ``RunRequest`` its job process runs, and that
+process completes it (launcher.submitit, launcher.submitit_job). Nothing is submitted."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from launcher import submitit_job
+from launcher.run import environment, signal_latch
+from launcher.run.request import RunRequest
+from launcher.submitit import ResilientExecutor
+
+
+@pytest.fixture(autouse=True)
+def no_sres_variables(monkeypatch):
+    for variable in environment.VARIABLES:
+        monkeypatch.delenv(variable.name, raising=False)
+
+
+def job_request(ex: ResilientExecutor) -> RunRequest:
+    """The request on the job's command line, as the job process reads it."""
+    argv = shlex.split(ex._executor._submitit_command_str)
+    assert argv[-4:-2] == ["launcher.submitit_job", str(ex._executor.folder)]
+    assert argv[-2] == submitit_job.REQUEST
+    return RunRequest.from_json(argv[-1])
+
+
+def test_a_local_job_runs_the_shape_and_options_given(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=3, spares=1, tasks_per_node=2, max_restarts=5, timeout_min=10)
+    ex.update_parameters(inject=["node:1:step=8"], hang_timeout=3, no_tiers=True, min_nodes=2)
+    request = job_request(ex)
+    assert (request.nodes, request.spares, request.procs_per_node, request.max_restarts) == (3, 1, 2, 5)
+    assert (request.launcher, request.command, request.step_args) == ("local", (), ())
+    o = request.options
+    assert (o.inject, o.hang_timeout, o.no_tiers, o.min_nodes) == (("node:1:step=8",), 3.0, True, 2)
+    assert (o.max_requeues, o.max_timeout_requeues) == (3, None)  # the defaults: requeues are Slurm's
+
+
+def test_a_slurm_job_asks_for_nodes_and_spares_and_requeues_as_submitit_does(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=2)
+    ex.update_parameters(nodes=2, spares=1, timeout_min=30, preempt_signal="SIGTERM")
+    request = job_request(ex)
+    assert (request.launcher, request.nodes, request.spares, request.max_restarts) == ("slurm", 2, 1, 3)
+    assert (request.options.max_timeout_requeues, request.options.max_requeues) == (2, None)
+    script = ex._executor._make_submission_file_text(ex._executor._submitit_command_str, "id")
+    assert "#SBATCH --nodes=3\n" in script and "#SBATCH --signal=B:TERM@120\n" in script
+    assert "#SBATCH --requeue\n" in script and "#SBATCH --no-kill\n" in script
+    assert "\nexec " in script
+    ex.update_parameters(max_requeues=5)
+    assert job_request(ex).options.max_requeues == 5  # given: it caps preemptions too
+
+
+def test_options_not_given_come_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SRES_HANG_TIMEOUT", "7")
+    monkeypatch.setenv("SRES_INJECT", "kill:rank=0:step=2")
+    monkeypatch.setenv("SRES_LOG_DIR", "/elsewhere")  # the job's log dir is its own
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    options = job_request(ex).options
+    assert (options.hang_timeout, options.inject, options.log_dir) == (7.0, ("kill:rank=0:step=2",), None)
+    ex.update_parameters(hang_timeout=4, inject=[])
+    assert job_request(ex).options.hang_timeout == 4.0 and job_request(ex).options.inject == ()
+
+
+@pytest.mark.parametrize(
+    "parameters, words",
+    [
+        ({"hang_timout": 3}, "unknown parameter 'hang_timout': not a submitit or sres option"),
+        ({"log_dir": "x"}, "unknown parameter 'log_dir'"),
+        ({"hang_timeout": "soon"}, "--hang-timeout: 'soon' is not a number"),
+        ({"backend": "mpi"}, "--backend 'mpi'"),
+        ({"spares": -1}, "spares=-1"),
+    ],
+)
+def test_a_bad_parameter_is_refused_at_once_and_changes_nothing(tmp_path, parameters, words):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=2, hang_timeout=3)
+    before = ex._executor._submitit_command_str
+    with pytest.raises(ValueError, match=words):
+        ex.update_parameters(**parameters)
+    assert ex._executor._submitit_command_str == before
+
+
+def test_the_job_completes_the_request_with_its_rank_command_and_log_dir(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("launcher.run.supervise.supervise", lambda request: seen.append(request) or 0)
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=2, no_tiers=True)
+    rank = ("python", "-u", "-m", "resilience.submitit_rank", "in.pkl", "out.pkl")
+    json = job_request(ex).to_json()
+    assert submitit_job._run([submitit_job.REQUEST, json], rank, tmp_path / "7_sres") == 0
+    (request,) = seen
+    assert request.command == rank and request.options.log_dir == tmp_path / "7_sres"
+    assert (request.nodes, request.options.no_tiers) == (2, True)
+
+
+def test_a_job_submitted_before_requests_still_runs_its_command_line(monkeypatch):
+    seen = []
+    monkeypatch.setattr("launcher.cli.run", lambda argv: seen.append(argv) or 0)
+    submitit_job._run(["--", "run", "--nodes", "2", "--"], ("python", "r.py"), Path("/j/7_sres"))
+    assert seen == [["run", "--log-dir", "/j/7_sres", "--nodes", "2", "--", "python", "r.py"]]
+
+
+def test_the_job_latches_the_request_s_signal(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm")
+    ex.update_parameters(preempt_signal="TERM")
+    assert signal_latch.request_signal_name(job_request(ex).to_json()) == "SIGTERM"
+    assert signal_latch.request_signal_name("not a request") == "SIGUSR2"
+
+
+def test_the_job_refuses_a_command_line_it_cannot_read(capsys):
+    assert submitit_job.main(["folder", "--what"]) == 2
+    assert "usage:" in capsys.readouterr().err
