@@ -113,7 +113,11 @@ def _add_install_command(sub) -> None:
         help="exported by the wrappers (repeatable), e.g. SLURM_CONF=/etc/slurm/slurm.conf",
     )
     p.add_argument("--interval", type=int, default=300, help="HealthCheckInterval seconds (default 300)")
-    p.add_argument("--spank", help="path of sres_auto_resume.so on the nodes, for the plugstack.conf line")
+    p.add_argument(
+        "--spank",
+        help="sres_auto_resume.so built here (sres hooks build-spank): copied to the nodes, named in "
+        "plugstack.conf",
+    )
     p.add_argument("--apply", action="store_true", help="write the lines into --slurm-conf (backup kept)")
     p.add_argument(
         "--slurm-conf", help="slurm.conf for --apply (default: $SLURM_CONF, else /etc/slurm/slurm.conf)"

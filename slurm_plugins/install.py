@@ -208,7 +208,7 @@ def _remote_digest(sftp, path: str) -> str | None:
 def _config_text(path: str | None) -> str:
     if path is None:
         return (
-            "# sres health hooks: the built-in defaults. See README.md, 'Node health hooks'.\n"
+            "# sres health hooks: the built-in defaults. See docs/admin/health-checks.md.\n"
             + yaml.safe_dump(health_config.to_dict(health_config.HealthConfig()), sort_keys=False)
         )
     text = Path(path).read_text()

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real local Slurm cluster (session scope) and clients for it."""
+"""Shared fixtures: the real local Slurm cluster (session scope) and clients for it; the tier
+markers, from each test's folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,27 @@ import pytest
 
 from tests.running_cluster import running
 from tests.slurm_cluster import SlurmCluster
+
+
+TIERS = {
+    "unit": "unit",
+    "inprocess": "local",
+    "tiers": "local",
+    "models": "local",
+    "autoresume": "cluster",
+    "hooks": "cluster",
+    "cluster": "cluster",
+}
+"""tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
+Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.relative_to(Path(__file__).parent).parts[0]
+        tier = TIERS.get(folder)
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 # Runs the whole test suite. Installs what is missing first:
 #   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium (needs root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
-# Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x
+# Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x; --all runs the slow tests too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -40,5 +40,11 @@ fi
 say "installing slurm-resilience[test]"
 "$PYTHON" -m pip install -q -e '.[test]'
 
-say "running pytest"
-exec "$PYTHON" -m pytest --durations=40 "$@"
+# The CI set by default; --all adds the soak-length runs (-m slow).
+select=(-m "not slow")
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--all" ]; then select=(); else args+=("$arg"); fi
+done
+say "running pytest ${select[*]:-(all tests)}"
+exec "$PYTHON" -m pytest --durations=40 "${select[@]}" "${args[@]}"

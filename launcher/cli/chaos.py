@@ -285,7 +285,7 @@ def _table(
     )
     if finished:
         lines.append(
-            f"{'goodput':<22} {finished[-1]['goodput']:.1%} over {finished[-1]['wall_s']:.0f} s, "
+            f"{'goodput':<22} {_share(finished[-1]['goodput'])} over {finished[-1]['wall_s']:.0f} s, "
             f"{finished[-1]['steps']} steps"
         )
     lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
@@ -325,3 +325,8 @@ def _pct(values: list[float], p: int) -> float:
     if len(values) < 2:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def _share(goodput: float | None) -> str:
+    """The ``finished`` event's goodput is None when no step time was measured."""
+    return "-" if goodput is None else f"{goodput:.1%}"

@@ -113,7 +113,7 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
     )
     print(
         f"  recovery: {rec['seconds']:.2f} s from the kill to the first step after it "
-        f"(release {rec['release_s']:.2f} s, re-form {rec['reform_s']:.2f} s, state from {rec['source']} "
+        f"(release {_seconds(rec['release_s'])}, re-form {rec['reform_s']:.2f} s, state from {rec['source']} "
         f"{rec['bytes'] / 2**20:.0f} MiB in {rec['transfer_s']:.2f} s, "
         f"first step {rec['first_step_s']:.2f} s); "
         f"{rec['steps_lost']} step(s) redone",
@@ -145,3 +145,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     return main(DemoConfig(steps=args.steps, width=args.width, log_dir=Path(args.log_dir)))
+
+
+def _seconds(value: float | None) -> str:
+    """``release_s`` is None when no survivor reported leaving (every rank was lost)."""
+    return "-" if value is None else f"{value:.2f} s"

@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "list them. Example: sres template train.sbatch --set nodes=8 --set spares=1 "
         "--set command='python train.py' > job.sbatch",
     )
-    p.add_argument("name", nargs="?", help="template name (train, train_no_plugin, multi_node_gpu)")
+    p.add_argument("name", nargs="?", help="template name (without NAME: the list)")
     p.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="a variable's value (repeatable)"
     )

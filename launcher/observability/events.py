@@ -2,7 +2,8 @@
 
 Every fault, re-formation and recovery is an event with a wall-clock ``t``, so that the
 timeline of a fault can be rebuilt and measured after the fact (tests and benchmarks read
-this file, never the console).
+this file, never the console). Every event type and its fields are declared in
+:mod:`launcher.observability.event_types`; :meth:`EventLog.emit` refuses any other.
 """
 
 from __future__ import annotations
@@ -13,6 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from launcher.observability.event_types import COMMON, EVENT_TYPES
+
+_DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    e.name: (
+        frozenset(f.name for f in (*COMMON, *e.fields)),
+        frozenset(f.name for f in e.fields if not f.optional),
+    )
+    for e in EVENT_TYPES
+}
+"""Event name -> (every field it may have, the fields it must be given): the writer's check."""
 
 
 class EventLog:
@@ -27,6 +39,9 @@ class EventLog:
         self._lock = threading.Lock()  # Supervisor.flush_persistent may emit from another thread
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Write one line; ``TypeError`` (our bug) for an event or field not declared in
+        :mod:`~launcher.observability.event_types`, or a declared field missing."""
+        _check(event, fields)
         record = {"event": event, **fields}
         record.setdefault("t", self.wall())
         with self._lock:
@@ -38,6 +53,18 @@ class EventLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _check(event: str, fields: dict[str, Any]) -> None:
+    """Cheap, on every line: a dict lookup and two set differences."""
+    declared = _DECLARED.get(event)
+    if declared is None:
+        raise TypeError(f"events.jsonl: {event!r} is not declared in launcher/observability/event_types.py")
+    allowed, required = declared
+    if unknown := fields.keys() - allowed:
+        raise TypeError(f"events.jsonl: {event!r} has no field {', '.join(sorted(unknown))} (event_types.py)")
+    if missing := required - fields.keys():
+        raise TypeError(f"events.jsonl: {event!r} lacks {', '.join(sorted(missing))} (event_types.py)")
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -87,7 +87,7 @@ class RunMetrics:
         )
         self.by_cause = Gauge(
             "sres_goodput_seconds",
-            "The run's wall time by cause (set at the end; README: What a run cost)",
+            "The run's wall time by cause (set at the end; docs/guide/reports.md)",
             ["cause"],
             registry=r,
         )

@@ -59,11 +59,14 @@ class RankProcesses(Protocol):
 
 
 class NodeNames(Protocol):
-    """Where things are: nodes' host names, the Slurm job each runs in, the store's host."""
+    """Where things are: nodes' host names, the Slurm job each runs in, the store's host.
+    (Read-only members: a plain attribute of the type, or of a narrower one, provides them.)"""
 
-    store_host: str
-    job_id: str | None
-    """The Slurm job the run belongs to (None for a local run)."""
+    @property
+    def store_host(self) -> str: ...
+    @property
+    def job_id(self) -> str | None:
+        """The Slurm job the run belongs to (None for a local run)."""
 
     def host(self, node: int) -> str: ...
     def job_of(self, node: int) -> str | None:
@@ -109,8 +112,9 @@ class NodeSupply(Protocol):
 class JobControl(Protocol):
     """The job as a whole: its time limits and a requeue."""
 
-    requeueable: bool
-    """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
+    @property
+    def requeueable(self) -> bool:
+        """Whether :meth:`requeue` can work: a Slurm batch job (not salloc, not a local run)."""
 
     def requeue(self, why: str) -> None: ...
     def time_limits(self) -> tuple[float | None, float | None]:

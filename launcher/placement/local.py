@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from launcher.errors import SresError
 from launcher.placement import NewNode, NodeEvidence
@@ -25,7 +26,7 @@ class LocalPlacement:
     def __init__(
         self,
         log_dir: Path,
-        echo=sys.stdout,
+        echo: TextIO | None = sys.stdout,
         repair_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -24,7 +24,7 @@ class Processes:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._echo = echo
         self.echo_slot: str | None = None
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._readers: list[threading.Thread] = []
         self._echo_lock = threading.Lock()
 
@@ -66,13 +66,15 @@ class Processes:
         for reader in self._readers:
             reader.join(timeout=5)
 
-    def _pump(self, slot: str, proc: subprocess.Popen) -> None:
+    def _pump(self, slot: str, proc: subprocess.Popen[bytes]) -> None:
+        out = proc.stdout
+        assert out is not None, "started with stdout=PIPE"
         with (self.log_dir / f"{slot}.log").open("ab") as log:
-            for line in iter(proc.stdout.readline, b""):
+            for line in iter(out.readline, b""):
                 log.write(line)
                 log.flush()
                 if slot == self.echo_slot and self._echo is not None:
                     with self._echo_lock:
                         self._echo.write(line.decode(errors="replace"))
                         self._echo.flush()
-        proc.stdout.close()
+        out.close()

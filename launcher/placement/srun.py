@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from launcher.errors import ConfigError, SlurmError, SresError
 from launcher.placement import NewNode, NodeEvidence
@@ -93,7 +94,7 @@ class SrunPlacement:
         partition: str | None = None,
         grow: bool = True,
         probe: Callable[[str, int], bool] = slurmd_answers,
-        echo=sys.stdout,
+        echo: TextIO | None = sys.stdout,
         grow_by: str = "satellite",
         lend_partition: str | None = None,
         satellite_nodes: int = 0,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
@@ -24,7 +25,7 @@ from resilience.contract.messages import Plan, Report
 class Outcome:
     ok: bool
     reason: str = ""
-    events: list[dict] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
     requeued: bool = False
 
 
@@ -45,7 +46,7 @@ class Books:
     fault: FaultState | None = None
     first_culprit: Report | None = None
     resize: ResizeState | None = None
-    last_resize: dict | None = None
+    last_resize: dict[str, object] | None = None
     next_refill: float = 0.0
     standby: set[str] = field(default_factory=set)
     """Slots of live standby processes that have not taken over a rank (a dead one is dropped
@@ -62,6 +63,24 @@ class Books:
     def for_run(cls, config: RunConfig) -> "Books":
         """The books before anything starts: the spare nodes are the ones after the run's nodes."""
         return cls(spare_nodes=list(range(config.nodes, config.nodes + config.spares)))
+
+    @property
+    def current_plan(self) -> Plan:
+        """``plan``, once the run started: the policy's first action (``Launch``) publishes plan 1."""
+        assert self.plan is not None, "no plan before the run's start"
+        return self.plan
+
+    @property
+    def current_fault(self) -> FaultState:
+        """``fault``, where only an open fault leads here (its performers)."""
+        assert self.fault is not None, "no fault is open"
+        return self.fault
+
+    @property
+    def current_resize(self) -> ResizeState:
+        """``resize``, where only a resize under way leads here (its performers)."""
+        assert self.resize is not None, "no resize is under way"
+        return self.resize
 
 
 def run_state(

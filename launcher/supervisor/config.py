@@ -11,7 +11,8 @@ from launcher.observability.straggler import StragglerConfig
 from resilience.tiers import TierConfig
 from resilience.contract.injections import Injection
 from resilience.contract import rank_env
-from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
+from resilience.contract.elastic_config import ElasticConfig
+from resilience.errors import ElasticConfigError
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,9 @@ class Request:
     def target(self, current: int) -> int:
         """The node count this request asks for, given the current one."""
         if self.op == "resize":
-            return int(self.nodes)
+            assert self.nodes is not None, "a resize names its count (checked when received)"
+            return self.nodes
+        assert self.by is not None, "a grow or shrink names its count (checked when received)"
         return current + (self.by if self.op == "grow" else -self.by)
 
 
@@ -72,7 +74,7 @@ class ControlServer:
         self._thread.start()
 
     def take(self) -> tuple[Request, ...]:
-        out = []
+        out: list[Request] = []
         while True:
             try:
                 pending = self._queue.get_nowait()
@@ -179,7 +181,8 @@ def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: A
         raise Unreachable(f"run {log_dir}: its supervisor does not answer ({err}); has it ended?") from None
     if not line:
         raise ControlError(f"run {log_dir}: its supervisor closed the connection; has it ended?")
-    return json.loads(line)
+    answer: dict[str, Any] = json.loads(line)  # one JSON object per answer (ControlServer._one)
+    return answer
 
 
 def _ended(log_dir: Path) -> str | None:

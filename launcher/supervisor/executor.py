@@ -88,7 +88,7 @@ class Executor:
         ppn = self.hands.config.procs_per_node
         return {slot for node in self.books.spare_nodes for slot in node_slots(node, ppn)}
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return perform_resize.status(self.hands)
 
     def fail(self, reason: str) -> Outcome:

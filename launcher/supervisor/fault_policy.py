@@ -32,6 +32,7 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     actions: list[Action] = [OpenFault(obs.seen_t, lost, bad, culprit, counts, recurred)]
     actions += [KillNode(node, why) for node, why in sorted(bad.items())]
     if recurred:
+        assert culprit is not None and where is not None  # recurred: where = error_at(culprit) was seen
         said = (
             culprit.message.splitlines()[0] if culprit.message else culprit.error_type
         )  # the traceback has the rest

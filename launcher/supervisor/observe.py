@@ -256,7 +256,7 @@ class Observer:
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
         if now < self._next_lend_look:
             return None
-        if len({self.slots[s].info.node for s in members.values()}) >= self.config.elastic.max_nodes:
+        if len({self.slots[s].info.node for s in members.values()}) >= self.config.elastic.bounds[1]:
             return None
         self._next_lend_look = now + LEND_PERIOD_S
         return self.supply.lendable()

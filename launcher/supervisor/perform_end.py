@@ -43,12 +43,13 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
 
 def finish(h: Hands, a: act.Finish) -> Outcome:
     b = h.books
-    h.recovery.check(b.plan.generation)
+    generation = b.current_plan.generation
+    h.recovery.check(generation)
     fields = h.recovery.finished(h.clocks.wall())
     h.events.emit(
         "finished",
         faults=b.faults,
-        generations=b.plan.generation,
+        generations=generation,
         **fields,
         state_digests={str(rank): digest for rank, digest in a.digests},
     )

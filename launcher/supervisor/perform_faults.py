@@ -13,6 +13,7 @@ from launcher.supervisor import actions as act
 from launcher.supervisor.hands import Hands
 from launcher.supervisor.fault_policy import error_at
 from launcher.supervisor.view import FaultState
+from resilience.contract.messages import Report
 
 
 def kill_slot(h: Hands, a: act.KillSlot) -> None:
@@ -69,9 +70,10 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
     b = h.books
     b.collateral_since = None
     progress = h.progress()
-    generation = b.plan.generation
+    plan = b.current_plan
+    generation = plan.generation
     for rank, how in sorted(a.lost.items()):
-        node = b.slots[b.plan.members[rank]].info.node
+        node = b.slots[plan.members[rank]].info.node
         why = a.bad_nodes.get(node)
         h.events.emit(
             "fault",
@@ -89,7 +91,7 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
             f"{': ' + why if why else ''}) at step {progress + 1}"
         )
     if a.culprit is not None:
-        _record_culprit(h, a, progress, generation)
+        _record_culprit(h, a, a.culprit, progress, generation)
     b.process_faults = dict(a.process_faults)
     if b.resize is not None:
         b.resize = dataclasses.replace(b.resize, pausing_since=None)  # pause again in the next generation
@@ -100,9 +102,9 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
     b.fault = FaultState(dict(a.lost), dict(a.bad_nodes))
 
 
-def _record_culprit(h: Hands, a: act.OpenFault, progress: int, generation: int) -> None:
-    b, c = h.books, a.culprit
-    node = b.slots[b.plan.members[c.rank]].info.node
+def _record_culprit(h: Hands, a: act.OpenFault, c: Report, progress: int, generation: int) -> None:
+    b = h.books
+    node = b.slots[b.current_plan.members[c.rank]].info.node
     h.events.emit(
         "fault",
         kind="exception",
@@ -147,14 +149,15 @@ def release(h: Hands, a: act.Release) -> None:
 
 def wait_for_node(h: Hands, a: act.WaitForNode) -> None:
     b = h.books
-    if b.fault.waiting_since is None:
+    fault = b.current_fault
+    if fault.waiting_since is None:
         timeout = h.config.elastic.resize_timeout_s
         h.events.emit(
             "waiting",
             why="no spare node, and the world may not shrink further",
             timeout_s=timeout,
-            world_size=len(b.plan.members) - len(b.fault.lost),
+            world_size=len(b.current_plan.members) - len(fault.lost),
             t=h.clocks.wall() - (h.clocks.clock() - a.since),
         )  # when the timeout started
         h.say(f"waiting up to {timeout:g} s for a node (sres grow adds one)")
-    b.fault = dataclasses.replace(b.fault, waiting_since=a.since)
+    b.fault = dataclasses.replace(fault, waiting_since=a.since)

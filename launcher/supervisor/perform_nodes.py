@@ -36,7 +36,7 @@ def _add_node(h: Hands, new: NewNode | None, source: str) -> None:
     """A node for the open fault, as a cold spare; none: that source is tried and came up empty."""
     b = h.books
     if new is None:
-        b.fault = dataclasses.replace(b.fault, tried=b.fault.tried | {source})
+        b.fault = dataclasses.replace(b.current_fault, tried=b.current_fault.tried | {source})
         return
     h.start_node(new)
     b.spare_nodes.append(new.node)

@@ -26,15 +26,16 @@ def report_status(h: Hands, a: act.ReportStatus) -> None:
     h.answer(a.request, True, "running", status=status(h))
 
 
-def status(h: Hands) -> dict:
+def status(h: Hands) -> dict[str, object]:
     """What ``sres status`` shows of a running job."""
     b, c, host = h.books, h.config, h.names.host
-    nodes = sorted({b.slots[s].info.node for s in b.plan.members.values()})
+    plan = b.current_plan
+    nodes = sorted({b.slots[s].info.node for s in plan.members.values()})
     return {
-        "world_size": b.plan.world_size,
+        "world_size": plan.world_size,
         "nodes": [host(n) for n in nodes],
         "spares": [host(n) for n in b.spare_nodes],
-        "generation": b.plan.generation,
+        "generation": plan.generation,
         "step": h.progress(),
         "faults": b.faults,
         "last_resize": b.last_resize,
@@ -77,17 +78,18 @@ def add_nodes(h: Hands, a: act.AddNodes) -> None:
 
 def pause(h: Hands, a: act.Pause) -> None:
     b = h.books
-    h.store.request_pause(b.plan.generation, b.resize.why)
-    b.resize = dataclasses.replace(b.resize, pausing_since=h.clocks.clock())
+    h.store.request_pause(b.current_plan.generation, b.current_resize.why)
+    b.resize = dataclasses.replace(b.current_resize, pausing_since=h.clocks.clock())
 
 
 def abandon_resize(h: Hands, a: act.AbandonResize) -> None:
     b = h.books
-    for node in b.resize.joining:
+    abandoned = b.current_resize
+    for node in abandoned.joining:
         for slot in node_slots(node, h.config.procs_per_node):
             h.processes.kill(slot)
-    h.events.emit("resize-abandoned", to_nodes=b.resize.nodes, why=a.why)
-    h.say(f"resize to {b.resize.nodes} node(s) abandoned: {a.why}")
+    h.events.emit("resize-abandoned", to_nodes=abandoned.nodes, why=a.why)
+    h.say(f"resize to {abandoned.nodes} node(s) abandoned: {a.why}")
     b.resize = None
 
 
@@ -112,11 +114,13 @@ def resize(h: Hands, a: act.Resize) -> None:
         "from_world": a.from_world,
         "to_world": len(a.members),
         "why": a.why,
-        "generation": b.plan.generation,
+        "generation": b.current_plan.generation,
         "t": started_t,
     }
     jobs = h.jobs({b.slots[s].info.node for s in a.members.values()})
-    h.recovery.resized(a.from_world, len(a.members), a.why, started_t, b.plan.generation, jobs or None)
+    h.recovery.resized(
+        a.from_world, len(a.members), a.why, started_t, b.current_plan.generation, jobs or None
+    )
     _say_resized(h, a)
 
 

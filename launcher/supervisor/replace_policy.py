@@ -38,8 +38,7 @@ a requeue of the job, failure."""
 
 def replace_lost(now: float, state: RunState, config: RunConfig) -> list[Action]:
     """The next step of an open fault: the first replacement source in order that may serve."""
-    fault = state.fault
-    assert fault is not None
+    fault = state.current_fault
     homeless = sorted({state.node_of(r) for r in fault.lost} & (state.dead_nodes | set(fault.bad_nodes)))
     for source in REPLACEMENT_ORDER:
         if source in fault.tried:
@@ -54,7 +53,7 @@ def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[i
     """A warm spare needs nothing from Slurm: publish first, drain after."""
     if len(homeless) > len(state.spare_nodes):
         return None
-    fault = state.fault
+    fault = state.current_fault
     respawned = iter(range(state.respawns + 1, state.respawns + 1 + len(fault.lost)))
     warm_first = {
         node: sorted(slots, key=lambda s: s not in state.warm) for node, slots in state.standby.items()
@@ -87,7 +86,7 @@ def how_replaced(state: RunState, decision: Replacement) -> dict[int, str]:
     (``spare`` for a spare of the start), others as a ``standby`` took over or a ``respawn``."""
     promoted = {slot for slot, _ in decision.promoted}
     how = {}
-    for rank in sorted(state.fault.lost):
+    for rank in sorted(state.current_fault.lost):
         slot = decision.members[rank]
         if state.node_of(rank) in state.dead_nodes:
             how[rank] = state.origin.get(state.slots[slot].node, "spare")
@@ -106,7 +105,7 @@ def _acquire_node(now: float, state: RunState, config: RunConfig, homeless: list
 
 
 def _shrink(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
-    if not homeless or any(state.node_of(r) not in homeless for r in state.fault.lost):
+    if not homeless or any(state.node_of(r) not in homeless for r in state.current_fault.lost):
         return None  # a process fault restarts in place; the world shrinks only without a node to run on
     resize = shrink_after_loss(state.members, state.slots, homeless, config)
     return None if resize is None else [resize, *_drains(state)]
@@ -115,7 +114,8 @@ def _shrink(now: float, state: RunState, config: RunConfig, homeless: list[int])
 def _wait(now: float, state: RunState, config: RunConfig, homeless: list[int]) -> list[Action] | None:
     if config.elastic.on_no_spare not in ("shrink", "wait"):
         return None
-    since = state.fault.waiting_since if state.fault.waiting_since is not None else now
+    waiting_since = state.current_fault.waiting_since
+    since = waiting_since if waiting_since is not None else now
     if now - since >= config.elastic.resize_timeout_s:
         return None
     return [*_drains(state), WaitForNode(since)]
@@ -148,7 +148,7 @@ _SOURCES: dict[str, Callable[[float, RunState, RunConfig, list[int]], list[Actio
 
 def _drains(state: RunState) -> list[Action]:
     """Bad nodes leave the job drained; a lent node that Slurm takes back is only given back."""
-    fault = state.fault
+    fault = state.current_fault
     return [
         Release(node, "preempted") if why == RECLAIMED else Drain(node, why)
         for node, why in sorted(fault.bad_nodes.items())
@@ -160,7 +160,7 @@ def _no_node(state: RunState, homeless: list[int], config: RunConfig) -> str:
     text = (
         f"node {', '.join(state.hosts.get(n, str(n)) for n in homeless)} was lost and no spare node is left"
     )
-    if state.fault.waiting_since is not None:
+    if state.current_fault.waiting_since is not None:
         left = len(state.nodes) - len(homeless)
         text += (
             f"; the world may not shrink to {left} node(s) (--min-nodes {config.elastic.min_nodes}) and no "

@@ -73,7 +73,7 @@ def on_requests(requests: Sequence[Request], state: RunState, config: RunConfig)
         why = config.elastic.why_not(target, config.nodes)
         if fault is not None and fault.waiting_since is not None and req.op == "grow":
             out.append(Answer(req.id, True, f"starting {req.by} node(s) for the lost ranks"))
-            out.append(add_nodes(state.slots, req.by))
+            out.append(add_nodes(state.slots, target - current))  # req.by
         elif resize is not None:
             out.append(
                 Answer(req.id, False, f"a resize to {resize.nodes} node(s) is under way; try again after it")
@@ -95,7 +95,7 @@ def on_requests(requests: Sequence[Request], state: RunState, config: RunConfig)
 
 def advance(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
     """The next step of the resize under way (``state.resize``)."""
-    resize, members, slots = state.resize, state.members, state.slots
+    resize, members, slots = state.current_resize, state.members, state.slots
     nodes = state.nodes
     grow = resize.nodes - len(nodes)
     new_slots: list[str] = []
@@ -158,10 +158,10 @@ def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig
         return [BeginResize(target, "preempted", release=going)]
     if resize is not None or not obs.lendable or now - state.changed_at < elastic.grow_snooze_s:
         return []
-    asked = state.asked_nodes
-    ceiling = elastic.max_nodes if asked is None else min(asked, elastic.max_nodes)
-    target = elastic.largest_allowed(min(ceiling, len(nodes) + obs.lendable), config.nodes)
-    return [BeginResize(target, "idle")] if target is not None and target > len(nodes) else []
+    asked, highest = state.asked_nodes, elastic.bounds[1]
+    ceiling = highest if asked is None else min(asked, highest)
+    grown = elastic.largest_allowed(min(ceiling, len(nodes) + obs.lendable), config.nodes)
+    return [BeginResize(grown, "idle")] if grown is not None and grown > len(nodes) else []
 
 
 def shrink_after_loss(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from launcher.observability.events import read_events
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
@@ -23,7 +24,7 @@ from resilience.contract.run_store import RunStore
 FILE = "step_times.jsonl"
 
 
-def read_file(log_dir: Path) -> list[dict]:
+def read_file(log_dir: Path) -> list[dict[str, Any]]:
     """The run's step records so far (none before the first steps are reported)."""
     path = Path(log_dir) / FILE
     return read_events(path) if path.exists() else []

@@ -183,6 +183,18 @@ class RunState:
         return self.slots[self.members[rank]].node
 
     @property
+    def current_fault(self) -> FaultState:
+        """``fault``, where only an open fault leads here (a replacement source, its drains)."""
+        assert self.fault is not None, "no fault is open"
+        return self.fault
+
+    @property
+    def current_resize(self) -> ResizeState:
+        """``resize``, where only a resize under way leads here (its next step)."""
+        assert self.resize is not None, "no resize is under way"
+        return self.resize
+
+    @property
     def nodes(self) -> list[int]:
         """The nodes that hold ranks now."""
         return sorted({self.slots[s].node for s in self.members.values()})

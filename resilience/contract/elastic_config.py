@@ -94,9 +94,17 @@ class ElasticConfig:
     def elastic(self) -> bool:
         return self.min_nodes != self.max_nodes
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(min_nodes, max_nodes)`` of a config filled in by :meth:`for_run` (as a ``RunConfig``'s
+        is): the methods below judge sizes of a run."""
+        assert self.min_nodes is not None and self.max_nodes is not None, "bounds before for_run"
+        return self.min_nodes, self.max_nodes
+
     def allowed(self, count: int, start: int) -> bool:
         """Whether the world may have ``count`` nodes (``start``: the run's first size)."""
-        if not self.min_nodes <= count <= self.max_nodes:
+        lowest, highest = self.bounds
+        if not lowest <= count <= highest:
             return False
         if self.resize_sizes is not None:
             return count in self.resize_sizes
@@ -108,10 +116,11 @@ class ElasticConfig:
 
     def why_not(self, count: int, start: int) -> str | None:
         """Why a world of ``count`` nodes is refused (one line), or None."""
-        if count < self.min_nodes:
-            return f"{count} node(s) is below --min-nodes {self.min_nodes}"
-        if count > self.max_nodes:
-            return f"{count} node(s) is above --max-nodes {self.max_nodes}"
+        lowest, highest = self.bounds
+        if count < lowest:
+            return f"{count} node(s) is below --min-nodes {lowest}"
+        if count > highest:
+            return f"{count} node(s) is above --max-nodes {highest}"
         if not self.allowed(count, start):
             rule = (
                 f"--resize-sizes {','.join(map(str, self.resize_sizes))}"

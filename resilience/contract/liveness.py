@@ -55,13 +55,13 @@ class LivenessServer:
         self._stop.set()
         self._thread.join(timeout=2)
         for key in list(self._selector.get_map().values()):
-            key.fileobj.close()
+            _socket(key).close()
         self._selector.close()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._selector.select(timeout=0.05):
-                conn = key.fileobj
+                conn = _socket(key)
                 if conn is self._sock:
                     try:
                         client, _ = self._sock.accept()
@@ -101,6 +101,12 @@ class LivenessServer:
         if key.data is not None:
             with self._lock:
                 self._peers[key.data].lost_t = self.clock()
+
+
+def _socket(key: selectors.SelectorKey) -> socket.socket:
+    """The socket ``key`` was registered with: this selector holds sockets only."""
+    assert isinstance(key.fileobj, socket.socket), key.fileobj
+    return key.fileobj
 
 
 def announce(host: str, port: int, slot: str, step_id: str = "", timeout_s: float = 10.0) -> socket.socket:

@@ -51,7 +51,7 @@ class Plan(Message):
     procs_per_node: int
     replaced: tuple[int, ...] = ()
     reason: str = ""
-    config: dict = field(default_factory=dict)
+    config: dict[str, object] = field(default_factory=dict)
 
     def rank_of(self, slot: str) -> int | None:
         for rank, s in self.members.items():

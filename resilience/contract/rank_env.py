@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from resilience.contract.injections import Injection, parse_env
-from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig, ElasticConfigError
-from resilience.errors import OptionError, RankEnvError
+from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig
+from resilience.errors import ElasticConfigError, OptionError, RankEnvError
 from resilience.contract.tier_config import TIERS_ENV, TierConfig
 
 HEARTBEAT_S = 0.5
@@ -70,27 +70,36 @@ class RankEnv:
     """How the supervisor configured this rank process; validated when built."""
 
     store_host: str
+    """Host of the supervisor's TCPStore."""
     store_port: int
+    """Port of the supervisor's TCPStore."""
     slot: str
+    """This process's slot (``n<node>p<local>``, ``r<k>``, ``n<node>s<k>``): who it is to the supervisor."""
     node: int = 0
+    """The node's number in the run."""
     local_rank: int = 0
+    """The rank's index on its node (``LOCAL_RANK`` too; a standby's comes with the plan)."""
     node_name: str = ""
     """The node's Slurm name; empty for a local run's simulated nodes."""
     backend: str = BACKEND
     injections: tuple[Injection, ...] = ()
+    """Faults to inject (``--inject`` specs, separated by ``;``)."""
     heartbeat_s: float = HEARTBEAT_S
     reform_timeout_s: float = REFORM_TIMEOUT_S
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
     replication_factor: int = REPLICATION_FACTOR
     liveness_port: int = 0
+    """The supervisor's port a rank holds a connection to, so that a lost node is seen at once (0: none)."""
     preempt_signal: str = PREEMPT_SIGNAL
     log_dir: str = ""
+    """The run's log directory (``events.jsonl``, rank logs, step times)."""
     reclaim_signal: str = ""
     """Set on a node lent to the run (a satellite): this signal means Slurm takes the node back
     (preemption signals steps first, then ends the job after its grace time)."""
     step_id: str = ""
     """Slurm's step id of this process (``SLURM_STEP_ID``, set by srun, not by us)."""
     tiers: TierConfig | None = None
+    """The checkpoint tiers' settings (JSON); None: no tiers."""
     elastic: ElasticConfig | None = None
     """The run's resize policy; ranks use its batch keys (``batch_policy``, ``lr_scaling``)."""
     deterministic_ddp: bool = True

@@ -61,10 +61,13 @@ class RunStore:
 
     @property
     def port(self) -> int:
-        return self.raw.port  # type: ignore[attr-defined]
+        """The port of the supervisor's server (a ``TCPStore``, made by :meth:`host`)."""
+        assert isinstance(self.raw, dist.TCPStore), type(self.raw)
+        return self.raw.port
 
     def clone(self) -> "RunStore":
         """A connection of its own, for another thread (a client is not thread-safe)."""
+        # torch's stubs (torch/_C/_distributed_c10d.pyi) omit Store.clone, which every store has.
         return RunStore(self.raw.clone())  # type: ignore[attr-defined]
 
     def _has(self, key: str) -> bool:

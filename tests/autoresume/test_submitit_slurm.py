@@ -117,29 +117,35 @@ def test_cancel_leaves_nothing_running(slurm_env, tmp_path):
     assert final_state(job) in ("CANCELLED", "GONE") and os.environ["SLURM_CONF"]
 
 
-def test_a_tiny_time_limit_requeues_max_num_timeout_times_then_fails_clearly(slurm_env, tmp_path):
+@pytest.mark.parametrize("max_num_timeout", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_a_tiny_time_limit_requeues_max_num_timeout_times_then_fails_clearly(
+    slurm_env, tmp_path, max_num_timeout
+):
     """timeout_min=3: Slurm signals the job (B:USR2@120) at its first time-limit check after 60 s,
     each run (slurmctld checks every 30 s, so 90-120 s before the limit: room for a loaded
     machine to stop the ranks). Not 2: the signal is then due at once, and a check that falls
     in the first tenth of a second of a run kills the batch shell's python before it catches
     USR2 (seen in CI: the requeued run ended WTERMSIG 12, 0.06 s after it started). The first
     signal near the limit requeues (a time-limit requeue, from the saved step); the second finds
-    max_num_timeout=1 used and fails the job with that reason, without waiting for Slurm."""
-    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=1)
+    max_num_timeout=1 used and fails the job with that reason, without waiting for Slurm. CI runs
+    max_num_timeout=0 (one time-limit wait, the job fails at the first signal); ``-m slow`` the
+    requeue too."""
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=max_num_timeout)
     ex.update_parameters(
         nodes=2, timeout_min=3, hang_timeout=5, persistent_dir=str(tmp_path / "ckpt"), persist_every=3
     )
     job = ex.submit(train, 100_000, 256, 0.05)
     with pytest.raises(
         submitit.core.utils.FailedJobError,
-        match=r"already requeued 1 time\(s\) at its time limit \(--max-timeout-requeues 1\)",
+        match=rf"already requeued {max_num_timeout} time\(s\) at its time limit "
+        rf"\(--max-timeout-requeues {max_num_timeout}\)",
     ):
         job.result()
     requeues = [e for e in job.events() if e["event"] == "requeue"]
-    assert [(e["cause"], e["restart_count"]) for e in requeues] == [("time-limit", 0)]
+    assert [(e["cause"], e["restart_count"]) for e in requeues] == [("time-limit", 0)][:max_num_timeout]
     client = SlurmClient.create("cli", env=slurm_env.env())
     done = wait_job(client, job.job_id, lambda j: j.finished)
-    assert (done.state, done.restart_count) == ("FAILED", 1)
+    assert (done.state, done.restart_count) == ("FAILED", max_num_timeout)
 
 
 def test_an_array_task_is_preempted_requeued_as_itself_and_resumes(slurm_env, tmp_path, fault_free):

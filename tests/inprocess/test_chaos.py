@@ -1,6 +1,7 @@
-"""``sres chaos`` on the example MLP, tiers on, data-parallel and sharded: 25 seeded random
-faults of every kind, every one recovered, the final state of every rank identical to the
-fault-free run's, and nothing of either run left behind.
+"""``sres chaos`` on the example MLP, tiers on, data-parallel and sharded: seeded random faults of
+every kind (12 in CI, with seeds that draw every kind; 25 under ``-m slow``), every one recovered,
+the final state of every rank identical to the fault-free run's, and nothing of either run left
+behind.
 
 The persistent tier lives on a 64 MiB tmpfs mounted for the test, so that ``fill-disk``
 really fills a filesystem (ENOSPC) without touching the machine's disk."""
@@ -14,7 +15,6 @@ import sys
 
 import pytest
 
-FAULTS = 25
 KINDS = (
     "kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk,"
     "kill-supervisor-child"
@@ -37,8 +37,16 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(where)], check=True)
 
 
-@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "sharded"])
-def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, sharded):
+@pytest.mark.parametrize(
+    "sharded, faults, seed",
+    [
+        pytest.param(False, 12, 2, id="ddp"),  # seeds whose 12 faults draw every kind
+        pytest.param(True, 12, 151, id="sharded"),
+        pytest.param(False, 25, 7, id="ddp-soak", marks=pytest.mark.slow),
+        pytest.param(True, 25, 7, id="sharded-soak", marks=pytest.mark.slow),
+    ],
+)
+def test_sres_chaos_random_faults_identical_and_clean(tmp_path, small_disk, sharded, faults, seed):
     kinds = KINDS + (",kill-during-copy" if sharded else "")
     cmd = [
         sys.executable,
@@ -46,9 +54,9 @@ def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, s
         "launcher.cli",
         "chaos",
         "--faults",
-        str(FAULTS),
+        str(faults),
         "--seed",
-        "7",
+        str(seed),
         "--every",
         "4",
         "--kinds",
@@ -86,11 +94,11 @@ def test_sres_chaos_25_random_faults_identical_and_clean(tmp_path, small_disk, s
     )
     schedule = json.loads((tmp_path / "chaos" / "fault-schedule.json").read_text())["injections"]
     # The seed draws every kind; a paired kind brings its partner (free-disk after fill-disk).
-    assert len({s for s in schedule if not s.startswith("free-disk")}) >= FAULTS
+    assert len({s for s in schedule if not s.startswith("free-disk")}) >= faults
     assert {s.split(":")[0] for s in schedule} == set(kinds.split(",")) | {"free-disk"}
     events = [json.loads(line) for line in (tmp_path / "chaos" / "events.jsonl").read_text().splitlines()]
     assert (
-        len([e for e in events if e["event"] == "fault"]) >= FAULTS
+        len([e for e in events if e["event"] == "fault"]) >= faults
     )  # a whole-node or all-rank one counts per rank
     full = [e for e in events if e["event"] == "tier-warning" and e["tier"] == "persistent"]
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"

@@ -10,13 +10,16 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from launcher.observability.events import read_events
 from launcher.placement import NewNode, NodeEvidence
-from launcher.supervisor import RunConfig, Supervisor, loop
-from launcher.supervisor.actions import OpenFault, UseIdleNode
+from launcher.supervisor import RunConfig, Supervisor, loop, policy
+from launcher.supervisor.actions import Action, OpenFault, UseIdleNode
+from launcher.supervisor.books import Outcome
+from launcher.supervisor.view import Observation, RunState
 from resilience.contract.elastic_config import ElasticConfig
 from resilience.contract.messages import Report
 
@@ -25,7 +28,7 @@ class FakePlacement:
     """Processes are exit codes; the node evidence and extra nodes are set by the test."""
 
     store_host = "127.0.0.1"
-    job_id = None
+    job_id: str | None = None
 
     def __init__(
         self, requeueable: bool = False, idle: Sequence[int] = (), growable: Sequence[int] = ()
@@ -101,7 +104,17 @@ class Script:
         self.now = 1000.0
         self.tick = 0
         self.todo: dict[int, list[Callable[[], None]]] = {}
-        self.supervisor: Supervisor | None = None
+        self.out = io.StringIO()
+        self._supervisor: Supervisor | None = None
+
+    @property
+    def supervisor(self) -> Supervisor:
+        assert self._supervisor is not None, "run() makes the supervisor"
+        return self._supervisor
+
+    @supervisor.setter
+    def supervisor(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
 
     def at(self, tick: int, action: Callable[[], None]) -> None:
         self.todo.setdefault(tick, []).append(action)
@@ -119,27 +132,31 @@ class Script:
     def finish_generation(self) -> None:
         """Every member of the newest plan reports done."""
         store = self.supervisor.store
-        g = self.supervisor.plan.generation
+        g = self.supervisor.books.current_plan.generation
         plan = store.plan(g)
+        assert plan is not None, f"plan {g} is not in the store"
         for rank, slot in plan.members.items():
             store.report(g, slot, Report("done", rank))
 
 
-def run(tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw):
+def run(
+    tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw: Any
+) -> tuple[Outcome, list[dict[str, Any]]]:
+    """``kw``: more of ``RunConfig``'s fields."""
     config = RunConfig(command=("train",), nodes=nodes, spares=spares, log_dir=tmp_path, **kw)
     supervisor = Supervisor(
-        config, placement, clock=script.clock, wall=script.clock, sleep=script.sleep, out=io.StringIO()
+        config, placement, clock=script.clock, wall=script.clock, sleep=script.sleep, out=script.out
     )
     script.supervisor = supervisor
     outcome = supervisor.run()
     return outcome, read_events(tmp_path / "events.jsonl")
 
 
-def kinds(events):
+def kinds(events: list[dict[str, Any]]) -> list[str]:
     return [e["event"] for e in events]
 
 
-def test_a_process_fault_respawns_the_rank_on_its_node(tmp_path):
+def test_a_process_fault_respawns_the_rank_on_its_node(tmp_path: Path) -> None:
     placement, script = FakePlacement(), Script()
     script.at(3, lambda: placement.rc.update({"n1p0": -9}))
     script.at(10, script.finish_generation)
@@ -152,7 +169,7 @@ def test_a_process_fault_respawns_the_rank_on_its_node(tmp_path):
     assert ("n1p0r1", 1) in placement.spawned and placement.retired == []
 
 
-def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
+def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path: Path) -> None:
     placement, script = FakePlacement(), Script()
     placement.evidence_of[2] = NodeEvidence(slurmd_answers=False)
     script.at(3, lambda: placement.rc.update({"n2p0": -9}))
@@ -174,7 +191,7 @@ def test_a_dead_node_moves_to_the_warm_spare_then_is_drained(tmp_path):
     assert placement.retired == [(2, "slurmd not responding")]
 
 
-def test_without_a_spare_the_job_grows_after_the_drain(tmp_path):
+def test_without_a_spare_the_job_grows_after_the_drain(tmp_path: Path) -> None:
     placement, script = FakePlacement(growable=[3]), Script()
     placement.evidence_of[0] = NodeEvidence(slurmd_answers=False)
     script.at(3, lambda: placement.rc.update({"n0p0": -9}))
@@ -196,7 +213,7 @@ def test_without_a_spare_the_job_grows_after_the_drain(tmp_path):
     assert events[6]["how"] == "expansion" and events[6]["slot"] == "n3p0"
 
 
-def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
+def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path: Path) -> None:
     placement, script = FakePlacement(requeueable=True), Script()
     placement.evidence_of[1] = NodeEvidence(slurmd_answers=False)
     script.at(3, lambda: placement.rc.update({"n1p0": -9}))
@@ -208,11 +225,12 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path):
     ]
 
 
-def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
+def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path: Path) -> None:
     placement, script = FakePlacement(), Script()
 
-    def store_beats():
-        return [script.supervisor.store.beat(f"n{n}p0") for n in (0, 2)]
+    def store_beats() -> None:
+        for n in (0, 2):
+            script.supervisor.store.beat(f"n{n}p0")
 
     for tick in range(1, 400):  # ranks 0 and 2 beat; rank 1 beat once, then froze
         script.at(tick, store_beats)
@@ -226,10 +244,10 @@ def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path):
     assert 3.0 <= fault["t"] - 1000.0 <= 3.0 + 0.5
 
 
-def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
+def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path: Path) -> None:
     placement, script = FakePlacement(), Script()
 
-    def reports():
+    def reports() -> None:
         store = script.supervisor.store
         store.report(1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
         store.report(1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
@@ -243,14 +261,14 @@ def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path):
     assert [e["generation"] for e in events if e["event"] == "generation"] == [1, 2]
 
 
-def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_path):
+def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_path: Path) -> None:
     """A deterministic error: retried once (it might have been transient), then the run stops
     with one line saying it recurred, and its traceback once."""
     placement, script = FakePlacement(), Script()
 
     def raise_at(step: int) -> Callable[[], None]:
         def report() -> None:
-            store, g = script.supervisor.store, script.supervisor.plan.generation
+            store, g = script.supervisor.store, script.supervisor.books.current_plan.generation
             store.report(
                 g,
                 "n1p0",
@@ -289,23 +307,24 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
         "deterministic; not retrying"
     )
     assert failed["reason"] == reason and failed["rank"] == 1 and failed["error_type"] == "ValueError"
-    out = script.supervisor.executor.out.getvalue()
+    out = script.out.getvalue()
     assert [line for line in out.splitlines() if "error:" in line] == [f"sres: error: {reason}"]
     assert out.count("Traceback (most recent call last)") == 1 and "first failure (rank 1):" in out
 
 
-def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(tmp_path, monkeypatch):
+def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The loop re-decides while a fault is open, but not without a bound: a bug that keeps
     the fault open ends the run with a "failed" event instead of spinning."""
-    calls = []
+    calls: list[float] = []
 
-    def stuck(now, obs, state, config):
+    def stuck(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
         if not state.started:
-            return real(now, obs, state, config)
+            return policy.decide(now, obs, state, config)
         calls.append(now)
         return [UseIdleNode()] if state.fault is not None else [OpenFault(now, {1: "kill"})]
 
-    real = loop.decide
     monkeypatch.setattr(loop, "decide", stuck)
     placement, script = FakePlacement(), Script()
     with pytest.raises(loop.DecisionLoopError, match="19 times in one tick"):
@@ -316,12 +335,12 @@ def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(
     assert events[-1]["reason"].startswith("internal error of the supervisor: DecisionLoopError")
 
 
-def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path):
+def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path: Path) -> None:
     """Growth into an idle node waits for the new process's readiness (an observation: its
     ``ready`` key), then pauses the world and publishes the larger plan."""
     placement, script = FakePlacement(growable=[3]), Script()
 
-    def warm_up_n3p0():
+    def warm_up_n3p0() -> None:
         store = script.supervisor.store
         store.beat("n3p0")
         store.mark_ready("n3p0")
