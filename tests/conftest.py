@@ -13,6 +13,7 @@ import pytest
 from tests.running_cluster import running
 from tests.slurm_cluster import SlurmCluster
 
+pytest_plugins = ("tests.support.tier_guard",)  # fails a unit test that spawns or sleeps
 
 TIERS = {
     "unit": "unit",
@@ -31,7 +32,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
         tier = TIERS.get(folder)
-        if tier is not None and item.get_closest_marker(tier) is None:
+        marked = {name for name in set(TIERS.values()) if item.get_closest_marker(name) is not None}
+        if tier is not None and not marked:  # a test may say its own tier (a unit test that spawns: local)
             item.add_marker(getattr(pytest.mark, tier))
 
 

@@ -155,6 +155,9 @@ class Supervisor:
             started = self._settle(self.clock(), Observation())
             return started if started is not None else self._loop()
         except KeyboardInterrupt:
+            # Ctrl-C, or a canceller that kills this process soon after (submitit's local
+            # controller: SIGINT, then SIGKILL a second later): the ranks go first, not last.
+            self.placement.stop_all(timeout_s=0.0)
             return self.executor.fail("interrupted")
         except BaseException as err:
             # Our bug: the timeline still ends with a "failed" event, and the traceback shows.

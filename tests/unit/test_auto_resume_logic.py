@@ -116,6 +116,7 @@ def test_templates_fill_every_placeholder_and_derive_total_nodes():
         templates.load("nope")
 
 
+@pytest.mark.local  # spawns: the announcing process it kills
 def test_liveness_sees_a_killed_process_at_once():
     server = LivenessServer()
     try:
@@ -148,6 +149,7 @@ def test_liveness_sees_a_killed_process_at_once():
         server.close()
 
 
+@pytest.mark.local  # sleeps 0.2 s for the server thread
 def test_liveness_ignores_a_connection_that_never_said_hello():
     server = LivenessServer()
     try:

@@ -7,10 +7,14 @@ import os
 import time
 import uuid
 
+import pytest
+
 from slurm_plugins.checks.base import Check, CheckContext, Fault, Status, ok
 from slurm_plugins.checks.command import command_check
 from slurm_plugins.health_config import CommandCheck, HealthConfig
 from slurm_plugins.runner import run_checks, run_in_turn
+
+pytestmark = pytest.mark.local  # the runner forks a process per check; checks run programs
 
 CTX = CheckContext(HealthConfig(), "n1")
 

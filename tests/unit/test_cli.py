@@ -4,6 +4,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.local  # each test runs `python -m launcher.cli` in a subprocess
+
 
 def sres(*args, env=None):
     return subprocess.run(

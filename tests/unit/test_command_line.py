@@ -11,6 +11,7 @@ from launcher.slurm.client import SlurmClient
 from launcher.slurm.command_driver import CommandLine
 
 
+@pytest.mark.local  # spawns: sleep
 def test_timeout_raises_with_the_command():
     with pytest.raises(SlurmCommandError) as info:
         CommandLine(timeout_s=0.2)(["sleep", "5"])
@@ -19,6 +20,7 @@ def test_timeout_raises_with_the_command():
     assert "timed out" in str(info.value)
 
 
+@pytest.mark.local  # spawns: sh
 def test_failure_carries_exit_code_and_stderr():
     with pytest.raises(SlurmCommandError) as info:
         CommandLine()(["sh", "-c", "echo 'Invalid job id specified' >&2; exit 3"])
@@ -26,6 +28,7 @@ def test_failure_carries_exit_code_and_stderr():
     assert info.value.stderr == "Invalid job id specified"
 
 
+@pytest.mark.local  # spawns: tries sinfo
 def test_missing_scontrol_is_one_clear_line(tmp_path):
     client = SlurmClient.create("cli", env={"PATH": str(tmp_path)})
     with pytest.raises(SlurmUnavailable) as info:

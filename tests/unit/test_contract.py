@@ -102,6 +102,7 @@ def test_the_store_accessors_carry_each_message_whole():
     assert store.flush_answers(request, [0, 1]) == [m.FlushDone(40), m.FlushDone(40)]
 
 
+@pytest.mark.local  # sleeps 0.3 s so the ranks wait
 def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the_wait():
     """On the recovery path: a plan published while ranks wait is seen within a short poll,
     the join barrier lets both through, and a shutdown ends a spare's wait."""

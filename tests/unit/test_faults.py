@@ -66,6 +66,7 @@ def test_fill_disk_takes_every_free_byte_of_a_small_filesystem_and_refuses_a_big
     assert not (tmp_path / "filler").exists()
 
 
+@pytest.mark.local  # spawns: the rank the fault kills
 def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
     """Found by the 500-fault soak: a kill at the kill-all's step took one rank before it got
     there, and the others waited for it past their generation's end (then exited 75)."""

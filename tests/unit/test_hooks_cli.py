@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 
@@ -34,6 +35,7 @@ def write(tmp_path, data, name="health.yaml"):
 PROLOG_ENV = {"SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "41", "SLURM_NODELIST": "n7"}
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli
 def test_bad_config_fails_open_by_default_with_one_clear_line_and_a_loud_log(tmp_path):
     log = tmp_path / "h.jsonl"
     bad = write(
@@ -51,6 +53,7 @@ def test_bad_config_fails_open_by_default_with_one_clear_line_and_a_loud_log(tmp
     assert event["event"] == "config_error" and event["policy"] == "open" and event["node"] == "n7"
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli
 def test_bad_config_fails_closed_when_it_says_so(tmp_path):
     log = tmp_path / "h.jsonl"
     bad = write(
@@ -68,6 +71,7 @@ def test_bad_config_fails_closed_when_it_says_so(tmp_path):
     )
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli
 def test_config_from_the_environment_and_verify(tmp_path):
     good = write(tmp_path, {"checks": {"memory": {"min_free_mib": 1}}})
     result = sres(
@@ -81,6 +85,7 @@ def test_config_from_the_environment_and_verify(tmp_path):
     ]
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli
 def test_check_prints_a_table_and_a_hung_check_is_a_timeout(tmp_path):
     cfg = write(
         tmp_path,
@@ -102,6 +107,7 @@ def test_check_prints_a_table_and_a_hung_check_is_a_timeout(tmp_path):
     assert result.stdout.splitlines()[0].split() == ["check", "status", "fault", "time", "s", "detail"]
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli
 def test_prolog_failure_exits_1_and_logs_one_line_per_check(tmp_path):
     log = tmp_path / "h.jsonl"
     cfg = write(
@@ -138,6 +144,7 @@ def test_job_nodelist_is_read_from_either_variable():
     assert HookEnv.from_env({"SLURM_JOBID": "9"}).job_id == "9"
 
 
+@pytest.mark.local  # spawns: python -m launcher.entry
 def test_the_epilog_as_slurm_runs_it_cleans_the_ram_tier_and_imports_no_torch(tmp_path):
     """``sres hooks epilog`` through the ``sres`` console script's own entry (launcher.entry),
     as every node runs it at every job's end: importing torch there would cost a second a job."""

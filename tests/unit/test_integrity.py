@@ -45,6 +45,7 @@ def shift_one(data: np.ndarray, start: int) -> None:
 
 
 @pytest.mark.parametrize("corrupt", [swap_blocks, zero_page, shift_one])
+@pytest.mark.local  # spawns: python -m launcher.cli ckpt verify
 def test_corruption_a_sum_misses_is_refused(tmp_path, corrupt):
     snaps = {"replicated": snapshot.capture(state(), 3)}
     path = mf.write(tmp_path, "j1", 3, 1, 0, snaps)

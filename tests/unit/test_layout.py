@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("launcher", "resilience", "slurm_plugins")
 MAX_MODULE_LINES = 400
@@ -219,6 +221,7 @@ def test_admin_hooks_import_from_the_launcher_only_its_slurm_client_and_errors()
     assert wrong == {}
 
 
+@pytest.mark.local  # spawns: a fresh interpreter
 def test_admin_hooks_and_the_slurm_client_never_import_torch():
     """The prolog and epilog run for every job on every node: importing torch there costs a
     second or more each time. Every slurm_plugins and launcher.slurm module, and every module
@@ -284,6 +287,7 @@ def test_the_policy_imports_only_the_view_the_actions_and_the_configs():
     assert wrong == {}
 
 
+@pytest.mark.local  # spawns: ruff
 def test_ruff_passes():
     """Lines are wrapped by the formatter, never packed to pass a size rule (pyproject: [tool.ruff])."""
     ruff = [sys.executable, "-m", "ruff"]

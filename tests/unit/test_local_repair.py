@@ -3,6 +3,8 @@ nodes do on a cluster: only after the delay, once each, under a new node number.
 
 from __future__ import annotations
 
+import pytest
+
 from launcher.placement.local import LocalPlacement
 
 
@@ -14,6 +16,7 @@ class Clock:
         return self.now
 
 
+@pytest.mark.local  # spawns: `true` on each node
 def test_a_drained_node_returns_after_its_repair_under_a_new_number(tmp_path):
     clock = Clock()
     placement = LocalPlacement(tmp_path, repair_after_s=5.0, clock=clock)

@@ -8,6 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.local  # each test imports in a fresh interpreter (a subprocess)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -46,6 +47,7 @@ def test_any_error_after_the_generation_was_released_is_collateral():
     assert blame.origin(ValueError("anything"), released=True) == blame.RELEASED
 
 
+@pytest.mark.local  # spawns: the gloo peer ranks
 def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
     """Rank 1 dies; rank 0's all_reduce raises gloo's plain RuntimeError, seen as a peer's fault."""
     script = textwrap.dedent("""

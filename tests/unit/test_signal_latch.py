@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from launcher import cli
 from launcher.run import signal_latch
 from launcher.supervisor.config import RunConfig
@@ -56,6 +58,7 @@ def test_the_latch_and_the_parser_read_the_same_variable(monkeypatch):
         assert signal_latch.signal_name(argv) == f"SIG{expected}"
 
 
+@pytest.mark.local  # spawns: a fresh interpreter
 def test_a_signal_before_the_supervisor_starts_is_kept_not_fatal():
     """USR2 at once, while the CLI still imports torch: the process lives and remembers it."""
     code = (
@@ -80,6 +83,7 @@ def test_a_signal_before_the_supervisor_starts_is_kept_not_fatal():
     assert done.stdout.strip() == "SIGUSR2"
 
 
+@pytest.mark.local  # spawns: a fresh interpreter
 def test_a_signal_named_by_the_environment_during_start_up_is_kept_not_fatal():
     """SRES_PREEMPT_SIGNAL=TERM and no --preempt-signal (as under srun --auto-resume): TERM is held too."""
     code = (
@@ -104,6 +108,7 @@ def test_a_signal_named_by_the_environment_during_start_up_is_kept_not_fatal():
     assert done.stdout.strip() == "SIGTERM"
 
 
+@pytest.mark.local  # spawns: a fresh interpreter
 def test_the_latch_imports_only_the_standard_library():
     """It runs before torch: anything heavier would widen the window it exists to close."""
     code = (

@@ -66,6 +66,7 @@ def test_measured_costs_are_medians_of_recoveries():
         measured_costs([{"event": "finished"}])
 
 
+@pytest.mark.local  # spawns: python -m launcher.cli simulate
 def test_the_command_prints_a_table_and_writes_a_plot(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text(

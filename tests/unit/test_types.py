@@ -44,6 +44,7 @@ def every_placement(local: LocalPlacement, srun: SrunPlacement, fake: FakePlacem
 
 
 @needs_mypy
+@pytest.mark.local  # spawns: mypy
 def test_the_typed_modules_pass_mypy() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=280

@@ -1,0 +1,1 @@
+"""Test machinery shared by the tiers (pytest plugins), not tests."""
