@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 
 from launcher.run import environment, request
 
-DEFAULT_SIGNAL = "USR2"
-"""``--preempt-signal``'s default (RunConfig's and RunOptions'; a unit test keeps them equal)."""
+DEFAULT_SIGNAL = request.RunOptions.preempt_signal
+"""``--preempt-signal``'s default: the request's own (whose defaults tests keep equal to RunConfig's)."""
 
 _caught: list[str] = []
 

@@ -38,6 +38,11 @@ a requeue of the job, failure."""
 
 def replace_lost(now: float, state: RunState, config: RunConfig) -> list[Action]:
     """The next step of an open fault: the first replacement source in order that may serve."""
+    return serving_source(now, state, config)[1]
+
+
+def serving_source(now: float, state: RunState, config: RunConfig) -> tuple[str, list[Action]]:
+    """The first source in :data:`REPLACEMENT_ORDER` not tried yet that may serve, and its actions."""
     fault = state.current_fault
     homeless = sorted({state.node_of(r) for r in fault.lost} & (state.dead_nodes | set(fault.bad_nodes)))
     for source in REPLACEMENT_ORDER:
@@ -45,7 +50,7 @@ def replace_lost(now: float, state: RunState, config: RunConfig) -> list[Action]
             continue
         actions = _SOURCES[source](now, state, config, homeless)
         if actions is not None:
-            return actions
+            return source, actions
     raise AssertionError("the replacement order ends with a source that always serves")
 
 

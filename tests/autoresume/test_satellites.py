@@ -117,13 +117,17 @@ def test_lent_nodes_are_taken_back_by_preemption_and_lent_again(cluster, tmp_pat
     )
     until("the shrink", lambda: len(job.of("resize")) >= 2, job)
     wait_job(job.client, urgent, lambda j: j.finished, timeout=90)
-    until("growth back to 4", lambda: len(job.of("resize")) >= 3, job, timeout=90)
+    grown_back = lambda: len(job.of("resize")) >= 3 and job.of("resize")[-1]["to_world"] == 4  # noqa: E731
+    until("growth back to 4", grown_back, job, timeout=90)
 
     done = job.wait_done(timeout=300)
     assert done.state == "COMPLETED", job.output
     assert wait_job(job.client, urgent, lambda j: j.finished).state == "COMPLETED"
     resizes = [(e["from_world"], e["to_world"], e["why"]) for e in job.of("resize")]
-    assert resizes == [(2, 4, "idle"), (4, 2, "preempted"), (2, 4, "idle")], job.output
+    assert resizes[:2] == [(2, 4, "idle"), (4, 2, "preempted")], job.output
+    # the two come back idle when Slurm is done with them, together or one after the other
+    regrowth = resizes[2:]
+    assert regrowth in ([(2, 4, "idle")], [(2, 3, "idle"), (3, 4, "idle")]), job.output
     released = job.of("node-released")
     assert sorted(e["host"] for e in released if e["why"] == "preempted") == sorted(lent)
     assert not job.of("fault"), job.output  # taken back at a step boundary, not lost

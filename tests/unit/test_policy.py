@@ -27,7 +27,7 @@ from launcher.supervisor.actions import (
     UseIdleNode,
 )
 from launcher.supervisor.fault_policy import error_at
-from launcher.supervisor.replace_policy import REPLACEMENT_ORDER
+from launcher.supervisor.replace_policy import REPLACEMENT_ORDER, serving_source
 from launcher.supervisor.view import ErrorAt, FaultState, Observation, RunState
 from resilience.contract.messages import Report, SlotInfo
 
@@ -442,10 +442,16 @@ def test_policy_table(obs, st, config, expected):
     assert decide(NOW, obs, st, config) == expected
 
 
-def test_every_replacement_source_is_covered_by_the_table():
-    served = {type(a[-1]).__name__ for *_, a in CASES.values() if a}
-    assert {"Publish", "UseIdleNode", "AcquireNode", "Requeue", "Fail"} <= served
-    assert REPLACEMENT_ORDER[0] == "spare" and REPLACEMENT_ORDER[-1] == "fail"
+def test_every_replacement_source_serves_in_some_case_of_the_tables():
+    """A source added to REPLACEMENT_ORDER without a case that reaches it fails here."""
+    from tests.unit.test_elastic_policy import CASES as ELASTIC_CASES
+
+    served = {
+        serving_source(NOW, st, config)[0]
+        for _, st, config, _ in [*CASES.values(), *ELASTIC_CASES.values()]
+        if st.fault is not None
+    }
+    assert served == set(REPLACEMENT_ORDER)
 
 
 def test_two_lost_nodes_need_two_spares():

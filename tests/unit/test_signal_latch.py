@@ -8,18 +8,8 @@ import pytest
 
 from launcher import cli
 from launcher.run import signal_latch
-from launcher.supervisor.config import RunConfig
-from resilience.contract import rank_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-
-
-def test_the_latch_and_the_config_agree_on_the_default_signal():
-    assert (
-        signal_latch.DEFAULT_SIGNAL
-        == RunConfig.__dataclass_fields__["preempt_signal"].default
-        == rank_env.PREEMPT_SIGNAL
-    )
 
 
 def test_signal_name_comes_from_our_options_only():
