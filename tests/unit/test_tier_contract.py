@@ -19,7 +19,8 @@ from resilience.state import snapshot
 from resilience.tiers import manifest as mf
 from resilience.tiers.base import Tier, Where
 from resilience.tiers.layout import TierConfig
-from resilience.tiers.registry import NAMES, TIERS, cost, tier
+from resilience.tiers.registry import NAMES, TIERS, tier
+from resilience.tiers.restore import plan_restore
 from resilience.tiers.saver import fed_tiers
 from resilience.tiers.transport import NeighbourServer
 
@@ -209,8 +210,23 @@ def test_every_registered_tier_is_written_the_way_the_saver_writes_it():
     assert {r.tier.name for r in ROUTES} == set(NAMES)
 
 
-def test_the_registry_orders_tiers_cheapest_first():
-    assert NAMES == ("ram", "neighbour", "persistent")
-    assert [cost(n) for n in NAMES] == [0, 1, 2] and tier("neighbour") is TIERS[1]
-    with pytest.raises(KeyError, match="known: ram, neighbour, persistent"):
+def test_a_restore_reads_from_the_first_registered_tier_that_holds_a_good_copy(where):
+    """The registry's order is the restore's preference: with the same step in every tier, each
+    rank's copy comes from the first tier, then, as copies fail verification tier by tier, from
+    the next."""
+    w = where()
+    first, *later = fed_tiers(w.config)
+    for rank in range(WORLD):
+        copy = first.write(w, 4, WORLD, rank, snaps(4 + 100 * rank))
+        for t in later:
+            t.write(w, 4, WORLD, rank, copy)
+    offers = [o for t in TIERS for rank in range(WORLD) for o in t.offers(w, rank, lambda *a: None)]
+    bad: set[tuple[str, int, int]] = set()
+    for t in TIERS:
+        plan = plan_restore(WORLD, offers, after_step=0, bad=frozenset(bad))
+        assert plan is not None and plan.step == 4
+        assert {plan.tier_of(owner) for owner in range(WORLD)} == {t.name}
+        bad |= {(t.name, owner, 4) for owner in range(WORLD)}
+    assert plan_restore(WORLD, offers, after_step=0, bad=frozenset(bad)) is None
+    with pytest.raises(KeyError, match="no checkpoint tier 'tape'"):
         tier("tape")
