@@ -1,6 +1,6 @@
 """From a node kill to training resumed on the replacement, on a real local Slurm cluster.
 
-Starts its own 5-node cluster (tests/slurm_cluster.py; root and slurm-wlm needed) and runs a
+Starts its own 5-node cluster (tests/support/slurm_cluster.py; root and slurm-wlm needed) and runs a
 3-node training job under ``sres srun`` three times per round: once with a warm spare node held
 by the job, and twice with none: a satellite job takes the lost ranks (the default), or the
 job grows into an idle node by expansion (``--grow-by expansion``). Each run kills one
@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.slurm_cluster import SlurmCluster  # noqa: E402
-from tests.training_jobs import sres_srun, submit_training  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster  # noqa: E402
+from tests.support.training_jobs import sres_srun, submit_training  # noqa: E402
 
 PHASES = ("detection", "drain", "replacement", "re-form", "transfer", "first step", "kill -> resumed")
 

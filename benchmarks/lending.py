@@ -1,6 +1,6 @@
 """Nodes lent by the scheduler and taken back, on a real local Slurm cluster.
 
-Starts its own 4-node cluster (tests/slurm_cluster.py; root and slurm-wlm needed) with a
+Starts its own 4-node cluster (tests/support/slurm_cluster.py; root and slurm-wlm needed) with a
 low-priority partition ``lend`` (PreemptMode=CANCEL, GraceTime) and a high-priority one
 ``urgent``. Per round, a 2-node training job with ``--max-nodes 4 --lend-partition lend``
 grows by two satellites; a 2-node job submitted to ``urgent`` preempts them; when it ends,
@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launcher.slurm.client import SlurmClient  # noqa: E402
-from tests.slurm_cluster import SlurmCluster  # noqa: E402
-from tests.training_jobs import TrainingJob, sres_srun, submit_training, wait_job  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster  # noqa: E402
+from tests.support.training_jobs import TrainingJob, sres_srun, submit_training, wait_job  # noqa: E402
 
 ELASTIC = ("--dataset", "320", "--global-batch", "32", "--micro-batch", "4")
 ROWS = (

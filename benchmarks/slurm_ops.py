@@ -1,6 +1,6 @@
 """What the Slurm operations on a recovery path cost, and how late Slurm itself sees a dead node.
 
-Starts its own local cluster (tests/slurm_cluster.py; root and slurm-wlm needed), then prints:
+Starts its own local cluster (tests/support/slurm_cluster.py; root and slurm-wlm needed), then prints:
 1. median latency of each SlurmClient operation used during recovery, next to the bare
    command it wraps (the baseline, measured in the same run);
 2. the time from killing a node's slurmd to Slurm reporting it not responding, against
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launcher.slurm.discovery import discover  # noqa: E402
 from launcher.slurm.client import SlurmClient  # noqa: E402
-from tests.slurm_cluster import SlurmCluster  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster  # noqa: E402
 
 
 def timed(fn, repeat: int) -> float:

@@ -1,6 +1,6 @@
 """What ``ResilientExecutor`` adds to a submitit job, on a real local Slurm cluster.
 
-Starts its own 5-node cluster (tests/slurm_cluster.py; root and slurm-wlm needed; accounting
+Starts its own 5-node cluster (tests/support/slurm_cluster.py; root and slurm-wlm needed; accounting
 disabled, as on the test cluster) and submits the same short training (the example MLP, 3
 nodes, gloo) two ways, interleaved, timing ``submit`` -> ``job.result()``:
   plain      submitit's SlurmExecutor, 3 tasks, torch.distributed set up by
@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from launcher.submitit import ResilientExecutor  # noqa: E402
 from resilience.examples.train_mlp import batch_for, build_model  # noqa: E402
-from tests.slurm_cluster import SlurmCluster  # noqa: E402
+from tests.support.slurm_cluster import SlurmCluster  # noqa: E402
 
 NODES = 3
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.running_cluster import running
-from tests.slurm_cluster import SlurmCluster
+from tests.support.running_cluster import running
+from tests.support.slurm_cluster import SlurmCluster
 
 pytest_plugins = ("tests.support.tier_guard",)  # fails a unit test that spawns or sleeps
 

@@ -4,7 +4,7 @@ The client holds the policy (our drain-reason prefix, never undraining an admin'
 the job-expansion sequence and its 22.05 quirks); a *driver* holds the mechanism. Two
 drivers share one typed interface: pyslurm when it was built for the cluster's Slurm, else
 the command line (the user-facing spelling is still ``--backend``/``SRES_SLURM_BACKEND``).
-Tests of Slurm behaviour run against the real local cluster (tests/slurm_cluster.py), never
+Tests of Slurm behaviour run against the real local cluster (tests/support/slurm_cluster.py), never
 against a mocked driver.
 """
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from slurm_plugins.spank.build import build, plugstack_line
-from tests.inprocess.conftest import sres_run
-from tests.training_jobs import REPO, STEPS
+from tests.support.sres_runs import sres_run
+from tests.support.training_jobs import REPO, STEPS
 
 pytestmark = pytest.mark.cluster
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.inprocess.conftest import sres_run
-from tests.training_jobs import TrainingJob, sres_srun, submit_training
+from tests.support.sres_runs import sres_run
+from tests.support.training_jobs import TrainingJob, sres_srun, submit_training
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.training_jobs import STEPS, sres_srun, submit_training
+from tests.support.training_jobs import STEPS, sres_srun, submit_training
 
 pytestmark = pytest.mark.cluster
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import processes_with_env
-from tests.training_jobs import REPO, STEPS, sres_srun, submit_training, wait_job
+from tests.support.slurm_cluster import processes_with_env
+from tests.support.training_jobs import REPO, STEPS, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
 

@@ -16,7 +16,7 @@ from launcher.slurm import templates
 from launcher.errors import ConfigError
 from launcher.slurm.client import SlurmClient
 from resilience.elastic import coverage
-from tests.training_jobs import REPO, TRAIN, TrainingJob, sres_srun, submit_training, wait_job
+from tests.support.training_jobs import REPO, TRAIN, TrainingJob, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
 

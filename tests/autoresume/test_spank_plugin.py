@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.training_jobs import REPO, submit_training
+from tests.support.training_jobs import REPO, submit_training
 
 pytestmark = pytest.mark.cluster
 

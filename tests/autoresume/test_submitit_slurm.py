@@ -17,8 +17,9 @@ from launcher.slurm.client import SlurmClient
 from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
-from tests.slurm_cluster import wait_processes_gone
-from tests.training_jobs import wait_job
+from tests.support.slurm_cluster import wait_processes_gone
+from tests.support.submitit_jobs import always_raises
+from tests.support.training_jobs import wait_job
 
 pytestmark = pytest.mark.cluster
 
@@ -100,8 +101,6 @@ def test_preemption_requeues_and_resumes(slurm_env, tmp_path, fault_free):
 
 
 def test_a_function_that_always_raises_fails_once(slurm_env, tmp_path):
-    from tests.inprocess.test_submitit import always_raises
-
     job = executor(tmp_path, max_restarts=1, no_tiers=True).submit(always_raises, "raised on every entry")
     with pytest.raises(submitit.core.utils.FailedJobError, match="ValueError: raised on every entry"):
         job.result()

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.slurm import templates
 from launcher.slurm.client import SlurmClient
-from tests.training_jobs import REPO, wait_job
+from tests.support.training_jobs import REPO, wait_job
 
 pytestmark = pytest.mark.cluster
 

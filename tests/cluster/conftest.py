@@ -7,7 +7,7 @@ import pytest
 
 from launcher.errors import ConfigError
 from launcher.slurm.client import SlurmClient
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -10,8 +10,8 @@ import pytest
 from launcher.errors import ConfigError, SlurmError
 from launcher.slurm.discovery import discover
 from launcher.slurm.types import REASON_PREFIX
-from tests.training_jobs import wait_job
-from tests.slurm_cluster import pid_alive, processes_with_env
+from tests.support.training_jobs import wait_job
+from tests.support.slurm_cluster import pid_alive, processes_with_env
 
 pytestmark = pytest.mark.cluster
 

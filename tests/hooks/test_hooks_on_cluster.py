@@ -13,9 +13,9 @@ import time
 import pytest
 
 from launcher.slurm.client import SlurmClient
-from tests.training_jobs import wait_job
-from tests.hooks.conftest import wait_for
-from tests.slurm_cluster import pid_alive
+from tests.support.training_jobs import wait_job
+from tests.support.hook_cluster import wait_for
+from tests.support.slurm_cluster import pid_alive
 
 pytestmark = pytest.mark.cluster
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.hooks import sshd as sshd_server
-from tests.slurm_cluster import pid_alive
+from tests.support import sshd as sshd_server
+from tests.support.slurm_cluster import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 SRES = f"env PYTHONPATH={REPO} {sys.executable} -m launcher.entry"

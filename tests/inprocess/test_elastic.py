@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from resilience.elastic import coverage
-from tests.inprocess.conftest import sres, sres_run, when_event
+from tests.support.sres_runs import sres, sres_run, when_event
 
 DATA = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "4")
 STEPS = 60

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.inprocess.conftest import Run, sres, sres_run, when_event
+from tests.support.sres_runs import Run, sres, sres_run, when_event
 
 STEPS = 60
 EXACT = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "2", "--ddp", "exact")

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.inprocess.conftest import Run, run_command
+from tests.support.sres_runs import Run, run_command
 
 TRAIN = """
 import argparse

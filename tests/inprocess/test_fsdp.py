@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.inprocess.conftest import sres, sres_run, when_event
+from tests.support.sres_runs import sres, sres_run, when_event
 
 STEPS = 16
 

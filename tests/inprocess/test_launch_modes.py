@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from tests.inprocess.conftest import STEPS, sres_run
+from tests.support.sres_runs import STEPS, sres_run
 
 
 def test_node_with_two_ranks_moves_both_to_the_spare_node(tmp_path, reference):

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from launcher.observability.events import read_events
-from tests.inprocess.conftest import sres_run
+from tests.support.sres_runs import sres_run
 
 
 def parse(text: str) -> dict[str, float]:

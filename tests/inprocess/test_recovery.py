@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from launcher.run.processes import processes_with_env
-from tests.inprocess.conftest import sres_run, when_event
+from tests.support.sres_runs import sres_run, when_event
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from launcher.observability import report
-from tests.inprocess.conftest import sres_run
+from tests.support.sres_runs import sres_run
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from tests.inprocess.conftest import sres_run
+from tests.support.sres_runs import sres_run
 
 STEPS = 70
 TRAIN = ("--compute-s", "0.15")

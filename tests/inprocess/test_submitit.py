@@ -11,13 +11,10 @@ import submitit
 from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
-from tests.slurm_cluster import wait_processes_gone
+from tests.support.slurm_cluster import wait_processes_gone
+from tests.support.submitit_jobs import always_raises
 
 STEPS = 20
-
-
-def always_raises(ctx, message: str) -> None:
-    raise ValueError(message)
 
 
 def executor(tmp_path, **parameters) -> ResilientExecutor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.conftest import CASES, FAULTS, NODES, STEPS, ZooRun, zoo_run
+from tests.support.zoo_runs import CASES, FAULTS, NODES, STEPS, ZooRun, zoo_run
 
 pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
 

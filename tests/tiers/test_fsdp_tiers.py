@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from resilience.tiers import complete_steps
-from tests.tiers.conftest import K, dump, restored, sres_tiers
+from tests.support.tier_runs import K, dump, restored, sres_tiers
 
 SAVED_AT = 2 * K  # the last step of the saving run, a persisted one (step % K == 0)
 

@@ -14,7 +14,7 @@ from launcher.observability.events import read_events
 from launcher.supervisor import RunConfig, Supervisor
 from resilience.tiers import manifest as mf
 from resilience.tiers import TierConfig, complete_steps
-from tests.tiers.conftest import dump, restored, sres_tiers
+from tests.support.tier_runs import dump, restored, sres_tiers
 
 
 def _mount(path: Path, options: str) -> None:

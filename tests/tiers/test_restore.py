@@ -9,7 +9,7 @@ import pytest
 
 from resilience.tiers import manifest as mf
 from resilience.tiers import complete_steps, neighbour_root, own_root
-from tests.tiers.conftest import K, dump, progress_before_kill, restored, sres_tiers
+from tests.support.tier_runs import K, dump, progress_before_kill, restored, sres_tiers
 
 KILL_AT = 10
 

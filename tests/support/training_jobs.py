@@ -1,4 +1,4 @@
-"""Training jobs on a real Slurm cluster (tests/slurm_cluster.py), supervised by ``sres srun``.
+"""Training jobs on a real Slurm cluster (tests/support/slurm_cluster.py), supervised by ``sres srun``.
 
 Shared by the auto-resume tests and ``benchmarks/auto_resume.py``.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from launcher.observability.events import read_events
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.types import Job
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm_cluster import SlurmCluster
 
 
 def wait_job(client: SlurmClient, job_id: str, predicate, timeout: float = 60.0) -> Job:
@@ -31,7 +31,7 @@ def wait_job(client: SlurmClient, job_id: str, predicate, timeout: float = 60.0)
         time.sleep(0.2)
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
 TRAIN = ("-m", "resilience.examples.train_mlp", "--steps", str(STEPS), "--progress-every", "1")
 

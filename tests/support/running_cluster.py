@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
+from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, check_machine, pid_alive
 
 
 @contextlib.contextmanager

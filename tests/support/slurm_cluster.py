@@ -8,10 +8,10 @@ every node: ``gpu`` (the default, never preempted), ``lend`` (low priority, pree
 
 By hand::
 
-    python -m tests.slurm_cluster up [--nodes 5] [--dir /tmp/sres-cluster]
+    python -m tests.support.slurm_cluster up [--nodes 5] [--dir /tmp/sres-cluster]
     export SLURM_CONF=/tmp/sres-cluster/slurm.conf
     sinfo; sbatch sbatch_templates/...
-    python -m tests.slurm_cluster down [--dir /tmp/sres-cluster]
+    python -m tests.support.slurm_cluster down [--dir /tmp/sres-cluster]
 
 Daemons run in the foreground (``-D``) as children in their own session, so we know their
 PIDs without racing on pid files, and ``down`` stops exactly the PIDs recorded in
@@ -270,7 +270,7 @@ class SlurmCluster:
         port = f"{first}-{last}" if len(self.nodes) > 1 else str(first)
         d = self.directory
         return f"""\
-# Written by tests/slurm_cluster.py: a {len(self.nodes)}-node cluster on one host.
+# Written by tests/support/slurm_cluster.py: a {len(self.nodes)}-node cluster on one host.
 ClusterName={self.cluster_name}
 SlurmctldHost={self.hostname}(127.0.0.1)
 SlurmctldPort={self.ctld_port}
@@ -512,7 +512,9 @@ def stop_recorded(directory: Path) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.slurm_cluster", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.slurm_cluster", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--dir", default="/tmp/sres-cluster", help="where config, state and logs live")
     parser.add_argument("--nodes", type=int, default=5, help="number of nodes (default 5)")
