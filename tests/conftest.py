@@ -27,6 +27,12 @@ TIERS = {
 """tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""
 
+LANES = {"local": "local", "cluster": "slurm"}
+"""tier -> the xdist group its tests run in (tests/run.sh: ``-n 2 --dist loadgroup``). The Slurm
+tests spend most of their time waiting on Slurm's timers, the local ones on the CPU: one lane
+each, side by side. Every Slurm test shares one lane because the test clusters name their nodes
+alike (n1, n2, ...) and a node kill finds its processes by that name."""
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -35,6 +41,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marked = {name for name in set(TIERS.values()) if item.get_closest_marker(name) is not None}
         if tier is not None and not marked:  # a test may say its own tier (a unit test that spawns: local)
             item.add_marker(getattr(pytest.mark, tier))
+            marked = {tier}
+        lane = next((LANES[t] for t in marked if t in LANES), None)
+        if lane is not None:
+            item.add_marker(pytest.mark.xdist_group(lane))
 
 
 @pytest.fixture(scope="session")

@@ -40,11 +40,15 @@ fi
 say "installing slurm-resilience[test]"
 "$PYTHON" -m pip install -q -e '.[test]'
 
-# The CI set by default; --all adds the soak-length runs (-m slow).
+# The CI set by default; --all adds the soak-length runs (-m slow). Two lanes side by side
+# (tests/conftest.py LANES): the Slurm tests, mostly waiting on Slurm, and the local ones, mostly
+# computing. SRES_TEST_LANES=1 runs everything in this one process.
 select=(-m "not slow")
+lanes=()
+[ "${SRES_TEST_LANES:-2}" = 1 ] || lanes=(-n 2 --dist loadgroup)
 args=()
 for arg in "$@"; do
   if [ "$arg" = "--all" ]; then select=(); else args+=("$arg"); fi
 done
-say "running pytest ${select[*]:-(all tests)}"
-exec "$PYTHON" -m pytest --durations=40 "${select[@]}" "${args[@]}"
+say "running pytest ${select[*]:-(all tests)} ${lanes[*]}"
+exec "$PYTHON" -m pytest --durations=40 "${select[@]}" "${lanes[@]}" "${args[@]}"
