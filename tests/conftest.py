@@ -34,6 +34,7 @@ each, side by side. Every Slurm test shares one lane because the test clusters n
 alike (n1, n2, ...) and a node kill finds its processes by that name."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the lane into the test's group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
