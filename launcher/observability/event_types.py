@@ -384,6 +384,12 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (_RANK, Field("step", "int", "the step"), Field("names", "list[str]", "the registered names")),
     ),
     EventType(
+        "dropped-input",
+        "Input from outside refused: a hello without the run's secret, a rank event not a rank's to send.",
+        SUPERVISOR,
+        (Field("channel", "str", "`liveness` or `rank-event`"), Field("why", "str", "why it was refused")),
+    ),
+    EventType(
         "reclaim-signal",
         "A rank on a lent node got Slurm's signal that the node is being taken back.",
         RANK,

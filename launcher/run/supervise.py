@@ -91,6 +91,7 @@ def _srun_placement(
     """Ranks as srun steps of this job (and its satellites), and the run recorded in the job's Comment."""
     from launcher.slurm import job_control
     from launcher.placement.srun import SrunPlacement, place
+    from resilience.contract import run_secret
     from resilience.contract.liveness import LivenessServer
 
     o = request.options
@@ -98,7 +99,7 @@ def _srun_placement(
     client = SlurmClient.create("auto", timeout_s=30.0)
     if job_hosts is None or (len(job_hosts.hosts) < needed and not o.all_satellites):
         job_hosts = place(client, environ, 1 if o.all_satellites else needed)  # says clearly what is missing
-    liveness = LivenessServer()
+    liveness = LivenessServer(run_secret.new_secret(), host=job_hosts.store_host)
     placement = SrunPlacement(
         client,
         job_hosts,

@@ -26,6 +26,8 @@ ADDRESS_FILE = "control.json"
 TOKEN_FILE = "control.token"
 OPS = ("status", "resize", "grow", "shrink")
 ANSWER_TIMEOUT_S = 30.0
+MAX_REQUEST = 4096
+"""A request is one short JSON line; the rest of a longer one is not read."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,11 @@ class ControlServer:
         with conn:
             conn.settimeout(ANSWER_TIMEOUT_S)
             try:
-                reply = self._handle(json.loads(conn.makefile("r").readline() or "{}"))
-            except (OSError, ValueError) as err:
+                request = json.loads(conn.makefile("rb").readline(MAX_REQUEST) or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("not a JSON object")
+                reply = self._handle(request)
+            except (OSError, ValueError, TypeError) as err:  # from anyone on the host: input, not a crash
                 reply = {"ok": False, "message": f"bad request: {err}"}
             try:
                 conn.sendall((json.dumps(reply) + "\n").encode())

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from launcher.observability import metrics
+from launcher.observability import event_types, metrics
 from launcher.run import signal_latch
 from launcher.observability.events import EventLog
 from launcher.placement import Placement
@@ -39,6 +39,7 @@ from launcher.supervisor.step_reports import StepLog
 from launcher.supervisor.view import Observation
 from resilience.contract.messages import Plan, RankEvent
 from resilience.contract.run_store import RankEvents, RunStore
+from resilience.contract import run_secret
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv
 
@@ -55,6 +56,10 @@ adds a node (at most one per node lost) or ends the fault. More decisions are a 
 class DecisionLoopError(RuntimeError):
     """The policy was asked more often in one tick than :func:`decision_limit` allows: its
     actions kept a fault open without ending it (a bug of the supervisor's, never the user's)."""
+
+
+MAX_DROPPED_EVENTS = 100
+"""``dropped-input`` events written at most per run: a flood of bad input must not fill the disk."""
 
 
 def decision_limit(nodes: int) -> int:
@@ -75,7 +80,7 @@ class Supervisor:
     ) -> None:
         self.config = config
         self.placement: Placement = placement or LocalPlacement(config.log_dir)
-        self.liveness = liveness or LivenessServer()
+        self.liveness = liveness or LivenessServer(run_secret.new_secret(), host=self.placement.store_host)
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
         self.store = RunStore.host()
@@ -98,6 +103,7 @@ class Supervisor:
         self.step_log = StepLog(Path(config.log_dir))
         self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
+        self._dropped = 0
         self.metrics = metrics.start(
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )
@@ -268,6 +274,7 @@ class Supervisor:
             reform_timeout_s=c.reform_timeout_s,
             replication_factor=c.replication_factor,
             liveness_port=self.liveness.port,
+            run_secret=self.liveness.secret,
             preempt_signal=c.preempt_signal,
             log_dir=str(Path(c.log_dir).resolve()),
             tiers=c.tiers,
@@ -276,16 +283,37 @@ class Supervisor:
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def _collect_rank_events(self, writers_gone: bool = False) -> None:
-        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl."""
-        for event in self._rank_events.pop(writers_gone):
-            line = _warning(event)
-            if line is not None and line not in self._warned:
-                self._warned.add(line)
-                self._say(line)
+        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl.
+
+        The store is open to anyone who reaches its port, so a record is input, not a fact: one
+        that does not decode, is not a rank's event type or lacks its fields is left out with a
+        ``dropped-input`` event (said once per reason), never a crash."""
+        events = self._rank_events.pop(writers_gone)
+        dropped = [("rank-event", why) for why in self._rank_events.dropped]
+        self._rank_events.dropped.clear()
+        dropped += [("liveness", why) for why in self.liveness.take_dropped()]
+        for event in events:
             try:
-                self.events.emit(event.event, **event.fields, t=event.t)
-            except TypeError as err:  # our bug, caught by the tests; a run goes on without the line
-                self._say(f"warning: a rank's event left out of events.jsonl: {err}")
+                self._copy_rank_event(event)
+            except (KeyError, TypeError, ValueError) as err:
+                dropped.append(("rank-event", f"{event.event!r} refused: {type(err).__name__}: {err}"))
+        for channel, why in dropped:
+            self._dropped += 1
+            if self._dropped <= MAX_DROPPED_EVENTS:
+                self.events.emit("dropped-input", channel=channel, why=why[:300])
+            if why not in self._warned:
+                self._warned.add(why)
+                self._say(f"warning: {channel} input refused: {why[:300]}")
+
+    def _copy_rank_event(self, event: RankEvent) -> None:
+        declared = event_types.BY_NAME.get(event.event)
+        if declared is None or declared.source != event_types.RANK:
+            raise ValueError("not an event a rank sends")
+        line = _warning(event)
+        self.events.emit(event.event, **event.fields, t=event.t)  # TypeError: a field not declared
+        if line is not None and line not in self._warned:
+            self._warned.add(line)
+            self._say(line)
 
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).

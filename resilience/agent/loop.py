@@ -50,7 +50,7 @@ class Agent(CommitPipeline):
         self.env = env
         self.store = RunStore.connect(env.store_host, env.store_port)
         self._liveness = (
-            liveness.announce(env.store_host, env.liveness_port, env.slot, env.step_id)
+            liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
             if env.liveness_port
             else None
         )

@@ -9,12 +9,24 @@ power sends nothing; the heartbeat timeout covers that case.
 
 from __future__ import annotations
 
+import re
 import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from resilience.contract import run_secret
+
+MAX_HELLO = 256
+"""A hello is one short line; a longer one is not a rank's."""
+MAX_PENDING = 256
+"""Connections that have not proved the run's secret yet; more are closed at once."""
+_SLOT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_STEP = re.compile(r"[0-9]{0,20}")
+GREETING = "sres-liveness"
 
 
 @dataclass
@@ -25,18 +37,39 @@ class Peer:
     lost_t: float | None = None
 
 
-class LivenessServer:
-    """Accepts ``slot step_id\\n`` hellos and records when each connection ends."""
+@dataclass
+class _Pending:
+    challenge: str
+    buffer: bytes = b""
 
-    def __init__(self, host: str = "", port: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+
+class LivenessServer:
+    """Accepts hellos (``slot step_id proof``, the proof answering the challenge it sent) and
+    records when each proven connection ends.
+
+    Anyone on the network can connect; only the run's processes know the secret. A connection
+    that does not prove it in one short line is closed and noted in :meth:`take_dropped`: it
+    can neither claim a slot nor end one, and no input stops the server's thread.
+    """
+
+    def __init__(
+        self,
+        secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not run_secret.is_secret(secret):
+            raise ValueError("the liveness server needs the run's secret")
+        self.secret, self.clock = secret, clock
         self._sock = socket.create_server((host, port), backlog=1024)
         self._sock.setblocking(False)
         self.port = self._sock.getsockname()[1]
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._peers: dict[str, Peer] = {}
-        self._buffers: dict[socket.socket, bytes] = {}
+        self._pending: dict[socket.socket, _Pending] = {}
+        self._dropped: deque[str] = deque(maxlen=100)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sres-liveness", daemon=True)
@@ -51,6 +84,13 @@ class LivenessServer:
         peer = self.peer(slot)
         return peer.lost_t if peer else None
 
+    def take_dropped(self) -> list[str]:
+        """Why each connection closed since the last call was refused (at most the last 100)."""
+        with self._lock:
+            out = list(self._dropped)
+            self._dropped.clear()
+        return out
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
@@ -63,40 +103,78 @@ class LivenessServer:
             for key, _ in self._selector.select(timeout=0.05):
                 conn = _socket(key)
                 if conn is self._sock:
-                    try:
-                        client, _ = self._sock.accept()
-                    except BlockingIOError:
-                        continue
-                    client.setblocking(False)
-                    self._buffers[client] = b""
-                    self._selector.register(client, selectors.EVENT_READ, data=None)
+                    self._accept()
                     continue
                 try:
-                    data = conn.recv(4096)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    data = b""
-                if data:
-                    self._hello(key, conn, data)
-                else:
-                    self._lost(key, conn)
+                    self._read(key, conn)
+                except Exception as err:  # our bug: that connection goes, the server stays
+                    self._drop(conn, f"dropped on an error of sres: {type(err).__name__}: {err}")
 
-    def _hello(self, key: selectors.SelectorKey, conn: socket.socket, data: bytes) -> None:
-        if key.data is not None:
-            return  # a rank sends only its hello
-        buf = self._buffers[conn] + data
-        if b"\n" not in buf:
-            self._buffers[conn] = buf
+    def _read(self, key: selectors.SelectorKey, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(MAX_HELLO)
+        except (BlockingIOError, InterruptedError):
             return
-        slot, _, step = buf.split(b"\n", 1)[0].decode().partition(" ")
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(key, conn)
+        elif key.data is None:
+            self._hello(conn, data)
+        # a proven rank sends nothing more; whatever it sends is read and ignored
+
+    def _accept(self) -> None:
+        try:
+            client, address = self._sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return  # e.g. out of file descriptors: the next try may succeed
+        challenge = run_secret.new_challenge()
+        try:
+            client.sendall(f"{GREETING} {challenge}\n".encode())  # a fresh socket's buffer takes it
+            client.setblocking(False)
+        except OSError:
+            client.close()
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self._drop(client, f"too many unproven connections (from {address[0]})")
+            return
+        self._pending[client] = _Pending(challenge)
+        self._selector.register(client, selectors.EVENT_READ, data=None)
+
+    def _hello(self, conn: socket.socket, data: bytes) -> None:
+        pending = self._pending[conn]
+        pending.buffer += data
+        if b"\n" not in pending.buffer:
+            if len(pending.buffer) > MAX_HELLO:
+                self._drop(conn, "hello longer than a hello")
+            return
+        line = pending.buffer.split(b"\n", 1)[0]
+        parts = line.decode("ascii", errors="replace").split(" ")
+        if len(parts) != 3 or not _SLOT.fullmatch(parts[0]) or not _STEP.fullmatch(parts[1]):
+            self._drop(conn, "not a hello")
+            return
+        slot, step, answer = parts
+        if not run_secret.verify(self.secret, pending.challenge, answer, slot, step):
+            self._drop(conn, f"hello for {slot} without the run's secret")
+            return
+        del self._pending[conn]
         self._selector.modify(conn, selectors.EVENT_READ, data=slot)
         with self._lock:
             self._peers[slot] = Peer(slot, step, self.clock())
 
+    def _drop(self, conn: socket.socket, why: str) -> None:
+        self._pending.pop(conn, None)
+        if conn.fileno() >= 0 and conn in {key.fileobj for key in self._selector.get_map().values()}:
+            self._selector.unregister(conn)
+        conn.close()
+        with self._lock:
+            self._dropped.append(why)
+
     def _lost(self, key: selectors.SelectorKey, conn: socket.socket) -> None:
         self._selector.unregister(conn)
-        self._buffers.pop(conn, None)
+        self._pending.pop(conn, None)
         conn.close()
         if key.data is not None:
             with self._lock:
@@ -109,9 +187,20 @@ def _socket(key: selectors.SelectorKey) -> socket.socket:
     return key.fileobj
 
 
-def announce(host: str, port: int, slot: str, step_id: str = "", timeout_s: float = 10.0) -> socket.socket:
-    """Open this process's liveness connection; keep the returned socket for the process's life."""
+def announce(
+    host: str, port: int, slot: str, secret: str, step_id: str = "", timeout_s: float = 10.0
+) -> socket.socket:
+    """Open this process's liveness connection, proving the run's secret; keep the returned
+    socket for the process's life."""
     sock = socket.create_connection((host, port), timeout=timeout_s)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.sendall(f"{slot} {step_id}\n".encode())
+    try:
+        greeting = sock.makefile("rb").readline(MAX_HELLO).decode("ascii", errors="replace").split()
+        if len(greeting) != 2 or greeting[0] != GREETING:
+            raise ConnectionError(f"{host}:{port} is not the run's liveness server")
+        answer = run_secret.proof(secret, greeting[1], slot, step_id)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.sendall(f"{slot} {step_id} {answer}\n".encode())
+    except BaseException:
+        sock.close()
+        raise
     return sock

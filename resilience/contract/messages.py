@@ -202,7 +202,9 @@ class RankEvent(Message):
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "RankEvent":
         rest = {k: v for k, v in data.items() if k not in ("event", "t")}
-        return cls(data["event"], rest, data.get("t", 0.0))
+        if not isinstance(data["event"], str):
+            raise TypeError(f"event name {data['event']!r}: not a string")
+        return cls(data["event"], rest, float(data.get("t", 0.0)))
 
     def record(self) -> dict[str, Any]:
         """The line for the event log."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from resilience.contract import run_secret
 from resilience.contract.injections import Injection, parse_env
 from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig
 from resilience.errors import ElasticConfigError, OptionError, RankEnvError
@@ -45,6 +46,7 @@ _VARS = {
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
     "replication_factor": "SRES_REPLICATION_FACTOR",
     "liveness_port": "SRES_LIVENESS_PORT",
+    "run_secret": "SRES_RUN_SECRET",
     "preempt_signal": "SRES_PREEMPT_SIGNAL",
     "log_dir": "SRES_LOG_DIR",
     "reclaim_signal": "SRES_RECLAIM_SIGNAL",
@@ -90,6 +92,8 @@ class RankEnv:
     replication_factor: int = REPLICATION_FACTOR
     liveness_port: int = 0
     """The supervisor's port a rank holds a connection to, so that a lost node is seen at once (0: none)."""
+    run_secret: str = field(default="", repr=False)
+    """What proves a connection comes from the run (:mod:`resilience.contract.run_secret`); never printed."""
     preempt_signal: str = PREEMPT_SIGNAL
     log_dir: str = ""
     """The run's log directory (``events.jsonl``, rank logs, step times)."""
@@ -121,6 +125,10 @@ class RankEnv:
             raise RankEnvError(f"backend {self.backend!r}: gloo or nccl")
         if min(self.heartbeat_s, self.reform_timeout_s, self.collective_timeout_s) <= 0:
             raise RankEnvError("heartbeat_s, reform_timeout_s and collective_timeout_s must be positive")
+        if self.liveness_port and not run_secret.is_secret(self.run_secret):
+            raise RankEnvError(
+                f"{_VARS['run_secret']} is missing or malformed: this process was not started by sres"
+            )
         if self.replication_factor < 1:
             raise RankEnvError(f"replication_factor {self.replication_factor}: at least 1")
         for what, name in (("preempt", self.preempt_signal), ("reclaim", self.reclaim_signal or "TERM")):
@@ -230,6 +238,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         liveness_port=int(env.get(v["liveness_port"], "0")),
+        run_secret=env.get(v["run_secret"], ""),
         preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL),
         log_dir=env.get(v["log_dir"], ""),
         reclaim_signal=env.get(v["reclaim_signal"], ""),

@@ -348,6 +348,8 @@ class RankEvents:
         self.raw, self.clock = store.raw, clock
         self.seen = 0
         self._hole_since: float | None = None
+        self.dropped: list[str] = []
+        """Why each record that did not decode was skipped (the caller empties it)."""
 
     def pop(self, writers_gone: bool = False) -> list[RankEvent]:
         """The events written since the last call; with ``writers_gone`` (every rank process
@@ -362,7 +364,11 @@ class RankEvents:
                 if now - self._hole_since < HOLE_SKIP_S and not writers_gone:
                     break  # still being written, probably
             else:
-                out.append(RankEvent.decode(self.raw.get(key)))
+                try:
+                    out.append(RankEvent.decode(self.raw.get(key)))
+                except (ValueError, TypeError, KeyError, AttributeError) as err:  # anyone may write the store
+                    why = f"{type(err).__name__}: {err}"
+                    self.dropped.append(f"record {self.seen + 1} does not decode: {why}")
             self._hole_since = None
             self.seen += 1
         return out

@@ -1,12 +1,7 @@
-"""Pure parts of auto-resume: srun's command line, node verdicts, templates, liveness."""
+"""Pure parts of auto-resume: srun's command line, node verdicts, templates."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -15,7 +10,6 @@ from launcher.placement import NodeEvidence
 from launcher.errors import ConfigError
 from launcher.slurm.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict
-from resilience.contract.liveness import LivenessServer, announce
 
 
 def test_srun_line_splits_into_shape_step_options_and_command():
@@ -114,50 +108,3 @@ def test_templates_fill_every_placeholder_and_derive_total_nodes():
             assert "#SBATCH --nodes=7\n" in text and "--no-kill" in text
     with pytest.raises(ConfigError, match="no template 'nope'"):
         templates.load("nope")
-
-
-@pytest.mark.local  # spawns: the announcing process it kills
-def test_liveness_sees_a_killed_process_at_once():
-    server = LivenessServer()
-    try:
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                (
-                    "import sys, time; from resilience.contract.liveness import announce; "
-                    f"s = announce('127.0.0.1', {server.port}, 'n0p0', '7'); print('up', flush=True); "
-                    "time.sleep(60)"
-                ),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=os.getcwd(),
-        )
-        assert child.stdout.readline().strip() == "up"
-        deadline = time.monotonic() + 5
-        while server.peer("n0p0") is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.peer("n0p0").step_id == "7" and server.lost_at("n0p0") is None
-        child.kill()
-        killed = time.monotonic()
-        child.wait()
-        while server.lost_at("n0p0") is None and time.monotonic() < killed + 5:
-            time.sleep(0.005)
-        assert server.lost_at("n0p0") is not None and server.lost_at("n0p0") - killed < 1.0
-    finally:
-        server.close()
-
-
-@pytest.mark.local  # sleeps 0.2 s for the server thread
-def test_liveness_ignores_a_connection_that_never_said_hello():
-    server = LivenessServer()
-    try:
-        with socket.create_connection(("127.0.0.1", server.port)):
-            pass
-        sock = announce("127.0.0.1", server.port, "n1p0")
-        time.sleep(0.2)
-        assert server.peer("n1p0") is not None and server.lost_at("n1p0") is None
-        sock.close()
-    finally:
-        server.close()

@@ -26,6 +26,7 @@ def full() -> RankEnv:
         reform_timeout_s=30.0,
         replication_factor=3,
         liveness_port=4242,
+        run_secret="ab" * 16,
         preempt_signal="TERM",
         log_dir="/logs/run",
         tiers=TierConfig(job_id="77", persistent_dir="/p"),
@@ -36,6 +37,14 @@ def test_round_trip_through_the_environment():
     env = full()
     assert RankEnv.from_environ(env.to_environ()) == env
     assert env.to_environ()["LOCAL_RANK"] == "0"
+    assert "ab" * 16 not in repr(env)  # the run's secret is never printed
+
+
+def test_a_liveness_port_without_the_runs_secret_is_refused():
+    environ = full().to_environ()
+    for secret in ("", "not-hex", "ab" * 4):
+        with pytest.raises(RankEnvError, match="SRES_RUN_SECRET is missing or malformed"):
+            RankEnv.from_environ({**environ, "SRES_RUN_SECRET": secret})
 
 
 def test_defaults_fill_what_an_older_supervisor_did_not_set():

@@ -42,3 +42,14 @@ def test_a_hole_that_gets_filled_in_time_keeps_the_order():
     assert reader.pop() == []
     store.raw.set(keys.rank_event(index), '{"event": "first"}')
     assert [e.event for e in reader.pop()] == ["first", "second"]
+
+
+def test_a_record_that_does_not_decode_is_skipped_with_its_reason_and_the_next_still_comes():
+    """Anyone who reaches the store's port may write a record: input, never a crash."""
+    store, clock = RunStore(dist.HashStore()), Clock()
+    reader = RankEvents(store, clock)
+    for raw in (b"\xff\xfe", b"[1, 2]", b'{"event": 7}', b'{"t": 1.0}', b'{"event": "x", "t": "soon"}'):
+        store.raw.set(keys.rank_event(store.raw.add(keys.RANK_EVENTS, 1)), raw)
+    store.push_event("checkpoint-saved", step=4)
+    assert [e.fields["step"] for e in reader.pop()] == [4]
+    assert len(reader.dropped) == 5 and all("does not decode" in why for why in reader.dropped)
