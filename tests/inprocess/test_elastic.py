@@ -63,7 +63,9 @@ def test_four_three_four(tmp_path, fixed_size, sharded):
         "--inject",
         "node:1:step=5",
         steps=STEPS,
-        train_args=(*DATA, "--sleep-s", "0.2", *(("--sharded",) if sharded else ())),
+        # 0.4 s a step: room for three sres commands, each seconds to start on a loaded machine
+        # (CI saw the run end before the grow it had accepted came into effect at 0.2 s)
+        train_args=(*DATA, "--sleep-s", "0.4", *(("--sharded",) if sharded else ())),
     )
     watcher.join(timeout=5)
     assert run.returncode == 0, run.stderr
