@@ -23,7 +23,10 @@ from resilience.contract import run_secret
 MAX_HELLO = 256
 """A hello is one short line; a longer one is not a rank's."""
 MAX_PENDING = 256
-"""Connections that have not proved the run's secret yet; more are closed at once."""
+"""Connections that have not proved the run's secret yet; past it the oldest one is closed (a
+rank proves it within milliseconds, so a flood of silent connections cannot keep one out)."""
+HELLO_TIMEOUT_S = 10.0
+"""An unproven connection is closed after this long."""
 _SLOT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _STEP = re.compile(r"[0-9]{0,20}")
 GREETING = "sres-liveness"
@@ -40,6 +43,7 @@ class Peer:
 @dataclass
 class _Pending:
     challenge: str
+    since: float
     buffer: bytes = b""
 
 
@@ -137,10 +141,14 @@ class LivenessServer:
         except OSError:
             client.close()
             return
+        now = self.clock()
+        for conn in [c for c, p in self._pending.items() if now - p.since > HELLO_TIMEOUT_S]:
+            self._drop(conn, f"no hello within {HELLO_TIMEOUT_S:g} s")
         if len(self._pending) >= MAX_PENDING:
-            self._drop(client, f"too many unproven connections (from {address[0]})")
-            return
-        self._pending[client] = _Pending(challenge)
+            self._drop(
+                next(iter(self._pending)), f"too many unproven connections (the newest from {address[0]})"
+            )
+        self._pending[client] = _Pending(challenge, now)
         self._selector.register(client, selectors.EVENT_READ, data=None)
 
     def _hello(self, conn: socket.socket, data: bytes) -> None:

@@ -139,3 +139,20 @@ def test_announce_refuses_a_server_that_is_not_ours():
 def test_the_server_needs_the_runs_secret():
     with pytest.raises(ValueError, match="needs the run's secret"):
         LivenessServer("")
+
+
+def test_a_flood_of_silent_connections_cannot_keep_a_rank_out(monkeypatch):
+    """More unproven connections than the server keeps: the oldest go, and a rank still gets in."""
+    monkeypatch.setattr("resilience.contract.liveness.MAX_PENDING", 4)
+    server = LivenessServer(SECRET)
+    try:
+        silent = [attacker(server.port)[0] for _ in range(8)]
+        rank = announce("127.0.0.1", server.port, "n0p0", SECRET)
+        until(lambda: server.peer("n0p0") is not None)
+        assert all(sock.recv(1) == b"" for sock in silent[:4])  # the oldest four were closed
+        assert server.lost_at("n0p0") is None
+        rank.close()
+        for sock in silent:
+            sock.close()
+    finally:
+        server.close()
