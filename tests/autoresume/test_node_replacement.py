@@ -33,7 +33,10 @@ def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, 
     (replaced,) = job.of("replaced")
     (recovered,) = job.of("recovered")
     assert drained["host"] == victim and replaced["host"] == spare and replaced["how"] == "spare"
-    assert recovered["steps_lost"] == 0 and recovered["source"] == "peer"
+    # The node is killed from outside, at any moment: inside the window between a commit and
+    # its copy reaching the buddy, the rank's part of that step is gone and the step before it
+    # is redone. Never more than that one step.
+    assert recovered["steps_lost"] <= 1 and recovered["source"] == "peer", recovered
     assert all(
         isinstance(e[k], float)
         for e, k in [
