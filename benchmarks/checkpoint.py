@@ -53,6 +53,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 from resilience.tiers import manifest as mf  # noqa: E402
 from resilience.state import snapshot  # noqa: E402
 from resilience.tiers.saver import RankPlace, TierSaver  # noqa: E402
+from resilience.contract import run_secret  # noqa: E402
 from resilience.tiers.transport import NeighbourServer, push_checkpoint  # noqa: E402
 from resilience.tiers import TierConfig, own_root  # noqa: E402
 
@@ -172,10 +173,10 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
     out["restore RAM tier+copy"] = median_time(lambda: restore(ram_path, True), repeat)
 
     neighbour = Path(tempfile.mkdtemp(prefix="sres-bench-nb-", dir="/dev/shm"))
-    server = NeighbourServer(neighbour, "bench", keep=1).start()
+    server = NeighbourServer(neighbour, "bench", keep=1, secret=run_secret.new_secret()).start()
 
     def from_neighbour() -> None:
-        push_checkpoint(server.address, ram_path, "bench", 0, step)
+        push_checkpoint(server.link, ram_path, "bench", 0, step)
         restore(mf.rank_dir(neighbour, step, 0), False)
 
     out["restore neighbour"] = median_time(from_neighbour, repeat)

@@ -78,7 +78,14 @@ class Agent(CommitPipeline):
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
         self.tiers = TierAgent.create(
-            env.tiers, self.store, env.slot, env.node, lambda: self.rank, env.store_host, env.node_name
+            env.tiers,
+            self.store,
+            env.slot,
+            env.node,
+            lambda: self.rank,
+            env.run_secret,
+            env.store_host,
+            env.node_name,
         )
 
     # --- the generation loop --------------------------------------------------------------

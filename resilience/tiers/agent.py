@@ -20,7 +20,7 @@ from resilience.contract.run_store import RunStore
 from resilience.tiers.restore import Restored, Restorer
 from resilience.tiers.flush import FlushWatcher
 from resilience.tiers.saver import RankPlace, TierSaver
-from resilience.tiers.transport import NeighbourServer
+from resilience.tiers.transport import NeighbourLink, NeighbourServer
 from resilience.tiers.layout import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
 
 log = logging.getLogger("resilience")
@@ -34,10 +34,12 @@ class TierAgent:
         slot: str,
         node: int,
         rank: Callable[[], int],
+        secret: str,
         host: str = "127.0.0.1",
         node_name: str = "",
     ) -> None:
         self.config, self.slot, self.node, self.rank = config, slot, node, rank
+        self.secret = secret
         self.ram_node: NodeKey = node_name or node
         """Where this node's RAM tier lives; ``node`` (the index) picks the neighbour."""
         self.store = store.clone()
@@ -49,7 +51,7 @@ class TierAgent:
         self.server = None
         if config.neighbour:
             self.server = NeighbourServer(
-                neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, host
+                neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, secret, host
             ).start()
             store.publish_tier_address(slot, self.server.address)
         self.saver = TierSaver(config, RankPlace(-1, 0, self.ram_node), self.emit)
@@ -63,13 +65,14 @@ class TierAgent:
         slot: str,
         node: int,
         rank: Callable[[], int],
+        secret: str,
         store_host: str = "127.0.0.1",
         node_name: str = "",
     ) -> "TierAgent | None":
         if config is None or not config.enabled:
             return None
         host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else socket.gethostname()
-        return cls(config, store, slot, node, rank, host, node_name)
+        return cls(config, store, slot, node, rank, secret, host, node_name)
 
     def emit(self, event: str, **fields: Any) -> None:
         try:
@@ -81,9 +84,9 @@ class TierAgent:
     def enter(self, plan: Plan, rank: int) -> None:
         """A new generation: the saver writes as this rank, copies go to the next node of the plan."""
         self.plan = plan
-        self.saver.place = RankPlace(rank, plan.world_size, self.ram_node, self._neighbour_address)
+        self.saver.place = RankPlace(rank, plan.world_size, self.ram_node, self._neighbour)
 
-    def _neighbour_address(self) -> str | None:
+    def _neighbour(self) -> NeighbourLink | None:
         plan = self.plan
         if plan is None:
             return None
@@ -95,13 +98,13 @@ class TierAgent:
             key=lambda s: plan.slots[s].local_rank,
         )
         for slot in on_target:
-            if slot in self._addresses:
-                return self._addresses[slot]
-            with self._lock:
-                address = self.store.tier_address(slot)
-            if address is not None:
+            if slot not in self._addresses:
+                with self._lock:
+                    address = self.store.tier_address(slot)
+                if address is None:
+                    continue
                 self._addresses[slot] = address
-                return address
+            return NeighbourLink(self._addresses[slot], self.secret)
         return None
 
     def restore(self, plan: Plan, group: dist.ProcessGroup, after_step: int) -> Restored | None:

@@ -20,6 +20,7 @@ from typing import ClassVar
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import NodeKey, TierConfig, prune
+from resilience.tiers.transport import NeighbourLink
 
 Source = Mapping[str, Snapshot] | Path
 """What a tier's ``write`` copies: a rank's state itself (kind -> snapshot: the saver's capture
@@ -39,9 +40,9 @@ class Where:
     config: TierConfig
     node: NodeKey = 0
     ram_base: Path | None = None
-    neighbour_address: Callable[[], str | None] | None = None
-    """The next node's neighbour server (``host:port``), asked when a copy is sent: the plan,
-    and with it the next node, changes between generations. None where nothing is sent."""
+    neighbour: Callable[[], NeighbourLink | None] | None = None
+    """The next node's neighbour server, asked when a copy is sent: the plan, and with it the
+    next node, changes between generations. None where nothing is sent."""
 
 
 @dataclass(frozen=True)

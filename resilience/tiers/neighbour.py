@@ -38,10 +38,10 @@ class NeighbourTier(Tier):
         in that node's neighbour root and prunes there; returns the directory sent, or None
         while there is no next node to send to. No collective: a dead neighbour costs a
         failed connect, never a hung rank."""
-        address = where.neighbour_address() if where.neighbour_address is not None else None
-        if address is None:
+        link = where.neighbour() if where.neighbour is not None else None
+        if link is None:
             return None
         if not isinstance(source, Path):
             raise mf.CheckpointError("the neighbour tier sends the RAM tier's directory, not the state")
-        push_checkpoint(address, source, where.config.job_id, rank, step)
+        push_checkpoint(link, source, where.config.job_id, rank, step)
         return source

@@ -38,6 +38,7 @@ from resilience.tiers.base import Tier, Where
 from resilience.tiers.lanes import Emit, Job, Pins, TierLane
 from resilience.tiers.layout import NodeKey, TierConfig, own_root
 from resilience.tiers.registry import PERSISTENT, TIERS
+from resilience.tiers.transport import NeighbourLink
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RankPlace:
     world_size: int
     node: NodeKey
     """This rank's node's part of the RAM tier (``tiers.NodeKey``)."""
-    neighbour_address: Callable[[], str | None] = lambda: None
+    neighbour: Callable[[], NeighbourLink | None] = lambda: None
 
 
 def fed_tiers(config: TierConfig) -> list[Tier]:
@@ -90,7 +91,7 @@ class TierSaver:
     def _where(self) -> Where:
         """The tiers as this rank sees them now (the place changes between generations)."""
         place = self.place
-        return Where(self.config, place.node, self._ram_base, place.neighbour_address)
+        return Where(self.config, place.node, self._ram_base, place.neighbour)
 
     # --- the blocking part ---------------------------------------------------------------------
 

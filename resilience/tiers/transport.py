@@ -16,6 +16,8 @@ into place: a copy cut off by a fault is never taken for a checkpoint.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -24,11 +26,14 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from resilience.contract import run_secret
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import prune
 
@@ -67,21 +72,87 @@ def _safe_name(name: str) -> str:
 
 # --- TCP: the background neighbour copy ---------------------------------------------------------
 
+GREETING = b"sres-neighbour"
+MAX_HEADER = 1 << 16
+"""A header names the files of one rank's directory; a longer line is not a rank's."""
+MAX_FILES = 4096
+MAX_CONNECTIONS = 16
+"""Copies received at once; past it a connection is closed unread (a rank sends one at a time)."""
+HELLO_TIMEOUT_S = 10.0
+"""A sender proves the run's secret within this long, or is cut off."""
+
+
+@dataclass(frozen=True)
+class NeighbourLink:
+    """Where the next node's server listens, and what proves a copy comes from this run."""
+
+    address: str
+    secret: str = field(repr=False)
+
+
+def _proof(secret: str, challenge: str, header: dict[str, Any]) -> str:
+    """The header's HMAC under the run's secret. It covers the manifest's SHA-256, and the
+    manifest the xxh3 of every file, which the restore verifies: the copy is authenticated end
+    to end while only the manifest (kilobytes) is hashed twice, never the state itself."""
+    files = json.dumps(header["files"], separators=(",", ":"))
+    parts = (str(header["job"]), str(header["owner"]), str(header["step"]), files, str(header["manifest"]))
+    return run_secret.proof(secret, challenge, *parts)
+
+
+def _checked_header(line: bytes, secret: str, challenge: str, job_id: str) -> dict[str, Any]:
+    """The header of a copy once it proved the run's secret; until then nothing is written."""
+    if len(line) > MAX_HEADER or not line.endswith(b"\n"):
+        raise ValueError("header too long or cut off")
+    header = json.loads(line)
+    if not isinstance(header, dict) or not all(
+        k in header for k in ("job", "owner", "step", "files", "manifest", "proof")
+    ):
+        raise ValueError("not a neighbour-copy header")
+    if not isinstance(header["proof"], str) or not hmac.compare_digest(
+        _proof(secret, challenge, header), header["proof"]
+    ):
+        raise ValueError("the run's secret was not proved")
+    owner, step, files = header["owner"], header["step"], header["files"]
+    if header["job"] != job_id:
+        raise ValueError(f"a checkpoint of job {header['job']} sent to job {job_id}")
+    if not (isinstance(owner, int) and owner >= 0 and isinstance(step, int) and step >= 0):
+        raise ValueError("bad owner or step")
+    if not isinstance(files, list) or not 0 < len(files) <= MAX_FILES:
+        raise ValueError("bad file list")
+    for entry in files:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], int) and entry[1] >= 0):
+            raise ValueError("bad file list")
+        _safe_name(entry[0] if isinstance(entry[0], str) else "")
+    if files[-1][0] != mf.MANIFEST:
+        raise ValueError("a copy without its manifest")
+    return header
+
 
 class NeighbourServer:
     """Receives other nodes' RAM-tier checkpoints into this node's ``neighbour`` root.
 
     One per rank process (any process of a node can take the node's copies); a thread per
-    connection, so a slow sender does not hold up another.
+    connection, so a slow sender does not hold up another. Anyone who can reach the port can
+    connect; only a sender that answers the challenge with the run's secret gets anything
+    written, and a refused connection is logged and closed, never the server's end.
     """
 
-    def __init__(self, root: Path, job_id: str, keep: int, host: str = "127.0.0.1") -> None:
-        self.root, self.job_id, self.keep = Path(root), job_id, keep
+    def __init__(self, root: Path, job_id: str, keep: int, secret: str, host: str = "127.0.0.1") -> None:
+        if not run_secret.is_secret(secret):
+            raise ValueError("the neighbour server needs the run's secret")
+        self.root, self.job_id, self.keep, self.secret = Path(root), job_id, keep, secret
         self._sock = socket.create_server((host, 0))
         self.address = f"{host}:{self._sock.getsockname()[1]}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sres-neighbour-server", daemon=True)
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused: list[str] = []
+        """Why connections were refused (the latest 100), for tests and the log."""
+
+    @property
+    def link(self) -> NeighbourLink:
+        return NeighbourLink(self.address, self.secret)
 
     def start(self) -> "NeighbourServer":
         self._thread.start()
@@ -100,60 +171,86 @@ class NeighbourServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                self._refuse("too many connections at once")
+                conn.close()
+                continue
             threading.Thread(
                 target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True
             ).start()
 
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                reader = conn.makefile("rb")
-                header = json.loads(reader.readline())
-                if header["job"] != self.job_id:
-                    raise ValueError(f"a checkpoint of job {header['job']} sent to job {self.job_id}")
-                owner, step = int(header["owner"]), int(header["step"])
+    def _refuse(self, why: str) -> None:
+        log.warning("neighbour copy refused: %s", why)
+        self.refused = [*self.refused[-99:], why]
 
-                view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
-                with _staged(mf.rank_dir(self.root, step, owner)) as tmp:
-                    for name, size in header["files"]:
-                        with open(tmp / _safe_name(name), "wb") as f:
-                            left = int(size)
-                            while left:
-                                n = reader.readinto(view[: min(left, _CHUNK)])
-                                if not n:
-                                    raise ConnectionError("neighbour copy cut off")
-                                f.write(view[:n])
-                                left -= n
-                with self._lock:
-                    prune(self.root, self.keep, owner=owner)
-                conn.sendall(b"ok\n")
-            except Exception as err:  # noqa: BLE001 - the sender sees the missing "ok"
-                log.warning("neighbour copy not received: %s", err)
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            with conn:
+                self._receive(conn)
+        except Exception as err:  # noqa: BLE001 - the sender sees the missing "ok"
+            self._refuse(str(err) or type(err).__name__)
+        finally:
+            self._slots.release()
+
+    def _receive(self, conn: socket.socket) -> None:
+        challenge = run_secret.new_challenge()
+        conn.settimeout(HELLO_TIMEOUT_S)
+        conn.sendall(GREETING + b" " + challenge.encode() + b"\n")
+        reader = conn.makefile("rb")
+        header = _checked_header(reader.readline(MAX_HEADER + 1), self.secret, challenge, self.job_id)
+        conn.settimeout(None)
+        owner, step = header["owner"], header["step"]
+        view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
+        with _staged(mf.rank_dir(self.root, step, owner)) as tmp:
+            for name, size in header["files"]:
+                with open(tmp / name, "wb") as f:
+                    left = size
+                    while left:
+                        n = reader.readinto(view[: min(left, _CHUNK)])
+                        if not n:
+                            raise ConnectionError("neighbour copy cut off")
+                        f.write(view[:n])
+                        left -= n
+            manifest = hashlib.sha256((tmp / mf.MANIFEST).read_bytes()).hexdigest()
+            if not hmac.compare_digest(manifest, header["manifest"]):
+                raise ValueError("the manifest is not the one the header was proved for")
+        with self._lock:
+            prune(self.root, self.keep, owner=owner)
+        conn.sendall(b"ok\n")
 
 
 def push_checkpoint(
-    address: str, src: Path, job_id: str, owner: int, step: int, timeout_s: float = 300.0
+    link: NeighbourLink, src: Path, job_id: str, owner: int, step: int, timeout_s: float = 300.0
 ) -> int:
     """Send a checkpoint directory to a neighbour's server; returns the bytes sent. Raises
-    OSError/ConnectionError when the neighbour did not confirm it."""
-    host, port = address.rsplit(":", 1)
+    OSError/ConnectionError when the neighbour did not confirm it, ValueError when what
+    answered is not a neighbour server."""
+    host, port = link.address.rsplit(":", 1)
     files = _files_of(src)
-    header = {
+    if not files or files[-1].name != mf.MANIFEST:
+        raise mf.CheckpointInvalid(f"{src} has no manifest")
+    header: dict[str, Any] = {
         "job": job_id,
         "owner": owner,
         "step": step,
-        "files": [(p.name, p.stat().st_size) for p in files],
+        "files": [[p.name, p.stat().st_size] for p in files],
+        "manifest": hashlib.sha256(files[-1].read_bytes()).hexdigest(),
     }
     sent = 0
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        reader = sock.makefile("rb")
+        greeting, _, challenge = reader.readline(256).strip().partition(b" ")
+        if greeting != GREETING or not challenge:
+            raise ValueError(f"{link.address} is not a neighbour server of ours")
+        header["proof"] = _proof(link.secret, challenge.decode(), header)
         sock.sendall(json.dumps(header).encode() + b"\n")
         for path in files:
             with open(path, "rb") as f:
                 sent += sock.sendfile(f)
         sock.shutdown(socket.SHUT_WR)
-        reply = sock.makefile("rb").readline()
+        reply = reader.readline(16)
     if reply.strip() != b"ok":
-        raise ConnectionError(f"neighbour {address} did not confirm step {step} of rank {owner}")
+        raise ConnectionError(f"neighbour {link.address} did not confirm step {step} of rank {owner}")
     return sent
 
 

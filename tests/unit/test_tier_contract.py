@@ -22,6 +22,7 @@ from resilience.tiers.layout import TierConfig
 from resilience.tiers.registry import NAMES, TIERS, tier
 from resilience.tiers.restore import plan_restore
 from resilience.tiers.saver import fed_tiers
+from resilience.contract import run_secret
 from resilience.tiers.transport import NeighbourServer
 
 WORLD = 2
@@ -64,10 +65,10 @@ def where(tmp_path):
         def next_node() -> str:
             if job not in servers:
                 root = tier("neighbour").root(plain)
-                servers[job] = NeighbourServer(root, job, config.keep_ram).start()
-            return servers[job].address
+                servers[job] = NeighbourServer(root, job, config.keep_ram, run_secret.new_secret()).start()
+            return servers[job].link
 
-        return Where(config, plain.node, plain.ram_base, neighbour_address=next_node)
+        return Where(config, plain.node, plain.ram_base, neighbour=next_node)
 
     yield make
     for server in servers.values():
@@ -195,7 +196,7 @@ def test_a_copy_with_nowhere_to_go_is_skipped_not_failed(route, tmp_path):
     """No next node yet (the plan has none): a tier writes as before, or says None (skipped)
     and holds nothing."""
     config = TierConfig(job_id="j1", persistent_dir=str(tmp_path / "shared"))
-    w = Where(config, node="gpu-a17", ram_base=tmp_path / "shm", neighbour_address=lambda: None)
+    w = Where(config, node="gpu-a17", ram_base=tmp_path / "shm", neighbour=lambda: None)
     written = []
     for rank in range(WORLD):
         state = snaps(4 + 100 * rank)
