@@ -32,6 +32,10 @@ class Unreachable(ControlError):
     ``--job`` then asks through a step of the job on its batch host."""
 
 
+class PrivilegeError(SresError):
+    """Work done as another user (root on a user's behalf, ``launcher.privileges``) failed."""
+
+
 class SlurmError(SresError):
     """Slurm refused or could not do what we asked."""
 

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import SlurmError
+from launcher.errors import PrivilegeError, SlurmError
+from launcher.privileges import call_as
 from slurm_plugins import health_config
 from slurm_plugins.actions import Decision, Kind, decide, perform
 from slurm_plugins.checks import CheckContext, CheckResult, enabled_checks
@@ -46,6 +47,8 @@ class HookEnv:
     nodelist: str | None
     cluster: str | None
     slurm_conf: Path
+    job_uid: int | None = None
+    """The job's user (``SLURM_JOB_UID``): the epilog cleans that user's files as that user."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "HookEnv":
@@ -57,6 +60,7 @@ class HookEnv:
             # The health-check program is not told the cluster: slurm.conf is.
             cluster=env.get("SLURM_CLUSTER_NAME") or _cluster_name(slurm_conf),
             slurm_conf=slurm_conf,
+            job_uid=int(env["SLURM_JOB_UID"]) if env.get("SLURM_JOB_UID", "").isdigit() else None,
             env=dict(env),
         )
 
@@ -210,15 +214,20 @@ def _health_lock(config: HealthConfig, node: str, log: HealthLog) -> int | None:
 
 
 def _clean_job(hook: HookEnv, log: HealthLog) -> None:
-    """The epilog's cleanup: the job's leftover processes and its RAM-tier files."""
-    from resilience import tiers
+    """The epilog's cleanup: the job's leftover processes, and its RAM-tier files, as the job's
+    user (:mod:`slurm_plugins.as_user`) and only in RAM roots that user owns."""
+    from resilience.tiers.layout import cleanup_user_job
 
     killed = kill_job_processes(hook.job_id or "", hook.node, hook.cluster)
-    try:
-        removed = tiers.cleanup_job(hook.job_id or "")
-    except (OSError, ValueError) as err:
-        log.event("cleanup", status="fail", detail=f"RAM tier: {err}")
-        removed = False
+    removed = False
+    if hook.job_uid is None:
+        log.event("cleanup", status="warning", detail="no SLURM_JOB_UID: RAM tier left alone")
+    else:
+        uid, job = hook.job_uid, hook.job_id or ""
+        try:
+            removed = call_as(uid, lambda: cleanup_user_job(job, uid))
+        except (OSError, ValueError, PrivilegeError) as err:
+            log.event("cleanup", status="fail", detail=f"RAM tier: {err}")
     log.event("cleanup", status="ok", killed=killed, ram_tier_removed=removed)
 
 

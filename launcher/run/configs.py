@@ -44,6 +44,17 @@ def log_dir_for(request: RunRequest, environ: Mapping[str, str], now: float) -> 
     return Path(time.strftime("sres-runs/run-%Y%m%d-%H%M%S", time.localtime(now)))
 
 
+def private_log_dir(path: Path) -> Path:
+    """The log dir, created mode 0700 or adopted only when it is the user's own directory: it
+    holds the command line, the control token and the ranks' output."""
+    from resilience.private_paths import NotPrivate, private_dir
+
+    try:
+        return private_dir(path)
+    except NotPrivate as err:
+        raise ConfigError(f"log dir: {err}; a run's log dir must be the user's own") from None
+
+
 def injections(request: RunRequest) -> tuple[tuple[Injection, ...], list[str]]:
     """The request's faults to inject and, for seeded random ones, their schedules in words."""
     from resilience.agent import fault_schedule

@@ -41,7 +41,7 @@ def supervise(
     (default this process's). ``job_hosts``: the Slurm job's nodes when the caller has already
     asked (``sres srun`` counts them for its default shape); asked here otherwise."""
     environ = os.environ if environ is None else environ
-    log_dir = configs.log_dir_for(request, environ, time.time())
+    log_dir = configs.private_log_dir(configs.log_dir_for(request, environ, time.time()))
     config = configs.run_config(request, log_dir, _injections(request, log_dir), environ)
     placement, liveness, where = _placement(request, config, environ, job_hosts)
     print(

@@ -21,7 +21,7 @@ from launcher.slurm import hostlist
 from launcher.errors import ConfigError, SlurmCommandError, SlurmError
 from launcher.slurm.command_driver import DEFAULT_TIMEOUT_S, CliDriver, CommandLine, Runner
 from launcher.slurm.pyslurm_driver import PyslurmDriver, pyslurm_version, slurm_major_minor
-from launcher.slurm.types import REASON_PREFIX, Job, Node
+from launcher.slurm.types import REASON_PREFIX, Job, JobOwner, Node
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class SlurmDriver(Protocol):
     def ping(self) -> str: ...
     def nodes(self) -> list[Node]: ...
     def job(self, job_id: str) -> Job: ...
+    def job_owner(self, job_id: str) -> JobOwner: ...
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None: ...
     def reboot(self, nodes: Sequence[str], reason: str) -> None: ...
     def update_job(self, job_id: str, **fields: str) -> None: ...
@@ -116,6 +117,11 @@ class SlurmClient:
 
     def job(self, job_id: str | int) -> Job:
         return self.driver.job(str(job_id))
+
+    def job_owner(self, job_id: str | int) -> JobOwner:
+        """The job's user and Comment, from typed records (never parsed text): for decisions
+        about who may control a job."""
+        return self.driver.job_owner(str(job_id))
 
     def config(self) -> dict[str, str]:
         """slurmctld's running configuration (``scontrol show config``), key -> value."""

@@ -3,7 +3,8 @@
 It works with any Slurm that has the commands, which is why it is the default. Facts of
 Slurm 22.05 that shape it (checked on the test cluster, see ../shared/slurm-testbed.md):
 ``squeue --json`` ignores ``--jobs`` and returns every job, so one job is read with
-``scontrol -o show job``; ``scontrol -o show node`` splits multi-word reasons into tokens, so
+``scontrol -o show job`` (but its owner and Comment, never from text a user wrote: from
+``squeue --json`` all the same); ``scontrol -o show node`` splits multi-word reasons into tokens, so
 nodes are read from ``sinfo --json``; ``scontrol`` has no ``--json`` in 22.05.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from launcher.slurm import hostlist
 from launcher.errors import SlurmCommandError, SlurmError, SlurmUnavailable
-from launcher.slurm.types import Job, Node, duration_s, split_state
+from launcher.slurm.types import Job, JobOwner, Node, duration_s, split_state
 
 Runner = Callable[..., subprocess.CompletedProcess]
 """``subprocess.run``-compatible: injectable so tests can count or slow down commands."""
@@ -101,6 +102,10 @@ class CliDriver:
         if not records:
             raise SlurmError(f"Slurm knows no job {job_id}")
         return job_from_scontrol(pick_record(records, str(job_id)))
+
+    def job_owner(self, job_id: str) -> JobOwner:
+        data = _load_json(self.command(["squeue", "--json"]), "squeue --json")
+        return job_owner_from_squeue(data, str(job_id))
 
     def config(self) -> dict[str, str]:
         return parse_show_config(self.command(["scontrol", "show", "config"]))
@@ -260,6 +265,28 @@ def job_from_scontrol(record: Mapping[str, str]) -> Job:
         run_time_s=duration_s(record.get("RunTime", "")),
         extra=dict(record),
     )
+
+
+def job_owner_from_squeue(data: Mapping, job_id: str) -> JobOwner:
+    """Job ``job_id`` (or array task ``A_T``) among ``squeue --json``'s jobs, typed fields only.
+    Slurm 22.05 spells the Comment as a string and the state as one; later releases as
+    ``{"job": ...}`` and a list."""
+    for record in data.get("jobs", []):
+        task = f"{record.get('array_job_id')}_{record.get('array_task_id')}"
+        if job_id not in (str(record.get("job_id")), task):
+            continue
+        comment, state = record.get("comment") or "", record.get("job_state") or "UNKNOWN"
+        if isinstance(comment, dict):
+            comment = comment.get("job") or ""
+        if isinstance(state, list):
+            state = state[0] if state else "UNKNOWN"
+        user_id = record.get("user_id")
+        if not isinstance(user_id, int) or isinstance(user_id, bool):
+            raise SlurmError(f"squeue --json gives job {job_id} no numeric user_id: its owner is unknown")
+        return JobOwner(
+            job_id, user_id, str(state).upper(), str(record.get("batch_host") or ""), str(comment)
+        )
+    raise SlurmError(f"Slurm knows no job {job_id}")
 
 
 def _node_from_sinfo(record: Mapping) -> Node:

@@ -2,7 +2,10 @@
 
 The supervisor records its log dir in the job's ``Comment`` (``sres-run=<dir>``), which
 ``scontrol show job`` shows to whoever may see the job. Only the job's user or root may
-control it; the refusal is one line, before anything is sent. Where the supervisor's
+control it; the refusal is one line, before anything is sent. The owner and the Comment are
+read from Slurm's typed records (:meth:`SlurmClient.job_owner`), never from text in which a
+Comment could spell ``UserId=``; what is then read in the run dir is read as the job's user
+(:func:`launcher.supervisor.control.send`). Where the supervisor's
 control port (loopback, on the job's batch host) cannot be reached from here, the request
 goes as a step of the job itself (``srun --jobid=J --overlap`` on the batch host): Slurm then
 checks the user too.
@@ -28,7 +31,7 @@ COMMENT_PREFIX = "sres-run="
 def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
     """Name the run's log dir in the job's Comment, unless the user gave the job one."""
     try:
-        comment = client.job(job_id).extra.get("Comment", "")
+        comment = client.job_owner(job_id).comment
         if comment in ("", "(null)") or comment.startswith(COMMENT_PREFIX):
             client.set_comment(job_id, f"{COMMENT_PREFIX}{Path(log_dir).resolve()}")
         else:
@@ -41,28 +44,21 @@ def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
         )
 
 
-def owner_uid(job_user: str) -> int | None:
-    """``root(0)`` -> 0, as ``scontrol show job`` spells ``UserId``."""
-    inside = job_user.partition("(")[2].rstrip(")")
-    return int(inside) if inside.isdigit() else None
-
-
 def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
     """The run's log dir of job ``job_id``, after checking that this user may control it."""
     try:
-        job = client.job(job_id)
+        job = client.job_owner(job_id)
     except SlurmError as err:
         raise ConfigError(f"job {job_id}: {err}") from None
     uid = os.getuid() if uid is None else uid
-    owner = owner_uid(job.extra.get("UserId", ""))
-    if uid != 0 and owner is not None and owner != uid:
+    if uid != 0 and job.user_id != uid:
         raise ConfigError(
-            f"job {job_id} belongs to {job.extra.get('UserId')}; only its user or root may control it "
+            f"job {job_id} belongs to {_user(job.user_id)}; only its user or root may control it "
             f"(you are {_user(uid)})"
         )
     if not job.running:
         raise ConfigError(f"job {job_id} is {job.state}: nothing to control")
-    comment = job.extra.get("Comment", "")
+    comment = job.comment
     if not comment.startswith(COMMENT_PREFIX):
         raise ConfigError(
             f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
@@ -83,7 +79,7 @@ def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str]
     command = [argv[0], str(log_dir), *argv[1:]]
     sys.stdout.write(
         client.run_step(
-            job_id, client.job(job_id).batch_host, [sys.executable, "-m", "launcher.cli", *command]
+            job_id, client.job_owner(job_id).batch_host, [sys.executable, "-m", "launcher.cli", *command]
         )
     )
     return 0

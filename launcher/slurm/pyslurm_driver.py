@@ -19,7 +19,7 @@ from types import ModuleType
 from launcher.slurm import hostlist
 from launcher.errors import SlurmError
 from launcher.slurm.command_driver import CliDriver
-from launcher.slurm.types import Job, Node, split_state
+from launcher.slurm.types import Job, JobOwner, Node, split_state
 
 
 def pyslurm_version(module: ModuleType) -> tuple[int, int] | None:
@@ -72,6 +72,27 @@ class PyslurmDriver:
         if not records:
             raise SlurmError(f"Slurm knows no job {job_id}")
         return _job_from_pyslurm(records[0])
+
+    def job_owner(self, job_id: str) -> JobOwner:
+        """From pyslurm's typed job record; a record without a numeric ``user_id`` is refused
+        (fails closed: the owner is never guessed)."""
+        try:
+            records = self.pyslurm.job().find_id(str(job_id))
+        except ValueError as err:
+            raise SlurmError(f"Slurm knows no job {job_id} ({err.args[0] if err.args else err})") from None
+        if not records:
+            raise SlurmError(f"Slurm knows no job {job_id}")
+        record = records[0]
+        user_id = record.get("user_id")
+        if not isinstance(user_id, int) or isinstance(user_id, bool):
+            raise SlurmError(f"pyslurm gives job {job_id} no numeric user_id: its owner is unknown")
+        return JobOwner(
+            str(record.get("job_id")),
+            user_id,
+            str(record.get("job_state") or "UNKNOWN").upper(),
+            str(record.get("batch_host") or ""),
+            str(record.get("comment") or ""),
+        )
 
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None:
         constant = {"DRAIN": "NODE_STATE_DRAIN", "RESUME": "NODE_RESUME"}.get(state.upper())

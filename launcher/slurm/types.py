@@ -108,6 +108,23 @@ class Job:
         return self.time_limit_s - self.run_time_s
 
 
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose a job is and what its Comment says, from Slurm's typed records only: text parsing
+    lets one user-controlled field (a Comment, a job name) impersonate another (``UserId=``).
+    What ``sres ... --job J`` trusts."""
+
+    job_id: str
+    user_id: int
+    state: str
+    batch_host: str
+    comment: str
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+
 def duration_s(text: str) -> float | None:
     """Seconds of a Slurm duration (``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``,
     ``days-hours[:minutes[:seconds]]``, as sbatch --time and scontrol spell them); None for

@@ -15,12 +15,15 @@ import os
 import queue
 import secrets
 import socket
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import ControlError, Unreachable
+from launcher.privileges import call_as
+from resilience.private_paths import NotPrivate, check_private
 
 ADDRESS_FILE = "control.json"
 TOKEN_FILE = "control.token"
@@ -163,23 +166,41 @@ def find_run(run: str) -> Path:
 
 def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: Any) -> dict[str, Any]:
     """One request to a running job's supervisor; raises ControlError with one line when it
-    cannot be delivered (finished or unknown run, no permission)."""
+    cannot be delivered (finished or unknown run, no permission).
+
+    Root sending to another user's run does it as that user (:mod:`launcher.privileges`):
+    the run dir is that user's to arrange, and root must not read through a link planted
+    there. Either way the token is read only from a regular file of the user's own, and sent
+    only to a loopback address, where the supervisor listens."""
     log_dir = find_run(run)
+    owner = os.lstat(log_dir).st_uid
+    if os.geteuid() == 0 and owner != 0:
+        answer: dict[str, Any] = call_as(owner, lambda: _send(log_dir, op, timeout_s, fields))
+        return answer
+    return _send(log_dir, op, timeout_s, fields)
+
+
+def _send(log_dir: Path, op: str, timeout_s: float, fields: dict[str, Any]) -> dict[str, Any]:
+    try:
+        check_private(log_dir)
+    except NotPrivate as err:
+        raise ControlError(f"run {log_dir}: {err}; only the run's user may control it") from None
     ended = _ended(log_dir)
     address_path = log_dir / ADDRESS_FILE
     if ended or not address_path.exists():
         raise ControlError(f"run {log_dir} has {ended or 'ended'}: nothing to control")
+    token = _read_own(log_dir / TOKEN_FILE, "the run's token")
     try:
-        token = (log_dir / TOKEN_FILE).read_text().strip()
-    except PermissionError:
+        address = json.loads(_read_own(address_path, "the run's address"))
+        host, port = str(address["host"]), int(address["port"])
+    except (ValueError, TypeError, KeyError):
+        raise ControlError(f"run {log_dir}: {ADDRESS_FILE} is not an address the supervisor wrote") from None
+    if host not in LOOPBACK or not 0 < port < 65536:
         raise ControlError(
-            f"cannot read {log_dir / TOKEN_FILE}: only the run's user may control it"
-        ) from None
-    except OSError as err:
-        raise ControlError(f"cannot read the run's token: {err}") from None
-    address = json.loads(address_path.read_text())
+            f"run {log_dir}: {ADDRESS_FILE} names {host}:{port}; a token goes to loopback only"
+        )
     try:
-        with socket.create_connection((address["host"], address["port"]), timeout=timeout_s) as conn:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
             conn.sendall((json.dumps({"token": token, "op": op, **fields}) + "\n").encode())
             line = conn.makefile("r").readline()
     except OSError as err:
@@ -188,6 +209,26 @@ def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: A
         raise ControlError(f"run {log_dir}: its supervisor closed the connection; has it ended?")
     answer: dict[str, Any] = json.loads(line)  # one JSON object per answer (ControlServer._one)
     return answer
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+"""Where a supervisor's control port listens (:class:`ControlServer`); a token goes nowhere else."""
+
+
+def _read_own(path: Path, what: str) -> str:
+    """A short file's text, only if it is a regular file of this user's, opened without
+    following a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except PermissionError:
+        raise ControlError(f"cannot read {path}: only the run's user may control it") from None
+    except OSError as err:
+        raise ControlError(f"cannot read {what} ({path}): {err.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise ControlError(f"{path} is not a file of the run's user: not read")
+        return f.read(MAX_REQUEST).decode(errors="replace").strip()
 
 
 def _ended(log_dir: Path) -> str | None:

@@ -46,7 +46,7 @@ _VARS = {
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
     "replication_factor": "SRES_REPLICATION_FACTOR",
     "liveness_port": "SRES_LIVENESS_PORT",
-    "run_secret": "SRES_RUN_SECRET",
+    "run_secret": run_secret.ENV,
     "preempt_signal": "SRES_PREEMPT_SIGNAL",
     "log_dir": "SRES_LOG_DIR",
     "reclaim_signal": "SRES_RECLAIM_SIGNAL",

@@ -15,6 +15,8 @@ import hmac
 import re
 import secrets
 
+ENV = "SRES_RUN_SECRET"
+"""Where a rank finds it."""
 SECRET_BYTES = 16
 _HEX = re.compile(r"[0-9a-f]{32,128}")
 

@@ -2,9 +2,9 @@
 
 Three tiers, cheapest first (see ../ARCHITECTURE.md):
 
-- RAM: ``$SRES_RAM_ROOT/job-J/node-N/own/`` (default root ``/dev/shm/sres``; N is a
-  ``NodeKey``: the Slurm node name, or a simulated node's index): the committed state of each
-  rank of node N, outliving its processes;
+- RAM: ``$SRES_RAM_ROOT/job-J/node-N/own/`` (default root ``/dev/shm/sres-<uid>``, the
+  user's alone: :func:`ram_root`; N is a ``NodeKey``: the Slurm node name, or a simulated
+  node's index): the committed state of each rank of node N, outliving its processes;
 - neighbour: ``job-J/node-M/neighbour/``: a copy of node N's files on the next node M, sent
   over the network, so that a replaced node restores from it;
 - persistent: a directory on a shared filesystem, written every K commits.
@@ -17,19 +17,26 @@ restore :mod:`resilience.tiers.restore`, the DCP adapters :mod:`resilience.tiers
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from resilience.contract import run_secret
 from resilience.contract.tier_config import TierConfig, check_job_id
+from resilience.private_paths import NotPrivate, check_private, private_dir
 from resilience.tiers import checkpoint_dirs as dirs
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
-DEFAULT_RAM_ROOT = Path("/dev/shm/sres")
+DEFAULT_RAM_ROOT = "/dev/shm/sres-{uid}"
+"""``{uid}`` is the user's uid: each user has a root of their own (see :func:`ram_root`)."""
 JOB_CONFIG = "tiers.json"
 """Written into the job's RAM directory: tells ``cleanup_job`` where the persistent copy is."""
 
@@ -45,8 +52,39 @@ def default_job_id(env: Mapping[str, str], log_dir: Path) -> str:
 # --- locations -----------------------------------------------------------------------------------
 
 
+def ram_root_of(uid: int, configured: str | None = None) -> Path:
+    """Where user ``uid``'s RAM root is (``$SRES_RAM_ROOT`` or the default, ``{uid}``
+    filled in); neither created nor checked: what the epilog looks for, as the job's user."""
+    template = configured or os.environ.get(RAM_ROOT_ENV) or DEFAULT_RAM_ROOT
+    return Path(template.replace("{uid}", str(uid)))
+
+
 def ram_root() -> Path:
-    return Path(os.environ.get(RAM_ROOT_ENV) or DEFAULT_RAM_ROOT)
+    """This user's RAM root, created mode 0700 or adopted only when it is the user's own
+    directory (:mod:`resilience.private_paths`). When it is not (another user made it first,
+    or made it a link), a warning line names it and the run keeps its RAM tier in a private
+    place of its own: ``<root>-<a name derived from the run's secret>``, the same for every
+    rank of the run and one no one else can guess, so planting it in advance stops no one."""
+    return _private_root(str(ram_root_of(os.geteuid())), os.environ.get(run_secret.ENV, ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _private_root(configured: str, secret: str) -> Path:
+    path = Path(configured)
+    try:
+        return private_dir(path)
+    except NotPrivate as err:
+        if run_secret.is_secret(secret):
+            suffix = hmac.new(bytes.fromhex(secret), b"ram-root", hashlib.sha256).hexdigest()[:16]
+        else:
+            suffix = secrets.token_hex(8)  # outside a run: this process's alone
+        fallback = path.with_name(f"{path.name}-{suffix}")
+        print(
+            f"sres: warning: {err}: not used for the RAM tier; it is kept in {fallback}, a private place",
+            file=sys.stderr,
+            flush=True,
+        )
+        return private_dir(fallback)
 
 
 def job_ram_dir(job_id: str, root: Path | None = None) -> Path:
@@ -177,6 +215,21 @@ def _another_jobs(root: Path, step: int, owner: int | None, job_id: str | None) 
 def remove_job(job_id: str, root: Path | None = None) -> None:
     """Remove all of a job's RAM-tier files here: its training finished, nothing will restart."""
     shutil.rmtree(job_ram_dir(job_id, root), ignore_errors=True)
+
+
+def cleanup_user_job(job_id: str, uid: int) -> bool:
+    """:func:`cleanup_job` in each RAM root of user ``uid`` on this node (the usual one and any
+    private fallback, ``<root>-*``), skipping any not owned by that user: what the epilog
+    runs, as that user. True when something was removed."""
+    root = ram_root_of(uid)
+    removed = False
+    for candidate in [root, *sorted(root.parent.glob(f"{root.name}-*"))]:
+        try:
+            check_private(candidate, uid)
+        except NotPrivate:
+            continue
+        removed = cleanup_job(job_id, candidate) or removed
+    return removed
 
 
 def cleanup_job(job_id: str, root: Path | None = None) -> bool:

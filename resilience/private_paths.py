@@ -1,0 +1,70 @@
+"""Directories no other user can read, plant or redirect.
+
+A cluster node is shared: whoever comes first can create ``/dev/shm/<name>`` or a job's log
+directory, make it a symbolic link to somewhere else, or leave it open to all. So a directory
+sres keeps state in is used only when it is a real directory (never a link) owned by the user,
+and it is made mode 0700: what lies inside (checkpoints, events with the command line, the
+control token) is then the user's and root's alone, whatever the files' own modes, and no one
+else can plant anything below it.
+
+Standard library only: the admins' hooks (as root, for the job's user) use it too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from resilience.errors import NotPrivate
+
+__all__ = ["NotPrivate", "check_private", "private_dir"]
+
+
+def check_private(path: Path, uid: int | None = None) -> Path:
+    """``path`` if it is a directory, not a link, owned by ``uid`` (default: this process's
+    user); raises :class:`NotPrivate` naming why not. Reads nothing inside it."""
+    fd = _open_dir(path)
+    try:
+        _check_owner(path, fd, os.geteuid() if uid is None else uid)
+    finally:
+        os.close(fd)
+    return path
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` mode 0700 (its missing parents with the user's umask), or adopt it when it
+    is already this user's own directory, tightening its mode to 0700. Raises
+    :class:`NotPrivate` for a link, a non-directory or another user's directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    fd = _open_dir(path)  # checked and changed through the descriptor: a swap cannot redirect it
+    try:
+        mode = _check_owner(path, fd, os.geteuid())
+        if mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _open_dir(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise NotPrivate(f"{path} does not exist") from None
+    except OSError as err:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise NotPrivate(f"{path} is a symbolic link") from None
+        raise NotPrivate(f"{path} is not a directory of its own ({err.strerror})") from None
+
+
+def _check_owner(path: Path, fd: int, uid: int) -> int:
+    st = os.fstat(fd)
+    if st.st_uid != uid:
+        raise NotPrivate(f"{path} belongs to uid {st.st_uid}, not to uid {uid}")
+    return stat.S_IMODE(st.st_mode)
