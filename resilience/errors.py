@@ -44,6 +44,11 @@ class InjectSpecError(ResilienceError, ValueError):
     """An ``--inject`` spec that cannot be parsed; the message names the spec."""
 
 
+class ForgedValue(ResilienceError, ValueError):
+    """A store value without the run's MAC: written by someone who does not know the run's
+    secret (``resilience.contract.signed_store``). Read as absent, reported, never trusted."""
+
+
 class NotPrivate(ResilienceError, PermissionError):
     """A path sres would keep a user's state in is not that user's alone (another user's, or a
     link): ``resilience.private_paths``."""

@@ -58,9 +58,13 @@ def _open_dir(path: Path) -> int:
     except FileNotFoundError:
         raise NotPrivate(f"{path} does not exist") from None
     except OSError as err:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            link = False
+        if link:
             raise NotPrivate(f"{path} is a symbolic link") from None
-        raise NotPrivate(f"{path} is not a directory of its own ({err.strerror})") from None
+        raise NotPrivate(f"{path} cannot be opened as a directory of its own ({err.strerror})") from None
 
 
 def _check_owner(path: Path, fd: int, uid: int) -> int:

@@ -23,6 +23,7 @@ TIERS = {
     "autoresume": "cluster",
     "hooks": "cluster",
     "cluster": "cluster",
+    "security": "local",
 }
 """tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""

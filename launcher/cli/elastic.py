@@ -73,12 +73,14 @@ def _reply(args: argparse.Namespace, op: str, **fields) -> int:
 
         argv = [op, *(x for k, v in fields.items() for x in (f"--{k}", str(v)))]
         argv += ["--json"] if getattr(args, "json", False) else []
-        return job_control.send(default_client(), args.job, argv, lambda run: _deliver(run, args, op, fields))
+        return job_control.send(
+            default_client(), args.job, argv, lambda run, owner: _deliver(run, args, op, fields, owner)
+        )
     return _deliver(args.run, args, op, fields)
 
 
-def _deliver(run: str, args: argparse.Namespace, op: str, fields: dict) -> int:
-    answer = control.send(run, op, **fields)
+def _deliver(run: str, args: argparse.Namespace, op: str, fields: dict, owner: int | None = None) -> int:
+    answer = control.send(run, op, owner=owner, **fields)
     if not answer.get("ok"):
         raise control.ControlError(answer.get("message", "refused"))
     if op == "status":

@@ -385,9 +385,9 @@ EVENT_TYPES: tuple[EventType, ...] = (
     ),
     EventType(
         "dropped-input",
-        "Input from outside refused: a hello without the run's secret, a rank event not a rank's to send.",
+        "Input from outside refused: a hello or store value without the run's secret, a non-rank event.",
         SUPERVISOR,
-        (Field("channel", "str", "`liveness` or `rank-event`"), Field("why", "str", "why it was refused")),
+        (Field("channel", "str", "`liveness`, `rank-event` or `store`"), Field("why", "str", "why")),
     ),
     EventType(
         "reclaim-signal",

@@ -44,8 +44,10 @@ def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
         )
 
 
-def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
-    """The run's log dir of job ``job_id``, after checking that this user may control it."""
+def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> tuple[Path, int]:
+    """The run's log dir of job ``job_id`` and the job's user, after checking that this user
+    may control it. The dir is only what the job's Comment says: it is read as the job's user,
+    and must be that user's (:func:`launcher.supervisor.control.send`)."""
     try:
         job = client.job_owner(job_id)
     except SlurmError as err:
@@ -64,16 +66,16 @@ def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> Path:
             f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
             f"{COMMENT_PREFIX}...): give the run's log dir instead"
         )
-    return Path(comment.removeprefix(COMMENT_PREFIX))
+    return Path(comment.removeprefix(COMMENT_PREFIX)), job.user_id
 
 
-def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str], int]) -> int:
+def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str, int], int]) -> int:
     """Deliver ``sres <argv[0]> <run dir> <argv[1:]>`` to the job's supervisor: ``here`` (the
     command itself, given the run dir) when its control port answers from this host, else the
     same command as a step of the job on its batch host."""
-    log_dir = run_dir(client, job_id)
+    log_dir, owner = run_dir(client, job_id)
     try:
-        return here(str(log_dir))
+        return here(str(log_dir), owner)
     except Unreachable:
         pass
     command = [argv[0], str(log_dir), *argv[1:]]

@@ -164,16 +164,20 @@ def find_run(run: str) -> Path:
     raise Unreachable(f"no run at {run!r}: give its log dir (printed at start) or its name under sres-runs/")
 
 
-def send(run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, **fields: Any) -> dict[str, Any]:
+def send(
+    run: str, op: str, timeout_s: float = ANSWER_TIMEOUT_S + 5, owner: int | None = None, **fields: Any
+) -> dict[str, Any]:
     """One request to a running job's supervisor; raises ControlError with one line when it
     cannot be delivered (finished or unknown run, no permission).
 
-    Root sending to another user's run does it as that user (:mod:`launcher.privileges`):
-    the run dir is that user's to arrange, and root must not read through a link planted
-    there. Either way the token is read only from a regular file of the user's own, and sent
-    only to a loopback address, where the supervisor listens."""
+    ``owner``: the user whose run this must be (``--job J``: the job's user, from Slurm);
+    default the run dir's owner. Root sending to another user's run does it as that user
+    (:mod:`launcher.privileges`): the run dir is that user's to arrange, and root must not read
+    through a link planted there. The run dir must be the sender's (after that) own directory,
+    the token a regular file of theirs, opened without following a link, and it goes only to
+    a loopback address, where supervisors listen."""
     log_dir = find_run(run)
-    owner = os.lstat(log_dir).st_uid
+    owner = os.lstat(log_dir).st_uid if owner is None else owner
     if os.geteuid() == 0 and owner != 0:
         answer: dict[str, Any] = call_as(owner, lambda: _send(log_dir, op, timeout_s, fields))
         return answer

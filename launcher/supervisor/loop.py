@@ -83,7 +83,7 @@ class Supervisor:
         self.liveness = liveness or LivenessServer(run_secret.new_secret(), host=self.placement.store_host)
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
-        self.store = RunStore.host()
+        self.store = RunStore.host(self.liveness.secret)
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
@@ -292,6 +292,10 @@ class Supervisor:
         dropped = [("rank-event", why) for why in self._rank_events.dropped]
         self._rank_events.dropped.clear()
         dropped += [("liveness", why) for why in self.liveness.take_dropped()]
+        while self.store.forged:
+            dropped.append(
+                ("store", f"{self.store.forged.popleft()!r} holds a value written without the run's secret")
+            )
         for event in events:
             try:
                 self._copy_rank_event(event)
@@ -301,9 +305,11 @@ class Supervisor:
             self._dropped += 1
             if self._dropped <= MAX_DROPPED_EVENTS:
                 self.events.emit("dropped-input", channel=channel, why=why[:300])
-            if why not in self._warned:
-                self._warned.add(why)
-                self._say(f"warning: {channel} input refused: {why[:300]}")
+            if channel not in self._warned:  # once per channel: the events have every one
+                self._warned.add(channel)
+                self._say(
+                    f"warning: {channel} input refused: {why[:300]} (every refusal: dropped-input events)"
+                )
 
     def _copy_rank_event(self, event: RankEvent) -> None:
         declared = event_types.BY_NAME.get(event.event)

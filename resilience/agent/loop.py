@@ -48,7 +48,7 @@ class Agent(CommitPipeline):
 
     def __init__(self, env: RankEnv) -> None:
         self.env = env
-        self.store = RunStore.connect(env.store_host, env.store_port)
+        self.store = RunStore.connect(env.store_host, env.store_port, env.run_secret)
         self._liveness = (
             liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
             if env.liveness_port

@@ -13,6 +13,7 @@ In the manner of NVIDIA resiliency's ``StoreMixin``: one object, typed accessors
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -20,6 +21,8 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from resilience.contract import keys
+from resilience.contract.signed_store import SignedStore
+from resilience.errors import ForgedValue
 from resilience.contract.messages import (
     BatchInfo,
     FlushDone,
@@ -34,22 +37,29 @@ from resilience.contract.messages import (
 
 
 class RunStore:
-    """Typed accessors over a ``torch.distributed.Store`` (a client or the supervisor's server)."""
+    """Typed accessors over a ``torch.distributed.Store`` (a client or the supervisor's server).
+    Given the run's secret, every value goes through a :class:`SignedStore`: one another user
+    wrote reads as absent, and its key is noted in :attr:`forged` for the supervisor to report."""
 
-    def __init__(self, store: dist.Store) -> None:
-        self.raw = store
+    def __init__(self, store: dist.Store, secret: str | None = None) -> None:
+        self.under = store
+        self.raw: dist.Store = SignedStore(store, secret) if secret else store
+        self.forged: deque[str] = deque(maxlen=100)  # keys whose value was refused; the supervisor empties it
 
     @classmethod
-    def host(cls, timeout_s: float = 60.0) -> "RunStore":
+    def host(cls, secret: str, timeout_s: float = 60.0) -> "RunStore":
         """The supervisor's server, on a free port."""
         return cls(
             dist.TCPStore(
                 "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
-            )
+            ),
+            secret,
         )
 
     @classmethod
-    def connect(cls, host: str, port: int, timeout_s: float = 60.0, connect_s: float = 15.0) -> "RunStore":
+    def connect(
+        cls, host: str, port: int, secret: str, timeout_s: float = 60.0, connect_s: float = 15.0
+    ) -> "RunStore":
         """A rank's client. The supervisor's store is up before any rank starts, so a connection
         that takes more than ``connect_s`` means the supervisor is gone (a cancelled job): the
         rank then ends in seconds instead of retrying for the whole operation timeout."""
@@ -57,24 +67,38 @@ class RunStore:
             host, port, is_master=False, timeout=timedelta(seconds=connect_s), wait_for_workers=False
         )
         store.set_timeout(timedelta(seconds=timeout_s))
-        return cls(store)
+        return cls(store, secret)
 
     @property
     def port(self) -> int:
         """The port of the supervisor's server (a ``TCPStore``, made by :meth:`host`)."""
-        assert isinstance(self.raw, dist.TCPStore), type(self.raw)
-        return self.raw.port
+        assert isinstance(self.under, dist.TCPStore), type(self.under)
+        return self.under.port
 
     def clone(self) -> "RunStore":
         """A connection of its own, for another thread (a client is not thread-safe)."""
         # torch's stubs (torch/_C/_distributed_c10d.pyi) omit Store.clone, which every store has.
-        return RunStore(self.raw.clone())  # type: ignore[attr-defined]
+        raw = self.raw.clone()  # type: ignore[attr-defined]
+        twin = RunStore(raw.under if isinstance(raw, SignedStore) else raw)
+        twin.raw, twin.forged = raw, self.forged
+        return twin
+
+    def _value(self, key: str) -> bytes | None:
+        """The value of ``key``, or None when it is absent or another user wrote it."""
+        if not self.raw.check([key]):
+            return None
+        try:
+            return self.raw.get(key)
+        except ForgedValue:
+            self.forged.append(key)
+            return None
 
     def _has(self, key: str) -> bool:
-        return self.raw.check([key])
+        return self._value(key) is not None
 
     def _text(self, key: str) -> str | None:
-        return self.raw.get(key).decode() if self.raw.check([key]) else None
+        value = self._value(key)
+        return value.decode(errors="replace") if value is not None else None
 
     def _count(self, key: str) -> int:
         return self.raw.add(key, 0)
@@ -286,7 +310,8 @@ class RunStore:
         names = [keys.flush_done(request, rank) for rank in ranks]
         if not self.raw.check(names):
             return None
-        return [FlushDone.decode(self.raw.get(k)) for k in names]
+        values = [self._value(k) for k in names]
+        return [FlushDone.decode(v) for v in values if v is not None] if None not in values else None
 
     # --- fault injection (tests, the demo, chaos) -------------------------------------------
 

@@ -8,8 +8,10 @@ import json
 import pytest
 import torch.distributed as dist
 
+from resilience.contract import keys, run_secret
 from resilience.contract import messages as m
 from resilience.contract.run_store import RunStore
+from resilience.errors import ForgedValue
 
 SAMPLES: dict[type[m.Message], m.Message] = {
     m.Plan: m.Plan(
@@ -109,8 +111,9 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     import threading
     import time
 
-    server = RunStore.host()
-    ranks = [RunStore.connect("127.0.0.1", server.port) for _ in range(2)]
+    secret = run_secret.new_secret()
+    server = RunStore.host(secret)
+    ranks = [RunStore.connect("127.0.0.1", server.port, secret) for _ in range(2)]
     plan = m.Plan(1, 2, {0: "a", 1: "b"}, {"a": m.SlotInfo(0, 0), "b": m.SlotInfo(1, 0)}, 1)
     got: dict[str, tuple[m.Plan | None, float, bool]] = {}
 
@@ -129,7 +132,7 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
         t.join(timeout=10)
     assert all(got[s][0] == plan and got[s][2] for s in "ab")
     assert max(got[s][1] for s in "ab") - published < 0.5
-    spare = RunStore.connect("127.0.0.1", server.port)
+    spare = RunStore.connect("127.0.0.1", server.port, secret)
     ended = threading.Thread(
         target=lambda: got.setdefault("spare", (spare.wait_plan("c", 1, poll_s=0.05), 0, 0))
     )
@@ -137,3 +140,25 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     server.shut_down()
     ended.join(timeout=10)
     assert got["spare"][0] is None
+
+
+def test_a_value_written_without_the_runs_secret_reads_as_absent_and_is_noted():
+    """Another user who reaches the store's port sets keys directly: a plan, the preemption
+    flag, a node-kill request, a gloo rendezvous address. None of it is taken; each is noted."""
+    under = dist.HashStore()
+    store = RunStore(under, run_secret.new_secret())
+    plan = m.Plan(1, 2, {0: "a", 1: "b"}, {"a": m.SlotInfo(0, 0), "b": m.SlotInfo(1, 0)}, 1)
+    under.set(keys.plan(1), plan.encode())
+    under.set(keys.PREEMPT, "attacker")
+    under.set(keys.node_kill(0), "node:0")
+    under.add(keys.NODE_KILLS, 1)
+    under.set(keys.PROGRESS, "99999")
+    assert store.plan(1) is None and not store.has_plan(1)
+    assert not store.preempted() and not store.take_node_kill(0)
+    assert store.progress() is None
+    assert set(store.forged) == {keys.plan(1), keys.PREEMPT, keys.node_kill(0), keys.PROGRESS}
+    under.set(f"{keys.pg_prefix(1)}/0", b"10.0.0.9:1234")  # where torch's rendezvous looks for rank 0
+    with pytest.raises(ForgedValue):
+        store.group_store(1).get("0")
+    store.publish_plan(plan)  # the run's own value, over the forged one
+    assert store.plan(1) == plan

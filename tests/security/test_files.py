@@ -1,0 +1,195 @@
+"""Files on a shared node: another user plants the victim's RAM root with a checkpoint that runs
+code when unpickled, and reads whatever of the victim's run it can reach.
+
+Each attack is made by a real process of the attacker's uid; the victim's run must end with
+the bits of its fault-free run and the payload must never run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+from tests.security.conftest import JOB, marker, ram_roots, victim_run
+from tests.support.sres_runs import when_event
+
+PLANT = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from resilience.state import snapshot
+    from resilience.tiers import manifest as mf
+
+    root, job, marker = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    root.mkdir(mode=0o777)
+    os.chmod(root, 0o777)  # "helpfully" open to all: the victim must still not adopt it
+    for node in (0, 1):
+        for rank in (0, 1):
+            own = root / f"job-{job}" / f"node-{node}" / "own"
+            state = {"model": Payload(), "step": 99999999}
+            mf.write(own, job, 99999999, 2, rank, {"replicated": snapshot.capture(state, 99999999)})
+    print("planted", root)
+    """
+)
+
+
+def test_a_ram_root_planted_by_another_user_is_never_used(victim, attacker, victim_reference):
+    """The attacker creates the victim's default RAM root first, with a newer step of the next
+    job in it whose state runs the attacker's code when unpickled. The victim's run says so in
+    one warning line, keeps its RAM tier in a private place of its own, and ends exactly."""
+    planted = Path(f"/dev/shm/sres-{victim.uid}")
+    done = attacker.python(PLANT, str(planted), JOB, str(marker(victim)))
+    assert done.returncode == 0, done.stderr
+    before = sorted(str(p) for p in planted.rglob("*"))
+
+    run = victim_run(victim)
+
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == victim_reference
+    assert not marker(victim).exists(), "the planted checkpoint was unpickled"
+    assert not run.of("restored"), run.events  # nothing was restored from the planted step
+    assert f"{planted} belongs to uid {attacker.uid}" in run.stderr
+    assert "a private place" in run.stderr
+    assert sorted(str(p) for p in planted.rglob("*")) == before  # not read into, not written
+    assert planted.stat().st_uid == attacker.uid
+
+
+def test_a_link_where_the_ram_root_should_be_is_never_followed(victim, attacker, victim_reference, tmp_path):
+    trap = attacker.home / "trap"
+    done = attacker.python(
+        f"import os; os.mkdir({str(trap)!r}, 0o777); os.chmod({str(trap)!r}, 0o777); "
+        f"os.symlink({str(trap)!r}, '/dev/shm/sres-{victim.uid}')"
+    )
+    assert done.returncode == 0, done.stderr
+    run = victim_run(victim)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == victim_reference
+    assert "is a symbolic link" in run.stderr
+    assert list(trap.iterdir()) == []  # nothing of the victim's went through the link
+
+
+READ = textwrap.dedent(
+    """
+    import json, os, sys
+    tried = {}
+    for path in sys.argv[1:]:
+        try:
+            if os.path.isdir(path):
+                os.listdir(path)
+            else:
+                open(path, "rb").read(1)
+            tried[path] = "read"
+        except OSError as err:
+            tried[path] = type(err).__name__
+    print(json.dumps(tried))
+    """
+)
+
+
+def test_another_user_reads_nothing_of_a_running_job(victim, attacker, victim_reference):
+    """While the victim's run holds checkpoints in RAM, the attacker tries its RAM root, a
+    checkpoint file, its log dir and events (the command line), and a rank's output."""
+    log_dir = victim.home / "run"
+    tried: dict[str, str] = {}
+
+    def read_all() -> None:
+        (root,) = ram_roots(victim)
+        targets = [
+            root,
+            *(str(p) for p in Path(root).rglob("*.bin")),
+            str(log_dir),
+            str(log_dir / "events.jsonl"),
+            str(log_dir / "control.token"),
+            *(str(p) for p in (log_dir / "ranks").glob("*.log")),
+        ]
+        out = attacker.python(READ, *targets)
+        tried.update(json.loads(out.stdout))
+
+    watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", read_all)
+    run = victim_run(victim, train_args=("--sleep-s", "0.3"))
+    watcher.join(timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == victim_reference
+    assert len(tried) >= 5, tried  # the root, a checkpoint file at least, the log dir and its files
+    assert set(tried.values()) == {"PermissionError"}, tried
+    assert os.stat(log_dir).st_mode & 0o777 == 0o700
+
+
+PUSH = textwrap.dedent(
+    """
+    import json, os, socket, sys, tempfile
+    from pathlib import Path
+    from resilience.contract import run_secret
+    from resilience.state import snapshot
+    from resilience.tiers import manifest as mf
+    from resilience.tiers.transport import NeighbourLink, push_checkpoint
+
+    victim_uid, job, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    def listening(uid):
+        # What any user reads: every listening TCP socket with its owner.
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[7]) == uid:
+                ip, port = f[1].split(":")
+                yield ".".join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16)
+
+    found, results = [], {}
+    for host, port in listening(victim_uid):
+        try:
+            with socket.create_connection((host, port), timeout=1) as s:
+                s.settimeout(1)
+                if s.makefile("rb").readline().startswith(b"sres-neighbour"):
+                    found.append(f"{host}:{port}")
+        except OSError:
+            pass
+    src = Path(tempfile.mkdtemp())
+    for rank in (0, 1):
+        mf.write(src, job, 99999999, 2, rank, {"replicated": snapshot.capture({"m": Payload()}, 99999999)})
+    for address in found:
+        for rank in (0, 1):
+            try:  # the protocol, with a guessed secret
+                guess = NeighbourLink(address, run_secret.new_secret())
+                push_checkpoint(guess, mf.rank_dir(src, 99999999, rank), job, rank, 99999999)
+                results[f"{address}/{rank}"] = "accepted"
+            except (OSError, ValueError) as err:
+                results[f"{address}/{rank}"] = type(err).__name__
+    print(json.dumps({"found": found, "results": results}))
+    """
+)
+
+
+def test_a_forged_neighbour_push_is_refused_and_a_restore_after_it_is_exact(
+    victim, attacker, victim_reference
+):
+    """The attacker finds the victim's neighbour-copy ports (``/proc/net/tcp``, then the
+    greeting) and pushes a newer step whose state runs its code; then every rank of the victim
+    is killed and the run restores from its tiers."""
+    log_dir = victim.home / "run"
+    outcome: dict = {}
+
+    def push() -> None:
+        out = attacker.python(PUSH, str(victim.uid), JOB, str(marker(victim)))
+        outcome.update(json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr})
+
+    watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved" and e["step"] >= 2, push)
+    run = victim_run(victim, "--inject", "kill-all:step=11", train_args=("--sleep-s", "0.3"))
+    watcher.join(timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == victim_reference
+    assert len(outcome.get("found", [])) >= 2, outcome  # both nodes' servers were found
+    assert set(outcome["results"].values()) == {"ConnectionError"}, outcome
+    assert not marker(victim).exists(), "a forged copy was unpickled"
+    (restored,) = run.of("restored")
+    assert restored["step"] < 11, restored
