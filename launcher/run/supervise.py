@@ -99,7 +99,7 @@ def _srun_placement(
     client = SlurmClient.create("auto", timeout_s=30.0)
     if job_hosts is None or (len(job_hosts.hosts) < needed and not o.all_satellites):
         job_hosts = place(client, environ, 1 if o.all_satellites else needed)  # says clearly what is missing
-    liveness = LivenessServer(run_secret.new_secret(), host=job_hosts.store_host)
+    liveness = LivenessServer(run_secret.kept_in(log_dir), host=job_hosts.store_host)
     placement = SrunPlacement(
         client,
         job_hosts,

@@ -80,7 +80,9 @@ class Supervisor:
     ) -> None:
         self.config = config
         self.placement: Placement = placement or LocalPlacement(config.log_dir)
-        self.liveness = liveness or LivenessServer(run_secret.new_secret(), host=self.placement.store_host)
+        self.liveness = liveness or LivenessServer(
+            run_secret.kept_in(config.log_dir), host=self.placement.store_host
+        )
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
         self.store = RunStore.host(self.liveness.secret)

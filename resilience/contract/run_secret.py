@@ -3,7 +3,8 @@
 Another user on the node sees the supervisor's ports (``/proc/net/tcp``) and can connect to
 them; what they cannot read is a process's environment (``/proc/PID/environ`` is its user's
 and root's only). So the supervisor makes a secret (128 bits from the OS), hands it to its ranks
-in ``SRES_RUN_SECRET``, and writes it nowhere else: no file, log line, event or command line.
+in ``SRES_RUN_SECRET``, and writes it nowhere else but one 0600 file in the run's private log
+dir (:func:`kept_in`, for a requeued job): no log line, event or command line.
 A connection proves it by answering a fresh challenge with an HMAC: the secret never crosses the
 wire, and an answer seen once is worth nothing on the next connection.
 """
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
+import stat
+from pathlib import Path
 
 ENV = "SRES_RUN_SECRET"
 """Where a rank finds it."""
@@ -23,6 +27,39 @@ _HEX = re.compile(r"[0-9a-f]{32,128}")
 
 def new_secret() -> str:
     return secrets.token_hex(SECRET_BYTES)
+
+
+KEPT = "run.secret"
+"""The file in the (private, 0700) log dir that keeps the secret for the job's next incarnation."""
+
+
+def kept_in(log_dir: Path) -> str:
+    """The run's secret, kept in its log dir: a requeued job (same log dir) gets the one its
+    first incarnation made, so what was named after it (a private RAM root, see
+    ``resilience.tiers.layout.ram_root``) is found again. Made and written 0600 when there is
+    none; a file there that is a link, not the user's or not a secret is replaced, never used."""
+    path = Path(log_dir) / KEPT
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            text = f.read(256).strip()
+        if (
+            stat.S_ISREG(st.st_mode)
+            and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o077
+            and is_secret(text)
+        ):
+            return text
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    secret = new_secret()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret)
+    return secret
 
 
 def new_challenge() -> str:
