@@ -295,8 +295,13 @@ class SrunPlacement:
         self.client.requeue(self.job_id)
 
     def time_limits(self) -> tuple[float | None, float | None]:
-        try:
-            job = self.client.job(self.job_id)
-        except SlurmError:
-            return None, None  # unknown: the signal counts as a preemption
-        return job.time_left_s, job.time_limit_s
+        # Asked once, when a requeue signal came: a slow or failed answer here turns a time
+        # limit into a preemption (seen on a loaded CI machine), so a failure is retried.
+        for attempt in range(3):
+            try:
+                job = self.client.job(self.job_id)
+                return job.time_left_s, job.time_limit_s
+            except SlurmError as err:
+                log.warning("job %s: its time limit is unknown (%s)", self.job_id, err)
+                time.sleep(0.5)
+        return None, None  # unknown: the signal counts as a preemption
