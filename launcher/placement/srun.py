@@ -297,7 +297,7 @@ class SrunPlacement:
     def time_limits(self) -> tuple[float | None, float | None]:
         # Asked once, when a requeue signal came: a slow or failed answer here turns a time
         # limit into a preemption (seen on a loaded CI machine), so a failure is retried.
-        for attempt in range(3):
+        for _ in range(3):
             try:
                 job = self.client.job(self.job_id)
                 return job.time_left_s, job.time_limit_s
