@@ -38,7 +38,8 @@ from launcher.supervisor.recovery import RecoveryWatch
 from launcher.supervisor.step_reports import StepLog
 from launcher.supervisor.view import Observation
 from resilience.contract.messages import Plan, RankEvent
-from resilience.contract.run_store import RankEvents, RunStore
+from resilience.contract.rank_events import RankEvents
+from resilience.contract.run_store import RunStore
 from resilience.contract import run_secret
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv

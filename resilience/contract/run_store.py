@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -44,7 +44,8 @@ class RunStore:
     def __init__(self, store: dist.Store, secret: str | None = None) -> None:
         self.under = store
         self.raw: dist.Store = SignedStore(store, secret) if secret else store
-        self.forged: deque[str] = deque(maxlen=100)  # keys whose value was refused; the supervisor empties it
+        self.forged: deque[str] = deque(maxlen=100)  # keys refused (each once); the supervisor empties it
+        self._forged_seen: set[str] = set()
 
     @classmethod
     def host(cls, secret: str, timeout_s: float = 60.0) -> "RunStore":
@@ -80,7 +81,7 @@ class RunStore:
         # torch's stubs (torch/_C/_distributed_c10d.pyi) omit Store.clone, which every store has.
         raw = self.raw.clone()  # type: ignore[attr-defined]
         twin = RunStore(raw.under if isinstance(raw, SignedStore) else raw)
-        twin.raw, twin.forged = raw, self.forged
+        twin.raw, twin.forged, twin._forged_seen = raw, self.forged, self._forged_seen
         return twin
 
     def _value(self, key: str) -> bytes | None:
@@ -90,7 +91,9 @@ class RunStore:
         try:
             return self.raw.get(key)
         except ForgedValue:
-            self.forged.append(key)
+            if key not in self._forged_seen:
+                self._forged_seen.add(key)
+                self.forged.append(key)
             return None
 
     def _has(self, key: str) -> bool:
@@ -354,46 +357,3 @@ class RunStore:
     def slow_factor(self, node: int) -> float | None:
         text = self._text(keys.slow(node))
         return float(text) if text is not None else None
-
-
-HOLE_SKIP_S = 2.0
-"""How long a reserved but unwritten event may hold up the ones after it."""
-
-
-class RankEvents:
-    """The supervisor's reader of rank events, in order.
-
-    A writer reserves an index, then writes its record. One killed in between (a rank of a
-    node that dies while it reports a checkpoint) leaves a hole that no one will fill; waiting
-    for it would hold back every later event of the run. A live writer fills its hole within
-    microseconds, so a hole still empty after ``HOLE_SKIP_S`` is skipped.
-    """
-
-    def __init__(self, store: RunStore, clock: Callable[[], float] = time.monotonic) -> None:
-        self.raw, self.clock = store.raw, clock
-        self.seen = 0
-        self._hole_since: float | None = None
-        self.dropped: list[str] = []
-        """Why each record that did not decode was skipped (the caller empties it)."""
-
-    def pop(self, writers_gone: bool = False) -> list[RankEvent]:
-        """The events written since the last call; with ``writers_gone`` (every rank process
-        has ended) holes are skipped at once."""
-        out = []
-        count = self.raw.add(keys.RANK_EVENTS, 0)
-        while self.seen < count:
-            key = keys.rank_event(self.seen + 1)
-            if not self.raw.check([key]):
-                now = self.clock()
-                self._hole_since = now if self._hole_since is None else self._hole_since
-                if now - self._hole_since < HOLE_SKIP_S and not writers_gone:
-                    break  # still being written, probably
-            else:
-                try:
-                    out.append(RankEvent.decode(self.raw.get(key)))
-                except (ValueError, TypeError, KeyError, AttributeError) as err:  # anyone may write the store
-                    why = f"{type(err).__name__}: {err}"
-                    self.dropped.append(f"record {self.seen + 1} does not decode: {why}")
-            self._hole_since = None
-            self.seen += 1
-        return out

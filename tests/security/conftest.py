@@ -58,8 +58,10 @@ def clean(victim: User) -> None:
 
 def victim_run(victim: User, *args: str, name: str = "run", train_args: tuple[str, ...] = ()) -> Run:
     """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own."""
-    log_dir = victim.home / name
-    tier_args = ("--job-id", JOB, "--persistent-dir", str(victim.home / "persistent"), "--persist-every", "4")
+    log_dir, persistent = victim.home / name, victim.home / f"{name}.persistent"
+    for path in (log_dir, persistent):  # a run of its own: nothing of an earlier test's
+        shutil.rmtree(path, ignore_errors=True)
+    tier_args = ("--job-id", JOB, "--persistent-dir", str(persistent), "--persist-every", "4")
     cmd = sres_command(
         log_dir, 2, (*tier_args, *args), "resilience.examples.train_mlp", STEPS, train_args, 5, 30
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from resilience.contract import keys
-from resilience.contract.run_store import HOLE_SKIP_S, RankEvents, RunStore
+from resilience.contract.rank_events import HOLE_SKIP_S, RankEvents
+from resilience.contract.run_store import RunStore
 
 
 class Clock:
