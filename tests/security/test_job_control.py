@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from launcher.slurm.client import SlurmClient
 from tests.support.users import User, _opened_for_traverse
 
 pytestmark = pytest.mark.cluster
@@ -66,7 +67,8 @@ def slurm_for_users(cluster):
 
 
 def attacker_job(cluster, attacker: User, comment: str) -> str:
-    job_id = cluster.client.submit(
+    client = SlurmClient.create("cli", env=cluster.env())
+    job_id = client.submit(
         [
             f"--uid={attacker.name}",
             f"--gid={attacker.name}",
@@ -77,10 +79,10 @@ def attacker_job(cluster, attacker: User, comment: str) -> str:
         ]
     )
     deadline = time.monotonic() + 30
-    while not cluster.client.job(job_id).running:
-        assert time.monotonic() < deadline, cluster.client.job(job_id)
+    while not client.job(job_id).running:
+        assert time.monotonic() < deadline, client.job(job_id)
         time.sleep(0.3)
-    owner = cluster.client.job_owner(job_id)
+    owner = client.job_owner(job_id)
     assert owner.user_id == attacker.uid, owner
     return job_id
 
@@ -124,20 +126,22 @@ def plant_run_dir(
 
 
 def test_a_comment_that_spells_another_owner_changes_nothing(slurm_for_users, users, listener):
-    """The attacker's job says ``UserId=victim(...)`` in its Comment and names the victim's run
-    dir. The victim is refused (the job is not theirs); root, controlling the job as its real
-    owner, cannot read the victim's run dir. Nothing reaches the victim's control port."""
+    """The attacker's job says ``UserId=victim(...)`` in its Comment after the victim's run dir:
+    the victim is refused (the job is not theirs, whatever the Comment spells). A job of the
+    attacker's naming the victim's run dir plainly: root, who controls a job as its user, cannot
+    read the victim's dir as the attacker. Nothing reaches the victim's control port."""
     cluster = slurm_for_users
     victim, attacker = users
     victim_run = plant_run_dir(victim, "run", listener.port, token="victims-token")
-    job = attacker_job(cluster, attacker, f"sres-run={victim_run} UserId={victim.name}({victim.uid})")
-
-    as_victim = sres_as(victim, cluster, "status", "--job", job)
+    spelled = attacker_job(cluster, attacker, f"sres-run={victim_run} UserId={victim.name}({victim.uid})")
+    as_victim = sres_as(victim, cluster, "status", "--job", spelled)
     assert as_victim.returncode != 0
     assert f"belongs to {attacker.name}({attacker.uid})" in as_victim.stderr, as_victim.stderr
-    as_root = sres_as(None, cluster, "status", "--job", job)
+
+    plain = attacker_job(cluster, attacker, f"sres-run={victim_run}")
+    as_root = sres_as(None, cluster, "status", "--job", plain)
     assert as_root.returncode != 0
-    assert f"belongs to uid {victim.uid}, not to uid {attacker.uid}" in as_root.stderr, as_root.stderr
+    assert "only the run's user may control it" in as_root.stderr, as_root.stderr
     assert "Traceback" not in as_victim.stderr + as_root.stderr
     time.sleep(0.5)
     assert listener.received == []

@@ -215,8 +215,11 @@ class SlurmCluster:
         self._run(["scontrol", "update", f"nodename={node}", "state=resume"])
 
     def reset(self, timeout: float = 60.0) -> None:
-        """Return to a clean cluster between tests: no jobs, every node up and idle."""
-        self._run(["scancel", "--full", "--quiet", "--user", "root"], check=False)
+        """Return to a clean cluster between tests: no jobs (whoever's: tests/security submits
+        as other users), every node up and idle."""
+        jobs = self._run(["squeue", "-h", "-o", "%i"]).stdout.split()
+        if jobs:
+            self._run(["scancel", "--full", "--quiet", *jobs], check=False)
         for node in self.nodes:
             if node not in self._slurmd or self._slurmd[node].poll() is not None:
                 self.start_node(node)
