@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "ckpt",
         help="list and verify tiered checkpoints",
         description="Inspect a checkpoint tier directory (the persistent directory, or a RAM-tier "
-        "root such as /dev/shm/sres/job-J/node-N/own).",
+        "root such as /dev/shm/sres-<uid>/job-J/node-N/own).",
     )
     ckpt = p.add_subparsers(dest="ckpt_command", metavar="ACTION", required=True)
     ls = ckpt.add_parser("ls", help="list checkpoints: step, world size, size, complete or not")
