@@ -133,6 +133,8 @@ def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
     """Check a DCP checkpoint directory: its manifest, every rank's manifest, every checksum.
     Raises CheckpointInvalid naming the bad file."""
     top = mf.read_manifest(path, job_id)
+    for item in Path(path).iterdir():  # DCP's .metadata is a pickle: nothing of another user's is read
+        mf.check_writer(item, item.lstat().st_uid)
     for rank in range(top.world_size):
         ranked = mf.read_manifest(path, job_id, top.world_size, name=_rank_manifest(rank))
         for name, entry in {**ranked.files, **top.files}.items():

@@ -208,6 +208,7 @@ def verify(path: Path, manifest: Manifest) -> None:
 def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.Tensor]]:
     try:
         with open(path, "rb") as f:
+            check_writer(path, os.fstat(f.fileno()).st_uid)
             if copy:
                 # Uninitialized memory: a zero-filled bytearray would touch every page twice.
                 data: memoryview | mmap.mmap = memoryview(
@@ -238,6 +239,18 @@ def _read_snapshot(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.
         raise CheckpointInvalid(f"{path}: unreadable ({type(err).__name__}: {err})") from None
     snap = Snapshot(step=int(meta["step"]), skeleton=meta["skeleton"], buffers=buffers)
     return snap, header, [buffers[k] for k in sorted(buffers)]
+
+
+def check_writer(path: Path, uid: int) -> None:
+    """Refuse a checkpoint file another user wrote: its header (and the state's skeleton) is a
+    pickle, and unpickling is running code. The run's own files are this user's (0700 RAM root,
+    authenticated neighbour copies); one of another uid can only come from someone else
+    (a shared persistent directory)."""
+    if uid != os.geteuid():
+        raise CheckpointInvalid(
+            f"{path}: written by uid {uid}, not by this user: not read (a checkpoint file is code "
+            "when unpickled; only the user's own are loaded)"
+        )
 
 
 def _read_fully(f: Any, view: memoryview) -> None:

@@ -75,3 +75,21 @@ def test_the_secret_is_kept_for_the_next_incarnation_and_a_planted_one_is_not_us
     assert again != elsewhere.read_text() and not (tmp_path / run_secret.KEPT).is_symlink()
     os.chmod(tmp_path / run_secret.KEPT, 0o644)  # readable by others: spent
     assert run_secret.kept_in(tmp_path) != again
+
+
+@as_root
+def test_a_checkpoint_file_another_user_wrote_is_refused_in_one_line_before_unpickling(tmp_path):
+    import torch
+
+    from resilience.state import snapshot
+    from resilience.tiers import manifest as mf
+
+    path = mf.write(tmp_path, "j", 3, 1, 0, {"replicated": snapshot.capture({"w": torch.ones(4)}, 3)})
+    m = mf.read_manifest(path, "j", 1)
+    mf.load(path, m)  # the user's own: read
+    os.chown(path / "replicated.bin", NOBODY, NOBODY)
+    with pytest.raises(
+        mf.CheckpointInvalid, match=f"written by uid {NOBODY}, not by this user: not read"
+    ) as err:
+        mf.load(path, m)
+    assert "\n" not in str(err.value)
