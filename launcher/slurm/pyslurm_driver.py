@@ -64,25 +64,22 @@ class PyslurmDriver:
             raise SlurmError(f"pyslurm could not list nodes: {err.args[0] if err.args else err}") from None
         return [_node_from_pyslurm(name, record) for name, record in records.items()]
 
-    def job(self, job_id: str) -> Job:
+    def _job_record(self, job_id: str) -> dict:
         try:
             records = self.pyslurm.job().find_id(str(job_id))
         except ValueError as err:
             raise SlurmError(f"Slurm knows no job {job_id} ({err.args[0] if err.args else err})") from None
         if not records:
             raise SlurmError(f"Slurm knows no job {job_id}")
-        return _job_from_pyslurm(records[0])
+        return dict(records[0])
+
+    def job(self, job_id: str) -> Job:
+        return _job_from_pyslurm(self._job_record(job_id))
 
     def job_owner(self, job_id: str) -> JobOwner:
         """From pyslurm's typed job record; a record without a numeric ``user_id`` is refused
         (fails closed: the owner is never guessed)."""
-        try:
-            records = self.pyslurm.job().find_id(str(job_id))
-        except ValueError as err:
-            raise SlurmError(f"Slurm knows no job {job_id} ({err.args[0] if err.args else err})") from None
-        if not records:
-            raise SlurmError(f"Slurm knows no job {job_id}")
-        record = records[0]
+        record = self._job_record(job_id)
         user_id = record.get("user_id")
         if not isinstance(user_id, int) or isinstance(user_id, bool):
             raise SlurmError(f"pyslurm gives job {job_id} no numeric user_id: its owner is unknown")

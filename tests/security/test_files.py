@@ -130,6 +130,7 @@ PUSH = textwrap.dedent(
     from resilience.state import snapshot
     from resilience.tiers import manifest as mf
     from resilience.tiers.transport import NeighbourLink, push_checkpoint
+    from tests.support.attacker import greeting
 
     victim_uid, job, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -137,23 +138,8 @@ PUSH = textwrap.dedent(
         def __reduce__(self):
             return (os.system, (f"test $(id -u) = {victim_uid} && touch {marker}",))
 
-    def listening(uid):
-        # What any user reads: every listening TCP socket with its owner.
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "0A" and int(f[7]) == uid:
-                ip, port = f[1].split(":")
-                yield ".".join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16)
-
-    found, results = [], {}
-    for host, port in listening(victim_uid):
-        try:
-            with socket.create_connection((host, port), timeout=0.3) as s:
-                s.settimeout(0.3)
-                if s.makefile("rb").readline().startswith(b"sres-neighbour"):
-                    found.append(f"{host}:{port}")
-        except OSError:
-            pass
+    found = [f"{host}:{port}" for host, port in greeting(victim_uid, b"sres-neighbour")]
+    results = {}
     src = Path(tempfile.mkdtemp())
     for rank in (0, 1):
         mf.write(src, job, 99999999, 2, rank, {"replicated": snapshot.capture({"m": Payload()}, 99999999)})
@@ -183,9 +169,10 @@ def test_a_forged_neighbour_push_is_refused_and_a_restore_after_it_is_exact(
         out = attacker.python(PUSH, str(victim.uid), JOB, str(marker(victim)))
         outcome.update(json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr})
 
-    watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", push)
-    # 1 s a step: room for the attacker's scan (torch's import, a probe of each port) before the kill
-    run = victim_run(victim, "--inject", "kill-all:step=11", train_args=("--sleep-s", "1.0"))
+    watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", push)  # servers up
+    # 2 s a step: room for the attacker's scan (torch's import, a probe of each port) before the
+    # kill, on a loaded machine too
+    run = victim_run(victim, "--inject", "kill-all:step=11", train_args=("--sleep-s", "2.0"))
     watcher.join(timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference

@@ -25,26 +25,12 @@ ATTACK = textwrap.dedent(
     from pathlib import Path
     import torch.distributed as dist
     from resilience.contract import keys
+    from tests.support.attacker import greeting
 
     victim_uid, store_port = int(sys.argv[1]), int(sys.argv[2])
     done = []
 
-    def listening(uid):
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "0A" and int(f[7]) == uid:
-                ip, port = f[1].split(":")
-                yield ".".join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16)
-
-    liveness = []
-    for host, port in listening(victim_uid):
-        try:
-            with socket.create_connection((host, port), timeout=0.3) as s:
-                s.settimeout(0.3)
-                if s.makefile("rb").readline().startswith(b"sres-liveness"):
-                    liveness.append((host, port))
-        except OSError:
-            pass
+    liveness = greeting(victim_uid, b"sres-liveness")
 
     store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timedelta(seconds=10))
     store.set(keys.node_kill(0), "node:0")  # the two keys that once got node 0 killed and drained

@@ -17,17 +17,12 @@ import pytest
 
 from resilience.contract import run_secret
 from resilience.contract.liveness import MAX_HELLO, LivenessServer, announce
+from tests.support.waiting import until
+
 
 pytestmark = pytest.mark.local  # a server thread to wait for; one test spawns the process it kills
 
 SECRET = run_secret.new_secret()
-
-
-def until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 @pytest.fixture

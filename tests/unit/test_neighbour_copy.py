@@ -11,7 +11,6 @@ import hashlib
 import json
 import socket
 import threading
-import time
 
 import pytest
 import torch
@@ -27,17 +26,12 @@ from resilience.tiers.transport import (
     _proof,
     push_checkpoint,
 )
+from tests.support.waiting import until
+
 
 pytestmark = pytest.mark.local  # a server thread to wait for
 
 SECRET = run_secret.new_secret()
-
-
-def until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 @pytest.fixture
