@@ -1,8 +1,10 @@
 """Parsing of Slurm output recorded on the test cluster (Slurm 22.05.8): pure functions."""
 
+from launcher.errors import SlurmError
 from launcher.slurm.command_driver import (
     _node_from_sinfo,
     job_from_scontrol,
+    job_owner_from_squeue,
     parse_scontrol_record,
     pick_record,
 )
@@ -109,3 +111,35 @@ def test_an_array_tasks_own_id_picks_its_record():
     assert pick_record(records, "1")["ArrayTaskId"] == "1"
     assert pick_record(records, "1_0")["JobId"] == "2"
     assert job_from_scontrol(pick_record(records, "2")).restart_count == 0
+
+
+# squeue --json on the test cluster (22.05: data_parser v0.0.38), the fields job_owner reads.
+SQUEUE = {
+    "jobs": [
+        {"job_id": 4, "user_id": 0, "user_name": "root", "comment": "", "job_state": "COMPLETED",
+         "batch_host": "n4", "array_job_id": 0, "array_task_id": None},
+        {"job_id": 30, "user_id": 1002, "user_name": "eve",
+         "comment": "sres-run=/home/eve/run UserId=alice(1001) BatchHost=evil",
+         "job_state": "RUNNING", "batch_host": "n1", "array_job_id": 0, "array_task_id": None},
+        {"job_id": 41, "user_id": 1001, "comment": {"job": "sres-run=/x"}, "job_state": ["RUNNING"],
+         "batch_host": "n2", "array_job_id": 40, "array_task_id": 1},
+    ]
+}  # fmt: skip
+
+
+def test_a_job_owner_comes_from_typed_fields_whatever_its_comment_spells():
+    owner = job_owner_from_squeue(SQUEUE, "30")
+    assert (owner.user_id, owner.batch_host, owner.running) == (1002, "n1", True)
+    assert owner.comment == "sres-run=/home/eve/run UserId=alice(1001) BatchHost=evil"
+
+
+def test_later_releases_spellings_and_array_tasks_are_read():
+    owner = job_owner_from_squeue(SQUEUE, "40_1")
+    assert (owner.user_id, owner.comment, owner.state) == (1001, "sres-run=/x", "RUNNING")
+
+
+def test_an_unknown_job_or_owner_fails_closed():
+    with pytest.raises(SlurmError, match="knows no job 99"):
+        job_owner_from_squeue(SQUEUE, "99")
+    with pytest.raises(SlurmError, match="owner is unknown"):
+        job_owner_from_squeue({"jobs": [{"job_id": 5, "user_id": "root"}]}, "5")
