@@ -44,22 +44,23 @@ class SignedStore(dist.Store):
         data = value.encode() if isinstance(value, str) else bytes(value)
         return hmac.new(self._key, key.encode() + b"\0" + data, hashlib.sha256).digest() + data
 
-    def _checked(self, key: str, raw: Any) -> bytes:
-        raw = bytes(raw)
+    def _checked(self, key: str, value: Any) -> bytes:
+        raw = bytes(value)
         if len(raw) < TAG or not hmac.compare_digest(raw[:TAG], self._tagged(key, raw[TAG:])[:TAG]):
             raise ForgedValue(f"store key {key!r} holds a value the run did not write")
         return raw[TAG:]
 
     # What torch's C++ side calls (the names matter: deleteKey, getNumKeys), and the Python ones.
     def set(self, key: str, value: Any) -> None:
-        self.under.set(key, self._tagged(key, value))
+        self.under.set(key, self._tagged(key, value))  # type: ignore[arg-type]  # stubs: str; bytes work
 
     def get(self, key: str) -> bytes:
-        return self._checked(key, self.under.get(key))
+        return self._checked(key, bytes(self.under.get(key)))
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
         old = self._tagged(key, expected) if len(expected) else b""
-        return self._checked(key, self.under.compare_set(key, old, self._tagged(key, desired)))
+        new = self._tagged(key, desired)
+        return self._checked(key, self.under.compare_set(key, old, new))  # type: ignore[arg-type]  # as set
 
     def add(self, key: str, amount: int) -> int:
         return self.under.add(key, amount)

@@ -16,6 +16,7 @@ from launcher.slurm.client import SlurmClient
 from tests.support.training_jobs import wait_job
 from tests.support.hook_cluster import wait_for
 from tests.support.slurm_cluster import pid_alive
+from tests.support.users import opened_for_traverse, two_users
 
 pytestmark = pytest.mark.cluster
 
@@ -170,3 +171,34 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
     finally:
         leftover.kill()
         leftover.wait()
+
+
+def test_the_epilog_cleans_a_users_ram_tier_as_that_user(hooked, tmp_path_factory):
+    """A job of another user leaves its RAM tier, with a link in it to a file only root may
+    touch. The epilog removes the job's files as that user: the link goes, root's file stays."""
+    client = SlurmClient.create("cli", env=hooked.cluster.env())
+    with two_users(tmp_path_factory.mktemp("users")) as (user, _):
+        opened = opened_for_traverse([hooked.ram_root_of(user.uid)])
+        root = hooked.ram_root_of(user.uid)
+        root.mkdir(mode=0o700, exist_ok=True)
+        os.chown(root, user.uid, user.gid)
+        precious = tmp_path_factory.mktemp("root-only") / "precious"
+        precious.write_text("root's")
+        script = f"mkdir -p {root}/job-$SLURM_JOB_ID && ln -s {precious} {root}/job-$SLURM_JOB_ID/link"
+        job_id = client.submit(
+            [f"--uid={user.name}", f"--gid={user.name}", f"--chdir={user.home}", "-N1", "-w", "n2",
+             "--output=/dev/null", "--wrap", script]
+        )  # fmt: skip
+        job = wait_job(client, job_id, lambda j: j.finished, timeout=60)
+        assert job.state == "COMPLETED"
+
+        def cleaned() -> list:
+            return hooked.events(hook="epilog", job=job_id, event="cleanup")
+
+        wait_for(cleaned, 30, "the epilog did not run")
+        cleanup = cleaned()[-1]
+        assert cleanup["ram_tier_removed"] is True, cleanup
+        assert not (root / f"job-{job_id}").exists()
+        assert precious.read_text() == "root's"
+        for path, mode in reversed(opened):
+            path.chmod(mode)

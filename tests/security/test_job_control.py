@@ -18,7 +18,7 @@ import time
 import pytest
 
 from launcher.slurm.client import SlurmClient
-from tests.support.users import User, _opened_for_traverse
+from tests.support.users import User, opened_for_traverse
 
 pytestmark = pytest.mark.cluster
 
@@ -60,7 +60,7 @@ def listener():
 @pytest.fixture
 def slurm_for_users(cluster):
     """The test cluster's slurm.conf readable by the two users (it lives in root's pytest dir)."""
-    changed = _opened_for_traverse([cluster.conf_path])
+    changed = opened_for_traverse([cluster.conf_path])
     yield cluster
     for path, mode in reversed(changed):
         path.chmod(mode)

@@ -32,13 +32,18 @@ class HookCluster:
         self.config_path = self.prefix / wrappers.CONFIG_NAME
         self.log_file = root / "health.jsonl"
         self.mounts = root / "mnt"
-        self.ram_root = root / "shm"
+        self.ram_root_template = str(root / "shm-{uid}")
+        self.ram_root = self.ram_root_of(0)
+        """Root's: the jobs of these tests run as root, but for one of another user's."""
+
+    def ram_root_of(self, uid: int) -> Path:
+        return Path(self.ram_root_template.replace("{uid}", str(uid)))
 
     def base_config(self) -> dict:
         return {
             "log": {"file": str(self.log_file), "syslog": True},
             "budget": {"per_check_s": 10, "total_s": 20},
-            "ram_root": str(self.ram_root),
+            "ram_root": self.ram_root_template,
             "state_dir": str(self.root / "state"),
             "checks": {
                 "disk": [{"path": "/tmp", "min_free_mib": 10}],

@@ -89,7 +89,7 @@ def _ensure_user(name: str, base: Path) -> User:
     return User(name, entry.pw_uid, entry.pw_gid, home)
 
 
-def _opened_for_traverse(paths: Sequence[Path]) -> list[tuple[Path, int]]:
+def opened_for_traverse(paths: Sequence[Path]) -> list[tuple[Path, int]]:
     """Give ``o+x`` to each ancestor of ``paths`` that lacks it; the (dir, old mode) changed."""
     changed = []
     for path in paths:
@@ -108,7 +108,7 @@ def two_users(base: Path) -> Iterator[tuple[User, User]]:
         raise PermissionError("the security tests create two users: run them as root (CI does)")
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o711)
-    changed = _opened_for_traverse([Path(sys.executable), REPO, base])
+    changed = opened_for_traverse([Path(sys.executable), REPO, base])
     try:
         yield _ensure_user(NAMES[0], base), _ensure_user(NAMES[1], base)
     finally:

@@ -32,7 +32,12 @@ def write(tmp_path, data, name="health.yaml"):
     return path
 
 
-PROLOG_ENV = {"SLURMD_NODENAME": "n7", "SLURM_JOB_ID": "41", "SLURM_NODELIST": "n7"}
+PROLOG_ENV = {
+    "SLURMD_NODENAME": "n7",
+    "SLURM_JOB_ID": "41",
+    "SLURM_NODELIST": "n7",
+    "SLURM_JOB_UID": str(os.getuid()),  # slurmd 22.05 gives it (the hooks' cluster tests rely on it)
+}
 
 
 @pytest.mark.local  # spawns: python -m launcher.cli
