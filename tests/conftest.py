@@ -45,6 +45,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, tier))
             marked = {tier}
         lane = next((LANES[t] for t in marked if t in LANES), None)
+        if folder == "security":
+            # Their two users are the machine's (one /dev/shm/sres-<uid>, one mode of /root's):
+            # every test of theirs in one lane, the one that has the Slurm cluster.
+            lane = LANES["cluster"]
         if lane is not None:
             item.add_marker(pytest.mark.xdist_group(lane))
 

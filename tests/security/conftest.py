@@ -39,9 +39,10 @@ def ram_roots(user: User) -> list[str]:
     return glob.glob(f"/dev/shm/sres-{user.uid}*")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def no_ram_roots(users):
-    """Each test starts with no RAM root of the victim's and no payload marker, and leaves none."""
+    """The test starts with no RAM root of the victim's and no payload marker, and leaves none.
+    Only the local lane's tests use it: the Slurm lane's run beside them, as the same users."""
     clean(users[0])
     yield
     clean(users[0])
@@ -56,8 +57,10 @@ def clean(victim: User) -> None:
     marker(victim).unlink(missing_ok=True)
 
 
-def victim_run(victim: User, *args: str, name: str = "run", train_args: tuple[str, ...] = ()) -> Run:
-    """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own."""
+def victim_run(victim: User, *args: str, name: str, train_args: tuple[str, ...] = ()) -> Run:
+    """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own.
+    ``name``: the log dir's, one per test (a watcher started before the run must not read an
+    earlier test's events)."""
     log_dir, persistent = victim.home / name, victim.home / f"{name}.persistent"
     for path in (log_dir, persistent):  # a run of its own: nothing of an earlier test's
         shutil.rmtree(path, ignore_errors=True)

@@ -12,8 +12,12 @@ import os
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.security.conftest import JOB, marker, ram_roots, victim_run
 from tests.support.sres_runs import when_event
+
+pytestmark = pytest.mark.usefixtures("no_ram_roots")
 
 PLANT = textwrap.dedent(
     """
@@ -49,7 +53,7 @@ def test_a_ram_root_planted_by_another_user_is_never_used(victim, attacker, vict
     assert done.returncode == 0, done.stderr
     before = sorted(str(p) for p in planted.rglob("*"))
 
-    run = victim_run(victim)
+    run = victim_run(victim, name="planted")
 
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference
@@ -68,7 +72,7 @@ def test_a_link_where_the_ram_root_should_be_is_never_followed(victim, attacker,
         f"os.symlink({str(trap)!r}, '/dev/shm/sres-{victim.uid}')"
     )
     assert done.returncode == 0, done.stderr
-    run = victim_run(victim)
+    run = victim_run(victim, name="linked")
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference
     assert "is a symbolic link" in run.stderr
@@ -96,7 +100,7 @@ READ = textwrap.dedent(
 def test_another_user_reads_nothing_of_a_running_job(victim, attacker, victim_reference):
     """While the victim's run holds checkpoints in RAM, the attacker tries its RAM root, a
     checkpoint file, its log dir and events (the command line), and a rank's output."""
-    log_dir = victim.home / "run"
+    log_dir = victim.home / "reads"
     tried: dict[str, str] = {}
 
     def read_all() -> None:
@@ -113,7 +117,7 @@ def test_another_user_reads_nothing_of_a_running_job(victim, attacker, victim_re
         tried.update(json.loads(out.stdout))
 
     watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", read_all)
-    run = victim_run(victim, train_args=("--sleep-s", "0.3"))
+    run = victim_run(victim, name="reads", train_args=("--sleep-s", "0.3"))
     watcher.join(timeout=30)
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference
@@ -162,7 +166,7 @@ def test_a_forged_neighbour_push_is_refused_and_a_restore_after_it_is_exact(
     """The attacker finds the victim's neighbour-copy ports (``/proc/net/tcp``, then the
     greeting) and pushes a newer step whose state runs its code; then every rank of the victim
     is killed and the run restores from its tiers."""
-    log_dir = victim.home / "run"
+    log_dir = victim.home / "pushed"
     outcome: dict = {}
 
     def push() -> None:
@@ -172,7 +176,7 @@ def test_a_forged_neighbour_push_is_refused_and_a_restore_after_it_is_exact(
     watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", push)  # servers up
     # 2 s a step: room for the attacker's scan (torch's import, a probe of each port) before the
     # kill, on a loaded machine too
-    run = victim_run(victim, "--inject", "kill-all:step=11", train_args=("--sleep-s", "2.0"))
+    run = victim_run(victim, "--inject", "kill-all:step=11", name="pushed", train_args=("--sleep-s", "2.0"))
     watcher.join(timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference

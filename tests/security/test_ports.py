@@ -14,9 +14,13 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.security.conftest import victim_run
 from tests.support.slurm_cluster import processes_with_env
 from tests.support.sres_runs import when_event
+
+pytestmark = pytest.mark.usefixtures("no_ram_roots")
 
 ATTACK = textwrap.dedent(
     """
@@ -64,7 +68,7 @@ def store_port(log_dir: Path) -> str:
 
 
 def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_reference):
-    log_dir = victim.home / "run"
+    log_dir = victim.home / "ports"
     outcome: list = []
 
     def attack() -> None:
@@ -76,7 +80,7 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
 
     watcher = when_event(log_dir, lambda e: e["event"] == "generation", attack)
     # 1.5 s a step: the attacker (torch's import, a probe of each port) lands mid-run on a loaded machine
-    run = victim_run(victim, train_args=("--sleep-s", "1.5"))
+    run = victim_run(victim, name="ports", train_args=("--sleep-s", "1.5"))
     watcher.join(timeout=60)
     assert outcome and isinstance(outcome[0], list) and len(outcome[0]) == 2, outcome  # store, liveness
     assert run.returncode == 0, run.stderr
