@@ -79,8 +79,8 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
             outcome.append(repr(err))
 
     watcher = when_event(log_dir, lambda e: e["event"] == "generation", attack)
-    # 1.5 s a step: the attacker (torch's import, a probe of each port) lands mid-run on a loaded machine
-    run = victim_run(victim, name="ports", train_args=("--sleep-s", "1.5"))
+    # 1 s a step: the attacker (torch's import, a probe of each port) lands mid-run on a loaded machine
+    run = victim_run(victim, name="ports", train_args=("--sleep-s", "1.0"))
     watcher.join(timeout=60)
     assert outcome and isinstance(outcome[0], list) and len(outcome[0]) == 2, outcome  # store, liveness
     assert run.returncode == 0, run.stderr
