@@ -2,13 +2,14 @@
 broadcast to the group; every receiver verifies the checksum the sender computed.
 
 A stream is its metadata (step, skeleton, layout, checksum) then one message per tensor, so
-that live tensors go out without a copy into a snapshot first. A ``tag`` keeps two streams
+that live tensors go out without a copy into a snapshot first. The metadata is a JSON header
+and the skeleton's bytes, as they are: reading it runs nothing. A ``tag`` keeps two streams
 between the same ranks apart (two background rounds sharing the state group).
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,26 @@ import torch.distributed as dist
 
 from resilience.errors import Unrecoverable
 from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
+
+
+def _meta(step: int, skeleton: bytes, sizes: dict[str, int], expected: str) -> bytes:
+    header = json.dumps({"step": step, "sizes": sizes, "checksum": expected}).encode()
+    return len(header).to_bytes(8, "little") + header + skeleton
+
+
+def _unmeta(raw: bytes) -> tuple[int, bytes, dict[str, int], str]:
+    """The metadata :func:`_meta` wrote; a peer's bytes that are not that raise Unrecoverable."""
+    try:
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + n])
+        step, sizes, expected = int(header["step"]), header["sizes"], str(header["checksum"])
+        if not isinstance(sizes, dict) or not all(isinstance(v, int) for v in sizes.values()):
+            raise TypeError("sizes")
+    except (ValueError, KeyError, TypeError) as err:
+        raise Unrecoverable(
+            f"state metadata from a peer does not decode ({type(err).__name__}: {err})"
+        ) from None
+    return step, raw[8 + n :], {str(k): v for k, v in sizes.items()}, expected
 
 
 def send_snapshot(
@@ -42,7 +63,7 @@ def send_state(
     ones (no copy into a snapshot first); the caller must not change them until this returns.
     ``midway`` runs when the metadata and half the tensors are out (where faults are injected).
     ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
-    meta = pickle.dumps((step, skeleton, sizes, checksum(skeleton, tensors)))
+    meta = _meta(step, skeleton, sizes, checksum(skeleton, tensors))
     dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group, tag=tag)
     dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group, tag=tag)
     sent = len(meta)
@@ -59,7 +80,7 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     """``src``'s snapshot on every rank of ``group`` (``snap`` is given on ``src`` only),
     checksum verified."""
     if snap is not None:
-        meta = pickle.dumps((snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, snap.regions())))
+        meta = _meta(snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, snap.regions()))
         size = torch.tensor([len(meta)], dtype=torch.int64)
     else:
         size = torch.empty(1, dtype=torch.int64)
@@ -70,7 +91,7 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
         else torch.empty(int(size.item()), dtype=torch.uint8)
     )
     dist.broadcast(buf, src, group=group)
-    step, skeleton, sizes, expected = pickle.loads(buf.numpy().tobytes())
+    step, skeleton, sizes, expected = _unmeta(buf.numpy().tobytes())
     out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
     regions = out.regions()
     for region in regions:
@@ -85,7 +106,7 @@ def recv_snapshot(src: int, group: dist.ProcessGroup | None = None, tag: int = 0
     dist.recv(size, src, group=group, tag=tag)
     meta = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(meta, src, group=group, tag=tag)
-    step, skeleton, sizes, expected = pickle.loads(meta.numpy().tobytes())
+    step, skeleton, sizes, expected = _unmeta(meta.numpy().tobytes())
     snap = empty_like_layout(step, skeleton, sizes)
     regions = snap.regions()
     for region in regions:

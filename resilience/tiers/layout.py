@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import os
 import re
@@ -75,7 +74,7 @@ def _private_root(configured: str, secret: str) -> Path:
         return private_dir(path)
     except NotPrivate as err:
         if run_secret.is_secret(secret):
-            suffix = hmac.new(bytes.fromhex(secret), b"ram-root", hashlib.sha256).hexdigest()[:16]
+            suffix = run_secret.proof(secret, "ram-root")[:16]
         else:
             suffix = secrets.token_hex(8)  # outside a run: this process's alone
         fallback = path.with_name(f"{path.name}-{suffix}")

@@ -138,7 +138,7 @@ def test_unreadable_kernel_log_is_skipped_not_ok(tmp_path):
 
 
 def test_without_nvidia_gpus_the_gpu_check_is_skipped_no_nvml():
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is a dependency: pip install -e .")
     try:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
