@@ -290,7 +290,7 @@ class Supervisor:
 
         The store is open to anyone who reaches its port, so a record is input, not a fact: one
         that does not decode, is not a rank's event type or lacks its fields is left out with a
-        ``dropped-input`` event (said once per reason), never a crash."""
+        ``dropped-input`` event (one warning line per channel), never a crash."""
         events = self._rank_events.pop(writers_gone)
         dropped = [("rank-event", why) for why in self._rank_events.dropped]
         self._rank_events.dropped.clear()
