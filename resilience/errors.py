@@ -32,6 +32,24 @@ class RegistrationError(ResilienceError, TypeError):
     """``ctx.register`` got an object whose state sres cannot protect or bring back as it was."""
 
 
+class NotPlainData(RegistrationError):
+    """A registered state holds a value a commit cannot write as data (see
+    :mod:`resilience.state.skeleton`); the message gives the path to it, filled in on the way
+    out of the walk."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__()
+        self.value, self.path = value, ""
+
+    def __str__(self) -> str:
+        kind = f"{type(self.value).__module__}.{type(self.value).__qualname__}"
+        return (
+            f"registered state{self.path} is a {kind}: a commit keeps tensors and plain data only "
+            "(dict, list, tuple, str, int, float, bool, None); store it as one (.item(), .tolist(), "
+            "str(), a dict)"
+        )
+
+
 class TierConfigError(ResilienceError, ValueError):
     """A tier configuration that cannot work; the message says which setting."""
 

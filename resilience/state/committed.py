@@ -161,7 +161,7 @@ def _marked(value: Any, large: int = LARGE) -> Any:
         return value
     if isinstance(value, Mapping):
         return {k: _marked(v, large) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):  # a namedtuple is not built from one iterable
         return type(value)(_marked(v, large) for v in value)
     return value
 

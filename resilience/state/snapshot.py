@@ -2,7 +2,8 @@
 
 A snapshot is what a rank keeps of each commit: the state dicts of every registered object,
 with tensors packed into one contiguous buffer per dtype and everything else (structure,
-Python values, step counters) pickled into a small skeleton. Flat buffers make a snapshot
+Python values, step counters) written as a small data-only skeleton
+(:mod:`resilience.state.skeleton`). Flat buffers make a snapshot
 cheap to keep (one allocation, reused at every commit), to send to a peer (one message per
 dtype) and to checksum.
 """
@@ -10,7 +11,6 @@ dtype) and to checksum.
 from __future__ import annotations
 
 import hashlib
-import pickle
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,14 +19,7 @@ from typing import Any
 import torch
 import xxhash
 
-
-@dataclass(frozen=True)
-class _TensorRef:
-    """Where a tensor lives inside the flat buffers."""
-
-    dtype: str
-    offset: int
-    shape: tuple[int, ...]
+from resilience.state import skeleton as skel
 
 
 @dataclass
@@ -43,7 +36,7 @@ class Snapshot:
 
     def regions(self) -> list[torch.Tensor]:
         """One flat view per tensor, in the order the skeleton refers to them."""
-        _, refs = pickle.loads(self.skeleton)
+        _, refs = skel.loads(self.skeleton)
         return [self.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)) for r in refs]
 
     def checksum(self) -> str:
@@ -62,14 +55,8 @@ def describe(states: Mapping[str, Any]) -> tuple[bytes, list[torch.Tensor], dict
     """The skeleton, tensors (in buffer order) and per-dtype sizes of ``states``, without
     copying anything: what a sender needs to stream live state to a peer."""
     tensors: list[torch.Tensor] = []
-    skeleton_obj = _strip(dict(states), tensors)
-    sizes: dict[str, int] = {}
-    refs: list[_TensorRef] = []
-    for t in tensors:
-        key = str(t.dtype).replace("torch.", "")
-        refs.append(_TensorRef(key, sizes.get(key, 0), tuple(t.shape)))
-        sizes[key] = sizes.get(key, 0) + t.numel()
-    return pickle.dumps((skeleton_obj, refs), protocol=pickle.HIGHEST_PROTOCOL), tensors, sizes
+    skeleton, _, sizes = skel.dumps(dict(states), tensors)
+    return skeleton, tensors, sizes
 
 
 def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None) -> Snapshot:
@@ -83,7 +70,7 @@ def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None)
     for key, size in sizes.items():
         old = reuse.buffers.get(key) if reuse is not None else None
         buffers[key] = (
-            old if old is not None and old.numel() == size else torch.empty(size, dtype=getattr(torch, key))
+            old if old is not None and old.numel() == size else torch.empty(size, dtype=skel.dtype_named(key))
         )
     snap = Snapshot(step=step, skeleton=skeleton, buffers=buffers)
     for t, region in zip(tensors, snap.regions()):
@@ -150,9 +137,9 @@ def materialize(snapshot: Snapshot, copy: bool = True) -> dict[str, Any]:
     rollback) must not be changed by the optimizer that loads it. ``copy=False`` hands out
     views of the buffers, for a snapshot that is used once and dropped (saves a full copy).
     """
-    skeleton_obj, refs = pickle.loads(snapshot.skeleton)
+    tree, refs = skel.loads(snapshot.skeleton)
     tensors = [snapshot.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)).view(r.shape) for r in refs]
-    return _fill(skeleton_obj, [t.clone() for t in tensors] if copy else tensors)
+    return skel.fill(tree, [t.clone() for t in tensors] if copy else tensors)
 
 
 def layout(snapshot: Snapshot) -> dict[str, int]:
@@ -161,52 +148,7 @@ def layout(snapshot: Snapshot) -> dict[str, int]:
 
 
 def empty_like_layout(step: int, skeleton: bytes, sizes: Mapping[str, int]) -> Snapshot:
-    return Snapshot(step, skeleton, {k: torch.empty(n, dtype=getattr(torch, k)) for k, n in sizes.items()})
-
-
-class _Slot:
-    """Placeholder for the i-th tensor inside a pickled skeleton."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __reduce__(self):
-        return (_Slot, (self.index,))
-
-
-def _strip(obj: Any, tensors: list[torch.Tensor]) -> Any:
-    if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return _Slot(len(tensors) - 1)
-    if isinstance(obj, dict):
-        return (
-            type(obj)((k, _strip(v, tensors)) for k, v in obj.items())
-            if type(obj) is not dict
-            else {k: _strip(v, tensors) for k, v in obj.items()}
-        )
-    if isinstance(obj, list):
-        return [_strip(v, tensors) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_strip(v, tensors) for v in obj)
-    return obj
-
-
-def _fill(obj: Any, tensors: list[torch.Tensor]) -> Any:
-    if isinstance(obj, _Slot):
-        return tensors[obj.index]
-    if isinstance(obj, dict):
-        return (
-            {k: _fill(v, tensors) for k, v in obj.items()}
-            if type(obj) is dict
-            else type(obj)((k, _fill(v, tensors)) for k, v in obj.items())
-        )
-    if isinstance(obj, list):
-        return [_fill(v, tensors) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_fill(v, tensors) for v in obj)
-    return obj
+    return Snapshot(step, skeleton, {k: torch.empty(n, dtype=skel.dtype_named(k)) for k, n in sizes.items()})
 
 
 def _numel(shape: tuple[int, ...]) -> int:

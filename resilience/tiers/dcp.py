@@ -29,6 +29,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from resilience.state.snapshot import checksum, matches
 from resilience.tiers import manifest as mf
+from resilience.tiers import tier_file
 from resilience.tiers.layout import job_ram_dir
 from resilience.tiers.registry import PERSISTENT, RAM
 
@@ -134,7 +135,7 @@ def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
     Raises CheckpointInvalid naming the bad file."""
     top = mf.read_manifest(path, job_id)
     for item in Path(path).iterdir():  # DCP's .metadata is a pickle: nothing of another user's is read
-        mf.check_writer(item, item.lstat().st_uid)
+        tier_file.check_writer(item, item.lstat().st_uid)
     for rank in range(top.world_size):
         ranked = mf.read_manifest(path, job_id, top.world_size, name=_rank_manifest(rank))
         for name, entry in {**ranked.files, **top.files}.items():

@@ -21,7 +21,6 @@ import hmac
 import json
 import logging
 import os
-import pickle
 import shutil
 import socket
 import threading
@@ -262,9 +261,9 @@ def send_checkpoint(src: Path, dst: int, group: dist.ProcessGroup | None = None)
     an error, so that the receiver fails over to the next tier instead of waiting."""
     try:
         files = [(p.name, p.read_bytes()) for p in _files_of(src)]
-        meta = pickle.dumps({"files": [(name, len(data)) for name, data in files]})
+        meta = json.dumps({"files": [(name, len(data)) for name, data in files]}).encode()
     except OSError as err:
-        files, meta = [], pickle.dumps({"error": f"{src}: unreadable on the holder ({err})"})
+        files, meta = [], json.dumps({"error": f"{src}: unreadable on the holder ({err})"}).encode()
     dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group)
     dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group)
     for _, data in files:
@@ -280,7 +279,7 @@ def recv_checkpoint(final: Path, src: int, group: dist.ProcessGroup | None = Non
     dist.recv(size, src, group=group)
     meta = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(meta, src, group=group)
-    info = pickle.loads(meta.numpy().tobytes())
+    info = json.loads(meta.numpy().tobytes())
     if "error" in info:
         raise mf.CheckpointInvalid(info["error"])
     received = []
