@@ -1,11 +1,18 @@
 """What making a run safe on a shared cluster costs: this tree against an earlier commit,
-interleaved, on the two paths the authentication sits on.
+interleaved, on the paths the authentication and the data-only format sit on.
 
-  neighbour copy  one rank's RAM-tier checkpoint (--mib MiB, float32) pushed over loopback TCP
-                  into a neighbour server and confirmed, GB/s (median of --repeat pushes per
-                  trial). After: a challenge, the header's HMAC over the manifest's SHA-256.
+The state is a model's: 24 Linear layers and AdamW's state after one step (--mib MiB in all,
+float32; 48 parameters, int-keyed optimizer state, tuple betas).
+
+  capture         a commit's copy of that state into a reused snapshot (after 70a6391...82e478b:
+                  the skeleton written as JSON rather than pickled), ms.
+  RAM write       the snapshot written as a RAM-tier checkpoint in /dev/shm (after 82e478b: a
+                  safetensors file), ms.
+  neighbour copy  that checkpoint pushed over loopback TCP into a neighbour server and
+                  confirmed, GB/s (median of --repeat pushes per trial). After 70a6391: a
+                  challenge, the header's HMAC over the manifest's SHA-256.
   checkpoint load the same checkpoint loaded from /dev/shm with checksums verified (after: the
-                  file-owner check before the header is read), ms.
+                  file-owner check before the header is read; after 82e478b, read by safe_open), ms.
 
 Each trial runs in a fresh interpreter of that side's tree; sides alternate trial by trial.
 Recovery time, the other path, is benchmarks/recovery_path.py --base REF (same method).
@@ -41,8 +48,21 @@ from resilience.tiers import transport
 
 mib, repeat = int(sys.argv[1]), int(sys.argv[2])
 base = Path(tempfile.mkdtemp(prefix="sres-bench-", dir="/dev/shm"))
-state = {"w": torch.randn(mib * 2**18)}
-src = mf.write(base / "own", "bench", 1, 1, 0, {"replicated": snapshot.capture(state, 1)})
+width = int((mib * 2**20 / (12 * 24)) ** 0.5)
+model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(24)])
+opt = torch.optim.AdamW(model.parameters())
+model(torch.randn(2, width)).sum().backward()
+opt.step()
+state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+snap = snapshot.capture(state, 1)
+captures, writes = [], []
+for _ in range(repeat):
+    t = time.perf_counter()
+    snap = snapshot.capture(state, 1, reuse=snap)
+    captures.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    src = mf.write(base / "own", "bench", 1, 1, 0, {"replicated": snap})
+    writes.append(time.perf_counter() - t)
 size = sum(p.stat().st_size for p in src.iterdir())
 if "secret" in inspect.signature(transport.NeighbourServer).parameters:  # after
     from resilience.contract import run_secret
@@ -62,7 +82,12 @@ for _ in range(repeat):
     loads.append(time.perf_counter() - t)
 server.stop()
 shutil.rmtree(base, ignore_errors=True)
-print(json.dumps({"gbps": size / statistics.median(pushes) / 1e9, "load_ms": statistics.median(loads) * 1e3}))
+print(json.dumps({
+    "capture_ms": statistics.median(captures) * 1e3,
+    "write_ms": statistics.median(writes) * 1e3,
+    "gbps": size / statistics.median(pushes) / 1e9,
+    "load_ms": statistics.median(loads) * 1e3,
+}))
 """
 
 
@@ -95,7 +120,12 @@ def main() -> None:
                 print(f"trial {i + 1} {side:6}: {results[side][-1]}", flush=True)
     print(f"\n{args.mib} MiB, {args.trials} trials x {args.repeat}, before = {args.base}, after = this tree")
     print(f"{'':16}{'before':>12}{'after':>12}{'after/before':>14}")
-    for key, label in (("gbps", "neighbour GB/s"), ("load_ms", "load ms")):
+    for key, label in (
+        ("capture_ms", "capture ms"),
+        ("write_ms", "RAM write ms"),
+        ("gbps", "neighbour GB/s"),
+        ("load_ms", "load ms"),
+    ):
         b = statistics.median(r[key] for r in results["before"])
         a = statistics.median(r[key] for r in results["after"])
         print(f"{label:16}{b:>12.3f}{a:>12.3f}{a / b:>13.3f}x")
