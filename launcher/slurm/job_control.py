@@ -22,6 +22,7 @@ from pathlib import Path
 
 from launcher.errors import ConfigError, SlurmError, Unreachable
 from launcher.slurm.client import SlurmClient
+from launcher.slurm.types import JobOwner
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,8 @@ def register(client: SlurmClient, job_id: str, log_dir: Path) -> None:
         )
 
 
-def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> tuple[Path, int]:
-    """The run's log dir of job ``job_id`` and the job's user, after checking that this user
+def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> tuple[Path, JobOwner]:
+    """The run's log dir of job ``job_id`` and the job's record, after checking that this user
     may control it. The dir is only what the job's Comment says: it is read as the job's user,
     and must be that user's (:func:`launcher.supervisor.control.send`)."""
     try:
@@ -66,23 +67,21 @@ def run_dir(client: SlurmClient, job_id: str, uid: int | None = None) -> tuple[P
             f"job {job_id} runs no sres supervisor that says where it is (its Comment names no "
             f"{COMMENT_PREFIX}...): give the run's log dir instead"
         )
-    return Path(comment.removeprefix(COMMENT_PREFIX)), job.user_id
+    return Path(comment.removeprefix(COMMENT_PREFIX)), job
 
 
 def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str, int], int]) -> int:
     """Deliver ``sres <argv[0]> <run dir> <argv[1:]>`` to the job's supervisor: ``here`` (the
     command itself, given the run dir) when its control port answers from this host, else the
     same command as a step of the job on its batch host."""
-    log_dir, owner = run_dir(client, job_id)
+    log_dir, job = run_dir(client, job_id)
     try:
-        return here(str(log_dir), owner)
+        return here(str(log_dir), job.user_id)
     except Unreachable:
         pass
     command = [argv[0], str(log_dir), *argv[1:]]
     sys.stdout.write(
-        client.run_step(
-            job_id, client.job_owner(job_id).batch_host, [sys.executable, "-m", "launcher.cli", *command]
-        )
+        client.run_step(job_id, job.batch_host, [sys.executable, "-m", "launcher.cli", *command])
     )
     return 0
 

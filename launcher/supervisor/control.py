@@ -15,7 +15,6 @@ import os
 import queue
 import secrets
 import socket
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from launcher.errors import ControlError, Unreachable
 from launcher.privileges import call_as
+from resilience.contract.own_file import read_own
 from resilience.private_paths import NotPrivate, check_private
 
 ADDRESS_FILE = "control.json"
@@ -223,16 +223,13 @@ def _read_own(path: Path, what: str) -> str:
     """A short file's text, only if it is a regular file of this user's, opened without
     following a link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_own(path, MAX_REQUEST)[0]
+    except NotPrivate:
+        raise ControlError(f"{path} is not a file of the run's user: not read") from None
     except PermissionError:
         raise ControlError(f"cannot read {path}: only the run's user may control it") from None
     except OSError as err:
         raise ControlError(f"cannot read {what} ({path}): {err.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ControlError(f"{path} is not a file of the run's user: not read")
-        return f.read(MAX_REQUEST).decode(errors="replace").strip()
 
 
 def _ended(log_dir: Path) -> str | None:

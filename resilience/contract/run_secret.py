@@ -16,8 +16,9 @@ import hmac
 import os
 import re
 import secrets
-import stat
 from pathlib import Path
+
+from resilience.contract.own_file import read_own
 
 ENV = "SRES_RUN_SECRET"
 """Where a rank finds it."""
@@ -40,18 +41,10 @@ def kept_in(log_dir: Path) -> str:
     none; a file there that is a link, not the user's or not a secret is replaced, never used."""
     path = Path(log_dir) / KEPT
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as f:
-            st = os.fstat(f.fileno())
-            text = f.read(256).strip()
-        if (
-            stat.S_ISREG(st.st_mode)
-            and st.st_uid == os.geteuid()
-            and not st.st_mode & 0o077
-            and is_secret(text)
-        ):
+        text, mode = read_own(path, 256)
+        if not mode & 0o077 and is_secret(text):
             return text
-    except OSError:
+    except OSError:  # a link or another user's file (NotPrivate) included
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
