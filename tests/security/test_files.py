@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -23,8 +25,7 @@ PLANT = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from resilience.state import snapshot
-    from resilience.tiers import manifest as mf
+    from tests.support.attacker import pickled_checkpoint
 
     root, job, marker, victim_uid = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 
@@ -37,8 +38,7 @@ PLANT = textwrap.dedent(
     for node in (0, 1):
         for rank in (0, 1):
             own = root / f"job-{job}" / f"node-{node}" / "own"
-            state = {"model": Payload(), "step": 99999999}
-            mf.write(own, job, 99999999, 2, rank, {"replicated": snapshot.capture(state, 99999999)})
+            pickled_checkpoint(own, job, 99999999, 2, rank, Payload())
     print("planted", root)
     """
 )
@@ -131,10 +131,9 @@ PUSH = textwrap.dedent(
     import json, os, socket, sys, tempfile
     from pathlib import Path
     from resilience.contract import run_secret
-    from resilience.state import snapshot
     from resilience.tiers import manifest as mf
     from resilience.tiers.transport import NeighbourLink, push_checkpoint
-    from tests.support.attacker import greeting
+    from tests.support.attacker import greeting, pickled_checkpoint
 
     victim_uid, job, marker = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -146,7 +145,7 @@ PUSH = textwrap.dedent(
     results = {}
     src = Path(tempfile.mkdtemp())
     for rank in (0, 1):
-        mf.write(src, job, 99999999, 2, rank, {"replicated": snapshot.capture({"m": Payload()}, 99999999)})
+        pickled_checkpoint(src, job, 99999999, 2, rank, Payload())
     for address in found:
         for rank in (0, 1):
             try:  # the protocol, with a guessed secret
@@ -185,3 +184,58 @@ def test_a_forged_neighbour_push_is_refused_and_a_restore_after_it_is_exact(
     assert not marker(victim).exists(), "a forged copy was unpickled"
     (restored,) = run.of("restored")
     assert restored["step"] < 11, restored
+
+
+PLANT_DCP = textwrap.dedent(
+    """
+    import json, os, pickle, sys, time
+    from pathlib import Path
+    from resilience.tiers import manifest as mf
+
+    step_dir, job, marker = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    step_dir.mkdir(parents=True)
+    (step_dir / ".metadata").write_bytes(pickle.dumps(Payload()))  # DCP's metadata is a pickle
+    from resilience.tiers.dcp import file_entry
+    files = {".metadata": file_entry(step_dir / ".metadata")}
+    mf.write_manifest(step_dir, mf.Manifest(job, 99999999, 1, -1, files, created=time.time()))
+    mf.write_manifest(step_dir, mf.Manifest(job, 99999999, 1, 0, {}), "manifest-rank-00000.json")
+    """
+)
+
+LOAD_DCP = textwrap.dedent(
+    """
+    import sys
+    from resilience.tiers import manifest as mf
+    from resilience.tiers.dcp import TieredStorageReader
+
+    try:
+        TieredStorageReader(job_id=sys.argv[2], persistent_dir=sys.argv[1], ram=False)
+    except mf.CheckpointInvalid as err:
+        print(err)
+    """
+)
+
+
+def test_a_dcp_checkpoint_another_user_wrote_in_a_shared_directory_is_not_read(victim, attacker):
+    """A project directory open to all: the attacker writes a newer DCP step for the victim's
+    job, its ``.metadata`` a pickle that runs code. The victim's reader refuses it in one line
+    before torch's reader could unpickle it."""
+    shared = Path(tempfile.mkdtemp(prefix="sres-project-"))
+    os.chmod(shared, 0o777)
+    planted = attacker.python(PLANT_DCP, str(shared / "dcp" / "step-99999999"), JOB, str(marker(victim)))
+    assert planted.returncode == 0, planted.stderr
+
+    try:
+        out = victim.python(LOAD_DCP, str(shared), JOB)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+    assert out.returncode == 0, out.stderr
+    assert f"written by uid {attacker.uid}, not by this user" in out.stdout, out.stdout
+    assert len(out.stdout.strip().splitlines()) == 1
+    assert not marker(victim).exists(), "the planted DCP metadata was unpickled"

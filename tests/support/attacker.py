@@ -33,3 +33,27 @@ def greeting(uid: int, prefix: bytes, timeout_s: float = 3.0) -> list[tuple[str,
     ports = list(listening(uid))
     with ThreadPoolExecutor(max(1, len(ports))) as pool:
         return [address for address, yes in zip(ports, pool.map(greets, ports)) if yes]
+
+
+def pickled_checkpoint(root: Path, job: str, step: int, world: int, rank: int, payload: object) -> Path:
+    """A rank's checkpoint directory in the format sres wrote before its files were data only
+    (magic ``SRESCKP1``, a pickled header and skeleton), with ``payload`` as its state and a
+    manifest whose checksum matches: what an attacker plants or pushes. No reader may unpickle
+    it (the writer is another uid, and the old format's reader knows only plain data's names)."""
+    import pickle
+    import struct
+    import time
+
+    from resilience.state.snapshot import checksum
+    from resilience.tiers import manifest as mf
+
+    header = pickle.dumps(
+        {"step": step, "skeleton": pickle.dumps(({"m": payload}, [])), "sizes": {}, "offsets": {}}
+    )
+    data = b"SRESCKP1" + struct.pack("<Q", len(header)) + header
+    final = mf.rank_dir(root, step, rank)
+    final.mkdir(parents=True, exist_ok=True)
+    (final / "replicated.bin").write_bytes(data)
+    entry = mf.FileEntry(len(data), checksum(header, []))
+    mf.write_manifest(final, mf.Manifest(job, step, world, rank, {"replicated.bin": entry}, {}, time.time()))
+    return final
