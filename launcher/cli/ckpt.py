@@ -2,7 +2,9 @@
 the project calls them).
 
 ``ls`` lists the checkpoints of a tier directory (step, world size, size, complete or not);
-``verify`` checks every checksum and exits 1 naming the first bad file.
+``verify`` checks every checksum of every rank, says "ok" for a step only when every rank's
+copy is good, and exits 1 naming each bad file, or in one line when the directory holds no
+checkpoint at all.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls = ckpt.add_parser("ls", help="list checkpoints: step, world size, size, complete or not")
     ls.add_argument("dir", type=Path)
     ls.set_defaults(func=_cmd_ls)
-    verify = ckpt.add_parser("verify", help="check every checksum; exit 1 naming the bad file")
+    verify = ckpt.add_parser(
+        "verify", help="check every checksum; exit 1 naming each bad file, or when there is nothing to check"
+    )
     verify.add_argument("dir", type=Path)
     verify.add_argument("--step", type=int, default=None, help="only this step (default: every step)")
     verify.set_defaults(func=_cmd_verify)
@@ -103,32 +107,57 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    if not args.dir.is_dir():
-        raise ConfigError(f"{args.dir}: no such directory")
-    steps = mf.steps_in(args.dir) if args.step is None else [args.step]
-    if args.step is not None and args.step not in mf.steps_in(args.dir):
-        print(f"sres: error: no checkpoint of step {args.step} in {args.dir}", file=sys.stderr)
-        return 1
-    bad = 0
-    for step in steps:
-        ranks = mf.ranks_in(args.dir, step)
-        for rank in ranks:
-            path = mf.rank_dir(args.dir, step, rank)
-            try:
-                m = mf.read_manifest(path)
-                mf.verify(path, m)
-            except mf.CheckpointInvalid as err:
-                print(f"BAD step {step} rank {rank}: {err}", file=sys.stderr)
-                bad += 1
-                continue
-        world = None
+    steps = _steps_of(args.dir)
+    if args.step is not None:
+        if args.step not in steps:
+            raise ConfigError(f"no checkpoint of step {args.step} in {args.dir}")
+        steps = [args.step]
+    bad_steps = sum(not _verify_step(args.dir, step) for step in steps)
+    return 1 if bad_steps else 0
+
+
+def _steps_of(root: Path) -> list[int]:
+    """The steps of a tier directory; one line (ConfigError) when it is not one: a verify that
+    finds nothing to check must not pass."""
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such directory")
+    try:
+        os.listdir(root)
+    except OSError as err:
+        raise ConfigError(f"{root}: cannot be read ({err.strerror})") from None
+    steps = mf.steps_in(root)
+    if not steps:
+        raise ConfigError(
+            f"{root}: no checkpoints in it (no step-<S> directory): not a tier directory, or an empty one"
+        )
+    return steps
+
+
+def _verify_step(root: Path, step: int) -> bool:
+    """Every rank's copy of ``step`` checked, each bad one named; "ok" only when all are good
+    and every rank of the world is there."""
+    ranks = mf.ranks_in(root, step)
+    worlds, bad = set(), 0
+    for rank in ranks:
+        path = mf.rank_dir(root, step, rank)
         try:
-            world = mf.read_manifest(mf.rank_dir(args.dir, step, ranks[0])).world_size if ranks else None
-        except mf.CheckpointInvalid:
-            pass
-        if world is not None and ranks != list(range(world)):
-            print(f"BAD step {step}: ranks present {ranks}, the manifests say {world}", file=sys.stderr)
+            m = mf.read_manifest(path)
+            worlds.add(m.world_size)
+            mf.verify(path, m)
+        except mf.CheckpointInvalid as err:
+            print(f"BAD step {step} rank {rank}: {err}", file=sys.stderr)
             bad += 1
-        elif world is not None:
-            print(f"ok  step {step}: {len(ranks)} rank(s), every checksum matches")
-    return 1 if bad else 0
+    if len(worlds) > 1:
+        print(
+            f"BAD step {step}: its ranks' manifests disagree on the world size {sorted(worlds)}",
+            file=sys.stderr,
+        )
+        return False
+    world = worlds.pop() if worlds else None
+    if not ranks or (world is not None and ranks != list(range(world))):
+        print(f"BAD step {step}: ranks present {ranks}, the manifests say {world}", file=sys.stderr)
+        return False
+    if bad:
+        return False
+    print(f"ok  step {step}: {len(ranks)} rank(s), every checksum matches")
+    return True

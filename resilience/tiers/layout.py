@@ -166,18 +166,22 @@ def prune(
 
     Counting complete copies, not directories: a newer step whose write failed or is still
     going on must not push out the only good copy. With fewer than ``keep`` complete copies
-    nothing is removed. With ``job_id``, only that job's copies count and only steps holding
-    no other job's copy are removed (several jobs may share a persistent directory).
+    nothing old is removed. Whole steps (no ``owner``) are complete when every rank's copy is,
+    and an incomplete step older than the newest complete one is dead (every rank has written
+    a newer step, and a rank writes its steps in order), so it goes too. With ``job_id``, only
+    that job's copies count and only steps holding no other job's copy are removed (several
+    jobs may share a persistent directory).
     """
     steps = dirs.steps_in(root)
     if owner is not None:
         steps = [s for s in steps if dirs.rank_dir(root, s, owner).exists()]
     complete = [s for s in steps if _complete(root, s, owner, job_id)]
-    if keep < 1 or len(complete) < keep:
+    if keep < 1 or not complete:
         return
-    oldest_kept = complete[keep - 1]
+    oldest_kept = complete[keep - 1] if len(complete) >= keep else -1
     for step in steps:
-        if step >= oldest_kept or step in pinned or _another_jobs(root, step, owner, job_id):
+        dead = owner is None and step < complete[0] and step not in complete
+        if not (step < oldest_kept or dead) or step in pinned or _another_jobs(root, step, owner, job_id):
             continue
         target = dirs.rank_dir(root, step, owner) if owner is not None else dirs.step_dir(root, step)
         shutil.rmtree(target, ignore_errors=True)

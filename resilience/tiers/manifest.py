@@ -18,12 +18,15 @@ and reading a manifest need no torch: :mod:`resilience.tiers.checkpoint_dirs` (t
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import shutil
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 # The names of resilience.tiers.checkpoint_dirs (torch-free, for the epilog) and of the
 # checkpoint errors stay importable from here, where the tiers and the tests take them.
@@ -71,20 +74,56 @@ def write(
             job_id, step, world_size, rank, files, layout, time.time() if now is None else now, shared=share
         )
         _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
-        publish_dir(tmp, final)
+        publish_dir(tmp, final, fsync)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
 
 
-def publish_dir(tmp: Path, final: Path) -> None:
-    """Rename a finished checkpoint directory into place, replacing an older one of the same step."""
+def publish_dir(tmp: Path, final: Path, fsync: bool = False) -> None:
+    """Rename a finished checkpoint directory into place. A copy of the same step already there
+    is exchanged with the new one in one step (``renameat2(RENAME_EXCHANGE)``) where the
+    filesystem can, else renamed aside just before the new one goes in (both stay on disk in
+    between), and removed after: there is no moment at which a crash loses the step. With
+    ``fsync`` the parent directory is synced, so that the rename itself survives a crash."""
     if final.exists():
-        old = final.with_name(f"{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.rename(tmp, final)
+        if not _exchange(tmp, final):
+            old = final.with_name(f"{final.name}.old-{os.getpid()}")
+            os.rename(final, old)
+            os.rename(tmp, final)
+            tmp = old
+        shutil.rmtree(tmp, ignore_errors=True)  # the replaced copy, now under a temporary name
+    else:
+        os.rename(tmp, final)
+    if fsync:  # the rank's entry in the step's directory, and the step's (maybe new) entry in the root
+        fsync_dir(final.parent)
+        fsync_dir(final.parent.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically; False where the kernel, libc or filesystem cannot (NFS)."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    return bool(renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0)
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def write_manifest(path: Path, manifest: Manifest, name: str = MANIFEST, fsync: bool = False) -> None:
@@ -167,7 +206,7 @@ def copy_checkpoint(
         if manifest is not None:
             shared = {**manifest.shared, **{n: o for n, o in share.items() if n in manifest.files}}
             write_manifest(tmp, replace(manifest, shared=shared), fsync=fsync)
-        publish_dir(tmp, final)
+        publish_dir(tmp, final, fsync)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,13 +1,14 @@
 """The persistent tier: a directory on a shared filesystem, written every K commits.
 
 Every rank reads it directly, so only complete checkpoints (a manifest for every rank) are
-offered, and a step's replicated state may be stored once (rank 0's file; see manifest.py).
+offered, a step's replicated state may be stored once (rank 0's file; see manifest.py), and
+rank 0 alone prunes, whole steps.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from resilience.tiers import manifest as mf
@@ -47,6 +48,15 @@ class PersistentTier(Tier):
             for tmp in mf.step_dir(self._root(where), step).glob(f"rank-{rank:05d}.tmp-*"):
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def prune(self, where: Where, keep: int, pinned: Collection[int] = (), owner: int | None = None) -> None:
+        """One decision for every rank's copy of a step: rank 0 removes whole steps (see
+        ``layout.prune``), the other ranks nothing. Ranks that pruned their own parts kept
+        different steps (a lane drops a pending copy when a newer one comes, so ranks skip
+        different steps), and rank 0's part of a step could go while another rank's manifest,
+        naming rank 0's replicated file, stayed: a step half pruned."""
+        if owner in (None, 0):
+            super().prune(where, keep, pinned)
 
     def offers(self, where: Where, holder: int, report: Report) -> list[Offer]:
         root = self.root(where)

@@ -424,3 +424,43 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
     )
     with pytest.raises(ValueError, match="not a node name"):
         own_root("j", "../etc", tmp_path)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_pruning_the_persistent_tier_never_leaves_a_step_half_pruned(tmp_path, order):
+    """The order that broke a healthy run: rank 1's lane dropped step 10 for a newer one, so the
+    ranks' own newest copies differ; rank 0 pruned its part of step 5 (its replicated file,
+    which rank 1's manifest of step 5 names) while rank 1 kept step 5. Rank 0 now decides for
+    every rank, whole steps: the newest two steps every rank has stay, whole, and step 10 (which
+    rank 1 will never write: it has written 15) goes."""
+    from resilience.tiers.base import Where
+    from resilience.tiers.persistent import PersistentTier
+
+    persistent = tmp_path / "persistent"
+    where = Where(TierConfig(job_id="j", persistent_dir=str(persistent)), "n0", tmp_path / "ram")
+    for step, ranks in ((5, (0, 1)), (10, (0,)), (15, (0, 1))):
+        for rank in ranks:
+            share = {"replicated.bin": 0} if rank else None
+            mf.write(persistent, "j", step, 2, rank, snaps(step), share=share)
+    for rank in order:
+        PersistentTier().prune(where, keep=2, owner=rank)
+    assert mf.steps_in(persistent) == [15, 5]
+    for step in (15, 5):
+        for rank in (0, 1):
+            path = mf.rank_dir(persistent, step, rank)
+            mf.verify(path, mf.read_manifest(path, "j", 2))
+    assert complete_steps(persistent, "j") == {15: 2, 5: 2}
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_same_step_copy_is_replaced_whole(tmp_path, monkeypatch, exchange):
+    """A step written again (a flush after a save of the same step) replaces the copy there:
+    swapped in one rename where the filesystem can, else renamed aside first; either way the
+    new copy is in place, valid, and nothing temporary is left."""
+    if not exchange:
+        monkeypatch.setattr(mf, "_exchange", lambda a, b: False)  # as on NFS
+    mf.write(tmp_path, "j", 4, 1, 0, snaps(4, seed=1), fsync=True)
+    path = mf.write(tmp_path, "j", 4, 1, 0, snaps(4, seed=2), fsync=True)
+    loaded = mf.load(path, mf.read_manifest(path, "j"))["replicated"]
+    assert loaded.digest() == snaps(4, seed=2)["replicated"].digest()
+    assert [p.name for p in mf.step_dir(tmp_path, 4).iterdir()] == ["rank-00000"]
