@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.run.processes import pid_alive, processes_with_env
@@ -51,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--faults", type=int, default=25, help="faults to inject (default 25)")
     p.add_argument("--seed", type=int, default=None, help="schedule seed (default: from the clock; printed)")
     p.add_argument(
-        "--every", type=float, default=6.0, help="one fault per this many steps on average (default 6)"
+        "--every", type=finite_float, default=6.0, help="one fault per this many steps on average (default 6)"
     )
     p.add_argument(
         "--kinds",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from launcher.cli.arg_types import finite_float
 from launcher.errors import SlurmError
 from launcher.slurm.client import SlurmClient
 
@@ -187,7 +188,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="Slurm client backend (default: pyslurm if it matches the cluster, else cli)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per Slurm command (default 10)")
+    p.add_argument(
+        "--timeout", type=finite_float, default=10.0, help="seconds per Slurm command (default 10)"
+    )
     p.set_defaults(func=_cmd_doctor)
 
 

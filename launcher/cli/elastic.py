@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.supervisor import control
 from resilience.contract.elastic_config import ON_NO_SPARE, ElasticConfig
@@ -31,19 +32,19 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resize-sizes", metavar="N,N,...", help="the only node counts allowed, e.g. 2,4,8")
     g.add_argument(
         "--grow-snooze",
-        type=float,
+        type=finite_float,
         metavar="S",
         help=f"no growth into free capacity within S s of a restart or resize (default {d.grow_snooze_s:g})",
     )
     g.add_argument(
         "--resize-timeout",
-        type=float,
+        type=finite_float,
         metavar="S",
         help=f"how long 'wait' holds for a node before requeue/failure (default {d.resize_timeout_s:g})",
     )
     g.add_argument(
         "--drain-grace",
-        type=float,
+        type=finite_float,
         metavar="S",
         help=f"how long ranks may take to reach a step boundary for a resize (default {d.drain_grace_s:g})",
     )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.cli.arg_types import finite_float
 from launcher.observability.straggler import ACTIONS, StragglerConfig
 
 
@@ -33,7 +34,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: Callable[[str], Any]) -> No
     )
     p.add_argument(
         "--straggler-factor",
-        type=float,
+        type=finite_float,
         default=StragglerConfig.factor,
         help="a rank computing this many times the median per step is slow (default %(default)g)",
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from launcher.cli.arg_types import finite_float
 from launcher.cli import ckpt as ckpt_cli
 from launcher.cli import elastic as elastic_cli
 from launcher.cli import observability_options as observability_cli
@@ -53,7 +54,7 @@ def add_supervision_options(p: argparse.ArgumentParser) -> None:
     _add_capacity_options(p)
     p.add_argument(
         "--repair-after",
-        type=float,
+        type=finite_float,
         default=None,
         metavar="S",
         help="local runs: a drained simulated node comes back healthy S seconds later and refills the "
@@ -100,13 +101,13 @@ def _add_recovery_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--hang-timeout",
-        type=float,
+        type=finite_float,
         default=d("hang_timeout"),
         help=f"seconds without heartbeat before a rank is declared hung (default {d('hang_timeout'):g})",
     )
     p.add_argument(
         "--reform-timeout",
-        type=float,
+        type=finite_float,
         default=d("reform_timeout"),
         help=f"seconds to wait for every rank of a new generation (default {d('reform_timeout'):g})",
     )

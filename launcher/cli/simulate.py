@@ -6,6 +6,7 @@ import argparse
 import random
 from pathlib import Path
 
+from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.simulate import (
@@ -49,12 +50,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument(
         "--failures-per-node-hour",
-        type=float,
+        type=finite_float,
         default=LLAMA3_FAILURES_PER_NODE_HOUR,
         help="node failure rate (default %(default).3g: Llama 3 paper, see below)",
     )
     p.add_argument(
-        "--days", type=float, default=30.0, help="fault-free length of the training run (default 30)"
+        "--days", type=finite_float, default=30.0, help="fault-free length of the training run (default 30)"
     )
     _add_cost_options(p)
     p.add_argument(
@@ -69,27 +70,32 @@ def _add_cost_options(p: argparse.ArgumentParser) -> None:
     """What each strategy pays: measured from the events unless given."""
     p.add_argument(
         "--recovery-s",
-        type=float,
+        type=finite_float,
         default=None,
         help="seconds per in-process recovery (default: the median of the events' recoveries)",
     )
     p.add_argument(
-        "--detection-s", type=float, default=0.0, help="seconds added to each recovery for detection"
+        "--detection-s", type=finite_float, default=0.0, help="seconds added to each recovery for detection"
     )
-    p.add_argument("--step-s", type=float, default=5.0, help="seconds per training step at scale (default 5)")
+    p.add_argument(
+        "--step-s", type=finite_float, default=5.0, help="seconds per training step at scale (default 5)"
+    )
     p.add_argument(
         "--steady-overhead",
-        type=float,
+        type=finite_float,
         default=None,
         help="fraction of step time that commits block (default: the events' checkpoint blocking over "
         "useful step time, else 0)",
     )
     p.add_argument(
-        "--ckpt-write-s", type=float, default=60.0, help="blocking checkpoint write, baseline (default 60)"
+        "--ckpt-write-s",
+        type=finite_float,
+        default=60.0,
+        help="blocking checkpoint write, baseline (default 60)",
     )
     p.add_argument(
         "--restart-s",
-        type=float,
+        type=finite_float,
         default=600.0,
         help="restart of the job from a checkpoint: requeue, scheduling, start-up, load (default 600)",
     )
@@ -134,9 +140,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     costs, source = _costs(args)
     try:
         scales = [int(g) for g in args.gpus.split(",")]
-        jobs = [Job(g, args.gpus_per_node, args.failures_per_node_hour, args.days * 24) for g in scales]
     except ValueError as err:
         raise ConfigError(f"--gpus {args.gpus}: {err}") from None
+    try:
+        jobs = [Job(g, args.gpus_per_node, args.failures_per_node_hour, args.days * 24) for g in scales]
+    except ValueError as err:
+        raise ConfigError(
+            f"--gpus {args.gpus} --gpus-per-node {args.gpus_per_node} --failures-per-node-hour "
+            f"{args.failures_per_node_hour:g} --days {args.days:g}: {err}"
+        ) from None
     if args.trials < 1:
         raise ConfigError("--trials must be at least 1")
     rng = random.Random(args.seed)

@@ -18,6 +18,7 @@ the standard library and torch-free launcher modules only.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -207,9 +208,14 @@ def _count(value: Any) -> int:
 
 
 def _number(value: Any) -> float:
+    """A finite number: nan compares false with every bound, so a nan timeout or factor would
+    turn its check off without a word."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError
+    return number
 
 
 def _text(value: Any) -> str:

@@ -78,6 +78,10 @@ class RunConfig:
             raise ConfigError("--max-restarts cannot be negative")
         if self.hang_timeout_s <= 2 * self.heartbeat_s:
             raise ConfigError(f"--hang-timeout must exceed two heartbeats ({2 * self.heartbeat_s:g} s)")
+        if self.reform_timeout_s <= 0:
+            raise ConfigError(f"--reform-timeout must be positive (got {self.reform_timeout_s:g})")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port {self.metrics_port}: a port is 0..65535 (0: any free one)")
         if self.replication_factor < 1:
             raise ConfigError("the replication factor must be at least 1")
         if self.node_fault_after < 1:

@@ -1,0 +1,75 @@
+"""Bad values on the command line end in one line, never a traceback, and never silently:
+a nan compares false with every bound, so a nan timeout used to turn its check off."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.cli.parser import main
+from launcher.errors import ConfigError
+from launcher.run.request import RunOptions
+
+
+def run_args(tmp_path, *flags: str) -> list[str]:
+    return [
+        "run",
+        "--nodes",
+        "1",
+        "--launcher",
+        "local",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        *flags,
+        "--",
+        "true",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (("--reform-timeout", "-1"), "sres: error: --reform-timeout must be positive (got -1)"),
+        (
+            ("--metrics-port", "70000"),
+            "sres: error: --metrics-port 70000: a port is 0..65535 (0: any free one)",
+        ),
+    ],
+)
+def test_a_bad_run_value_is_one_line(tmp_path, capsys, flags, line):
+    assert main(run_args(tmp_path, *flags)) == 1
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--hang-timeout", "nan"],
+        ["--straggler-factor", "nan"],
+        ["--reform-timeout", "inf"],
+        ["--drain-grace", "inf"],
+    ],
+)
+def test_a_non_finite_number_is_a_usage_error(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as done:
+        main(run_args(tmp_path, *argv))
+    assert done.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"sres run: error: argument {argv[0]}: '{argv[1]}' is not a finite number"
+    assert not any("Traceback" in line for line in err)
+
+
+def test_simulate_refuses_a_nan_length_instead_of_running_forever(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "--recovery-s", "1", "--days", "nan"])
+    assert done.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == "sres simulate: error: argument --days: 'nan' is not a finite number"
+    )
+
+
+@pytest.mark.parametrize("value", ["nan", float("nan"), "inf", float("-inf")])
+def test_options_from_the_environment_or_json_refuse_non_finite_numbers(value):
+    """submitit's job process and the environment give options as text or JSON values."""
+    with pytest.raises(ConfigError, match=r"^--hang-timeout: .* is not a number$"):
+        RunOptions(hang_timeout=value)
