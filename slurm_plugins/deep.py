@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from slurm_plugins.checks.base import Check, CheckContext, CheckResult, Fault, fail, ok, skipped
@@ -117,34 +118,36 @@ def memory_stress(ctx: CheckContext) -> list[CheckResult]:
 
 
 def disk_stress(ctx: CheckContext) -> list[CheckResult]:
-    """Write ``disk_mib`` with fsync under ``disk_path``, read it back, compare checksums."""
+    """Write ``disk_mib`` with fsync under ``disk_path``, read it back, compare checksums.
+
+    The file is made by ``mkstemp`` (a new random name, O_EXCL: it never opens what is there)
+    and read back through the same descriptor: the hook runs as root in a directory users can
+    write (``/tmp``), where a fixed name was a link a user planted to a file of root's."""
     cfg = ctx.config.deep
-    path = os.path.join(ctx.expand(cfg.disk_path), f".sres-deep-{os.getpid()}")
     block = os.urandom(MIB)
     written = hashlib.sha256()
     start = time.perf_counter()
-    n = 0
+    n, path = 0, ctx.expand(cfg.disk_path)
     try:
-        with open(path, "wb") as out:
-            for n in range(1, cfg.disk_mib + 1):
-                out.write(block)
-                written.update(block)
-                if time.perf_counter() - start >= cfg.disk_s:
-                    break
-            out.flush()
-            os.fsync(out.fileno())
-        write_s = time.perf_counter() - start
-        read = hashlib.sha256()
-        with open(path, "rb") as src:
-            for chunk in iter(lambda: src.read(MIB), b""):
-                read.update(chunk)
+        fd, path = tempfile.mkstemp(prefix=".sres-deep-", dir=path)
+        try:
+            with os.fdopen(fd, "w+b") as f:
+                for n in range(1, cfg.disk_mib + 1):
+                    f.write(block)
+                    written.update(block)
+                    if time.perf_counter() - start >= cfg.disk_s:
+                        break
+                f.flush()
+                os.fsync(f.fileno())
+                write_s = time.perf_counter() - start
+                f.seek(0)
+                read = hashlib.sha256()
+                for chunk in iter(lambda: f.read(MIB), b""):
+                    read.update(chunk)
+        finally:
+            os.unlink(path)
     except OSError as err:
         return [fail("disk_stress", f"{path}: {err.strerror or err}")]
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
     if read.digest() != written.digest():
         return [fail("disk_stress", f"{path}: data read back differs")]
     return [ok("disk_stress", f"{n} MiB written+fsynced at {n / write_s:.0f} MiB/s, verified")]

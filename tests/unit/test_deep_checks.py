@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from slurm_plugins.allreduce_bench import bus_bandwidth
 from slurm_plugins.checks.base import CheckContext, Status
 from slurm_plugins.deep import disk_stress, gpu_stress, memory_stress
@@ -19,6 +21,19 @@ def test_memory_and_disk_stress_pass_bounded_and_leave_nothing(tmp_path):
     disk = disk_stress(ctx(tmp_path))[0]
     assert disk.status is Status.OK and "verified" in disk.detail
     assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_stress_never_writes_through_a_link_planted_in_its_directory(tmp_path):
+    """The hook runs as root in a directory users can write: a link named as the old fixed
+    file (``.sres-deep-<pid>``) pointing at a file of root's must not be written through."""
+    secret = tmp_path / "root-only"
+    secret.write_text("keep me")
+    disk = tmp_path / "scratch"
+    disk.mkdir()
+    (disk / f".sres-deep-{os.getpid()}").symlink_to(secret)
+    assert disk_stress(ctx(disk))[0].status is Status.OK
+    assert secret.read_text() == "keep me"
+    assert [p.name for p in disk.iterdir()] == [f".sres-deep-{os.getpid()}"]
 
 
 def test_disk_stress_on_a_missing_path_fails(tmp_path):
