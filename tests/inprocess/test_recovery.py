@@ -51,7 +51,11 @@ def test_rank0_loss_then_node_loss_during_the_recovery(tmp_path, reference):
     assert run.returncode == 0, run.stderr
     assert run.digests() == reference
     assert [(f["kind"], f["rank"]) for f in run.of("fault")] == [("kill", 0), ("node", 2)]
-    assert {r["source"] for r in run.of("recovered")} == {"peer"}
+    # Peers serve the state; when node 2 goes while it still holds the only other copy of rank
+    # 0's own part (its random streams, the replacement's gen-2 copy not yet made: about 1 run
+    # in 5, on this commit and before it), the RAM tier's neighbour copy serves that step instead,
+    # as exactly.
+    assert run.of("recovered") and {r["source"] for r in run.of("recovered")} <= {"peer", "neighbour"}
 
 
 def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_reference):
