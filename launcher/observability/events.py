@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import ConfigError
 from launcher.observability.event_types import COMMON, EVENT_TYPES
 
 _DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -67,8 +68,33 @@ def _check(event: str, fields: dict[str, Any]) -> None:
         raise TypeError(f"events.jsonl: {event!r} lacks {', '.join(sorted(missing))} (event_types.py)")
 
 
+_ASK = ": is this a run's events.jsonl?"
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The events of a run's ``events.jsonl``. A last line cut off mid-write (the supervisor was
+    killed) is left out; any other line that is not an event is a ConfigError naming it."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    lines = text.splitlines()
+    events = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # torn by a kill mid-write
+            raise ConfigError(
+                f"{path}:{number}: not an event (not JSON): is this a run's events.jsonl?"
+            ) from None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            raise ConfigError(f"{path}:{number}: not an event (no event name): is this a run's events.jsonl?")
+        events.append(event)
+    return events
 
 
 def summary(events: list[dict[str, Any]]) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from launcher.errors import ConfigError
+
 
 class Processes:
     def __init__(self, log_dir: Path, echo: TextIO | None) -> None:
@@ -29,14 +31,17 @@ class Processes:
         self._echo_lock = threading.Lock()
 
     def start(self, slot: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
-        proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as err:
+            raise ConfigError(f"cannot start {argv[0]}: {err.strerror} (the training command)") from None
         self.procs[slot] = proc
         reader = threading.Thread(target=self._pump, args=(slot, proc), daemon=True, name=f"sres-out-{slot}")
         reader.start()

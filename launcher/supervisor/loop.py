@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from launcher.errors import SresError
 from launcher.observability import event_types, metrics
 from launcher.run import signal_latch
 from launcher.observability.events import EventLog
@@ -168,6 +169,8 @@ class Supervisor:
             # controller: SIGINT, then SIGKILL a second later): the ranks go first, not last.
             self.placement.stop_all(timeout_s=0.0)
             return self.executor.fail("interrupted")
+        except SresError as err:  # a user's, met only once running (a command that cannot start)
+            return self.executor.fail(str(err))
         except BaseException as err:
             # Our bug: the timeline still ends with a "failed" event, and the traceback shows.
             self.executor.fail(f"internal error of the supervisor: {type(err).__name__}: {err}")

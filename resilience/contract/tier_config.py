@@ -55,6 +55,10 @@ class TierConfig:
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
+        for name, kind, what in _TYPED:
+            value = getattr(self, name)
+            if type(value) is not kind and not (value is None and name == "persistent_dir"):
+                raise TierConfigError(f"{name}: {value!r} is not {what}")
         if self.persist_every < 0:
             raise TierConfigError(f"persist_every must be >= 0 (got {self.persist_every})")
         if self.persist_every and not self.persistent_dir:
@@ -106,6 +110,19 @@ class TierConfig:
         if isinstance(option, (str, Path)):
             option = _yaml_settings(Path(option))
         return cls.from_mapping({**base, **dict(option)})
+
+
+_COUNTS = ("persist_every", "ram_every", "keep_ram", "keep_persistent")
+_TYPED = (
+    *(
+        (name, int, "a whole number")
+        for name in ("persist_every", "ram_every", "keep_ram", "keep_persistent")
+    ),
+    *((name, bool, "true or false") for name in ("ram", "neighbour", "fsync", "persist_replicated_once")),
+    ("persistent_dir", str, "a path"),
+)
+"""Settings come from YAML and JSON as they are written (``keep_ram: two``): each must be of
+its type before a bound is compared with it."""
 
 
 def _yaml_settings(path: Path) -> dict[str, Any]:

@@ -3,6 +3,9 @@ a nan compares false with every bound, so a nan timeout used to turn its check o
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from launcher.cli.parser import main
@@ -73,3 +76,37 @@ def test_options_from_the_environment_or_json_refuse_non_finite_numbers(value):
     """submitit's job process and the environment give options as text or JSON values."""
     with pytest.raises(ConfigError, match=r"^--hang-timeout: .* is not a number$"):
         RunOptions(hang_timeout=value)
+
+
+@pytest.mark.parametrize("command", ["report", "simulate"])
+def test_a_corrupt_events_file_is_one_line(tmp_path, capsys, command):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"event": "started", "t": 1}\n{{not json\n{"event": "finished", "t": 2}\n')
+    argv = [command, str(tmp_path)] if command == "report" else [command, str(events)]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"sres: error: {events}:2: not an event (not JSON): is this a run's events.jsonl?"
+    ]
+
+
+def test_a_tier_setting_of_the_wrong_type_is_one_line(tmp_path, capsys):
+    settings = tmp_path / "tiers.yaml"
+    settings.write_text("keep_ram: two\n")
+    assert main(run_args(tmp_path, "--tier-config", str(settings))) == 1
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == "sres: error: tier settings: keep_ram: 'two' is not a whole number"
+    )
+
+
+@pytest.mark.local  # starts a supervisor (its servers), though no rank starts
+def test_a_training_command_that_does_not_exist_is_one_line(tmp_path):
+    argv = [*run_args(tmp_path)[:-1], "/nonexistent/python", "train.py"]
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert errors == [
+        "sres: error: cannot start /nonexistent/python: No such file or directory (the training command)"
+    ]
