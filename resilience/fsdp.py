@@ -178,9 +178,8 @@ def twins(module: torch.nn.Module) -> tuple[int, ...]:
 
 
 def _placements_out(placements: Iterable[Placement]) -> tuple[tuple[str, int], ...]:
-    """Placements as plain values: a snapshot's skeleton is pickled, and pickle writes objects
-    shared between tensors (FSDP2's placements are) differently from equal ones that are not,
-    which would make equal states digest differently."""
+    """Placements as plain values: a snapshot's skeleton holds data only (``Shard`` objects
+    would be refused at the commit), and equal states must write equal skeletons."""
     out = []
     for placement in placements:
         if isinstance(placement, Shard):
