@@ -72,29 +72,38 @@ _ASK = ": is this a run's events.jsonl?"
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The events of a run's ``events.jsonl``. A last line cut off mid-write (the supervisor was
-    killed) is left out; any other line that is not an event is a ConfigError naming it."""
+    """The events of a run's ``events.jsonl`` (see :func:`read_jsonl`); a record without an
+    event name is a ConfigError naming its line."""
+    records = read_jsonl(path)
+    for number, record in records:
+        if not isinstance(record.get("event"), str):
+            raise ConfigError(f"{path}:{number}: not an event (no event name){_ASK}")
+    return [record for _, record in records]
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each JSON object in ``path``. A last line cut off mid-write (the
+    writer was killed, or is writing) is left out; any other line that is not a JSON object is
+    a ConfigError naming it."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
     lines = text.splitlines()
-    events = []
+    records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            record = json.loads(line)
         except ValueError:
             if number == len(lines) and not text.endswith("\n"):
                 break  # torn by a kill mid-write
-            raise ConfigError(
-                f"{path}:{number}: not an event (not JSON): is this a run's events.jsonl?"
-            ) from None
-        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-            raise ConfigError(f"{path}:{number}: not an event (no event name): is this a run's events.jsonl?")
-        events.append(event)
-    return events
+            raise ConfigError(f"{path}:{number}: not a JSON record (a corrupt log?)") from None
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}:{number}: not a JSON record (a corrupt log?)")
+        records.append((number, record))
+    return records
 
 
 def summary(events: list[dict[str, Any]]) -> str:

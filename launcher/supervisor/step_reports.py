@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from launcher.observability.events import read_events
+from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from launcher.supervisor.view import RankStep
 from resilience.contract.run_store import RunStore
@@ -27,7 +27,7 @@ FILE = "step_times.jsonl"
 def read_file(log_dir: Path) -> list[dict[str, Any]]:
     """The run's step records so far (none before the first steps are reported)."""
     path = Path(log_dir) / FILE
-    return read_events(path) if path.exists() else []
+    return [record for _, record in read_jsonl(path)] if path.exists() else []
 
 
 class StepReports:

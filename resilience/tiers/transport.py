@@ -16,6 +16,7 @@ into place: a copy cut off by a fault is never taken for a checkpoint.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -242,12 +243,18 @@ def push_checkpoint(
         if greeting != GREETING or not challenge:
             raise ValueError(f"{link.address} is not a neighbour server of ours")
         header["proof"] = _proof(link.secret, challenge.decode(), header)
-        sock.sendall(json.dumps(header).encode() + b"\n")
-        for path in files:
-            with open(path, "rb") as f:
-                sent += sock.sendfile(f)
-        sock.shutdown(socket.SHUT_WR)
-        reply = reader.readline(16)
+        try:
+            sock.sendall(json.dumps(header).encode() + b"\n")
+            for path in files:
+                with open(path, "rb") as f:
+                    sent += sock.sendfile(f)
+            sock.shutdown(socket.SHUT_WR)
+            reply = reader.readline(16)
+        except OSError as err:  # a server that refused the header closes at once, mid-send
+            if isinstance(err, ConnectionError) or err.errno == errno.ENOTCONN:
+                reply = b""
+            else:
+                raise
     if reply.strip() != b"ok":
         raise ConnectionError(f"neighbour {link.address} did not confirm step {step} of rank {owner}")
     return sent

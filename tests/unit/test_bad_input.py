@@ -85,7 +85,7 @@ def test_a_corrupt_events_file_is_one_line(tmp_path, capsys, command):
     argv = [command, str(tmp_path)] if command == "report" else [command, str(events)]
     assert main(argv) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"sres: error: {events}:2: not an event (not JSON): is this a run's events.jsonl?"
+        f"sres: error: {events}:2: not a JSON record (a corrupt log?)"
     ]
 
 
