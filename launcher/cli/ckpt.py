@@ -121,12 +121,12 @@ def _steps_of(root: Path) -> list[int]:
     finds nothing to check must not pass."""
     if not root.is_dir():
         raise ConfigError(f"{root}: no such directory")
-    try:
-        os.listdir(root)
-    except OSError as err:
-        raise ConfigError(f"{root}: cannot be read ({err.strerror})") from None
     steps = mf.steps_in(root)
     if not steps:
+        try:  # none, or none that could be listed: say which
+            os.listdir(root)
+        except OSError as err:
+            raise ConfigError(f"{root}: cannot be read ({err.strerror})") from None
         raise ConfigError(
             f"{root}: no checkpoints in it (no step-<S> directory): not a tier directory, or an empty one"
         )

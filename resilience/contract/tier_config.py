@@ -114,10 +114,7 @@ class TierConfig:
 
 _COUNTS = ("persist_every", "ram_every", "keep_ram", "keep_persistent")
 _TYPED = (
-    *(
-        (name, int, "a whole number")
-        for name in ("persist_every", "ram_every", "keep_ram", "keep_persistent")
-    ),
+    *((name, int, "a whole number") for name in _COUNTS),
     *((name, bool, "true or false") for name in ("ram", "neighbour", "fsync", "persist_replicated_once")),
     ("persistent_dir", str, "a path"),
 )

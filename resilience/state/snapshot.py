@@ -36,8 +36,7 @@ class Snapshot:
 
     def regions(self) -> list[torch.Tensor]:
         """One flat view per tensor, in the order the skeleton refers to them."""
-        _, refs = skel.loads(self.skeleton)
-        return [self.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)) for r in refs]
+        return _regions(self.buffers, skel.loads(self.skeleton)[1])
 
     def checksum(self) -> str:
         return checksum(self.skeleton, self.regions())
@@ -47,7 +46,7 @@ class Snapshot:
         h = hashlib.sha256(self.skeleton)
         for name in sorted(self.buffers):
             h.update(name.encode())
-            h.update(_as_bytes(self.buffers[name]))
+            h.update(as_bytes(self.buffers[name]))
         return h.hexdigest()
 
 
@@ -65,17 +64,21 @@ def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None)
     ``reuse`` lends its buffers when their sizes match, so that steady-state commits
     allocate nothing.
     """
-    skeleton, tensors, sizes = describe(states)
+    tensors: list[torch.Tensor] = []
+    skeleton, refs, sizes = skel.dumps(dict(states), tensors)  # the places at hand: no parse back
     buffers: dict[str, torch.Tensor] = {}
     for key, size in sizes.items():
         old = reuse.buffers.get(key) if reuse is not None else None
         buffers[key] = (
             old if old is not None and old.numel() == size else torch.empty(size, dtype=skel.dtype_named(key))
         )
-    snap = Snapshot(step=step, skeleton=skeleton, buffers=buffers)
-    for t, region in zip(tensors, snap.regions()):
+    for t, region in zip(tensors, _regions(buffers, refs)):
         region.copy_(t.detach().reshape(-1))
-    return snap
+    return Snapshot(step=step, skeleton=skeleton, buffers=buffers)
+
+
+def _regions(buffers: Mapping[str, torch.Tensor], refs: list[skel.TensorRef]) -> list[torch.Tensor]:
+    return [buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)) for r in refs]
 
 
 CHECKSUM_KIND = "xxh3"
@@ -101,7 +104,7 @@ def fingerprint(states: Mapping[str, Any]) -> str:
 def _stream(h: Any, tensors: list[torch.Tensor]) -> Any:
     for t in tensors:
         if t.numel():
-            h.update(_as_bytes(t.detach().cpu().contiguous().reshape(-1)))
+            h.update(as_bytes(t.detach().cpu().contiguous().reshape(-1)))
     return h
 
 
@@ -158,5 +161,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _as_bytes(t: torch.Tensor) -> memoryview:
+def as_bytes(t: torch.Tensor) -> memoryview:
+    """A CPU tensor's bytes, without a copy when it is contiguous: what is hashed, and written."""
     return memoryview(t.contiguous().view(torch.uint8).numpy())

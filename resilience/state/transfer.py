@@ -79,8 +79,9 @@ def send_state(
 def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
     """``src``'s snapshot on every rank of ``group`` (``snap`` is given on ``src`` only),
     checksum verified."""
+    regions = snap.regions() if snap is not None else []  # a receiver's, once it knows the layout
     if snap is not None:
-        meta = _meta(snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, snap.regions()))
+        meta = _meta(snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, regions))
         size = torch.tensor([len(meta)], dtype=torch.int64)
     else:
         size = torch.empty(1, dtype=torch.int64)
@@ -93,7 +94,8 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     dist.broadcast(buf, src, group=group)
     step, skeleton, sizes, expected = _unmeta(buf.numpy().tobytes())
     out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
-    regions = out.regions()
+    if snap is None:
+        regions = out.regions()
     for region in regions:
         dist.broadcast(region, src, group=group)
     if snap is None and checksum(skeleton, regions) != expected:

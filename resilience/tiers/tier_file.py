@@ -29,7 +29,7 @@ from safetensors import safe_open
 
 from resilience.errors import CheckpointInvalid
 from resilience.state import skeleton as skel
-from resilience.state.snapshot import Snapshot, checksum
+from resilience.state.snapshot import Snapshot, as_bytes, checksum
 from resilience.tiers import legacy_files
 from resilience.tiers.checkpoint_dirs import FileEntry
 
@@ -51,8 +51,7 @@ _ALIGN = 64
 
 def entry(snap: Snapshot) -> FileEntry:
     """The size and checksum of ``snap``'s file, without writing it."""
-    header, order = _header(snap)
-    return FileEntry(_size(snap, header), checksum(header, [snap.buffers[k] for k in order]))
+    return _entry(snap, *_header(snap))
 
 
 def write(path: Path, snap: Snapshot, fsync: bool) -> FileEntry:
@@ -61,11 +60,11 @@ def write(path: Path, snap: Snapshot, fsync: bool) -> FileEntry:
         f.write(len(header).to_bytes(8, "little"))
         f.write(header)
         for key in order:
-            f.write(_bytes_of(snap.buffers[key]))
+            f.write(as_bytes(snap.buffers[key]))
         if fsync:
             f.flush()
             os.fsync(f.fileno())
-    return FileEntry(_size(snap, header), checksum(header, [snap.buffers[k] for k in order]))
+    return _entry(snap, header, order)
 
 
 def read(path: Path, copy: bool) -> tuple[Snapshot, bytes, list[torch.Tensor]]:
@@ -130,8 +129,10 @@ def _order(names: Any) -> list[str]:
     return sorted(names, key=lambda k: (-skel.dtype_named(k).itemsize, k))
 
 
-def _size(snap: Snapshot, header: bytes) -> int:
-    return 8 + len(header) + sum(b.numel() * b.element_size() for b in snap.buffers.values())
+def _entry(snap: Snapshot, header: bytes, order: list[str]) -> FileEntry:
+    """The file's size and the checksum of its header and buffers, in file order."""
+    size = 8 + len(header) + sum(b.numel() * b.element_size() for b in snap.buffers.values())
+    return FileEntry(size, checksum(header, [snap.buffers[k] for k in order]))
 
 
 def _typed(t: torch.Tensor, key: str, copy: bool) -> torch.Tensor:
@@ -153,7 +154,3 @@ def _whole(f: Any, size: int, copy: bool) -> memoryview | mmap.mmap:
             raise CheckpointInvalid(f"{f.name}: shorter than its size")
         done += n
     return view
-
-
-def _bytes_of(t: torch.Tensor) -> memoryview:
-    return memoryview(t.contiguous().view(torch.uint8).numpy())
