@@ -4,7 +4,7 @@
  * Loaded by srun from plugstack.conf:
  *     optional /usr/local/lib/sres/sres_auto_resume.so sres=/usr/local/bin/sres
  * In srun's local context, after option processing, the plugin replaces srun with
- * `sres srun --auto-resume=N <srun's other arguments>`: sres starts each rank as an srun step
+ * `sres srun <srun's arguments, as given>`: sres starts each rank as an srun step
  * of its own, watches it, and on a fault drains the bad node, moves the node's ranks to a
  * spare node or a node the job grows into, and requeues the job as the last resort. The
  * environment variable SRES_AUTO_RESUME_ACTIVE marks the processes sres starts, so the
@@ -73,19 +73,31 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return spank_option_register(sp, &auto_resume_option) == ESPANK_SUCCESS ? 0 : -1;
 }
 
-/* srun's own command line, as the kernel holds it: NUL-separated words. */
+/* srun's own command line, as the kernel holds it: NUL-separated words, however long (the
+ * buffer grows: a long command line must run whole or not at all, never cut short). */
 static char **read_cmdline(int *count)
 {
-	static char buf[1 << 16];
-	char **words;
-	ssize_t len = 0, n;
-	int fd, i, k;
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap), *grown, **words;
+	ssize_t n;
+	int fd, k;
+	size_t i;
 
-	fd = open("/proc/self/cmdline", O_RDONLY);
-	if (fd < 0)
-		return NULL;
-	while (len < (ssize_t) sizeof(buf) - 1 && (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-		len += n;
+	fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || buf == NULL)
+		goto fail;
+	while ((n = read(fd, buf + len, cap - 1 - len)) > 0) {
+		len += (size_t) n;
+		if (len == cap - 1) {
+			grown = realloc(buf, cap * 2);
+			if (grown == NULL)
+				goto fail;
+			buf = grown;
+			cap *= 2;
+		}
+	}
+	if (n < 0)
+		goto fail;
 	close(fd);
 	buf[len] = '\0';
 	for (i = 0, k = 0; i < len; i++)
@@ -98,11 +110,16 @@ static char **read_cmdline(int *count)
 		words[k++] = buf + i;
 	*count = k;
 	return words;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
-	char **words, **argv, retry_arg[64];
+	char **words, **argv;
 	int count = 0, i, n = 0;
 
 	(void) sp;
@@ -112,21 +129,19 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return 0;
 	words = read_cmdline(&count);
 	if (words == NULL || count < 1) {
-		slurm_error("sres_auto_resume: cannot read srun's command line");
+		slurm_error("sres_auto_resume: cannot read srun's command line: %s", strerror(errno));
 		return -1;
 	}
-	argv = calloc(count + 4, sizeof(char *));
+	argv = calloc(count + 2, sizeof(char *));
 	if (argv == NULL)
 		return -1;
-	snprintf(retry_arg, sizeof(retry_arg), "--auto-resume=%d", retries);
+	/* srun's words go over unchanged: sres srun parses srun's options (its --auto-resume among
+	 * them) and stops at the program, so the program's own arguments, an --auto-resume of its
+	 * own included, reach it as written. */
 	argv[n++] = sres;
 	argv[n++] = "srun";
-	argv[n++] = retry_arg;
-	for (i = 1; i < count; i++) {
-		if (strcmp(words[i], "--auto-resume") == 0 || strncmp(words[i], "--auto-resume=", 14) == 0)
-			continue;
+	for (i = 1; i < count; i++)
 		argv[n++] = words[i];
-	}
 	argv[n] = NULL;
 	setenv(MARKER, "1", 1);
 	if (strchr(sres, '/'))

@@ -87,7 +87,14 @@ def test_sres_chaos_random_faults_identical_and_clean(tmp_path, small_disk, shar
         *(("--sharded",) if sharded else ()),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    try:
+        # Under pytest-timeout's 300 s, so that a stuck run shows where it stuck.
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=270, env=env)
+    except subprocess.TimeoutExpired as stuck:
+        pytest.fail(
+            f"sres chaos stuck after 270 s:\n{_tail(stuck.stdout)}\n{_tail(stuck.stderr)}\n"
+            + _events_tail(tmp_path)
+        )
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     assert "identical              yes" in done.stdout and "clean                  yes" in done.stdout, (
         done.stdout
@@ -104,3 +111,16 @@ def test_sres_chaos_random_faults_identical_and_clean(tmp_path, small_disk, shar
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"
     assert not list(small_disk.rglob(".sres-fill-disk-*"))
     assert [e for e in events if e["event"] == "spare-lost"], "kill-supervisor-child never killed a spare"
+
+
+def _tail(out: bytes | str | None, chars: int = 6000) -> str:
+    text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+    return text[-chars:]
+
+
+def _events_tail(log_dir, lines: int = 60) -> str:
+    shown = []
+    for events in sorted(log_dir.glob("*/events.jsonl")):
+        shown.append(f"--- {events}")
+        shown.extend(events.read_text(errors="replace").splitlines()[-lines:])
+    return "\n".join(shown)
