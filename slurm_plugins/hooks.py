@@ -218,7 +218,7 @@ def _clean_job(hook: HookEnv, log: HealthLog) -> None:
     user (:mod:`slurm_plugins.as_user`) and only in RAM roots that user owns."""
     from resilience.tiers.layout import cleanup_user_job
 
-    killed = kill_job_processes(hook.job_id or "", hook.node, hook.cluster)
+    killed = kill_job_processes(hook.job_id or "", hook.job_uid, hook.node, hook.cluster)
     removed = False
     if hook.job_uid is None:
         log.event("cleanup", status="warning", detail="no SLURM_JOB_UID: RAM tier left alone")

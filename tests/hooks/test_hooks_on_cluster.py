@@ -117,6 +117,28 @@ def test_reboot_action_requests_a_reboot_with_our_reason(hooked):
     subprocess.run(["scontrol", "cancel_reboot", "n2"], env=hooked.cluster.env(), check=True, timeout=30)
 
 
+def _processes_check(hooked, node: str, hook: str = "check") -> dict:
+    """The ``processes`` check's result as ``sres hooks check`` on ``node`` reports it."""
+    env = {**hooked.cluster.env(), "SLURMD_NODENAME": node}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher.entry",
+            "hooks",
+            "check",
+            "--json",
+            "--config",
+            str(hooked.config_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return next(r for r in json.loads(result.stdout) if r["check"] == "processes")
+
+
 def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
     client = SlurmClient.create("cli", env=hooked.cluster.env())
     job_id = client.submit(["-N1", "-w", "n3", "--output=/dev/null", "--wrap", "true"])
@@ -127,50 +149,47 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
         "SLURMD_NODENAME": "n3",
         "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name,
     }
-    leftover = subprocess.Popen(["sleep", "120"], env=job_env)
+    leftover = subprocess.Popen(["sleep", "120"], env=job_env)  # the job's user's (root's)
     try:
-        env = {**hooked.cluster.env(), "SLURMD_NODENAME": "n3"}
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "launcher.entry",
-                "hooks",
-                "check",
-                "--json",
-                "--config",
-                str(hooked.config_path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        processes = next(r for r in json.loads(result.stdout) if r["check"] == "processes")
+        processes = _processes_check(hooked, "n3")
         assert processes["status"] == "fail", processes
         assert f"{leftover.pid} (sleep, job {job_id})" in processes["detail"]
         # The same process is nobody's leftover on another node.
-        env["SLURMD_NODENAME"] = "n1"
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "launcher.entry",
-                "hooks",
-                "check",
-                "--json",
-                "--config",
-                str(hooked.config_path),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert next(r for r in json.loads(result.stdout) if r["check"] == "processes")["status"] == "ok"
+        assert _processes_check(hooked, "n1")["status"] == "ok"
     finally:
         leftover.kill()
         leftover.wait()
+
+
+def test_a_job_claimed_in_an_environment_is_nobodys_leftover(hooked, tmp_path_factory):
+    """A user's ``env SLURM_JOB_ID=...``: a job Slurm never had, another user's finished job,
+    inside the user's own running job or outside any: no leftover, and the health-check
+    program drains nothing."""
+    client = SlurmClient.create("cli", env=hooked.cluster.env())
+    finished = client.submit(["-N1", "-w", "n3", "--output=/dev/null", "--wrap", "true"])  # root's
+    wait_job(client, finished, lambda j: j.finished, timeout=60)
+    here = {"SLURMD_NODENAME": "n3", "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name}
+    spoofs = []
+    with two_users(tmp_path_factory.mktemp("users")) as (_, attacker):
+        try:
+            for job in ("31337", finished):
+                spoofs.append(attacker.popen(["sleep", "120"], env=attacker.env(SLURM_JOB_ID=job, **here)))
+            own = client.submit(
+                [f"--uid={attacker.name}", f"--gid={attacker.name}", f"--chdir={attacker.home}", "-N1",
+                 "-w", "n3", "--output=/dev/null", "--wrap", f"env SLURM_JOB_ID={finished} sleep 120"]
+            )  # fmt: skip
+            wait_job(client, own, lambda j: j.running, timeout=60)
+            processes = _processes_check(hooked, "n3")
+            assert processes["status"] == "ok", processes
+            hooked.set_health_interval(1)
+            wait_for(
+                lambda: hooked.events(hook="health", node="n3", check="processes"), 60, "no health check"
+            )
+            assert not client.node("n3").drained, client.node("n3").reason
+        finally:
+            for spoof in spoofs:
+                spoof.kill()
+                spoof.wait()
 
 
 def test_the_epilog_cleans_a_users_ram_tier_as_that_user(hooked, tmp_path_factory):

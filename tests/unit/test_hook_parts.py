@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from slurm_plugins import wrappers
-from slurm_plugins.checks.processes import JobProcess, belongs, leftovers, parse_environ
+from slurm_plugins.checks.processes import (
+    JobRecord,
+    ProcessInfo,
+    cgroup_job,
+    claimed_job,
+    job_of,
+    parse_environ,
+    stepd_job,
+)
 from slurm_plugins.checks.slurmctld import controllers
 from slurm_plugins.checks.system import mem_available_mib
 from slurm_plugins.conf_edit import MARK, apply_plugstack_line, apply_slurm_conf_lines, write_with_backup
@@ -24,14 +32,53 @@ def test_meminfo():
     assert mem_available_mib("MemTotal: 100 kB\n") is None
 
 
-def test_job_processes_belong_to_their_node_and_cluster_hooks_excluded():
+def test_an_environments_claim_is_narrowed_by_node_and_cluster_and_hooks_claim_nothing():
     env = parse_environ(b"SLURM_JOB_ID=12\x00SLURMD_NODENAME=n2\x00SLURM_CLUSTER_NAME=c1\x00")
-    assert belongs(env, "n2", "c1") == "12"
-    assert belongs(env, "n3", "c1") is None and belongs(env, "n2", "other") is None
-    assert belongs({**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}, "n2", "c1") is None
-    assert belongs({"PATH": "/bin"}, "n2", "c1") is None
-    procs = [JobProcess(1, "12", "python"), JobProcess(2, "13", "sleep")]
-    assert leftovers(procs, {"12"}) == [JobProcess(2, "13", "sleep")]
+    assert claimed_job(env, "n2", "c1") == "12"
+    assert claimed_job(env, "n3", "c1") is None and claimed_job(env, "n2", "other") is None
+    assert claimed_job({**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}, "n2", "c1") is None
+    assert claimed_job({"PATH": "/bin"}, "n2", "c1") is None
+
+
+def test_cgroups_and_step_daemons_name_jobs_users_cannot():
+    assert cgroup_job("0::/system.slice/slurmstepd.scope/job_41/step_0/user/task_0\n") == "41"
+    assert cgroup_job("12:pids:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/user.slice\n") == "7"
+    assert cgroup_job("0::/user.slice/user-1000.slice/session-3.scope\n") is None
+    assert cgroup_job("0::/system.slice/job_runner.service\n") is None
+    assert stepd_job(b"slurmstepd: [41.0]\x00", 0) == "41"
+    assert (
+        stepd_job(b"slurmstepd: [41.extern]", 0) == "41" and stepd_job(b"slurmstepd: [41.batch]", 0) == "41"
+    )
+    assert stepd_job(b"slurmstepd: [41.0]", 1000) is None  # a user's process named like one
+
+
+USER, OTHER = 1000, 1001
+
+
+def _table(*infos: ProcessInfo) -> dict[int, ProcessInfo]:
+    return {i.pid: i for i in infos}
+
+
+def test_whose_a_process_is_comes_from_what_its_user_cannot_forge():
+    records = {"5": JobRecord(USER, finished=False), "6": JobRecord(USER, finished=True)}
+    stepd = ProcessInfo(10, 1, 0, "slurmstepd", stepd_job="5")
+    in_step = ProcessInfo(11, 10, USER, "python", env={"SLURM_JOB_ID": "31337"})  # claims another job
+    escaped = ProcessInfo(12, 1, USER, "sleep", env={"SLURM_JOB_ID": "6"})
+    forged = ProcessInfo(13, 1, OTHER, "sleep", env={"SLURM_JOB_ID": "6"})  # claims USER's job
+    unknown = ProcessInfo(14, 1, USER, "sleep", env={"SLURM_JOB_ID": "31337"})
+    hidden = ProcessInfo(15, 1, USER, "sleep", cgroup_job="6")  # no claim; its cgroup tells
+    epilog = ProcessInfo(16, 1, 0, "sh", env={"SLURM_JOB_ID": "6", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    table = _table(stepd, in_step, escaped, forged, unknown, hidden, epilog)
+
+    def judged(info: ProcessInfo) -> tuple[str | None, bool]:
+        return job_of(info, table, None, None, records.get)
+
+    assert judged(in_step) == ("5", False)  # in a live step: never a leftover, whatever it claims
+    assert judged(escaped) == ("6", True)  # Slurm confirms job 6 is its uid's, and over
+    assert judged(forged) == (None, False) and judged(unknown) == (None, False)
+    assert (
+        judged(hidden) == ("6", True) and judged(stepd) == (None, False) and judged(epilog) == (None, False)
+    )
 
 
 def test_wrapper_pins_config_path_and_environment():
