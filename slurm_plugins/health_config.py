@@ -48,10 +48,11 @@ class Budget:
     per_check_s: float = 10.0
     total_s: float = 30.0
     slurm_s: float = 10.0  # each Slurm command of a hook (drain, resume, node state)
+    cleanup_s: float = 30.0  # the epilog's removal of a job's RAM tier, as the job's user
 
     def __post_init__(self) -> None:
-        if self.per_check_s <= 0 or self.total_s <= 0 or self.slurm_s <= 0:
-            raise ValueError("per_check_s, total_s and slurm_s must be positive")
+        if min(self.per_check_s, self.total_s, self.slurm_s, self.cleanup_s) <= 0:
+            raise ValueError("per_check_s, total_s, slurm_s and cleanup_s must be positive")
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def run_hook(kind: str, config_arg: str | None, env: Mapping[str, str], verify: 
         if config.ram_root:
             os.environ["SRES_RAM_ROOT"] = config.ram_root
         if kind == "epilog" and hook.job_id:
-            _clean_job(hook, log)
+            _clean_job(hook, log, config.budget.cleanup_s)
         ctx = hook.context(config)
         results = run_checks(enabled_checks(config), ctx, config.budget.per_check_s, config.budget.total_s)
         _log_results(log, results)
@@ -213,10 +213,11 @@ def _health_lock(config: HealthConfig, node: str, log: HealthLog) -> int | None:
     return fd
 
 
-def _clean_job(hook: HookEnv, log: HealthLog) -> None:
+def _clean_job(hook: HookEnv, log: HealthLog, timeout_s: float = health_config.Budget.cleanup_s) -> None:
     """The epilog's cleanup: the job's leftover processes, and its RAM-tier files, as the job's
-    user (:mod:`slurm_plugins.as_user`) and only in RAM roots that user owns."""
-    from resilience.tiers.layout import cleanup_user_job
+    user in a child process that is stopped after ``timeout_s`` (:mod:`launcher.privileges`),
+    and only in RAM roots that user owns."""
+    from resilience.tiers.job_cleanup import cleanup_user_job
 
     killed = kill_job_processes(hook.job_id or "", hook.job_uid, hook.node, hook.cluster)
     removed = False
@@ -225,7 +226,7 @@ def _clean_job(hook: HookEnv, log: HealthLog) -> None:
     else:
         uid, job = hook.job_uid, hook.job_id or ""
         try:
-            removed = call_as(uid, lambda: cleanup_user_job(job, uid))
+            removed = call_as(uid, lambda: cleanup_user_job(job, uid), timeout_s=timeout_s)
         except (OSError, ValueError, PrivilegeError) as err:
             log.event("cleanup", status="fail", detail=f"RAM tier: {err}")
     log.event("cleanup", status="ok", killed=killed, ram_tier_removed=removed)

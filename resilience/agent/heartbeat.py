@@ -43,8 +43,15 @@ class GenerationWatch:
             self._released_at = None
 
     def leave(self) -> None:
+        """Forget the generation's groups. The stuck clock restarts now and runs until
+        :meth:`left`: destroying the groups must end within the grace too, since a shutdown
+        that never returned would leave every peer waiting for this rank at the next join."""
         with self._lock:
-            self._sockets, self._groups, self._released_at = None, [], None
+            self._sockets, self._groups, self._released_at = None, [], time.monotonic()
+
+    def left(self) -> None:
+        with self._lock:
+            self._released_at = None
 
     def release_now(self) -> bool:
         with self._lock:

@@ -293,6 +293,7 @@ class Agent(CommitPipeline):
         self.state_group = None
         gc.collect()  # cheap after gc.freeze(): drops the failed train's objects (DDP, graph)
         formation.destroy()
+        self._watch.left()
 
 
 def _warm_up() -> None:

@@ -2,7 +2,7 @@
 
 The names here are what the rest of the project (and users) import; the modules beside this
 one each do one part: ``base`` (the ``Tier`` interface), ``ram``, ``neighbour``, ``persistent``
-(the tiers) and ``registry``, ``layout`` (where files live, configuration, cleanup),
+(the tiers) and ``registry``, ``layout`` (where files live, configuration), ``job_cleanup`` (the epilog's),
 ``manifest`` (one rank's checkpoint on disk), ``saver`` (asynchronous saves) with ``lanes``
 (its background lanes, one per tier), ``flush`` (the supervisor's "persist now"),
 ``transport`` (moving checkpoints between nodes), ``restore`` (which tier serves whom),
@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from resilience.contract.tier_config import TIERS_ENV, TierConfig, TierConfigError
+from resilience.tiers.job_cleanup import cleanup_job
 from resilience.tiers.layout import (
     DEFAULT_RAM_ROOT,
     RAM_ROOT_ENV,
     NodeKey,
-    cleanup_job,
     complete_steps,
     default_job_id,
     job_ram_dir,

@@ -3,14 +3,17 @@
 A tier root holds ``step-<S>/rank-<R>/`` directories; each is complete once its
 ``manifest.json`` (step, job, world size, shard layout, per-file size and checksum) is there and
 every file it lists has the size it says. Naming, listing and reading these needs only the
-standard library: the epilog (``resilience.tiers.layout.cleanup_job``, run by
+standard library: the epilog (``resilience.tiers.job_cleanup``, run by
 ``slurm_plugins.hooks`` on every node at every job's end) judges which copies to keep with
 this module alone. The state files themselves are :mod:`resilience.tiers.manifest`'s.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -115,7 +118,7 @@ def read_manifest(
     listed file is missing or has another size."""
     where = Path(path) / name
     try:
-        text = where.read_text()
+        text = _read_regular(where)
     except FileNotFoundError:
         raise CheckpointInvalid(f"{where}: no manifest (checkpoint incomplete)") from None
     except OSError as err:
@@ -136,3 +139,13 @@ def read_manifest(
                 f"{where}{manifest.sharer_note(name)}: {size} bytes, the manifest says {entry.size}"
             )
     return manifest
+
+
+def _read_regular(where: Path) -> str:
+    """A manifest's text. Opened without waiting (a FIFO planted under the name must not hang
+    the reader, the epilog least of all) and read only when it is a regular file."""
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read().decode(errors="replace")

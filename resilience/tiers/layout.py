@@ -10,7 +10,7 @@ Three tiers, cheapest first (see ../ARCHITECTURE.md):
 - persistent: a directory on a shared filesystem, written every K commits.
 
 Each tier root holds ``step-S/rank-R/`` checkpoints (:mod:`resilience.tiers.manifest`). The
-prolog/epilog hooks and the ranks agree on the locations without talking; ``cleanup_job``
+prolog/epilog hooks and the ranks agree on the locations without talking; ``job_cleanup``
 is what the epilog calls at job end. The save pipeline is :mod:`resilience.tiers.saver`, the
 restore :mod:`resilience.tiers.restore`, the DCP adapters :mod:`resilience.tiers.dcp`.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -30,14 +29,14 @@ from pathlib import Path
 
 from resilience.contract import run_secret
 from resilience.contract.tier_config import TierConfig, check_job_id
-from resilience.private_paths import NotPrivate, check_private, private_dir
+from resilience.private_paths import NotPrivate, private_dir
 from resilience.tiers import checkpoint_dirs as dirs
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = "/dev/shm/sres-{uid}"
 """``{uid}`` is the user's uid: each user has a root of their own (see :func:`ram_root`)."""
 JOB_CONFIG = "tiers.json"
-"""Written into the job's RAM directory: tells ``cleanup_job`` where the persistent copy is."""
+"""Written into the job's RAM directory: tells ``job_cleanup`` where the persistent copy is."""
 
 
 def default_job_id(env: Mapping[str, str], log_dir: Path) -> str:
@@ -123,7 +122,7 @@ def neighbour_node(node: int, nodes: list[int]) -> int | None:
 
 
 def record_job_config(config: TierConfig, root: Path | None = None) -> None:
-    """Note the persistent directory in the job's RAM dir, for ``cleanup_job``."""
+    """Note the persistent directory in the job's RAM dir, for ``job_cleanup``."""
     path = job_ram_dir(config.job_id, root)
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{JOB_CONFIG}.{os.getpid()}"
@@ -218,70 +217,3 @@ def _another_jobs(root: Path, step: int, owner: int | None, job_id: str | None) 
 def remove_job(job_id: str, root: Path | None = None) -> None:
     """Remove all of a job's RAM-tier files here: its training finished, nothing will restart."""
     shutil.rmtree(job_ram_dir(job_id, root), ignore_errors=True)
-
-
-def cleanup_user_job(job_id: str, uid: int) -> bool:
-    """:func:`cleanup_job` in each RAM root of user ``uid`` on this node (the usual one and any
-    private fallback, ``<root>-*``), skipping any not owned by that user: what the epilog
-    runs, as that user. True when something was removed."""
-    root = ram_root_of(uid)
-    removed = False
-    for candidate in [root, *sorted(root.parent.glob(f"{root.name}-*"))]:
-        try:
-            check_private(candidate, uid)
-        except NotPrivate:
-            continue
-        removed = cleanup_job(job_id, candidate) or removed
-    return removed
-
-
-def cleanup_job(job_id: str, root: Path | None = None) -> bool:
-    """Remove a finished job's RAM-tier files on this node; True when something was removed.
-
-    Never deletes the only complete copy: when the job's persistent tier holds no complete
-    checkpoint at the newest RAM step or later, the newest complete RAM checkpoint of each
-    node stays (everything else goes).
-    """
-    path = job_ram_dir(job_id, root)
-    if not path.exists():
-        return False
-    persisted = -1
-    try:
-        config = TierConfig.from_mapping(json.loads((path / JOB_CONFIG).read_text()))
-        if config.persistent_dir:
-            persisted = max(complete_steps(Path(config.persistent_dir), job_id), default=-1)
-    except (OSError, ValueError):
-        pass
-    keep: list[Path] = []
-    for node in sorted(p for p in path.glob("node-*") if p.is_dir()):
-        for sub in ("own", "neighbour"):
-            newest = _newest_complete_rank_step(node / sub, job_id)
-            if newest is not None and newest > persisted:
-                keep.append(dirs.step_dir(node / sub, newest))
-    if not keep:
-        shutil.rmtree(path, ignore_errors=True)
-        return True
-    removed = False
-    for item in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-        if item == path / JOB_CONFIG or any(
-            item == k or k in item.parents or item in k.parents for k in keep
-        ):
-            continue
-        removed = True
-        if item.is_dir():
-            shutil.rmtree(item, ignore_errors=True)
-        else:
-            item.unlink(missing_ok=True)
-    return removed
-
-
-def _newest_complete_rank_step(root: Path, job_id: str) -> int | None:
-    """Newest step with at least one valid rank manifest (a node holds some ranks of a step)."""
-    for step in dirs.steps_in(root):
-        for rank in dirs.ranks_in(root, step):
-            try:
-                dirs.read_manifest(dirs.rank_dir(root, step, rank), job_id)
-                return step
-            except dirs.CheckpointInvalid:
-                continue
-    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -87,14 +88,18 @@ def test_sres_chaos_random_faults_identical_and_clean(tmp_path, small_disk, shar
         *(("--sharded",) if sharded else ()),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SRES_", "SLURM_"))}
+    # Its own session, so that a stuck run is stopped whole (the supervisor with it), under
+    # pytest-timeout's 300 s, and shows where it stuck.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
-        # Under pytest-timeout's 300 s, so that a stuck run shows where it stuck.
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=270, env=env)
-    except subprocess.TimeoutExpired as stuck:
-        pytest.fail(
-            f"sres chaos stuck after 270 s:\n{_tail(stuck.stdout)}\n{_tail(stuck.stderr)}\n"
-            + _events_tail(tmp_path)
-        )
+        out, err = proc.communicate(timeout=270)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"sres chaos stuck after 270 s:\n{_tail(out)}\n{_tail(err)}\n" + _events_tail(tmp_path))
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     assert "identical              yes" in done.stdout and "clean                  yes" in done.stdout, (
         done.stdout

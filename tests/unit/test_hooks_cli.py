@@ -156,7 +156,7 @@ def test_the_epilog_as_slurm_runs_it_cleans_the_ram_tier_and_imports_no_torch(tm
     from resilience.tiers.checkpoint_dirs import FileEntry, Manifest, rank_dir, steps_in
 
     own = tmp_path / "ram" / "job-41" / "node-n7" / "own"
-    for step in (10, 20):  # two complete steps, nothing persisted: the newest one stays
+    for step in (10, 20, 30):  # complete steps, nothing persisted: the newest keep_ram (2) stay
         path = rank_dir(own, step, 0)
         path.mkdir(parents=True)
         (path / "replicated.bin").write_bytes(b"x" * 64)
@@ -183,6 +183,6 @@ def test_the_epilog_as_slurm_runs_it_cleans_the_ram_tier_and_imports_no_torch(tm
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [line for line in result.stderr.splitlines() if line.endswith("| torch")] == []
-    assert steps_in(own) == [20]
+    assert steps_in(own) == [30, 20]
     cleanup = [json.loads(line) for line in log.read_text().splitlines() if '"cleanup"' in line]
     assert cleanup[0]["status"] == "ok" and cleanup[0]["ram_tier_removed"] is True
