@@ -7,6 +7,7 @@ cleanup work that never ends is stopped."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -112,3 +113,31 @@ def test_cleanup_work_that_never_ends_is_stopped_at_its_limit(victim):
     with pytest.raises(PrivilegeError, match="no answer within 1 s"):
         call_as(0, lambda: time.sleep(60), timeout_s=1)  # root's own job: a child all the same
     assert call_as(victim.uid, os.getuid, timeout_s=5) == victim.uid
+
+
+def test_root_verifies_a_users_checkpoints_as_that_user(victim, attacker):
+    """``sres ckpt verify`` by root (an admin) on a user's directory reads the user's own files
+    as theirs, and refuses one of another uid as a run would (never reading it as root)."""
+    ckpt = victim.home / "ckpt-verified-by-root"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    write = (
+        "import sys, torch\n"
+        "from resilience.state import snapshot\n"
+        "from resilience.tiers import manifest as mf\n"
+        "for rank in (0, 1):\n"
+        "    snap = snapshot.capture({'w': torch.full((64,), float(rank))}, 8)\n"
+        "    mf.write(sys.argv[1], 'j', 8, 2, rank, {'replicated': snap})\n"
+    )
+    made = victim.python(write, str(ckpt))
+    assert made.returncode == 0, made.stderr
+    verify = [sys.executable, "-m", "launcher.cli", "ckpt", "verify", str(ckpt)]
+    ok = subprocess.run(verify, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "ok  step 8: 2 rank(s)" in ok.stdout, ok.stdout + ok.stderr
+    planted = ckpt / "step-00000008" / "rank-00001" / "replicated.bin"
+    data = planted.read_bytes()
+    planted.unlink()
+    planted.write_bytes(data)  # the same bytes, now another user's file
+    os.chown(planted, attacker.uid, attacker.gid)
+    bad = subprocess.run(verify, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and f"written by uid {attacker.uid}" in bad.stderr, bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stderr

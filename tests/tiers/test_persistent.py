@@ -183,3 +183,30 @@ def test_ckpt_ls_and_verify_name_the_bad_file(tmp_path):
         and "no such directory" in missing.stderr
         and "Traceback" not in missing.stderr
     )
+
+
+@pytest.mark.slow  # about 5 minutes: the soak tier (``tests/run.sh -m slow``), not CI's
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "sharded"])
+def test_twenty_healthy_runs_leave_every_step_on_disk_whole(tmp_path, sharded):
+    """What a user saw once in six runs: a healthy run whose persistent tier ``sres ckpt verify``
+    calls BAD (one rank's part of a step pruned, another's kept)."""
+    for i in range(20):
+        persistent = tmp_path / f"persistent-{i}"
+        run = sres_tiers(
+            tmp_path / f"run-{i}",
+            tmp_path / "ram",
+            job=f"healthy-{i}",
+            nodes=2,
+            persistent=persistent,
+            train_args=("--sharded",) if sharded else (),
+        )
+        assert run.returncode == 0, dump(run)
+        verify = subprocess.run(
+            [sys.executable, "-m", "launcher.cli", "ckpt", "verify", str(persistent)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert verify.returncode == 0 and "BAD" not in verify.stdout, (
+            f"run {i}: {verify.stdout}{verify.stderr}"
+        )
