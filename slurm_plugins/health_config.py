@@ -203,6 +203,8 @@ def read_raw(path: Path) -> Any:
         return yaml.safe_load(path.read_text()) or {}
     except OSError as err:
         raise HealthConfigError(str(path), "", f"cannot read ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise HealthConfigError(str(path), "", "not UTF-8 text") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -16,4 +16,11 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    if abs(value) > LARGEST:
+        raise argparse.ArgumentTypeError(f"{text!r} is beyond {LARGEST:.0e} (a typo?)")
     return value
+
+
+LARGEST = 1e9
+"""No flag of ours means more (seconds, days, rates): a larger one is a typo, and as a timeout
+it overflows the clocks (``timestamp too large``) instead of failing in one line."""

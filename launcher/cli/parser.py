@@ -48,6 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SresError as err:
         print(f"sres: error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:
+        if err.filename is None:
+            raise  # not about a path the user gave: ours to fix, with its traceback
+        # A path the user named that cannot be used (unreadable, a file for a directory, ...).
+        print(f"sres: error: {err.filename}: {err.strerror}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from pathlib import Path
 
@@ -12,11 +13,18 @@ from launcher.observability.events import read_events
 from launcher.observability.simulate import (
     LLAMA3_FAILURES_PER_NODE_HOUR,
     Costs,
+    expected_inprocess,
+    expected_restart,
     Job,
     Result,
     measured_costs,
     monte_carlo,
 )
+
+MAX_TRIALS = 100_000
+MAX_FAILURES = 5_000_000
+"""Failures simulated over all trials of one scale (each costs a few microseconds): beyond this
+a typo (``--days 1e9``) would run for hours."""
 
 ASSUMPTIONS = """\
 The model (a model, not a measurement): node failures are a Poisson process at a constant rate
@@ -149,8 +157,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             f"--gpus {args.gpus} --gpus-per-node {args.gpus_per_node} --failures-per-node-hour "
             f"{args.failures_per_node_hour:g} --days {args.days:g}: {err}"
         ) from None
-    if args.trials < 1:
-        raise ConfigError("--trials must be at least 1")
+    if not 1 <= args.trials <= MAX_TRIALS:
+        raise ConfigError(f"--trials must be 1..{MAX_TRIALS} (got {args.trials})")
+    for job in jobs:
+        _check_size(job, costs, args.trials)
     rng = random.Random(args.seed)
     print(
         f"recovery {costs.recovery_s:.2f} s ({source}); redo {costs.lost_s:.1f} s per failure; "
@@ -175,6 +185,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     _plot(rows, args.plot)
     print(f"plot: {args.plot}")
     return 0
+
+
+def _check_size(job: Job, costs: Costs, trials: int) -> None:
+    """Refuse a simulation that would run for hours: the failures it must draw follow from the
+    model's own expected goodput (a recovery or restart that outlasts the time between failures
+    drives it to zero, and the failures to infinity)."""
+    try:
+        worst = min(expected_inprocess(job, costs), expected_restart(job, costs))
+    except (OverflowError, ZeroDivisionError):
+        worst = 0.0
+    failures = job.rate_per_s * job.work_hours * 3600 / worst if worst > 0 else math.inf
+    if failures * trials > MAX_FAILURES:
+        raise ConfigError(
+            f"{job.gpus} GPUs: about {failures:.3g} failures a run (one every {job.mtbf_s:.3g} s, "
+            f"goodput {worst:.2g}) x {trials} trials, more than {MAX_FAILURES:.0e} to simulate: "
+            "fewer days, GPUs or trials, a lower rate, or shorter recoveries and restarts"
+        )
 
 
 def _plot(rows: list[tuple[Job, list[Result]]], path: Path) -> None:

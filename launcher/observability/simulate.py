@@ -47,8 +47,10 @@ class Costs:
     restart_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if min(self.recovery_s, self.lost_s, self.ckpt_write_s, self.restart_s) < 0:
+        if min(self.recovery_s, self.lost_s, self.restart_s) < 0:
             raise ValueError("costs cannot be negative")
+        if self.ckpt_write_s <= 0:  # the Daly interval divides by it
+            raise ValueError(f"--ckpt-write-s {self.ckpt_write_s:g}: a checkpoint write takes time (> 0)")
         if not 0 <= self.steady_overhead < 1:
             raise ValueError(f"steady overhead {self.steady_overhead}: a fraction in [0, 1)")
 

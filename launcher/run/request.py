@@ -106,6 +106,11 @@ class RunOptions:
         return cls(**values)
 
 
+MAX_COUNT = 100_000
+"""Nodes, ranks per node or spares beyond any cluster: a count this large is a typo, and one of
+ten digits would have the supervisor build a plan of billions of slots before anything ran."""
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """One run: its command and shape, where its ranks run, and how it is supervised."""
@@ -135,6 +140,9 @@ class RunRequest:
             raise ConfigError(f"options: {self.options!r} is not a RunOptions")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"launcher {self.launcher!r}: one of {', '.join(LAUNCHERS)}")
+        for name in ("nodes", "procs_per_node", "spares"):
+            if getattr(self, name) > MAX_COUNT:
+                raise ConfigError(f"{flag(name)} {getattr(self, name)}: more than {MAX_COUNT} (a typo?)")
         repair = self.options.repair_after
         if repair is not None and (self.launcher == "slurm" or repair < 0):
             raise ConfigError(

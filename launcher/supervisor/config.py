@@ -82,6 +82,9 @@ class RunConfig:
             raise ConfigError(f"--reform-timeout must be positive (got {self.reform_timeout_s:g})")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {self.metrics_port}: a port is 0..65535 (0: any free one)")
+        text = self.metrics_textfile
+        if text is not None and (str(text) in ("", ".") or Path(text).is_dir()):
+            raise ConfigError(f"--metrics-textfile {str(text)!r}: name a file (a *.prom), not a directory")
         if self.replication_factor < 1:
             raise ConfigError("the replication factor must be at least 1")
         if self.node_fault_after < 1:

@@ -78,7 +78,7 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
-        out: TextIO = sys.stderr,
+        out: TextIO | None = None,
     ) -> None:
         self.config = config
         self.placement: Placement = placement or LocalPlacement(config.log_dir)
@@ -91,7 +91,7 @@ class Supervisor:
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
-        self.executor = Executor(self._hands(out))
+        self.executor = Executor(self._hands(out or sys.stderr))  # stderr as it is now, not at import
         p = self.placement  # each part takes the capabilities it uses
         self.observer = Observer(
             config,

@@ -168,7 +168,7 @@ class ElasticConfig:
 
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
             raise ElasticConfigError(f"--elastic-config {path}: {err}") from None
         if not isinstance(data, dict):
             raise ElasticConfigError(f"--elastic-config {path}: expected a mapping of keys")

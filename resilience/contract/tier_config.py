@@ -127,7 +127,7 @@ def _yaml_settings(path: Path) -> dict[str, Any]:
 
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise TierConfigError(f"{path}: cannot read the tier settings ({err})") from None
     data = data.get("tiers", data) if isinstance(data, dict) else data
     if not isinstance(data, dict):
