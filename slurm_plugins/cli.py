@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from launcher.cli.arg_types import finite_float
 from launcher.errors import SresError
 
 CONFIG_HELP = "health config (default: $SRES_HEALTH_CONFIG, else /etc/sres/health.yaml)"
@@ -138,9 +137,7 @@ def _add_ssh_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="trust host keys not in known_hosts (first install on new nodes)",
     )
-    p.add_argument(
-        "--timeout", type=finite_float, default=20.0, help="seconds for each SSH connect and command"
-    )
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds for each SSH connect and command")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
