@@ -8,10 +8,11 @@ epilog``, ``sres`` being ``launcher.entry``), in the environment slurmd gives an
 ``PATH``), against a RAM tier of its own: a temporary directory (``ram_root`` in the hook
 config; under ``--ram-parent``, default /dev/shm) holding a job's checkpoints, 2 nodes x 3
 steps x 4 ranks x ``--mib``, ``own`` and ``neighbour``, re-made before each trial.
-The epilog removes every step but the newest of each part (nothing is persisted); each trial
-checks that it did. No Slurm is needed: the checks that would ask a cluster or read NVML
-(slurmctld, processes, gpu) are off on both sides, so the time is the entry's own plus the
-cleanup, the memory/disk/shm checks and the JSON log.
+The epilog removes every step but the newest of each part (nothing is persisted; the newest two
+since it keeps ``keep_ram`` steps per rank); each trial checks that it did. No Slurm is needed:
+the checks that would ask a cluster or read NVML (slurmctld, processes, gpu) are off on both
+sides, so the time is the entry's own plus the cleanup, the memory/disk/shm checks and the JSON
+log.
 
 Both sides run from their own tree (a git worktree of ``--base``), alternating which goes
 first. An untimed run of each first (it also warms the page cache) says whether that side
@@ -105,9 +106,13 @@ class Side:
         if done.returncode != 0:
             raise SystemExit(f"{self.name}: the epilog exited {done.returncode}:\n{done.stderr[-2000:]}")
         left = sorted(p.relative_to(self.ram).as_posix() for p in self.ram.glob("job-*/node-*/*/step-*"))
-        wanted = sorted(f"job-{JOB}/node-{n}/{part}/step-{newest:08d}" for n in NODES for part in PARTS)
-        if left != wanted:
-            raise SystemExit(f"{self.name}: the epilog left {left}, expected {wanted}")
+        # Before 2026-11-25 the newest step of each part stayed; since, the newest keep_ram (2).
+        wanted = [
+            sorted(f"job-{JOB}/node-{n}/{part}/step-{s:08d}" for n in NODES for part in PARTS for s in steps)
+            for steps in ([newest], [newest - 10, newest])
+        ]
+        if left not in wanted:
+            raise SystemExit(f"{self.name}: the epilog left {left}, expected one of {wanted}")
         return took, done.stderr
 
 
