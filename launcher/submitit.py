@@ -5,9 +5,11 @@ A contract (code outside the project imports these names)::
     from launcher.submitit import ResilientExecutor
     ex = ResilientExecutor(folder="logs/%j")            # Slurm when sbatch is here, else this machine
     ex.update_parameters(nodes=4, spares=1, timeout_min=60, slurm_partition="gpu", max_restarts=3)
-    job = ex.submit(train, *args)                       # train(ctx, *args), as under sres run
+    job = ex.submit(train, *args)                       # train(ctx, *args), as under sres run;
+                                                        # any other callable runs as itself
     print(job.result())                                 # what rank 0's train returned
     print(job.events())                                 # the run's events.jsonl, as dicts
+    print(job.faults())                                 # its fault events: what recovery fixed
 
 It is submitit's own machinery (pickles, folders, ``job.result()``, ``job.cancel()``), with one
 process per job that runs the sres supervisor (``launcher.submitit_job``). The parameters make a
@@ -35,12 +37,17 @@ from launcher.observability.events import read_events
 from launcher.run import environment
 from launcher.run.request import RunOptions, RunRequest
 from launcher.submitit_job import command_line, run_dir
+from resilience import submitted_call
 
 CLUSTERS = ("slurm", "local")
 SHAPE = ("nodes", "spares", "tasks_per_node", "max_restarts")
 """The run's shape, ours to interpret (submitit would give them to sbatch)."""
 SHARED = ("timeout_min", "name", "stderr_to_stdout")
 """submitit's generic parameters that both backends take."""
+GENERIC = ("mem_gb", "cpus_per_task", "gpus_per_node")
+"""AutoExecutor's other generic names: sbatch's after submitit's conversion, kept but unused locally."""
+LOCAL = ("setup", "visible_gpus", "signal_delay_s")
+"""LocalExecutor's own names (``local_`` prefixed, as AutoExecutor spells them, taken too)."""
 SRES_OPTIONS = frozenset(f.name for f in fields(RunOptions)) - {"log_dir"}
 """Parameters that are sres options (``RunOptions``' fields): every option ``sres run`` and
 ``sres srun`` share, but the log dir, which is the job's (``<folder>/<job id>_sres``)."""
@@ -63,6 +70,11 @@ class _Events:
     def events(self) -> list[dict]:
         path = run_dir(self.paths.folder, self.job_id) / "events.jsonl"
         return read_events(path) if path.exists() else []
+
+    def faults(self) -> list[dict]:
+        """The faults the run met so far, as ``fault`` events: a job that succeeded recovered from
+        each (its result is what a run without them gives), so a one-off error is not hidden."""
+        return [event for event in self.events() if event["event"] == "fault"]
 
 
 class ResilientLocalJob(LocalJob, _Events):
@@ -164,6 +176,23 @@ class _SlurmBackend(_SresCommand, SlurmExecutor):
         ]
 
 
+def _unprefixed(kwargs: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """AutoExecutor's spellings: ``local_setup`` is ``setup`` locally; ``slurm_mem_gb`` (a generic
+    name prefixed) is ``mem_gb`` on Slurm. The other cluster's prefixed names are ignored, as
+    AutoExecutor ignores them; ``slurm_*`` sbatch names stay for the Slurm backend."""
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        prefix, _, rest = key.partition("_")
+        if prefix == "local" and rest in (*SHARED, *GENERIC, *LOCAL):
+            if cluster == "local":
+                out[rest] = value
+        elif prefix == "slurm" and rest in (*SHARED, *GENERIC):
+            out[rest if cluster == "slurm" else key] = value
+        else:
+            out[key] = value
+    return out
+
+
 def slurm_available() -> bool:
     return shutil.which("sbatch") is not None
 
@@ -175,8 +204,11 @@ class ResilientExecutor(core.Executor):
     local (as submitit's AutoExecutor decides). Parameters: the run's shape (``nodes``,
     ``spares``, ``tasks_per_node``, ``max_restarts``), every option of ``sres run``/``sres srun``
     by its long name (``inject``, ``hang_timeout``, ``persistent_dir``, ``min_nodes``, ...: the
-    fields of ``RunOptions``), submitit's ``timeout_min``/``name``, and ``slurm_*`` parameters for
-    sbatch (ignored locally). An unknown name or a bad value raises ValueError at once. Options
+    fields of ``RunOptions``), AutoExecutor's generic names (``timeout_min``, ``name``,
+    ``mem_gb``, ``cpus_per_task``, ``gpus_per_node``, ``stderr_to_stdout``, converted as submitit
+    converts them), LocalExecutor's (``setup``, ``visible_gpus``, ``signal_delay_s``; also
+    ``local_``-prefixed), and ``slurm_*`` parameters for sbatch (ignored locally). An unknown name
+    or a bad value raises ValueError at once; ``executor.parameters`` holds what was set. Options
     not given come from this process's ``SRES_*`` variables, read when parameters are set.
     """
 
@@ -186,6 +218,7 @@ class ResilientExecutor(core.Executor):
         cluster: str | None = None,
         max_num_timeout: int = 3,
         python: str | None = None,
+        max_pickle_size_gb: float = 1.0,
     ) -> None:
         super().__init__(folder)
         cluster = cluster or ("slurm" if slurm_available() else "local")
@@ -194,7 +227,9 @@ class ResilientExecutor(core.Executor):
         self.cluster = cluster
         self.max_num_timeout = max_num_timeout
         backend = _SlurmBackend if cluster == "slurm" else _LocalBackend
-        self._executor = backend(folder, max_num_timeout=max_num_timeout, python=python)
+        self._executor = backend(
+            folder, max_num_timeout=max_num_timeout, python=python, max_pickle_size_gb=max_pickle_size_gb
+        )
         self._shape: dict[str, int] = {"nodes": 1, "spares": 0, "tasks_per_node": 1, "max_restarts": 3}
         self._sres: dict[str, Any] = {}
         self._sbatch_extra: dict[str, Any] = {}
@@ -205,30 +240,45 @@ class ResilientExecutor(core.Executor):
     def job_class(self) -> type[core.Job]:  # type: ignore[override]
         return self._executor.job_class
 
+    @property
+    def max_pickle_size_gb(self) -> float:
+        """submitit's bound on a submission's pickles (its backends check it at submit)."""
+        return self._executor.max_pickle_size_gb
+
+    @max_pickle_size_gb.setter
+    def max_pickle_size_gb(self, value: float) -> None:
+        self._executor.max_pickle_size_gb = value
+
     def _internal_update_parameters(self, **kwargs: Any) -> None:
+        given = dict(kwargs)
+        kwargs = _unprefixed(kwargs, self.cluster)
         shape = {k: kwargs.pop(k) for k in SHAPE if k in kwargs}
         for key, value in shape.items():
             if not isinstance(value, int) or value < (1 if key in ("nodes", "tasks_per_node") else 0):
                 raise ValueError(f"{key}={value!r}: a whole number, at least {1 if key != 'spares' else 0}")
-        backend = {k: kwargs.pop(k) for k in SHARED if k in kwargs}
+        backend = {k: kwargs.pop(k) for k in (*SHARED, *GENERIC) if k in kwargs}
+        local = {k: kwargs.pop(k) for k in LOCAL if k in kwargs}
         slurm = {k.removeprefix("slurm_"): kwargs.pop(k) for k in list(kwargs) if k.startswith("slurm_")}
         sres = {**self._sres, **kwargs}
         unknown = next((key for key in sres if key not in SRES_OPTIONS), None)
         if unknown is not None:
             raise ValueError(f"unknown parameter {unknown!r}: not a submitit or sres option")
         self._request({**self._shape, **shape}, sres)  # refuses a bad value before anything changes
+        signal_delay_s = slurm.pop("signal_delay_s", local.pop("signal_delay_s", self._signal_delay_s))
+        if not isinstance(signal_delay_s, int) or signal_delay_s < 0:
+            raise ValueError(f"signal_delay_s={signal_delay_s!r}: a whole number of seconds, at least 0")
         self._sbatch_extra.update(slurm.pop("additional_parameters", {}))
-        self._signal_delay_s = slurm.pop("signal_delay_s", self._signal_delay_s)
-        self._shape.update(shape)
-        self._sres = sres
         if self.cluster == "slurm":
             if "timeout_min" in backend:
-                slurm["time"] = int(backend.pop("timeout_min"))
-            if "name" in backend:
-                slurm["job_name"] = backend.pop("name")
-            self._executor.update_parameters(**slurm, **backend)
+                backend["timeout_min"] = int(backend["timeout_min"])
+            slurm.update(self._executor._convert_parameters(backend))  # submitit's: mem_gb=4 -> mem="4GB"
+            self._executor.update_parameters(**slurm)
         else:
-            self._executor.update_parameters(**backend)
+            self._executor.update_parameters(**backend, **local, signal_delay_s=signal_delay_s)
+        self._signal_delay_s = signal_delay_s
+        self._shape.update(shape)
+        self._sres = sres
+        self.parameters.update(given)
         self._apply()
 
     def _request(self, shape: dict[str, int], sres: dict[str, Any]) -> RunRequest:
@@ -277,4 +327,6 @@ class ResilientExecutor(core.Executor):
     def _internal_process_submissions(
         self, delayed_submissions: list[utils.DelayedSubmission]
     ) -> list[core.Job]:
+        for delayed in delayed_submissions:  # before anything is written or queued
+            submitted_call.check(delayed.function, delayed.args, delayed.kwargs)
         return self._executor._internal_process_submissions(delayed_submissions)

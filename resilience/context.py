@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.errors import RegistrationError
+from resilience.rank_place import RankPlace
 from resilience.state import committed, snapshot
 
 
@@ -55,10 +56,13 @@ class Context:
         log_dir: str = "",
         batch_settings: tuple[str, str] | None = None,
         restore_rng: bool = True,
+        place: RankPlace | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
+        self.place = place or RankPlace(rank, world_size, local_rank, world_size, node=0, num_nodes=1)
+        """This rank's node and its node's ranks too, in this generation (changes on re-entry)."""
         self.generation = generation
         self.step = step
         """Index of the last committed step; -1 before the first commit."""

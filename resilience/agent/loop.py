@@ -36,6 +36,7 @@ from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.ddp import deterministic_by_default
 from resilience.errors import RegistrationError, Unrecoverable
+from resilience.rank_place import RankPlace, place_of, torch_variables
 from resilience.state import snapshot
 from resilience.state.replication import BuddyReplicator
 from resilience.tiers.agent import TierAgent
@@ -64,6 +65,7 @@ class Agent(CommitPipeline):
         )  # only then a pause is asked before each step
         self.plan: Plan | None = None
         self.rank = -1
+        self.place: RankPlace | None = None
         self.state_group: dist.ProcessGroup | None = None
         self.replicator: BuddyReplicator | None = None
         self._live: Context | None = None
@@ -163,7 +165,8 @@ class Agent(CommitPipeline):
         """This process's rank and local rank in ``plan`` (a standby's local rank is new); the
         injections due as it joins fire here."""
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
-        local_rank = os.environ["LOCAL_RANK"] = str(plan.slots[self.env.slot].local_rank)
+        self.place = place_of(plan, self.env.slot)
+        os.environ.update(torch_variables(self.place, self.env.store_host, self.env.store_port))
         self._inject(
             faults.due(
                 self.env.injections,
@@ -173,7 +176,7 @@ class Agent(CommitPipeline):
                 kinds=("kill", "node"),
             )
         )
-        return int(local_rank)
+        return self.place.local_rank
 
     def _train_generation(self, plan: Plan, local_rank: int, train: Callable[[Context], None]) -> str:
         """Form, recover, run ``train`` and wait for every rank to finish; the fingerprint of
@@ -195,6 +198,7 @@ class Agent(CommitPipeline):
                 log_dir=self.env.log_dir,
                 batch_settings=self._batch_settings,
                 restore_rng=self.env.restore_rng,
+                place=self.place,
             )
             self._live = ctx
             self._timer = StepTimer(self.store, self.env.slot, plan.generation)

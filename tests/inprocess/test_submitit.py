@@ -3,6 +3,7 @@ as ``sres run`` (simulated nodes, real processes, gloo, real SIGKILLs) behind su
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
 from tests.support.slurm_cluster import wait_processes_gone
-from tests.support.submitit_jobs import always_raises
+from tests.support.submitit_jobs import add, always_raises, count_calls_and_raise, record_places
 
 STEPS = 20
 
@@ -80,3 +81,45 @@ def test_batch_and_map_array_give_resilient_jobs(tmp_path):
     results = [job.result() for job in batched + mapped]
     assert results[:2] == results[2:] and results[0] != results[1]
     assert all(job.events()[-1]["event"] == "finished" for job in batched + mapped)
+
+
+def test_a_plain_function_runs_as_itself(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)
+    assert ex.submit(add, 1, 2).result() == 3
+
+
+def test_every_rank_reads_its_true_place_from_submitit_and_torch_after_a_node_loss(tmp_path):
+    """Node 1 is lost at step 3 and the spare node takes its rank: what that process reads of
+    submitit's JobEnvironment, TorchDistributedEnvironment and RANK/WORLD_SIZE/LOCAL_RANK is
+    rank 1 of 2, on node 1 of 2 (not the spare's slot, not rank 0 of 1)."""
+    out = tmp_path / "places"
+    out.mkdir()
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=2, spares=1, timeout_min=10, no_tiers=True, inject=["node:1:step=3"])
+    job = ex.submit(record_places, str(out), 8)
+    job.result()
+    assert [e["node"] for e in job.events() if e["event"] == "fault"] == [1]
+    for rank in (0, 1):
+        seen = json.loads((out / f"rank{rank}.json").read_text())
+        assert seen == {
+            "job": [rank, 0, 2, rank, 2],
+            "torch_distributed_environment": [rank, 2, 0],
+            "torch": [rank, 2, 0],
+            "ctx": [rank, 2],
+        }
+
+
+def test_the_same_error_every_time_runs_twice_and_a_one_off_shows_as_a_recovered_fault(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)  # max_restarts: the default, 3
+    always, once = tmp_path / "always.calls", tmp_path / "once.calls"
+    deterministic = ex.submit(count_calls_and_raise, str(always), 99)
+    one_off = ex.submit(count_calls_and_raise, str(once), 1)
+    with pytest.raises(submitit.core.utils.FailedJobError, match="the same error every time"):
+        deterministic.result()
+    assert len(always.read_text().splitlines()) == 2
+    assert one_off.result() == "ok"
+    (fault,) = one_off.faults()
+    assert (fault["kind"], fault["message"]) == ("exception", "ValueError: the same error every time")
+    assert one_off.events()[-1]["event"] == "finished" and one_off.events()[-1]["faults"] == 1

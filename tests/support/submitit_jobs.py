@@ -3,6 +3,46 @@ them by module and name."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
+
+import submitit
+import submitit.helpers
+
+import resilience
+
 
 def always_raises(ctx, message: str) -> None:
     raise ValueError(message)
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def record_places(out_dir: str, steps: int, ctx: resilience.Context) -> None:
+    """Commit ``steps`` empty steps, then write what submitit and torch say of this rank's place
+    (``rank<k>.json``, k as submitit says it): read after any re-formation, as user code would."""
+    for _ in ctx.steps(steps):
+        with ctx.commit():
+            time.sleep(0.05)
+    job = submitit.JobEnvironment()
+    dist_env = submitit.helpers.TorchDistributedEnvironment()
+    seen = {
+        "job": [job.global_rank, job.local_rank, job.num_tasks, job.node, job.num_nodes],
+        "torch_distributed_environment": [dist_env.rank, dist_env.world_size, dist_env.local_rank],
+        "torch": [int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")],
+        "ctx": [ctx.rank, ctx.world_size],
+    }
+    Path(out_dir, f"rank{job.global_rank}.json").write_text(json.dumps(seen))
+
+
+def count_calls_and_raise(calls: str, fail_times: int) -> str:
+    """Append a line to ``calls`` per call; raise on the first ``fail_times`` calls."""
+    with open(calls, "a") as out:
+        out.write("call\n")
+    if len(Path(calls).read_text().splitlines()) <= fail_times:
+        raise ValueError("the same error every time")
+    return "ok"

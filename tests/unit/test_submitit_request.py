@@ -114,3 +114,45 @@ def test_the_job_latches_the_request_s_signal(tmp_path):
 def test_the_job_refuses_a_command_line_it_cannot_read(capsys):
     assert submitit_job.main(["folder", "--what"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_autoexecutors_generic_names_reach_sbatch_as_submitit_converts_them(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm")
+    given = dict(
+        nodes=2,
+        mem_gb=4,
+        cpus_per_task=3,
+        gpus_per_node=1,
+        timeout_min=30,
+        name="mine",
+        slurm_setup=["export HELLO=1"],
+        slurm_signal_delay_s=90,
+        slurm_partition="debug",
+    )
+    ex.update_parameters(**given)
+    script = ex._executor._make_submission_file_text(ex._executor._submitit_command_str, "id")
+    for line in (
+        "--mem=4GB",
+        "--cpus-per-task=3",
+        "--gpus-per-node=1",
+        "--time=30",
+        "--job-name=mine",
+        "--partition=debug",
+        "--signal=B:USR2@90",
+    ):
+        assert f"#SBATCH {line}\n" in script
+    assert "\nexport HELLO=1\n" in script
+    assert ex.parameters == given  # as submitit users read them back
+
+
+def test_local_names_and_autoexecutors_local_prefix_are_taken(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local", max_pickle_size_gb=0.5)
+    ex.update_parameters(local_setup=["touch here"], signal_delay_s=5, mem_gb=2, slurm_partition="x")
+    backend = ex._executor.parameters
+    assert (backend["setup"], backend["signal_delay_s"], backend["mem_gb"]) == (["touch here"], 5, 2)
+    assert "partition" not in backend and "slurm_partition" not in backend  # Slurm's, ignored here
+    assert ex.max_pickle_size_gb == 0.5
+    ex.max_pickle_size_gb = 2.0
+    assert ex._executor.max_pickle_size_gb == 2.0
+    with pytest.raises(ValueError, match="signal_delay_s=-1"):
+        ex.update_parameters(signal_delay_s=-1)
