@@ -1,6 +1,8 @@
 """Child processes of the supervisor, one per slot: what every placement starts its ranks with.
 
-Each process runs in a session of its own (killing it kills what it started), its output goes
+Each process runs in a session of its own (killing it kills what it started), dies with the
+supervisor (a parent-death signal: an out-of-memory kill of the supervisor leaves no rank behind,
+even one still importing torch, before its liveness connection exists), its output goes
 to ``<log dir>/ranks/<slot>.log``, and the lines of the slot being echoed (the process that
 holds rank 0) are also written to the console, so a user sees one training log. A placement
 holds one of these and says what to run: the rank's command itself (``local``) or an ``srun``
@@ -9,15 +11,18 @@ step that runs it (``srun``).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from launcher.errors import ConfigError
+
+PR_SET_PDEATHSIG = 1
 
 
 class Processes:
@@ -31,6 +36,7 @@ class Processes:
         self._echo_lock = threading.Lock()
 
     def start(self, slot: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+        main_thread = threading.current_thread() is threading.main_thread()
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -39,6 +45,7 @@ class Processes:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()) if main_thread else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as err:
             raise ConfigError(f"cannot start {argv[0]}: {err.strerror} (the training command)") from None
@@ -83,3 +90,19 @@ class Processes:
                         self._echo.write(line.decode(errors="replace"))
                         self._echo.flush()
         out.close()
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the child runs before exec: SIGKILL when ``parent`` dies (Linux's parent-death signal).
+
+    The signal follows the thread that forked, not the process: it is asked only when the main
+    thread starts the child (a worker thread's exit would kill the rank). ``prctl`` is looked up
+    here, before the fork, so the child calls it without loading anything."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the signal was asked for
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import contextlib
 import os
+import socket
 import sys
 import threading
 import time
@@ -77,7 +79,8 @@ class Heartbeat:
 
     The heartbeat is a counter bumped on the thread's own store connection. A hung process
     (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
-    the hang timeout, which turns a hang into an ordinary process fault. Between beats the
+    the hang timeout, which turns a hang into an ordinary process fault. When the supervisor is
+    gone (its end of the liveness connection closed) the process exits at once. Between beats the
     thread polls for a newer plan: when one appears while this process still runs the old
     generation, it releases the main thread (see :mod:`resilience.agent.abort`).
     """
@@ -88,8 +91,17 @@ class Heartbeat:
     wait that spun at 100% CPU after its sockets were shut down). The supervisor sees a
     process fault and restarts it; its state comes from peers. Progress is guaranteed."""
 
-    def __init__(self, store: RunStore, slot: str, period_s: float, watch: GenerationWatch) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        slot: str,
+        period_s: float,
+        watch: GenerationWatch,
+        supervisor_link: socket.socket | None = None,
+    ) -> None:
         self.store = store.clone()
+        self.supervisor_link = supervisor_link
+        """This process's liveness connection: the supervisor's end closes when it dies."""
         self.period_s = period_s
         self.watch = watch
         self._stop = threading.Event()
@@ -100,10 +112,30 @@ class Heartbeat:
 
     def start(self) -> None:
         self._thread.start()
+        if self.supervisor_link is not None:
+            threading.Thread(target=self._watch_supervisor, name="sres-supervisor-link", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+    def _watch_supervisor(self) -> None:
+        """Exit when the supervisor's end of the liveness connection closes: it sends nothing after
+        the hello, so a read returns only then. A store call would notice too, but only after its
+        client's reconnect attempts: the ranks of a SIGKILLed supervisor (an out-of-memory kill)
+        kept training for no one for 30-40 s, holding their GPUs."""
+        link = self.supervisor_link
+        assert link is not None
+        try:
+            link.settimeout(None)
+            while link.recv(64):
+                pass  # never sent; read and ignored
+        except OSError:
+            pass  # reset: gone as well
+        if not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                os.write(2, b"sres: the supervisor is gone (its liveness connection closed): exiting\n")
+            os._exit(3)
 
     def _beat(self) -> None:
         next_beat = 0.0

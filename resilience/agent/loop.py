@@ -78,7 +78,7 @@ class Agent(CommitPipeline):
         self._timer = StepTimer(self.store, env.slot, 0)  # one per generation, from its start
         self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
-        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch)
+        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self.tiers = TierAgent.create(
             env.tiers,
             self.store,

@@ -4,7 +4,10 @@ as ``sres run`` (simulated nodes, real processes, gloo, real SIGKILLs) behind su
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 import submitit
@@ -13,7 +16,7 @@ from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
 from tests.support.slurm_cluster import wait_processes_gone
-from tests.support.submitit_jobs import add, always_raises, count_calls_and_raise, record_places
+from tests.support.submitit_jobs import a_lock, add, always_raises, count_calls_and_raise, record_places
 
 STEPS = 20
 
@@ -123,3 +126,28 @@ def test_the_same_error_every_time_runs_twice_and_a_one_off_shows_as_a_recovered
     (fault,) = one_off.faults()
     assert (fault["kind"], fault["message"]) == ("exception", "ValueError: the same error every time")
     assert one_off.events()[-1]["event"] == "finished" and one_off.events()[-1]["faults"] == 1
+
+
+@pytest.mark.parametrize("when", ["importing", "training"])
+def test_a_supervisor_killed_as_an_oom_kill_would_leaves_no_rank_after_5_s(tmp_path, when):
+    """Its ranks die with it: still importing torch (the parent-death signal), or training (that
+    too, and the closed liveness connection)."""
+    job = executor(tmp_path).submit(train, 10_000, 256, 0.05)
+    log_dir = run_dir(job.paths.folder, job.job_id)
+    started = {"importing": log_dir / "events.jsonl", "training": log_dir / "step_times.jsonl"}[when]
+    deadline = time.monotonic() + 120
+    while not (started.exists() and started.stat().st_size):
+        assert time.monotonic() < deadline and job._process.poll() is None, "the run never got there"
+        time.sleep(0.1)
+    (supervisor,) = Path(f"/proc/{job._process.pid}/task/{job._process.pid}/children").read_text().split()
+    os.kill(int(supervisor), signal.SIGKILL)
+    wait_processes_gone(log_dir, timeout=5)
+
+
+def test_a_result_that_cannot_be_pickled_is_the_jobs_error_named(tmp_path):
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)
+    with pytest.raises(
+        submitit.core.utils.FailedJobError, match="cannot be pickled: TypeError: cannot pickle"
+    ):
+        ex.submit(a_lock).result()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -46,3 +47,7 @@ def count_calls_and_raise(calls: str, fail_times: int) -> str:
     if len(Path(calls).read_text().splitlines()) <= fail_times:
         raise ValueError("the same error every time")
     return "ok"
+
+
+def a_lock() -> threading.Lock:
+    return threading.Lock()  # cannot be pickled
