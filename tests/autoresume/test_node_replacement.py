@@ -35,8 +35,13 @@ def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, 
     assert drained["host"] == victim and replaced["host"] == spare and replaced["how"] == "spare"
     # The node is killed from outside, at any moment: inside the window between a commit and
     # its copy reaching the buddy, the rank's part of that step is gone and the step before it
-    # is redone. Never more than that one step.
-    assert recovered["steps_lost"] <= 1 and recovered["source"] == "peer", recovered
+    # is redone, from the tiers (the neighbour copy) when the peers hold only the newer commit.
+    # Never more than that one step (recovery_plan.plan_rank_parts; the digests are exact).
+    assert recovered["steps_lost"] <= 1, recovered
+    assert recovered["source"] == "peer" or (recovered["steps_lost"], recovered["source"]) == (
+        1,
+        "neighbour",
+    ), recovered
     assert all(
         isinstance(e[k], float)
         for e, k in [

@@ -3,6 +3,7 @@ survive a real node death, preemption and cancellation, and report results and f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
 from tests.support.slurm_cluster import wait_processes_gone
-from tests.support.submitit_jobs import always_raises
+from tests.support.submitit_jobs import always_raises, record_places
 from tests.support.training_jobs import wait_job
 
 pytestmark = pytest.mark.cluster
@@ -179,3 +180,19 @@ def test_a_node_without_scontrol_fails_the_job_with_one_clear_line(slurm_env, tm
     ):
         job.result()
     assert final_state(job) == "FAILED"
+
+
+def test_each_rank_of_a_two_node_job_reads_its_own_place_from_submitit(slurm_env, tmp_path):
+    """Each rank is an srun step of its own (SLURM_PROCID 0 of 1 there): what the function reads of
+    submitit's JobEnvironment, TorchDistributedEnvironment and RANK/WORLD_SIZE is its rank of 2."""
+    out = tmp_path / "places"
+    out.mkdir()
+    job = executor(tmp_path, nodes=2, spares=0, no_tiers=True).submit(record_places, str(out), 4)
+    job.result()
+    for rank in (0, 1):
+        assert json.loads((out / f"rank{rank}.json").read_text()) == {
+            "job": [rank, 0, 2, rank, 2],
+            "torch_distributed_environment": [rank, 2, 0],
+            "torch": [rank, 2, 0],
+            "ctx": [rank, 2],
+        }
