@@ -7,7 +7,7 @@ process completes it (every rank runs ``resilience.submitit_rank`` on this job's
 log dir is ``<folder>/<job id>_sres``) and runs it with ``supervise``; rank 0 writes the return
 value. When the run fails, this process writes the failure where ``job.exception()`` reads it:
 the first failing rank's traceback and sres's one-line reason. A run that requeued itself
-writes nothing: the job runs again, with the same command line.
+writes nothing (the job runs again, with the same command line), nor does a cancelled one.
 
 Jobs submitted before requests existed run ``FOLDER -- run|srun [sres options]``: that form
 still works (through the CLI's parser).
@@ -38,6 +38,7 @@ from submitit.core import utils  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import read_events  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
+from launcher.observability.event_types import INTERRUPTED  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
     except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
-    if not paths.result_pickle.exists() and not _requeued(log_dir):
+    if not paths.result_pickle.exists() and not _ended_without_outcome(log_dir):
         with utils.temporary_save_path(paths.result_pickle) as tmp:
             utils.cloudpickle_dump(("error", error or failure_text(log_dir, code)), tmp)
     return code
@@ -105,10 +106,16 @@ def failure_text(log_dir: Path, code: int) -> str:
     return f"{trace}\nsres: {failed['reason']}" if trace else f"sres: {failed['reason']}"
 
 
-def _requeued(log_dir: Path) -> bool:
+def _ended_without_outcome(log_dir: Path) -> bool:
+    """A run that requeued itself (the job runs again) or was cancelled writes no result: as under
+    submitit's own executors, ``job.exception()`` is then an ``UncompletedJobError``, not a failure
+    of the function's."""
     path = log_dir / "events.jsonl"
     events = read_events(path) if path.exists() else []
-    return bool(events) and events[-1]["event"] == "requeue"
+    end = next((e for e in reversed(events) if e["event"] in ("requeue", "failed", "finished")), {})
+    return end.get("event") == "requeue" or (
+        end.get("event") == "failed" and end.get("reason") == INTERRUPTED
+    )
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ class Supervisor:
             # Ctrl-C, or a canceller that kills this process soon after (submitit's local
             # controller: SIGINT, then SIGKILL a second later): the ranks go first, not last.
             self.placement.stop_all(timeout_s=0.0)
-            return self.executor.fail("interrupted")
+            return self.executor.fail(event_types.INTERRUPTED)
         except SresError as err:  # a user's, met only once running (a command that cannot start)
             return self.executor.fail(str(err))
         except BaseException as err:

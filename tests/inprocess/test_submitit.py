@@ -151,3 +151,23 @@ def test_a_result_that_cannot_be_pickled_is_the_jobs_error_named(tmp_path):
         submitit.core.utils.FailedJobError, match="cannot be pickled: TypeError: cannot pickle"
     ):
         ex.submit(a_lock).result()
+
+
+def test_a_cancelled_job_is_uncompleted_not_failed(tmp_path):
+    """As under submitit's own executors: the function did not fail, it was stopped."""
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
+    ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)
+    job = ex.submit(time.sleep, 60)
+    deadline = time.monotonic() + 60
+    while not any(e["event"] == "generation" for e in job.events()):
+        assert time.monotonic() < deadline, "the run never formed"
+        time.sleep(0.2)
+    time.sleep(3)  # the rank is in the function
+    (supervisor,) = Path(f"/proc/{job._process.pid}/task/{job._process.pid}/children").read_text().split()
+    job.cancel()
+    while Path(f"/proc/{supervisor}").exists():  # it has written what it writes
+        assert time.monotonic() < deadline + 60, "the job's process outlived its cancel"
+        time.sleep(0.1)
+    job._results_timeout_s = 1  # submitit waits 15 s (x2 locally) for a result that never comes
+    error = job.exception()  # submitit's FailedJobError is an UncompletedJobError too: the class itself
+    assert type(error) is submitit.core.utils.UncompletedJobError, error
