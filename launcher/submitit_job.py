@@ -36,9 +36,8 @@ import submitit  # noqa: E402
 from submitit.core import utils  # noqa: E402
 
 from launcher.errors import SresError  # noqa: E402
-from launcher.observability.events import read_events  # noqa: E402
+from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
-from launcher.observability.event_types import INTERRUPTED  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 SUPERVISOR = "supervisor"
 RANK = "rank"
 
-INTERRUPTED = "interrupted"
-"""The ``failed`` event's reason for a run stopped by SIGINT: it has no outcome of its own."""
-
 
 @dataclass(frozen=True)
 class Field:
@@ -294,7 +291,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "The run failed.",
         SUPERVISOR,
         (
-            Field("reason", "str", f"why ({INTERRUPTED!r}: stopped by SIGINT, as Ctrl-C or a cancel does)"),
+            Field("reason", "str", "why ('interrupted': stopped by SIGINT, as Ctrl-C or a cancel does)"),
             Field("faults", "int", "faults in this run"),
             Field("rank", "int", "the rank whose error ended it", optional=True),
             Field("error_type", "str", "that error's class", optional=True),

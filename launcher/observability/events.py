@@ -18,6 +18,9 @@ from typing import Any
 from launcher.errors import ConfigError
 from launcher.observability.event_types import COMMON, EVENT_TYPES
 
+INTERRUPTED = "interrupted"
+"""The ``failed`` event's reason for a run stopped by SIGINT (Ctrl-C, a cancel): no outcome of its own."""
+
 _DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     e.name: (
         frozenset(f.name for f in (*COMMON, *e.fields)),

@@ -23,7 +23,7 @@ from typing import TextIO
 from launcher.errors import SresError
 from launcher.observability import event_types, metrics
 from launcher.run import signal_latch
-from launcher.observability.events import EventLog
+from launcher.observability.events import INTERRUPTED, EventLog
 from launcher.placement import Placement
 from launcher.placement.local import LocalPlacement
 from launcher.supervisor.actions import WaitForNode
@@ -168,7 +168,7 @@ class Supervisor:
             # Ctrl-C, or a canceller that kills this process soon after (submitit's local
             # controller: SIGINT, then SIGKILL a second later): the ranks go first, not last.
             self.placement.stop_all(timeout_s=0.0)
-            return self.executor.fail(event_types.INTERRUPTED)
+            return self.executor.fail(INTERRUPTED)
         except SresError as err:  # a user's, met only once running (a command that cannot start)
             return self.executor.fail(str(err))
         except BaseException as err:
