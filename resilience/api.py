@@ -7,6 +7,7 @@ what ``ctx`` offers).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ import torch.distributed as dist
 
 from resilience.context import Context
 from resilience.contract.rank_env import RankEnv
+from resilience.rank_place import RankPlace
 
 
 def run(train: Callable[[Context], None], **options: Any) -> None:
@@ -39,15 +41,11 @@ def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
     ours = world > 1 and not dist.is_initialized()
     if ours:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
-    train(
-        Context(
-            rank=int(os.environ.get("RANK", "0")),
-            world_size=world,
-            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-            generation=0,
-            step=-1,
-        )
-    )
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))  # torchrun's, else one node
+    node = int(os.environ.get("GROUP_RANK", "0"))
+    place = RankPlace(rank, world, local_rank, per_node, node=node, num_nodes=math.ceil(world / per_node))
+    train(Context(rank=rank, world_size=world, local_rank=local_rank, generation=0, step=-1, place=place))
     if ours:
         # Leave together: a rank that exits while a peer's gloo threads still use the
         # connection makes that peer abort (seen in CI as SIGABRT under torchrun).

@@ -7,9 +7,9 @@ releases the main thread from its blocked collective (see :mod:`resilience.agent
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
-import contextlib
 import os
 import socket
 import sys
