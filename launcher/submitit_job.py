@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ if __name__ == "__main__":  # before the imports below (torch): Slurm may signal
 import submitit  # noqa: E402
 from submitit.core import utils  # noqa: E402
 
+from launcher import parent_death  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
@@ -58,6 +60,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     os.environ["SUBMITIT_FOLDER"] = argv[0]  # as submitit's own process_job: JobEnvironment reads it
+    parent_death.ask(signal.SIGINT)  # a killed controller (job._process) stops the run as a cancel does
     env = submitit.JobEnvironment()
     paths = env.paths
     log_dir = run_dir(paths.folder, env.job_id)

@@ -24,6 +24,7 @@ TIERS = {
     "hooks": "cluster",
     "cluster": "cluster",
     "security": "local",
+    "submitit": "local",
 }
 """tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""

@@ -11,18 +11,16 @@ step that runs it (``srun``).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from launcher import parent_death
 from launcher.errors import ConfigError
-
-PR_SET_PDEATHSIG = 1
 
 
 class Processes:
@@ -45,7 +43,7 @@ class Processes:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with(os.getpid()) if main_thread else None,
+                preexec_fn=parent_death.before_exec(os.getpid()) if main_thread else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as err:
             raise ConfigError(f"cannot start {argv[0]}: {err.strerror} (the training command)") from None
@@ -90,19 +88,3 @@ class Processes:
                         self._echo.write(line.decode(errors="replace"))
                         self._echo.flush()
         out.close()
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """What the child runs before exec: SIGKILL when ``parent`` dies (Linux's parent-death signal).
-
-    The signal follows the thread that forked, not the process: it is asked only when the main
-    thread starts the child (a worker thread's exit would kill the rank). ``prctl`` is looked up
-    here, before the fork, so the child calls it without loading anything."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the signal was asked for
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec

@@ -128,10 +128,14 @@ def test_the_same_error_every_time_runs_twice_and_a_one_off_shows_as_a_recovered
     assert one_off.events()[-1]["event"] == "finished" and one_off.events()[-1]["faults"] == 1
 
 
-@pytest.mark.parametrize("when", ["importing", "training"])
-def test_a_supervisor_killed_as_an_oom_kill_would_leaves_no_rank_after_5_s(tmp_path, when):
-    """Its ranks die with it: still importing torch (the parent-death signal), or training (that
-    too, and the closed liveness connection)."""
+@pytest.mark.parametrize(
+    ("killed", "when"),
+    [("supervisor", "importing"), ("supervisor", "training"), ("controller", "training")],
+)
+def test_a_job_process_killed_as_an_oom_kill_would_leaves_no_rank_after_5_s(tmp_path, killed, when):
+    """The supervisor SIGKILLed: its ranks die with it, still importing torch (the parent-death
+    signal) or training (that, and the closed liveness connection). submitit's controller
+    (``job._process``) SIGKILLed: the supervisor stops its ranks as a cancel does."""
     job = executor(tmp_path).submit(train, 10_000, 256, 0.05)
     log_dir = run_dir(job.paths.folder, job.job_id)
     started = {"importing": log_dir / "events.jsonl", "training": log_dir / "step_times.jsonl"}[when]
@@ -140,7 +144,7 @@ def test_a_supervisor_killed_as_an_oom_kill_would_leaves_no_rank_after_5_s(tmp_p
         assert time.monotonic() < deadline and job._process.poll() is None, "the run never got there"
         time.sleep(0.1)
     (supervisor,) = Path(f"/proc/{job._process.pid}/task/{job._process.pid}/children").read_text().split()
-    os.kill(int(supervisor), signal.SIGKILL)
+    os.kill(int(supervisor) if killed == "supervisor" else job._process.pid, signal.SIGKILL)
     wait_processes_gone(log_dir, timeout=5)
 
 

@@ -1,0 +1,1 @@
+"""submitit's own tests, ported to ``ResilientExecutor`` (local: real processes, no Slurm)."""

@@ -1,0 +1,130 @@
+"""submitit's own ``submitit/local/test_local.py`` (submitit 1.5.4), with ``ResilientExecutor``
+in place of ``LocalExecutor`` (``AutoExecutor(cluster="local")`` for ``test_setup``) and nothing
+else changed, but for what this file adds after a test's own checks (marked ``# sres:``).
+
+Not yet ported, each waiting on a part of issue 32 that is not built: ``test_local_job``,
+``test_get_first_task_error`` and ``test_stdout`` (per-task results and logs of a multi-task
+job), ``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time limit and
+``__submitit_checkpoint__``). ``test_make_subprocess`` tests submitit's controller alone (no
+executor), and ``test_long_running_job`` is one of submitit's slow tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from submitit.core import utils
+from submitit.local import local, test_debug
+
+from launcher.submitit import ResilientExecutor
+
+
+def executor_at(folder: Path) -> ResilientExecutor:
+    return ResilientExecutor(folder, cluster="local")
+
+
+def test_local_map_array(tmp_path: Path) -> None:
+    g = test_debug.CheckFunction(5)
+    executor = executor_at(tmp_path)
+    jobs = executor.map_array(g, g.data1, g.data2)
+    assert list(map(g, g.data1, g.data2)) == [j.result() for j in jobs]
+
+
+def test_local_submit_array(tmp_path: Path) -> None:
+    g = test_debug.CheckFunction(5)
+    fns = [functools.partial(g, x, y) for x, y in zip(g.data1, g.data2)]
+    executor = executor_at(tmp_path)
+    jobs = executor.submit_array(fns)
+    assert list(map(g, g.data1, g.data2)) == [j.result() for j in jobs]
+
+
+def test_local_error(tmp_path: Path) -> None:
+    def failing_job() -> None:
+        raise RuntimeError("Failed on purpose")
+
+    executor = executor_at(tmp_path)
+    job = executor.submit(failing_job)
+    exception = job.exception()
+    assert isinstance(exception, utils.FailedJobError)
+    traceback = exception.args[0]
+    assert "Traceback" in traceback
+    assert "Failed on purpose" in traceback
+
+
+def test_pickle_output_from_main(tmp_path: Path) -> None:
+    class MyClass:
+        pass
+
+    executor = executor_at(tmp_path)
+    job = executor.submit(MyClass.__call__)
+    assert isinstance(job.result(), MyClass)
+
+
+def test_killed(tmp_path: Path) -> None:
+    def failing_job() -> None:
+        time.sleep(120)
+        raise RuntimeError("Failed on purpose")
+
+    executor = executor_at(tmp_path)
+    job = executor.submit(failing_job)
+    assert job.state == "RUNNING"
+    job._process.send_signal(signal.SIGKILL)  # type: ignore
+    time.sleep(1)
+    assert job.state == "INTERRUPTED"
+
+
+def test_cancel(tmp_path: Path) -> None:
+    executor = executor_at(tmp_path)
+    job = executor.submit(time.sleep, 10)
+    assert job.state == "RUNNING"
+    job.cancel()
+    time.sleep(0.1)
+    # Note: with local job we don't have a precise status.
+    assert job.state == "INTERRUPTED"
+
+    job = executor.submit(time.sleep, 10)
+    process = job._process  # type: ignore
+    job.cancel_at_deletion()
+    assert job.state == "RUNNING"
+    assert process.poll() is None
+    del job
+    time.sleep(0.1)
+    assert process.poll() == -2
+
+
+def f66(x: int, y: int = 0) -> int:  # pylint: disable=unused-argument
+    return 66
+
+
+def test_setup(tmp_path: Path) -> None:
+    executor = executor_at(tmp_path)
+    setup_file = tmp_path / "setup_done"
+    executor.update_parameters(local_setup=[f"touch {setup_file}"])
+    job = executor.submit(f66, 12)
+    time.sleep(1)
+    assert job.result() == 66
+    assert setup_file.exists()
+
+
+def test_load_submission(tmp_path: Path) -> None:
+    """Check we can load submission just from a path and job id."""
+    executor = executor_at(tmp_path)
+    job = executor.submit(f66, 67, y=68)
+
+    submission = local.LocalJob(tmp_path, job.job_id).submission()
+    # It's important that f66 isn't a local function for the equality to work
+    assert submission.function is f66
+    assert submission.args == (67,)
+    assert submission.kwargs == {"y": 68}
+    # Loading submission doesn't evaluate them.
+    assert submission._result is None
+
+
+@pytest.mark.parametrize("name", ["a_0", "a 0", 'a"=0"', "a'; echo foo", r"a\=0", r"a\=", "a\n0"])
+def test_weird_dir(tmp_path: Path, name: str) -> None:  # submitit's weird_tmp_path fixture, inlined
+    executor = executor_at(tmp_path / name / "%j")
+    executor.submit(f66, 67, 68).result()
