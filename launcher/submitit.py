@@ -59,13 +59,21 @@ LOCAL_TIMEOUT_MIN = 60.0
 
 
 class _Events:
-    """``job.events()``: the run's events.jsonl (empty before the supervisor starts)."""
+    """``job.events()``: the run's events.jsonl (empty before the supervisor starts); and
+    ``job.result()``, rank 0's value, on a job whose tasks are its ranks."""
 
-    # Second base, no slots of its own: submitit's batch() turns a DelayedJob into our job class
+    # A base with no slots of its own: submitit's batch() turns a DelayedJob into our job class
     # in place (__class__ assignment), which needs the same layout as submitit's Job.
     __slots__ = ()
     paths: utils.JobPaths
     job_id: str
+    _sub_jobs: Any
+
+    def result(self) -> Any:
+        """Rank 0's return value. submitit refuses ``result()`` on a job of several tasks (use
+        ``results()``); ours are the ranks, and rank 0's value has always been the job's result:
+        the one submitit behaviour changed on purpose (docs/guide/submitit.md)."""
+        return self.results()[0] if self._sub_jobs else super().result()  # type: ignore[misc]
 
     def events(self) -> list[dict]:
         path = run_dir(self.paths.folder, self.job_id) / "events.jsonl"
@@ -77,7 +85,7 @@ class _Events:
         return [event for event in self.events() if event["event"] == "fault"]
 
 
-class ResilientLocalJob(LocalJob, _Events):
+class ResilientLocalJob(_Events, LocalJob):
     pass
 
 
@@ -109,16 +117,20 @@ class SlurmStateWatcher(SlurmInfoWatcher):
         self._finished |= {j for j in pending if self.is_done(j, mode="cache")}
 
 
-class ResilientSlurmJob(SlurmJob, _Events):
+class ResilientSlurmJob(_Events, SlurmJob):
     watcher = SlurmStateWatcher(delay_s=60)
 
 
 class _SresCommand:
-    """What both backends run per job: the supervisor, given the run's request."""
+    """What both backends run per job: the supervisor, given the run's request. The job's tasks
+    are the run's ranks (``job.task(k)``, ``results()``, per-task logs), not its processes."""
 
     folder: Path
     python: str
     request: RunRequest
+
+    def _num_tasks(self) -> int:
+        return self.request.nodes * self.request.procs_per_node
 
     @property
     def _submitit_command_str(self) -> str:
@@ -143,10 +155,8 @@ class _LocalBackend(_SresCommand, LocalExecutor):
             stderr_to_stdout=self.parameters.get("stderr_to_stdout", False),
             setup=self.parameters.get("setup", ()),
         )
-        return ResilientLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
-
-    def _num_tasks(self) -> int:
-        return 1
+        tasks = list(range(self._num_tasks()))
+        return ResilientLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=tasks)
 
 
 class _SlurmBackend(_SresCommand, SlurmExecutor):
@@ -159,19 +169,16 @@ class _SlurmBackend(_SresCommand, SlurmExecutor):
         # exec: the preemption signal (B:USR2) then reaches the supervisor, not a bash that dies of it.
         return "exec " + super()._submitit_command_str
 
-    def _num_tasks(self) -> int:
-        return 1  # one result: rank 0's, written by whichever process is rank 0 at the end
-
     def _internal_process_submissions(
         self, delayed_submissions: list[utils.DelayedSubmission]
     ) -> list[core.Job]:
         jobs = super()._internal_process_submissions(delayed_submissions)
-        # For an array submitit builds plain SlurmJobs, one task per rank (its array path names
-        # the class): ours have one task, read states without sacct and have events().
+        # For an array submitit builds plain SlurmJobs (its array path names the class): ours
+        # read states without sacct and have events().
         return [
             job
             if isinstance(job, ResilientSlurmJob)
-            else ResilientSlurmJob(self.folder, job.job_id, tasks=[0])
+            else ResilientSlurmJob(self.folder, job.job_id, tasks=list(range(self._num_tasks())))
             for job in jobs
         ]
 
@@ -314,6 +321,8 @@ class ResilientExecutor(core.Executor):
                 "no_kill": True,
                 "requeue": True,
                 "signal": f"B:{signal}@{self._signal_delay_s}",
+                # task 0's log is the batch script's and rank 0's: both append, neither overwrites
+                "open_mode": "append",
                 **self._sbatch_extra,
             }
             self._executor.update_parameters(

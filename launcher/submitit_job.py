@@ -4,10 +4,11 @@
 (once per job: on the batch host under Slurm, as the single task of the local controller
 otherwise; :func:`command_line` writes it). JSON is the ``RunRequest`` the executor made; this
 process completes it (every rank runs ``resilience.submitit_rank`` on this job's pickles, the
-log dir is ``<folder>/<job id>_sres``) and runs it with ``supervise``; rank 0 writes the return
-value. When the run fails, this process writes the failure where ``job.exception()`` reads it:
-the first failing rank's traceback and sres's one-line reason. A run that requeued itself
-writes nothing (the job runs again, with the same command line), nor does a cancelled one.
+log dir is ``<folder>/<job id>_sres``) and runs it with ``supervise``; the ranks write the return
+values (each rank its own, as submitit's task of that number). When the run fails, this process
+writes the failure where ``job.exception()`` reads it, for every task: the first failing rank's
+traceback and sres's one-line reason. A run that requeued itself writes nothing (the job runs
+again, with the same command line), nor does a cancelled one.
 
 Jobs submitted before requests existed run ``FOLDER -- run|srun [sres options]``: that form
 still works (through the CLI's parser).
@@ -78,10 +79,25 @@ def main(argv: list[str]) -> int:
     except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
-    if not paths.result_pickle.exists() and not _ended_without_outcome(log_dir):
-        with utils.temporary_save_path(paths.result_pickle) as tmp:
-            utils.cloudpickle_dump(("error", error or failure_text(log_dir, code)), tmp)
+    if not _ended_without_outcome(log_dir):
+        failure = (error or failure_text(log_dir, code)) if code != 0 else None
+        for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
+            result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
+            if not result.exists():
+                missing = (
+                    f"sres: the run ended without a rank {task} (a smaller world at its end; see {log_dir})"
+                )
+                with utils.temporary_save_path(result) as tmp:
+                    utils.cloudpickle_dump(("error", failure or missing), tmp)
     return code
+
+
+def _tasks(argv: list[str]) -> int:
+    """The job's submitit tasks: its ranks (one for a job of the form before requests)."""
+    if argv[1] != REQUEST:
+        return 1
+    request = RunRequest.from_json(argv[2])
+    return request.nodes * request.procs_per_node
 
 
 def _run(args: list[str], rank: tuple[str, ...], log_dir: Path) -> int:

@@ -1,12 +1,13 @@
 """One rank of a job submitted with ``launcher.submitit.ResilientExecutor``.
 
 ``python -m resilience.submitit_rank SUBMITTED_PICKLE RESULT_PICKLE``, started by the sres
-supervisor like any training command: it loads the submitted call (submitit's pickle), runs it
-under :func:`resilience.run`, so that it is re-entered after every fault, and the process that is
-rank 0 when training ends writes the return value where submitit's ``job.result()`` reads it.
-The function gets the training context where it asks for it (:mod:`resilience.submitted_call`)
-and is otherwise called as itself; either way submitit's ``JobEnvironment`` says this rank's
-place, in every generation. A failure is written by the job's entry point
+supervisor like any training command: it loads the submitted call (submitit's pickle) and runs it
+under :func:`resilience.run`, so that it is re-entered after every fault. The function gets the
+training context where it asks for it (:mod:`resilience.submitted_call`) and is otherwise called
+as itself. Each rank is submitit's task of its rank number, in every generation:
+``JobEnvironment`` says so, its output goes to that task's log files, and when training ends it
+writes its return value where ``job.task(k).result()`` reads it (RESULT_PICKLE, task 0's, serves
+when submitit cannot tell its environment). A failure is written by the job's entry point
 (``launcher.submitit_job``), which sees the whole run.
 """
 
@@ -31,14 +32,14 @@ def run_submitted(submitted: Path, result: Path) -> None:
     outcome: dict[str, Any] = {}
 
     def train(ctx: resilience.Context) -> None:
-        _tell_submitit(ctx)
+        outcome.update(rank=ctx.rank, task=_be_task(ctx))
         args, kwargs = submitted_call.arguments(delayed.function, delayed.args, delayed.kwargs, ctx)
-        value = delayed.function(*args, **kwargs)
-        outcome.update(rank=ctx.rank, value=value)
+        outcome.update(value=delayed.function(*args, **kwargs))
 
     resilience.run(train)
-    if outcome.get("rank") == 0:
-        _write_result(result, outcome["value"])
+    task: utils.JobPaths | None = outcome.get("task")
+    if "value" in outcome and (task is not None or outcome.get("rank") == 0):
+        _write_result(task.result_pickle if task is not None else result, outcome["value"])
 
 
 def _write_result(result: Path, value: Any) -> None:
@@ -53,13 +54,24 @@ def _write_result(result: Path, value: Any) -> None:
         tmp.write_bytes(data)
 
 
-def _tell_submitit(ctx: resilience.Context) -> None:
-    """Set what submitit's ``JobEnvironment`` reads (local or Slurm spelling) to this generation's place."""
+def _be_task(ctx: resilience.Context) -> utils.JobPaths | None:
+    """Make this process submitit's task ``ctx.rank`` for this generation: what ``JobEnvironment``
+    reads (its local or Slurm spelling), and its stdout and stderr going to that task's log files,
+    where ``job.stdout()`` and ``job.task(k)`` read them. The task's paths; None when submitit
+    cannot tell which environment this is (nothing to keep true then)."""
     try:
         names = type(submitit.JobEnvironment())._env
-    except RuntimeError:  # submitit cannot tell which environment this is: nothing to keep true
-        return
+    except RuntimeError:
+        return None
     os.environ.update(submitit_variables(ctx.place, names))
+    paths = submitit.JobEnvironment().paths
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, path in ((1, paths.stdout), (2, paths.stderr)):
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, fd)
+        os.close(log)
+    return paths
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ def test_each_rank_of_a_two_node_job_reads_its_own_place_from_submitit(slurm_env
     out = tmp_path / "places"
     out.mkdir()
     job = executor(tmp_path, nodes=2, spares=0, no_tiers=True).submit(record_places, str(out), 4)
-    job.result()
+    assert job.results() == [0, 1]  # each rank's value, as submitit's task of its number
     for rank in (0, 1):
         assert json.loads((out / f"rank{rank}.json").read_text()) == {
             "job": [rank, 0, 2, rank, 2],

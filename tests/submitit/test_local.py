@@ -1,23 +1,26 @@
-"""submitit's own ``submitit/local/test_local.py`` (submitit 1.5.4), with ``ResilientExecutor``
-in place of ``LocalExecutor`` (``AutoExecutor(cluster="local")`` for ``test_setup``) and nothing
-else changed, but for what this file adds after a test's own checks (marked ``# sres:``).
+"""submitit's own ``submitit/local/test_local.py`` (submitit 1.5.4), with
+``ResilientExecutor(folder, cluster="local")`` in place of ``LocalExecutor`` (and of
+``AutoExecutor(cluster="local")`` in ``test_setup``); submitit's ``weird_tmp_path`` fixture is a
+parametrization here. Nothing else is changed.
 
-Not yet ported, each waiting on a part of issue 32 that is not built: ``test_local_job``,
-``test_get_first_task_error`` and ``test_stdout`` (per-task results and logs of a multi-task
-job), ``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time limit and
-``__submitit_checkpoint__``). ``test_make_subprocess`` tests submitit's controller alone (no
-executor), and ``test_long_running_job`` is one of submitit's slow tests.
+Not yet ported, each waiting on a part of issue 32 that is not built:
+``test_get_first_task_error`` (the error shown is the first failing rank's in time, not the
+lowest task's), ``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time
+limit and ``__submitit_checkpoint__``). ``test_make_subprocess`` tests submitit's controller
+alone (no executor), and ``test_long_running_job`` is one of submitit's slow tests.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from submitit.core import utils
+from submitit.core import job_environment, utils
 from submitit.local import local, test_debug
 
 from launcher.submitit import ResilientExecutor
@@ -25,6 +28,46 @@ from launcher.submitit import ResilientExecutor
 
 def executor_at(folder: Path) -> ResilientExecutor:
     return ResilientExecutor(folder, cluster="local")
+
+
+def test_local_job(tmp_path: Path) -> None:
+    def func(p: int) -> int:
+        job_env = job_environment.JobEnvironment()
+        return p * job_env.local_rank
+
+    executor = executor_at(tmp_path)
+    executor.update_parameters(tasks_per_node=3, nodes=1)
+    job1 = executor.submit(func, 1)
+
+    executor.update_parameters(tasks_per_node=1)
+
+    with executor.batch():
+        with pytest.raises(RuntimeError, match="with executor.batch"):
+            executor.update_parameters(tasks_per_node=1)
+        job2 = executor.submit(func, 2)
+    assert job1.results() == [0, 1, 2]
+    assert job1.task(1).result() == 1
+    assert job1.task(2).result() == 2
+    assert job1.task(2).result() == 2
+    assert job1.exception() is None
+    assert job1.done()
+
+    with pytest.raises(ValueError, match="must be between 0 and 2"):
+        job1.task(4).result()
+
+    assert job2.results() == [0]
+    assert job2.task(0).result() == 0
+    # single task job is a regular job
+    assert job2.task(0) is job2
+    assert job2.done()
+    # picklability
+    b = pickle.dumps(job2)
+    job3 = pickle.loads(b)
+    assert job3.results() == [0]
+    assert job3._process is not None
+    del job2
+    job3 = pickle.loads(b)
+    assert job3._process is None, "garbage collection should I removed finished job"
 
 
 def test_local_map_array(tmp_path: Path) -> None:
@@ -62,6 +105,28 @@ def test_pickle_output_from_main(tmp_path: Path) -> None:
     executor = executor_at(tmp_path)
     job = executor.submit(MyClass.__call__)
     assert isinstance(job.result(), MyClass)
+
+
+def test_stdout(tmp_path: Path) -> None:
+    def hello() -> None:
+        job_env = job_environment.JobEnvironment()
+        print("hello from", job_env.local_rank)
+        print("bye from", job_env.local_rank, file=sys.stderr)
+
+    executor = executor_at(tmp_path)
+    executor.update_parameters(tasks_per_node=2, nodes=1)
+    job = executor.submit(hello)
+
+    job.wait()
+    stdout = job.stdout()
+    assert stdout is not None
+    assert "hello from 0\n" in stdout
+    assert "hello from 1\n" in stdout
+
+    stderr = job.stderr()
+    assert stderr is not None
+    assert "bye from 0\n" in stderr
+    assert "bye from 1\n" in stderr
 
 
 def test_killed(tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def record_places(out_dir: str, steps: int, ctx: resilience.Context) -> None:
+def record_places(out_dir: str, steps: int, ctx: resilience.Context) -> int:
     """Commit ``steps`` empty steps, then write what submitit and torch say of this rank's place
-    (``rank<k>.json``, k as submitit says it): read after any re-formation, as user code would."""
+    (``rank<k>.json``, k as submitit says it): read after any re-formation, as user code would.
+    Returns k, task k's result."""
     for _ in ctx.steps(steps):
         with ctx.commit():
             time.sleep(0.05)
@@ -38,6 +39,7 @@ def record_places(out_dir: str, steps: int, ctx: resilience.Context) -> None:
         "ctx": [ctx.rank, ctx.world_size],
     }
     Path(out_dir, f"rank{job.global_rank}.json").write_text(json.dumps(seen))
+    return job.global_rank
 
 
 def count_calls_and_raise(calls: str, fail_times: int) -> str:

@@ -49,6 +49,7 @@ def test_a_slurm_job_asks_for_nodes_and_spares_and_requeues_as_submitit_does(tmp
     script = ex._executor._make_submission_file_text(ex._executor._submitit_command_str, "id")
     assert "#SBATCH --nodes=3\n" in script and "#SBATCH --signal=B:TERM@120\n" in script
     assert "#SBATCH --requeue\n" in script and "#SBATCH --no-kill\n" in script
+    assert "#SBATCH --open-mode=append\n" in script  # rank 0 writes task 0's log beside the batch script
     assert "\nexec " in script
     ex.update_parameters(max_requeues=5)
     assert job_request(ex).options.max_requeues == 5  # given: it caps preemptions too
