@@ -155,6 +155,10 @@ class _LocalBackend(_SresCommand, LocalExecutor):
             stderr_to_stdout=self.parameters.get("stderr_to_stdout", False),
             setup=self.parameters.get("setup", ()),
         )
+        # The controller opens its logs in the job's folder as soon as it starts, and makes only
+        # the folder's template (submitit creates <folder>/<job id> when it moves the pickle, a
+        # little later): on a loaded machine it lost that race (ci3), so the folder is made now.
+        utils.JobPaths(self.folder, job_id=str(process.pid)).folder.mkdir(parents=True, exist_ok=True)
         tasks = list(range(self._num_tasks()))
         return ResilientLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=tasks)
 
