@@ -59,21 +59,13 @@ LOCAL_TIMEOUT_MIN = 60.0
 
 
 class _Events:
-    """``job.events()``: the run's events.jsonl (empty before the supervisor starts); and
-    ``job.result()``, rank 0's value, on a job whose tasks are its ranks."""
+    """``job.events()``: the run's events.jsonl (empty before the supervisor starts)."""
 
-    # A base with no slots of its own: submitit's batch() turns a DelayedJob into our job class
+    # Second base, no slots of its own: submitit's batch() turns a DelayedJob into our job class
     # in place (__class__ assignment), which needs the same layout as submitit's Job.
     __slots__ = ()
     paths: utils.JobPaths
     job_id: str
-    _sub_jobs: Any
-
-    def result(self) -> Any:
-        """Rank 0's return value. submitit refuses ``result()`` on a job of several tasks (use
-        ``results()``); ours are the ranks, and rank 0's value has always been the job's result:
-        the one submitit behaviour changed on purpose (docs/guide/submitit.md)."""
-        return self.results()[0] if self._sub_jobs else super().result()  # type: ignore[misc]
 
     def events(self) -> list[dict]:
         path = run_dir(self.paths.folder, self.job_id) / "events.jsonl"
@@ -85,8 +77,15 @@ class _Events:
         return [event for event in self.events() if event["event"] == "fault"]
 
 
-class ResilientLocalJob(_Events, LocalJob):
-    pass
+def _rank_0_result(job: core.Job) -> Any:
+    """``job.result()``: rank 0's return value. submitit refuses ``result()`` on a job of several
+    tasks (use ``results()``); ours are the ranks, and rank 0's value has always been the job's
+    result: the one submitit behaviour changed on purpose (docs/guide/submitit.md)."""
+    return job.results()[0] if job._sub_jobs else core.Job.result(job)
+
+
+class ResilientLocalJob(LocalJob, _Events):
+    result = _rank_0_result
 
 
 class SlurmStateWatcher(SlurmInfoWatcher):
@@ -117,8 +116,9 @@ class SlurmStateWatcher(SlurmInfoWatcher):
         self._finished |= {j for j in pending if self.is_done(j, mode="cache")}
 
 
-class ResilientSlurmJob(_Events, SlurmJob):
+class ResilientSlurmJob(SlurmJob, _Events):
     watcher = SlurmStateWatcher(delay_s=60)
+    result = _rank_0_result
 
 
 class _SresCommand:
