@@ -60,11 +60,11 @@ def _be_task(ctx: resilience.Context) -> utils.JobPaths | None:
     where ``job.stdout()`` and ``job.task(k)`` read them. The task's paths; None when submitit
     cannot tell which environment this is (nothing to keep true then)."""
     try:
-        names = type(submitit.JobEnvironment())._env
+        env = submitit.JobEnvironment()
     except RuntimeError:
         return None
-    os.environ.update(submitit_variables(ctx.place, names))
-    paths = submitit.JobEnvironment().paths
+    os.environ.update(submitit_variables(ctx.place, type(env)._env))
+    paths = env.paths  # read from the variables just set: this rank's task
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, path in ((1, paths.stdout), (2, paths.stderr)):

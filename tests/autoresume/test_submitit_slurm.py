@@ -19,7 +19,7 @@ from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
 from tests.support.slurm_cluster import wait_processes_gone
-from tests.support.submitit_jobs import always_raises, record_places
+from tests.support.submitit_jobs import always_raises, record_places, wait_event
 from tests.support.training_jobs import wait_job
 
 pytestmark = pytest.mark.cluster
@@ -49,16 +49,6 @@ def executor(tmp_path, **parameters) -> ResilientExecutor:
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm")
     ex.update_parameters(**{"nodes": 3, "spares": 1, "timeout_min": 30, "hang_timeout": 5, **parameters})
     return ex
-
-
-def wait_event(job, kind: str, timeout: float = 90.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [e for e in job.events() if e["event"] == kind]
-        if found:
-            return found[-1]
-        assert time.monotonic() < deadline, f"no {kind} event after {timeout:.0f} s: {job.events()}"
-        time.sleep(0.2)
 
 
 def final_state(job, timeout: float = 60.0) -> str:

@@ -16,7 +16,15 @@ from launcher.submitit import ResilientExecutor
 from launcher.submitit_job import run_dir
 from resilience.examples.submit_mlp import train
 from tests.support.slurm_cluster import wait_processes_gone
-from tests.support.submitit_jobs import a_lock, add, always_raises, count_calls_and_raise, record_places
+from tests.support.submitit_jobs import (
+    a_lock,
+    add,
+    always_raises,
+    count_calls_and_raise,
+    job_process,
+    record_places,
+    wait_event,
+)
 
 STEPS = 20
 
@@ -55,10 +63,7 @@ def test_a_function_that_always_raises_fails_once_with_its_traceback(tmp_path):
 
 def test_cancel_leaves_nothing_running(tmp_path):
     job = executor(tmp_path).submit(train, 10_000, 256, 0.05)
-    deadline = time.monotonic() + 60
-    while not any(e["event"] == "generation" for e in job.events()):
-        assert time.monotonic() < deadline, "the run never formed"
-        time.sleep(0.2)
+    wait_event(job, "generation", timeout=60)
     job.cancel()
     wait_processes_gone(run_dir(job.paths.folder, job.job_id))
 
@@ -143,8 +148,7 @@ def test_a_job_process_killed_as_an_oom_kill_would_leaves_no_rank_after_5_s(tmp_
     while not (started.exists() and started.stat().st_size):
         assert time.monotonic() < deadline and job._process.poll() is None, "the run never got there"
         time.sleep(0.1)
-    (supervisor,) = Path(f"/proc/{job._process.pid}/task/{job._process.pid}/children").read_text().split()
-    os.kill(int(supervisor) if killed == "supervisor" else job._process.pid, signal.SIGKILL)
+    os.kill(job_process(job) if killed == "supervisor" else job._process.pid, signal.SIGKILL)
     wait_processes_gone(log_dir, timeout=5)
 
 
@@ -162,15 +166,13 @@ def test_a_cancelled_job_is_uncompleted_not_failed(tmp_path):
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
     ex.update_parameters(nodes=1, timeout_min=10, no_tiers=True)
     job = ex.submit(time.sleep, 60)
-    deadline = time.monotonic() + 60
-    while not any(e["event"] == "generation" for e in job.events()):
-        assert time.monotonic() < deadline, "the run never formed"
-        time.sleep(0.2)
+    wait_event(job, "generation", timeout=60)
     time.sleep(3)  # the rank is in the function
-    (supervisor,) = Path(f"/proc/{job._process.pid}/task/{job._process.pid}/children").read_text().split()
+    supervisor = job_process(job)
     job.cancel()
+    deadline = time.monotonic() + 60
     while Path(f"/proc/{supervisor}").exists():  # it has written what it writes
-        assert time.monotonic() < deadline + 60, "the job's process outlived its cancel"
+        assert time.monotonic() < deadline, "the job's process outlived its cancel"
         time.sleep(0.1)
     job._results_timeout_s = 1  # submitit waits 15 s (x2 locally) for a result that never comes
     error = job.exception()  # submitit's FailedJobError is an UncompletedJobError too: the class itself

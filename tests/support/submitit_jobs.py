@@ -1,5 +1,5 @@
 """Functions the submitit tests submit: importable by the job's own process, which unpickles
-them by module and name."""
+them by module and name; and what those tests wait for on a job."""
 
 from __future__ import annotations
 
@@ -53,3 +53,22 @@ def count_calls_and_raise(calls: str, fail_times: int) -> str:
 
 def a_lock() -> threading.Lock:
     return threading.Lock()  # cannot be pickled
+
+
+def wait_event(job, kind: str, timeout: float = 90.0) -> dict:
+    """The newest ``kind`` event of ``job``'s run, once there is one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [e for e in job.events() if e["event"] == kind]
+        if found:
+            return found[-1]
+        assert time.monotonic() < deadline, f"no {kind} event after {timeout:.0f} s: {job.events()}"
+        time.sleep(0.2)
+
+
+def job_process(job) -> int:
+    """The pid of a local job's own process (the supervisor): the one child of submitit's
+    controller, ``job._process``."""
+    pid = job._process.pid
+    (child,) = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(child)
