@@ -6,9 +6,9 @@ otherwise; :func:`command_line` writes it). JSON is the ``RunRequest`` the execu
 process completes it (every rank runs ``resilience.submitit_rank`` on this job's pickles, the
 log dir is ``<folder>/<job id>_sres``) and runs it with ``supervise``; the ranks write the return
 values (each rank its own, as submitit's task of that number). When the run fails, this process
-writes the failure where ``job.exception()`` reads it, for every task: the first failing rank's
-traceback and sres's one-line reason. A run that requeued itself writes nothing (the job runs
-again, with the same command line), nor does a cancelled one.
+writes the failure where ``job.exception()`` reads it, for every task: the rank's own traceback
+(else the lowest failing rank's) and sres's one-line reason. A run that requeued itself writes
+nothing (the job runs again, with the same command line), nor does a cancelled one.
 
 Jobs submitted before requests existed run ``FOLDER -- run|srun [sres options]``: that form
 still works (through the CLI's parser).
@@ -80,10 +80,10 @@ def main(argv: list[str]) -> int:
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
     if not _ended_without_outcome(log_dir):
-        failure = (error or failure_text(log_dir, code)) if code != 0 else None
         for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
             result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
             if not result.exists():
+                failure = (error or failure_text(log_dir, code, task)) if code != 0 else None
                 missing = (
                     f"sres: the run ended without a rank {task} (a smaller world at its end; see {log_dir})"
                 )
@@ -114,13 +114,17 @@ def _run(args: list[str], rank: tuple[str, ...], log_dir: Path) -> int:
     return supervise(dataclasses.replace(request, command=rank, options=options))
 
 
-def failure_text(log_dir: Path, code: int) -> str:
-    """What ``job.exception()`` shows: the first failing rank's traceback, then sres's reason."""
+def failure_text(log_dir: Path, code: int, task: int = 0) -> str:
+    """What ``job.task(task).exception()`` shows: that rank's own error if it raised one, else
+    the lowest failing rank's (submitit's ``job.exception()`` is the lowest failing task's), else
+    the error that ended the run; then sres's reason."""
     events = read_events(log_dir / "events.jsonl") if (log_dir / "events.jsonl").exists() else []
     failed = next((e for e in reversed(events) if e["event"] == "failed"), None)
     if failed is None:
         return f"sres ended with exit code {code} before training ended (see {log_dir} and the job's log)"
-    trace = failed.get("traceback") or ""
+    own: dict[str, str] = failed.get("errors") or {}
+    lowest = min(own, key=int, default=None)
+    trace = own.get(str(task)) or (own[lowest] if lowest is not None else failed.get("traceback") or "")
     return f"{trace}\nsres: {failed['reason']}" if trace else f"sres: {failed['reason']}"
 
 

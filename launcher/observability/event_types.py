@@ -280,9 +280,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
             Field("goodput", "float | None", "the share of wall time that became steps"),
             Field("wall_s", "float", "from the start event to the end"),
             Field("median_step_s", "float | None", "the median step time"),
-            Field(
-                "goodput_by_cause", "dict[str, float]", "the wall time's seconds by cause (they sum to it)"
-            ),
+            Field("goodput_by_cause", "dict[str, float]", "the wall time's seconds by cause (summing to it)"),
             Field("state_digests", "dict[str, str]", "rank -> the fingerprint of its final state"),
         ),
     ),
@@ -296,6 +294,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
             Field("rank", "int", "the rank whose error ended it", optional=True),
             Field("error_type", "str", "that error's class", optional=True),
             Field("traceback", "str", "that error's traceback", optional=True),
+            Field("errors", "dict[str, str]", "rank -> its own error's traceback, lowest 16", optional=True),
         ),
     ),
     EventType(

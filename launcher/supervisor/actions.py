@@ -239,6 +239,9 @@ class Fail:
     reason: str
     culprit: Report | None = None
     """The error whose traceback is shown; None: the run's first culprit, if any."""
+    errors: tuple[Report, ...] = ()
+    """Every rank's own error in the fault that ended the run, lowest rank first: each rank's
+    is its own outcome (submitit shows the lowest task's), whoever raised first in time."""
 
 
 Action = (

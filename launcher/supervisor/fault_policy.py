@@ -41,11 +41,18 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
                 f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
                 f"it: the error is deterministic; not retrying",
                 culprit,
+                _own_errors(obs),
             )
         )
     elif state.restarts + 1 > config.max_restarts:
-        actions.append(Fail(f"gave up after {config.max_restarts} restart(s)"))
+        actions.append(Fail(f"gave up after {config.max_restarts} restart(s)", errors=_own_errors(obs)))
     return actions
+
+
+def _own_errors(obs: Observation) -> tuple[Report, ...]:
+    """The ranks' own errors (not a peer's fault seen by a survivor), lowest rank first."""
+    own = (r for r in obs.errors.values() if not r.collateral and r.origin == "own")
+    return tuple(sorted(own, key=lambda r: r.rank))
 
 
 def _bad_nodes(obs: Observation, state: RunState, config: RunConfig) -> tuple[dict[int, int], dict[int, str]]:

@@ -16,6 +16,10 @@ from launcher.supervisor.fault_policy import error_at
 from launcher.supervisor.requeue_policy import requeues_counted
 from resilience import tiers
 
+FAILED_ERRORS = 16
+"""The ranks' own errors a ``failed`` event keeps (lowest ranks): a thousand ranks failing alike
+would make one event of a thousand tracebacks."""
+
 
 def requeue(h: Hands, a: act.Requeue) -> Outcome:
     """``save``: every rank is alive (preemption), so the newest committed step is persisted
@@ -66,7 +70,8 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
         if culprit is None
         else {"rank": culprit.rank, "error_type": culprit.error_type, "traceback": culprit.traceback}
     )
-    h.events.emit("failed", reason=a.reason, faults=b.faults, **blame)
+    own = {str(r.rank): r.traceback for r in a.errors[:FAILED_ERRORS] if r.traceback}
+    h.events.emit("failed", reason=a.reason, faults=b.faults, **blame, **({"errors": own} if own else {}))
     if culprit is not None and culprit.traceback:
         # a.culprit: an error that recurred, the run's first one again unless another came before
         first = a.culprit is None or error_at(a.culprit) == error_at(b.first_culprit)

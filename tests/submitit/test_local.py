@@ -4,8 +4,7 @@
 parametrization here. Nothing else is changed.
 
 Not yet ported, each waiting on a part of issue 32 that is not built:
-``test_get_first_task_error`` (the error shown is the first failing rank's in time, not the
-lowest task's), ``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time
+``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time
 limit and ``__submitit_checkpoint__``). ``test_make_subprocess`` tests submitit's controller
 alone (no executor), and ``test_long_running_job`` is one of submitit's slow tests.
 """
@@ -96,6 +95,22 @@ def test_local_error(tmp_path: Path) -> None:
     traceback = exception.args[0]
     assert "Traceback" in traceback
     assert "Failed on purpose" in traceback
+
+
+def test_get_first_task_error(tmp_path: Path) -> None:
+    def flaky() -> None:
+        job_env = job_environment.JobEnvironment()
+        if job_env.local_rank > 0:
+            raise RuntimeError(f"Failed on purpose: {job_env.local_rank}")
+
+    executor = executor_at(tmp_path)
+    executor.update_parameters(tasks_per_node=3, nodes=1)
+    job = executor.submit(flaky)
+    exception = job.exception()
+    assert isinstance(exception, utils.FailedJobError)
+    traceback = exception.args[0]
+    assert "Traceback" in traceback
+    assert "Failed on purpose: 1" in traceback
 
 
 def test_pickle_output_from_main(tmp_path: Path) -> None:

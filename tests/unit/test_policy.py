@@ -290,6 +290,7 @@ CASES = {
                 "rank 1 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
                 "deterministic; not retrying",
                 raised(1),
+                (raised(1),),
             ),
         ],
     ),
@@ -303,6 +304,27 @@ CASES = {
                 "rank 2 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
                 "deterministic; not retrying",
                 raised(2),
+                (raised(2),),
+            ),
+        ],
+    ),
+    "...the culprit the first in time, every rank's own error kept, lowest rank first": (
+        Observation(
+            reports={
+                "n2p0": raised(2, seq=1),
+                "n0p0": raised(0, seq=3, collateral=True, origin="peer"),
+                "n1p0": raised(1, seq=2),
+            }
+        ),
+        state(errors_seen=SEEN_AT_5),
+        CONFIG,
+        [
+            OpenFault(0.0, {}, {}, raised(2, seq=1), {}, recurred=True),
+            Fail(
+                "rank 2 raised ValueError: bad batch at step 5 again after recovering from it: the error is "
+                "deterministic; not retrying",
+                raised(2, seq=1),
+                (raised(1, seq=2), raised(2, seq=1)),
             ),
         ],
     ),
