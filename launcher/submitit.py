@@ -295,12 +295,13 @@ class ResilientExecutor(core.Executor):
     def _request(self, shape: dict[str, int], sres: dict[str, Any]) -> RunRequest:
         """The job's request, but its command and log dir (the job's own). Options not given
         come from this process's ``SRES_*`` variables (as for ``sres run``), else their defaults.
-        Requeues on Slurm are sres's (persist the newest commit, scontrol requeue). As under
-        submitit, those at the time limit are capped by max_num_timeout and preemptions are
-        not (Slurm's MaxBatchRequeue still is); max_requeues caps these too when given."""
+        Requeues are sres's (persist the newest commit, run rank 0's checkpoint, then scontrol
+        requeue on Slurm, submitit's local controller's rerun locally). As under submitit, those
+        at the time limit are capped by max_num_timeout and preemptions are not (Slurm's
+        MaxBatchRequeue still is, and the local controller's 6 runs); max_requeues caps these too
+        when given."""
         values: dict[str, Any] = environment.values(os.environ)
-        if self.cluster == "slurm":
-            values.update(max_timeout_requeues=self.max_num_timeout, max_requeues=None)
+        values.update(max_timeout_requeues=self.max_num_timeout, max_requeues=None)
         values.update(sres)
         values.pop("log_dir", None)
         try:

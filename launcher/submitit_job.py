@@ -22,8 +22,11 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
+STARTED = time.monotonic()
+"""When this run began: a local job's time limit counts from its start (submitit's controller's)."""
 REQUEST = "--request"
 
 if __name__ == "__main__":  # before the imports below (torch): Slurm may signal a requeue at once
@@ -35,12 +38,15 @@ if __name__ == "__main__":  # before the imports below (torch): Slurm may signal
         signal_latch.latch(sys.argv[4:])
 
 import submitit  # noqa: E402
-from submitit.core import utils  # noqa: E402
+from submitit.core import logger, utils  # noqa: E402
+from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # noqa: E402
 
 from launcher import parent_death  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
+from launcher.placement.local import LocalRerun  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
+from resilience.submitit_rank import checkpoint  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
 """The run's log dir (events.jsonl, rank logs) in the submitit folder."""
@@ -74,22 +80,68 @@ def main(argv: list[str]) -> int:
         str(paths.result_pickle),
     )
     error = None
+    submitted = paths.submitted_pickle.stat().st_mtime_ns
     try:
-        code = _run(argv[1:], rank, log_dir)
+        code = _run(argv[1:], rank, log_dir, _local_rerun(_events(log_dir)))
     except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
-    if not _ended_without_outcome(log_dir):
-        for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
-            result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
-            if not result.exists():
-                failure = (error or failure_text(log_dir, code, task)) if code != 0 else None
-                missing = (
-                    f"sres: the run ended without a rank {task} (a smaller world at its end; see {log_dir})"
-                )
-                with utils.temporary_save_path(result) as tmp:
-                    utils.cloudpickle_dump(("error", failure or missing), tmp)
+    events = _events(log_dir)
+    end = next((e for e in reversed(events) if e["event"] in ("requeue", "failed", "finished")), {})
+    if end.get("event") == "requeue":  # the job runs again: nothing to write
+        if paths.submitted_pickle.stat().st_mtime_ns == submitted:  # rank 0's hook did not checkpoint
+            _checkpoint_as_submitted(paths.submitted_pickle)
+        logger.get_logger().info(f"Requeued job {env.job_id} ({_timeouts_left(argv, events)})")
+    elif end.get("event") == "failed":
+        logger.get_logger().error(f"sres: {end['reason']}")  # submitit's own job lines: stdout and stderr
+    if end.get("event") == "requeue" or end.get("reason") == INTERRUPTED:
+        return code  # as under submitit's executors: no outcome, job.exception() is UncompletedJobError
+    for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
+        result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
+        if not result.exists():
+            failure = (error or failure_text(log_dir, code, task)) if code != 0 else None
+            missing = f"sres: the run ended without a rank {task} (a smaller world at its end; see {log_dir})"
+            with utils.temporary_save_path(result) as tmp:
+                utils.cloudpickle_dump(("error", failure or missing), tmp)
     return code
+
+
+def _checkpoint_as_submitted(submitted: Path) -> None:
+    """The checkpoint of the callable as submitted, when rank 0 could not take its own (the
+    requeue came before it ran the function, or it was lost): what it did since is lost as in
+    a restart, but a ``Checkpointable`` still gets to say what runs again."""
+    try:
+        checkpoint(utils.DelayedSubmission.load(submitted), submitted)
+    except Exception as err:  # noqa: BLE001 - the user's code: said, and the job runs again as submitted
+        logger.get_logger().warning(
+            f"sres: the checkpoint before the requeue failed: {type(err).__name__}: {err}"
+        )
+
+
+def _events(log_dir: Path) -> list[dict]:
+    path = log_dir / "events.jsonl"
+    return read_events(path) if path.exists() else []
+
+
+def _local_rerun(events: list[dict]) -> LocalRerun | None:
+    """Under submitit's local controller, which runs this process again when it exits with
+    LOCAL_REQUEUE_RETURN_CODE and signals it ``signal_delay_s`` before ``timeout_min``: this run's
+    requeue and time limit. None elsewhere (Slurm's are Slurm's). The log dir is the job's, so
+    its ``requeue`` events count the runs before this one."""
+    if "SUBMITIT_LOCAL_JOB_ID" not in os.environ:
+        return None
+    limit = os.environ.get("SUBMITIT_LOCAL_TIMEOUT_S")
+    requeues = sum(1 for e in events if e["event"] == "requeue")
+    return LocalRerun(LOCAL_REQUEUE_RETURN_CODE, float(limit) if limit else None, STARTED, requeues)
+
+
+def _timeouts_left(argv: list[str], events: list[dict]) -> str:
+    """submitit's "N remaining timeouts": the time-limit requeues still allowed."""
+    cap = RunRequest.from_json(argv[2]).options.max_timeout_requeues if argv[1] == REQUEST else None
+    if cap is None:
+        return "no limit on timeouts"
+    used = sum(1 for e in events if e["event"] == "requeue" and e.get("cause") == "time-limit")
+    return f"{cap - used} remaining timeouts"
 
 
 def _tasks(argv: list[str]) -> int:
@@ -100,7 +152,7 @@ def _tasks(argv: list[str]) -> int:
     return request.nodes * request.procs_per_node
 
 
-def _run(args: list[str], rank: tuple[str, ...], log_dir: Path) -> int:
+def _run(args: list[str], rank: tuple[str, ...], log_dir: Path, rerun: LocalRerun | None) -> int:
     """The request completed with this job's rank command and log dir, supervised; the exit code."""
     if args[0] != REQUEST:  # a job submitted before requests: its sres command line
         from launcher import cli
@@ -111,7 +163,8 @@ def _run(args: list[str], rank: tuple[str, ...], log_dir: Path) -> int:
     request = RunRequest.from_json(args[1])
     options = dataclasses.replace(request.options, log_dir=log_dir)
     logging.basicConfig(level=logging.WARNING, format="sres: %(message)s")  # as sres without -v
-    return supervise(dataclasses.replace(request, command=rank, options=options))
+    logger.get_logger().propagate = False  # submitit's job lines have handlers of their own
+    return supervise(dataclasses.replace(request, command=rank, options=options), rerun=rerun)
 
 
 def failure_text(log_dir: Path, code: int, task: int = 0) -> str:
@@ -126,18 +179,6 @@ def failure_text(log_dir: Path, code: int, task: int = 0) -> str:
     lowest = min(own, key=int, default=None)
     trace = own.get(str(task)) or (own[lowest] if lowest is not None else failed.get("traceback") or "")
     return f"{trace}\nsres: {failed['reason']}" if trace else f"sres: {failed['reason']}"
-
-
-def _ended_without_outcome(log_dir: Path) -> bool:
-    """A run that requeued itself (the job runs again) or was cancelled writes no result: as under
-    submitit's own executors, ``job.exception()`` is then an ``UncompletedJobError``, not a failure
-    of the function's."""
-    path = log_dir / "events.jsonl"
-    events = read_events(path) if path.exists() else []
-    end = next((e for e in reversed(events) if e["event"] in ("requeue", "failed", "finished")), {})
-    return end.get("event") == "requeue" or (
-        end.get("event") == "failed" and end.get("reason") == INTERRUPTED
-    )
 
 
 if __name__ == "__main__":

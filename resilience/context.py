@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from resilience.elastic import BatchPlan, ElasticSampler
@@ -38,6 +38,7 @@ class _Runtime(Protocol):
     def before_commit(self) -> None: ...
     def after_commit(self, step: int, ctx: "Context") -> None: ...
     def committed(self, step: int, ctx: "Context", changed: list[str]) -> None: ...
+    def on_requeue(self, hook: Callable[[str], None]) -> None: ...
 
 
 class Context:
@@ -83,6 +84,16 @@ class Context:
         self._view_step = -2
         self._small: dict[str, Any] = {}
         self._checked = -2
+
+    def on_requeue(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(cause)`` when sres is about to requeue the job (``cause``: ``time-limit``
+        or ``preemption``), after the newest commit was persisted and before the job ends: for
+        what a commit cannot hold. It runs on a thread of this process while ``train`` may still
+        run; the job waits for it up to a minute. Each entry of ``train`` adds its hooks anew
+        (those of an earlier entry are dropped). Outside ``sres run`` nothing requeues the job:
+        it is never called."""
+        if self._runtime is not None:
+            self._runtime.on_requeue(hook)
 
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).

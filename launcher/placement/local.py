@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -18,9 +19,21 @@ from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.processes import Processes
 
 
+@dataclass(frozen=True)
+class LocalRerun:
+    """A local run that its parent runs again when it exits with ``exit_code``, under a time limit:
+    submitit's local controller (144, ``timeout_min``), what a Slurm batch job's requeue and limit
+    are on a cluster. ``started``: when this run began, on ``time.monotonic``'s clock;
+    ``restart_count``: the runs before it."""
+
+    exit_code: int
+    time_limit_s: float | None
+    started: float
+    restart_count: int = 0
+
+
 class LocalPlacement:
     store_host = "127.0.0.1"
-    requeueable = False
     job_id: str | None = None
 
     def __init__(
@@ -29,10 +42,14 @@ class LocalPlacement:
         echo: TextIO | None = sys.stdout,
         repair_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rerun: LocalRerun | None = None,
     ) -> None:
         """``repair_after_s``: a retired (drained) node comes back that long after, healthy,
         under a new number: what an admin or the health hooks' resume does on a cluster.
-        ``None``: lost nodes stay lost."""
+        ``None``: lost nodes stay lost. ``rerun``: how this run is requeued (its exit code: the
+        caller exits with it) and its time limit; None: it cannot be, and has none."""
+        self.rerun = rerun
+        self.requeueable = rerun is not None
         self.processes = Processes(log_dir, echo)
         self.repair_after_s, self.clock = repair_after_s, clock
         self._in_repair: list[tuple[float, int]] = []  # (back at, node)
@@ -94,7 +111,13 @@ class LocalPlacement:
     # --- the job -------------------------------------------------------------------------------
 
     def requeue(self, why: str) -> None:
-        raise SresError("a local run cannot be requeued: it is not a Slurm job")
+        if self.rerun is None:
+            raise SresError(
+                "a local run cannot be requeued: it is not a Slurm job nor run again by its parent"
+            )
 
     def time_limits(self) -> tuple[float | None, float | None]:
-        return None, None
+        if self.rerun is None or self.rerun.time_limit_s is None:
+            return None, None
+        limit = self.rerun.time_limit_s
+        return limit - (time.monotonic() - self.rerun.started), limit

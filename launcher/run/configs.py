@@ -67,11 +67,17 @@ def injections(request: RunRequest) -> tuple[tuple[Injection, ...], list[str]]:
 
 
 def run_config(
-    request: RunRequest, log_dir: Path, injected: tuple[Injection, ...], environ: Mapping[str, str]
+    request: RunRequest,
+    log_dir: Path,
+    injected: tuple[Injection, ...],
+    environ: Mapping[str, str],
+    restart_count: int | None = None,
 ) -> RunConfig:
-    """Everything the supervisor needs, validated (``RunConfig`` refuses what does not hold)."""
+    """Everything the supervisor needs, validated (``RunConfig`` refuses what does not hold).
+    ``restart_count``: the runs of this job before this one; None: Slurm's count (a local run's: 0)."""
     o = request.options
-    restart_count = int(environ.get("SLURM_RESTART_COUNT") or 0)
+    if restart_count is None:
+        restart_count = int(environ.get("SLURM_RESTART_COUNT") or 0)
     return RunConfig(
         command=request.command,
         nodes=request.nodes,

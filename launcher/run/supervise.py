@@ -29,21 +29,27 @@ from launcher.supervisor import Outcome, RunConfig, Supervisor
 
 if TYPE_CHECKING:
     from launcher.placement import Placement
+    from launcher.placement.local import LocalRerun
     from launcher.placement.srun import JobHosts, SrunPlacement
     from resilience.contract.injections import Injection
     from resilience.contract.liveness import LivenessServer
 
 
 def supervise(
-    request: RunRequest, environ: Mapping[str, str] | None = None, job_hosts: JobHosts | None = None
+    request: RunRequest,
+    environ: Mapping[str, str] | None = None,
+    job_hosts: JobHosts | None = None,
+    rerun: LocalRerun | None = None,
 ) -> int:
     """Run ``request``; the exit code. ``environ``: where the Slurm job's facts are read
     (default this process's). ``job_hosts``: the Slurm job's nodes when the caller has already
-    asked (``sres srun`` counts them for its default shape); asked here otherwise."""
+    asked (``sres srun`` counts them for its default shape); asked here otherwise. ``rerun``: a
+    local run's requeue (its exit code) and time limit, when its parent runs it again."""
     environ = os.environ if environ is None else environ
     log_dir = configs.private_log_dir(configs.log_dir_for(request, environ, time.time()))
-    config = configs.run_config(request, log_dir, _injections(request, log_dir), environ)
-    placement, liveness, where = _placement(request, config, environ, job_hosts)
+    restart_count = rerun.restart_count if rerun is not None else None
+    config = configs.run_config(request, log_dir, _injections(request, log_dir), environ, restart_count)
+    placement, liveness, where = _placement(request, config, environ, job_hosts, rerun)
     print(
         f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) "
         f"on {where}; log dir {config.log_dir}",
@@ -51,7 +57,7 @@ def supervise(
     )
     outcome = Supervisor(config, placement, liveness).run()
     print(f"sres: the run's report: sres report {config.log_dir}", file=sys.stderr)
-    return exit_code(outcome)
+    return rerun.exit_code if rerun is not None and outcome.requeued else exit_code(outcome)
 
 
 def exit_code(outcome: Outcome) -> int:
@@ -73,7 +79,11 @@ def _injections(request: RunRequest, log_dir: Path) -> tuple[Injection, ...]:
 
 
 def _placement(
-    request: RunRequest, config: RunConfig, environ: Mapping[str, str], job_hosts: JobHosts | None
+    request: RunRequest,
+    config: RunConfig,
+    environ: Mapping[str, str],
+    job_hosts: JobHosts | None,
+    rerun: LocalRerun | None,
 ) -> tuple[Placement, LivenessServer | None, str]:
     """Where ranks run (the placement, its liveness server if any) and that place in words."""
     if request.launcher == "slurm":
@@ -82,7 +92,8 @@ def _placement(
         return placement, liveness, f"job {placement.job_id} ({hosts})"
     from launcher.placement.local import LocalPlacement
 
-    return LocalPlacement(config.log_dir, repair_after_s=request.options.repair_after), None, "this machine"
+    placement = LocalPlacement(config.log_dir, repair_after_s=request.options.repair_after, rerun=rerun)
+    return placement, None, "this machine"
 
 
 def _srun_placement(

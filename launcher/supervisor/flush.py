@@ -1,4 +1,5 @@
-"""Persist the newest committed state now (preemption, requeue), while training goes on.
+"""Persist the newest committed state now (preemption, requeue), while training goes on; then
+the ranks' own hooks before the requeue (``ctx.on_requeue``).
 
 Two rounds through store keys that every rank watches on a thread of its own (no commit
 needed): each rank reports the newest step in its RAM tier and from then on keeps every
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from launcher.observability.events import EventLog
+from launcher.supervisor.hands import Clocks
 from resilience.contract.messages import FlushDone
 from resilience.contract.run_store import RunStore
 from resilience.tiers.registry import PERSISTENT
@@ -54,3 +56,23 @@ def _round(
             return None
         sleep(0.05)
     return answers
+
+
+def run_requeue_hooks(
+    store: RunStore, slots: Iterable[str], cause: str, timeout_s: float, clocks: Clocks
+) -> str:
+    """Announce the requeue and wait for every rank that registered a hook (``ctx.on_requeue``) to
+    run them; what went wrong, in words ("" when every hook ran). Ranks without hooks are not
+    waited for; a hook that does not answer within ``timeout_s`` is left behind."""
+    hooked = store.requeue_hooked(slots)
+    if not hooked:
+        return ""
+    notice = store.announce_requeue(cause, timeout_s)
+    deadline = clocks.clock() + timeout_s
+    while len(answers := store.requeue_answers(notice, hooked)) < len(hooked) and clocks.clock() < deadline:
+        clocks.sleep(0.05)
+    late = sorted(set(hooked) - set(answers))
+    errors = sorted({f"{slot}: {error}" for slot, error in answers.items() if error})
+    if late:
+        errors.append(f"no answer within {timeout_s:g} s from {', '.join(late)}")
+    return "; ".join(errors)

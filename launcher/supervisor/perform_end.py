@@ -11,6 +11,7 @@ from launcher.errors import SresError
 from launcher.observability.events import summary
 from launcher.supervisor import actions as act
 from launcher.supervisor.books import Outcome
+from launcher.supervisor.flush import run_requeue_hooks
 from launcher.supervisor.hands import Hands
 from launcher.supervisor.fault_policy import error_at
 from launcher.supervisor.requeue_policy import requeues_counted
@@ -31,6 +32,11 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
             "warning: nothing was persisted before the requeue (no --persistent-dir, or the save failed): "
             "the restart resumes from the newest state the tiers still hold"
         )
+    if a.save:  # every rank is alive: theirs to say what else must outlive the job
+        members = h.books.current_plan.members.values()
+        problem = run_requeue_hooks(h.store, members, a.cause, c.preempt_save_timeout_s, h.clocks)
+        if problem:
+            h.say(f"warning: the ranks' requeue hooks did not all run: {problem}")
     h.events.emit("requeue", why=a.why, cause=a.cause, restart_count=c.restart_count, saved_step=saved)
     used, cap, flag = requeues_counted(c, a.cause)
     h.say(
@@ -38,6 +44,8 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
         + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")")
     )
     h.store.shut_down()
+    for slot in h.books.slots:  # what they held is saved: a rank still starting up must not delay the end
+        h.processes.kill(slot)
     try:
         h.job.requeue(a.why)
     except SresError as err:

@@ -17,8 +17,12 @@ def requeue_or_fail(why: str, config: RunConfig, save: bool = False, cause: str 
     its time limit should stop, while one preempted by the scheduler was not at fault."""
     used, cap, flag = requeues_counted(config, cause)
     if cap is not None and used >= cap:
-        at_limit = " at its time limit" if flag == "--max-timeout-requeues" else ""
-        return Fail(f"{why}; the job was already requeued {used} time(s){at_limit} ({flag} {cap})")
+        if flag == "--max-timeout-requeues":  # "timed-out too many times": submitit's words, looked for
+            return Fail(
+                f"{why}; timed-out too many times: the job was already requeued {used} time(s) at its "
+                f"time limit ({flag} {cap})"
+            )
+        return Fail(f"{why}; the job was already requeued {used} time(s) ({flag} {cap})")
     return Requeue(why, save, cause)
 
 

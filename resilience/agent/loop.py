@@ -27,6 +27,7 @@ from resilience.agent import blame, faults, formation, recovery
 from resilience.agent.commits import CommitPipeline, Paused
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.agent.kept import Kept
+from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
 from resilience.agent.step_timer import StepTimer
 from resilience.context import Context
@@ -79,6 +80,7 @@ class Agent(CommitPipeline):
         self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
+        self._requeue_hooks = RequeueHooks(self.store, env.slot)
         self.tiers = TierAgent.create(
             env.tiers,
             self.store,
@@ -118,6 +120,9 @@ class Agent(CommitPipeline):
             self._heartbeat.stop()
             if self.tiers is not None:
                 self.tiers.close()
+
+    def on_requeue(self, hook: RequeueHook) -> None:
+        self._requeue_hooks.add(hook)
 
     def _enter(self, state: RankState) -> None:
         log.debug("rank process %s: %s -> %s", self.env.slot, self.state.value, state.value)
@@ -187,6 +192,7 @@ class Agent(CommitPipeline):
             self._form(plan)
             self._enter(RankState.RECOVERING)
             step, restored = self._recover(plan)
+            self._requeue_hooks.clear()  # this entry of train adds its own
             ctx = Context(
                 rank=self.rank,
                 world_size=plan.world_size,

@@ -34,6 +34,8 @@ NODE_KILLS = "inject-node-count"
 CHILD_KILL = "inject-supervisor-child"
 FLUSH_SEQ = "tier-flush-seq"
 FLUSH_REQUEST = "tier-flush"
+REQUEUE_SEQ = "requeue-seq"
+REQUEUE_NOTICE = "requeue"
 
 
 def plan(generation: int) -> str:
@@ -100,6 +102,14 @@ def tier_address(slot: str) -> str:
 
 def flush_done(request: int, rank: int) -> str:
     return f"tier-flush-done/{request}/{rank}"
+
+
+def requeue_hooked(slot: str) -> str:
+    return f"requeue-hooked/{slot}"
+
+
+def requeue_done(notice: int, slot: str) -> str:
+    return f"requeue-done/{notice}/{slot}"
 
 
 def rank_event(index: int) -> str:

@@ -180,6 +180,16 @@ class FlushRequest(Message):
 
 
 @dataclass(frozen=True)
+class RequeueNotice(Message):
+    """The supervisor is about to requeue the job (``cause``: ``time-limit`` or ``preemption``),
+    its newest commit persisted: ranks run their ``ctx.on_requeue`` hooks within ``timeout_s``."""
+
+    id: int
+    cause: str
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class FlushDone(Message):
     """A rank's answer to a :class:`FlushRequest`."""
 

@@ -12,6 +12,7 @@ In the manner of NVIDIA resiliency's ``StoreMixin``: one object, typed accessors
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from resilience.contract.messages import (
     RecentSteps,
     RecoveryInfo,
     Report,
+    RequeueNotice,
     RunStats,
 )
 
@@ -315,6 +317,34 @@ class RunStore:
             return None
         values = [self._value(k) for k in names]
         return [FlushDone.decode(v) for v in values if v is not None] if None not in values else None
+
+    # --- before a requeue: the ranks' ctx.on_requeue hooks -------------------------------------
+
+    def mark_requeue_hooked(self, slot: str) -> None:
+        """Rank: this process runs hooks before a requeue; the supervisor waits for its answer."""
+        self.raw.set(keys.requeue_hooked(slot), "1")
+
+    def requeue_hooked(self, slots: Iterable[str]) -> list[str]:
+        return [slot for slot in slots if self.raw.check([keys.requeue_hooked(slot)])]
+
+    def announce_requeue(self, cause: str, timeout_s: float) -> int:
+        """Supervisor: the job is about to be requeued; returns the notice's id."""
+        notice = self.raw.add(keys.REQUEUE_SEQ, 1)
+        self.raw.set(keys.REQUEUE_NOTICE, RequeueNotice(notice, cause, timeout_s).encode())
+        return notice
+
+    def requeue_notice(self) -> RequeueNotice | None:
+        text = self._text(keys.REQUEUE_NOTICE)
+        return RequeueNotice.decode(text) if text is not None else None
+
+    def answer_requeue(self, notice: int, slot: str, error: str) -> None:
+        """Rank: its hooks ran (``error``: empty, or what one of them raised)."""
+        self.raw.set(keys.requeue_done(notice, slot), json.dumps(error))
+
+    def requeue_answers(self, notice: int, slots: Iterable[str]) -> dict[str, str]:
+        """The answers that arrived so far, by slot (empty: every hook ran)."""
+        answers = {slot: self._text(keys.requeue_done(notice, slot)) for slot in slots}
+        return {slot: json.loads(text) for slot, text in answers.items() if text is not None}
 
     # --- fault injection (tests, the demo, chaos) -------------------------------------------
 

@@ -21,17 +21,20 @@ from tests.support.submitit_jobs import (
     add,
     always_raises,
     count_calls_and_raise,
+    Resumable,
     job_process,
     record_places,
+    train_noting_requeues,
     wait_event,
 )
 
 STEPS = 20
 
 
-def executor(tmp_path, **parameters) -> ResilientExecutor:
-    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
-    ex.update_parameters(nodes=3, spares=1, timeout_min=10, no_tiers=True, hang_timeout=3, **parameters)
+def executor(tmp_path, max_num_timeout: int = 3, **parameters) -> ResilientExecutor:
+    ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local", max_num_timeout=max_num_timeout)
+    defaults = dict(nodes=3, spares=1, timeout_min=10, no_tiers=True, hang_timeout=3)
+    ex.update_parameters(**{**defaults, **parameters})
     return ex
 
 
@@ -177,3 +180,40 @@ def test_a_cancelled_job_is_uncompleted_not_failed(tmp_path):
     job._results_timeout_s = 1  # submitit waits 15 s (x2 locally) for a result that never comes
     error = job.exception()  # submitit's FailedJobError is an UncompletedJobError too: the class itself
     assert type(error) is submitit.core.utils.UncompletedJobError, error
+
+
+def wait_file(path: Path, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no {path} after {timeout:.0f} s"
+        time.sleep(0.1)
+
+
+def test_a_preempted_checkpointable_is_checkpointed_by_rank_0_and_resumes_from_it(tmp_path):
+    """submitit's preemption locally: the job's own process gets the requeue signal long before
+    its time limit; rank 0 (not rank 1) takes the checkpoint, and the job runs again from it."""
+    ex = executor(tmp_path, nodes=2, spares=0, timeout_min=30)
+    job = ex.submit(Resumable(), str(tmp_path))
+    wait_file(tmp_path / "started0")
+    wait_file(tmp_path / "started1")
+    os.kill(job_process(job), signal.SIGUSR2)
+    assert job.result() == "resumed from the checkpoint"
+    assert (tmp_path / "checkpoint").read_text() == "0\n"
+    (requeue,) = [e for e in job.events() if e["event"] == "requeue"]
+    assert requeue["cause"] == "preemption"
+    assert "Requeued job" in job.stdout()
+
+
+def test_a_training_function_requeued_at_its_time_limit_resumes_from_the_persisted_step(tmp_path, fault_free):
+    """The time limit locally (submitit's controller signals signal_delay_s before it): every
+    rank's ctx.on_requeue hook runs, the newest commit is persisted, the controller runs the job
+    again and it resumes there, ending with the fault-free result."""
+    ckpt = str(tmp_path / "ckpt")
+    ex = executor(tmp_path, 8, spares=0, persistent_dir=ckpt, no_tiers=False, timeout_min=15 / 60)
+    ex.update_parameters(signal_delay_s=5)
+    job = ex.submit(train_noting_requeues, str(tmp_path), STEPS, 0.6)
+    assert job.result() == fault_free
+    requeues = [e for e in job.events() if e["event"] == "requeue"]
+    assert requeues and requeues[0]["cause"] == "time-limit" and requeues[0]["saved_step"] is not None
+    hooks = {p.name: p.read_text() for p in tmp_path.glob("requeue*")}
+    assert hooks == {f"requeue{rank}": "time-limit" for rank in range(3)}

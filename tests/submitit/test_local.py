@@ -1,32 +1,44 @@
 """submitit's own ``submitit/local/test_local.py`` (submitit 1.5.4), with
 ``ResilientExecutor(folder, cluster="local")`` in place of ``LocalExecutor`` (and of
 ``AutoExecutor(cluster="local")`` in ``test_setup``); submitit's ``weird_tmp_path`` fixture is a
-parametrization here. Nothing else is changed.
-
-Not yet ported, each waiting on a part of issue 32 that is not built:
-``test_requeuing`` and ``test_custom_checkpoint`` (a local requeue at the time
-limit and ``__submitit_checkpoint__``). ``test_make_subprocess`` tests submitit's controller
-alone (no executor), and ``test_long_running_job`` is one of submitit's slow tests.
+parametrization here. Nothing else is changed but the times of ``test_requeuing`` and
+``test_custom_checkpoint``, scaled to our start-up (:data:`SLEEP_S`). Not ported:
+``test_make_subprocess`` tests submitit's controller alone (no executor), and
+``test_long_running_job`` is one of submitit's slow tests.
 """
 
 from __future__ import annotations
 
 import functools
 import pickle
+import re
 import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from submitit.core import job_environment, utils
+from submitit import helpers
+from submitit.core import job_environment, test_core, utils
 from submitit.local import local, test_debug
 
 from launcher.submitit import ResilientExecutor
 
 
+SLEEP_S, TIMEOUT_S, SIGNAL_DELAY_S, SLACKER_TIMEOUT_S = 3, 14, 2, 8
+"""test_requeuing's and test_custom_checkpoint's times, submitit's (1 s, 3 s, 1 s; 2 s) scaled: a
+job here starts in about 3 s (the supervisor, then a rank that imports torch) where
+LocalExecutor's starts in 0.3 s, so a 3-second time limit ends it before the function starts.
+Scaled, the signal still comes after one to three of the functions ran, the second run times out
+too, and a loaded machine still has the time to requeue between the signal and the limit."""
+
+
 def executor_at(folder: Path) -> ResilientExecutor:
     return ResilientExecutor(folder, cluster="local")
+
+
+def local_executor_at(folder: Path, max_num_timeout: int) -> ResilientExecutor:
+    return ResilientExecutor(folder, cluster="local", max_num_timeout=max_num_timeout)
 
 
 def test_local_job(tmp_path: Path) -> None:
@@ -155,6 +167,46 @@ def test_killed(tmp_path: Path) -> None:
     job._process.send_signal(signal.SIGKILL)  # type: ignore
     time.sleep(1)
     assert job.state == "INTERRUPTED"
+
+
+def test_requeuing(tmp_path: Path) -> None:
+    func = helpers.FunctionSequence(verbose=True)
+    for x in range(20):
+        func.add(test_core.do_nothing, x=x, sleep=SLEEP_S)
+    executor = local_executor_at(tmp_path, max_num_timeout=1)
+    executor.update_parameters(timeout_min=TIMEOUT_S / 60, signal_delay_s=SIGNAL_DELAY_S)
+    job = executor.submit(func)
+    job.wait()
+    stdout = job.stdout()
+    assert stdout is not None
+    match = re.search(r"Starting from [123]/20", stdout)
+    assert match, f"Should have resumed from a checkpoint:\n{stdout}"
+    assert "timed-out too many times" in stdout, f"Unexpected stdout:\n{stdout}"
+    assert "(0 remaining timeouts)" in stdout, f"Unexpected stdout:\n{stdout}"
+
+
+def test_custom_checkpoint(tmp_path: Path) -> None:
+    class Slacker(helpers.Checkpointable):
+        def __call__(self, slack: bool = True):
+            if slack:
+                print("Slacking", flush=True)
+                time.sleep(10)
+                raise RuntimeError("I really don't want to work")
+            print("Working hard", flush=True)
+            return "worked hard"
+
+        def __submitit_checkpoint__(self, slack: bool = True):
+            if slack:
+                print("Interrupted while slacking. I won't slack next time.", flush=True)
+            return utils.DelayedSubmission(self, slack=False)
+
+    executor = local_executor_at(tmp_path, max_num_timeout=1)
+    executor.update_parameters(timeout_min=SLACKER_TIMEOUT_S / 60, signal_delay_s=SIGNAL_DELAY_S)
+    job = executor.submit(Slacker(True))
+    job.wait()
+    stdout = job.stdout()
+    assert stdout
+    assert "I won't slack next time." in stdout
 
 
 def test_cancel(tmp_path: Path) -> None:

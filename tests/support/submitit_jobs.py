@@ -51,6 +51,33 @@ def count_calls_and_raise(calls: str, fail_times: int) -> str:
     return "ok"
 
 
+class Resumable(submitit.helpers.Checkpointable):
+    """Writes ``started`` then waits a minute, until a checkpoint (``checkpoint``: where it was
+    taken: ``RANK``, absent outside a rank) makes the call that runs again return at once."""
+
+    def __call__(self, out_dir: str, resumed: bool = False) -> str:
+        if resumed:
+            return "resumed from the checkpoint"
+        Path(out_dir, f"started{os.environ['RANK']}").write_text("")
+        time.sleep(60)
+        return "ran to its end"
+
+    def __submitit_checkpoint__(
+        self, out_dir: str, resumed: bool = False
+    ) -> submitit.helpers.DelayedSubmission:
+        with open(Path(out_dir, "checkpoint"), "a") as out:
+            out.write(os.environ.get("RANK", "none") + "\n")
+        return submitit.helpers.DelayedSubmission(self, out_dir, resumed=True)
+
+
+def train_noting_requeues(ctx: resilience.Context, out_dir: str, steps: int, sleep_s: float) -> str:
+    """The example MLP, whose ranks write the requeue's cause (``requeue<rank>``) when one comes."""
+    from resilience.examples.submit_mlp import train
+
+    ctx.on_requeue(lambda cause: Path(out_dir, f"requeue{ctx.rank}").write_text(cause))
+    return train(ctx, steps, 256, sleep_s)
+
+
 def a_lock() -> threading.Lock:
     return threading.Lock()  # cannot be pickled
 

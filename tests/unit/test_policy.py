@@ -146,7 +146,8 @@ CASES = {
         ),
         [
             Fail(
-                "time limit in 40 s; the job was already requeued 1 time(s) at its time limit "
+                "time limit in 40 s; timed-out too many times: the job was already requeued 1 time(s) at its "
+                "time limit "
                 "(--max-timeout-requeues 1)"
             )
         ],

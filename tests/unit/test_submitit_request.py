@@ -11,6 +11,7 @@ import pytest
 from launcher import submitit_job
 from launcher.run import environment, signal_latch
 from launcher.run.request import RunRequest
+from launcher.placement.local import LocalPlacement
 from launcher.submitit import ResilientExecutor
 
 
@@ -37,7 +38,8 @@ def test_a_local_job_runs_the_shape_and_options_given(tmp_path):
     assert (request.launcher, request.command, request.step_args) == ("local", (), ())
     o = request.options
     assert (o.inject, o.hang_timeout, o.no_tiers, o.min_nodes) == (("node:1:step=8",), 3.0, True, 2)
-    assert (o.max_requeues, o.max_timeout_requeues) == (3, None)  # the defaults: requeues are Slurm's
+    # requeues as submitit's: max_num_timeout (3) at the time limit, preemptions uncapped
+    assert (o.max_requeues, o.max_timeout_requeues) == (None, 3)
 
 
 def test_a_slurm_job_asks_for_nodes_and_spares_and_requeues_as_submitit_does(tmp_path):
@@ -87,12 +89,12 @@ def test_a_bad_parameter_is_refused_at_once_and_changes_nothing(tmp_path, parame
 
 def test_the_job_completes_the_request_with_its_rank_command_and_log_dir(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("launcher.run.supervise.supervise", lambda request: seen.append(request) or 0)
+    monkeypatch.setattr("launcher.run.supervise.supervise", lambda request, rerun: seen.append(request) or 0)
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="local")
     ex.update_parameters(nodes=2, no_tiers=True)
     rank = ("python", "-u", "-m", "resilience.submitit_rank", "in.pkl", "out.pkl")
     json = job_request(ex).to_json()
-    assert submitit_job._run([submitit_job.REQUEST, json], rank, tmp_path / "7_sres") == 0
+    assert submitit_job._run([submitit_job.REQUEST, json], rank, tmp_path / "7_sres", None) == 0
     (request,) = seen
     assert request.command == rank and request.options.log_dir == tmp_path / "7_sres"
     assert (request.nodes, request.options.no_tiers) == (2, True)
@@ -101,8 +103,23 @@ def test_the_job_completes_the_request_with_its_rank_command_and_log_dir(tmp_pat
 def test_a_job_submitted_before_requests_still_runs_its_command_line(monkeypatch):
     seen = []
     monkeypatch.setattr("launcher.cli.run", lambda argv: seen.append(argv) or 0)
-    submitit_job._run(["--", "run", "--nodes", "2", "--"], ("python", "r.py"), Path("/j/7_sres"))
+    submitit_job._run(["--", "run", "--nodes", "2", "--"], ("python", "r.py"), Path("/j/7_sres"), None)
     assert seen == [["run", "--log-dir", "/j/7_sres", "--nodes", "2", "--", "python", "r.py"]]
+
+
+def test_under_submitit_s_local_controller_a_run_is_requeued_by_its_exit_code_within_its_time_limit(
+    monkeypatch,
+):
+    monkeypatch.delenv("SUBMITIT_LOCAL_JOB_ID", raising=False)
+    assert submitit_job._local_rerun([]) is None  # on Slurm: Slurm's requeue and limit
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "7")
+    monkeypatch.setenv("SUBMITIT_LOCAL_TIMEOUT_S", "90")
+    earlier = [{"event": "start"}, {"event": "requeue", "cause": "time-limit"}, {"event": "start"}]
+    rerun = submitit_job._local_rerun(earlier)
+    assert (rerun.exit_code, rerun.time_limit_s, rerun.restart_count) == (144, 90.0, 1)
+    left, limit = LocalPlacement(Path("/nowhere"), rerun=rerun).time_limits()
+    assert limit == 90.0 and 0 < left <= 90.0
+    assert LocalPlacement(Path("/nowhere")).time_limits() == (None, None)  # sres run: no limit
 
 
 def test_the_job_latches_the_request_s_signal(tmp_path):
