@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -29,6 +30,13 @@ from resilience.state import committed, snapshot
 _restored_modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
 """Modules whose whole state ``ctx.register`` just loaded from a commit: identical on every
 rank, so ``resilience.ddp`` need not broadcast them again."""
+
+
+def dtensors_loaded() -> bool:
+    """Whether this process imported DTensor (FSDP2 does): only then may a module or optimizer hold
+    DTensors, and :mod:`resilience.fsdp` is worth its imports (DCP, DTensor's ops and dynamo: 1.1 s,
+    which every rank would otherwise pay at start and every warm spare before it can serve)."""
+    return "torch.distributed.tensor" in sys.modules
 
 
 class _Runtime(Protocol):
@@ -103,7 +111,7 @@ class Context:
         """
         for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
             _check_registrable(name, obj)
-            if _is_module(obj) or _is_optimizer(obj):
+            if (_is_module(obj) or _is_optimizer(obj)) and dtensors_loaded():
                 from resilience import fsdp
 
                 obj = fsdp.adapt(name, obj, self._objects.values())

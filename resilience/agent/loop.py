@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from resilience import fsdp
 from resilience.agent import blame, faults, formation, recovery
 from resilience.agent.commits import CommitPipeline, Paused
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
@@ -30,7 +29,7 @@ from resilience.agent.kept import Kept
 from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
 from resilience.agent.step_timer import StepTimer
-from resilience.context import Context
+from resilience.context import Context, dtensors_loaded
 from resilience.contract import liveness
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
@@ -265,7 +264,10 @@ class Agent(CommitPipeline):
         self.state_group = formation.form(plan, self.rank, self.env, self.store, self._watch)
         self._commits_this_generation = 0
         self.kept.parts.enter(plan.world_size)
-        fsdp.forget_old_meshes()  # this process's rank may have changed
+        if dtensors_loaded():
+            from resilience import fsdp
+
+            fsdp.forget_old_meshes()  # this process's rank may have changed
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
 
