@@ -98,7 +98,8 @@ class Agent(CommitPipeline):
         self._relay_preemption()
         if self.env.deterministic_ddp:
             deterministic_by_default()
-        _warm_up()
+        if not self._awaited():
+            _warm_up()
         # Everything imported so far lives as long as the process: keep it out of the
         # collector's way, so that the collection at each teardown scans only new objects
         # (measured: 0.2-0.3 s per collection without this, on the recovery path).
@@ -119,6 +120,15 @@ class Agent(CommitPipeline):
             self._heartbeat.stop()
             if self.tiers is not None:
                 self.tiers.close()
+
+    def _awaited(self) -> bool:
+        """Whether a published generation already gives this process a rank (a member at the
+        start, a cold replacement): its peers wait for it now, and its first step pays the
+        first-use costs (0.9 s) as a warm-up would. Only a spare or a standby, which nothing waits
+        for yet, warms up: a job whose function needs no optimizer never pays them."""
+        generation = self.store.newest_generation()
+        plan = self.store.plan(generation) if generation else None
+        return plan is not None and plan.rank_of(self.env.slot) is not None
 
     def on_requeue(self, hook: RequeueHook) -> None:
         self._requeue_hooks.add(hook)

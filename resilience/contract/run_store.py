@@ -121,6 +121,12 @@ class RunStore:
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
         return self._has(keys.plan(generation))
 
+    def newest_generation(self, after: int = 0) -> int:
+        """The newest generation planned (``after`` when none is newer; 0: none yet)."""
+        while self.has_plan(after + 1):
+            after += 1
+        return after
+
     def wait_plan(self, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
         """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
@@ -130,8 +136,7 @@ class RunStore:
         """
         newest = after
         while True:
-            while self.has_plan(newest + 1):
-                newest += 1
+            newest = self.newest_generation(newest)
             if newest > after:
                 plan = self.plan(newest)
                 if plan is not None and plan.rank_of(slot) is not None:
