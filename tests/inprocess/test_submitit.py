@@ -110,6 +110,7 @@ def test_every_rank_reads_its_true_place_from_submitit_and_torch_after_a_node_lo
     ex.update_parameters(nodes=2, spares=1, timeout_min=10, no_tiers=True, inject=["node:1:step=3"])
     job = ex.submit(record_places, str(out), 8)
     assert job.results() == [0, 1]  # each rank's value, as submitit's task of its number
+    assert job.result() == 0  # the one change on purpose: rank 0's value, where submitit refuses
     assert [e["node"] for e in job.events() if e["event"] == "fault"] == [1]
     for rank in (0, 1):
         seen = json.loads((out / f"rank{rank}.json").read_text())

@@ -2,9 +2,9 @@
 ``ResilientExecutor(folder, cluster="local")`` in place of ``LocalExecutor`` (and of
 ``AutoExecutor(cluster="local")`` in ``test_setup``); submitit's ``weird_tmp_path`` fixture is a
 parametrization here. Nothing else is changed but the times of ``test_requeuing`` and
-``test_custom_checkpoint``, scaled to our start-up (:data:`SLEEP_S`). Not ported:
-``test_make_subprocess`` tests submitit's controller alone (no executor), and
-``test_long_running_job`` is one of submitit's slow tests.
+``test_custom_checkpoint``, scaled to our start-up (:data:`SLEEP_S`), and the mark of
+``test_long_running_job``, one of submitit's slow tests (``-m slow`` runs it). Not ported:
+``test_make_subprocess`` tests submitit's controller alone, with no executor.
 """
 
 from __future__ import annotations
@@ -167,6 +167,18 @@ def test_killed(tmp_path: Path) -> None:
     job._process.send_signal(signal.SIGKILL)  # type: ignore
     time.sleep(1)
     assert job.state == "INTERRUPTED"
+
+
+@pytest.mark.slow  # submitit's: skipped unless SUBMITIT_SLOW_TESTS; ours: out of CI, with -m slow
+def test_long_running_job(tmp_path: Path) -> None:
+    def f(x: int, y: int, sleep: int = 120) -> int:
+        time.sleep(sleep)
+        return x + y
+
+    executor = executor_at(tmp_path)
+    executor.update_parameters(timeout_min=5)
+    job = executor.submit(f, 40, 2)
+    assert job.result() == 42
 
 
 def test_requeuing(tmp_path: Path) -> None:
