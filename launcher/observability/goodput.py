@@ -59,7 +59,7 @@ def account(
     if not run:
         return {}
     wall = end_t - run[0]["t"]
-    stalls = step_stalls(step_records)
+    stalls = step_stalls(r for r in step_records if r.get("t", end_t) >= run[0]["t"])  # this run's steps
     median = stalls.pop("useful_step_s", None) or median_step_s or 0.0
     seconds = dict.fromkeys(CAUSES, 0.0)
     seconds.update(stalls)
@@ -81,7 +81,9 @@ def account(
         if e["event"] == "resize" and e.get("generation") not in recovered_generations:
             seconds["resize"] += sum(max(0.0, e.get(k) or 0.0) for k in ("reform_s", "transfer_s"))
             seconds["resize"] += max(0.0, (e.get("first_step_s") or 0.0) - median)
-    seconds["productive"] = max(0, steps - 1) * median
+    # a run that resumed from a checkpoint (a requeued job, a restart) made only the steps after it
+    resumed = next((e["step"] + 1 for e in run if e["event"] == "restored" and e.get("generation") == 1), 0)
+    seconds["productive"] = max(0, steps - resumed - 1) * median
     seconds["other"] = wall - sum(v for k, v in seconds.items() if k != "other")
     return seconds
 

@@ -66,6 +66,28 @@ def test_causes_sum_to_the_wall_time_and_each_is_measured():
     assert seconds["other"] == pytest.approx(30.0 - 3.0 - 20.0 - 0.3 - 0.5 - 0.4 - 0.3 - 0.5 - 0.8)
 
 
+def test_a_run_resumed_from_a_checkpoint_counts_only_its_own_steps():
+    """A requeued job's second run restored step 8 and ended at step 19: 11 steps are its own (it
+    read 20 as the job's steps and gave a goodput of 2), and the first run's step times are not its."""
+    earlier = [{"event": "start", "t": 0.0}, {"event": "requeue", "t": 9.0}]
+    run = [
+        {"event": "start", "t": 10.0},
+        {"event": "generation", "generation": 1, "t": 10.5},
+        {"event": "restored", "generation": 1, "step": 8, "t": 11.0},
+    ]
+    records = [
+        {"generation": 1, "step": s, "rank": 0, "compute_s": 1.0, "step_s": 1.0, "t": t, "blocked_s": b}
+        for s, t, b in [(3, 5.0, 4.0), (9, 13.0, 0.0), (10, 14.0, 0.0)]
+    ]
+    seconds = account(
+        earlier + run, end_t=22.0, steps=20, median_step_s=1.0, first_step_t=12.0, step_records=records
+    )
+    assert (
+        seconds["productive"] == 10.0 and seconds["checkpoint"] == 0.0
+    )  # the first run's 4 s are not this one's
+    assert sum(seconds.values()) == pytest.approx(12.0)
+
+
 def test_a_run_that_never_stepped_is_all_startup():
     seconds = account(
         [{"event": "start", "t": 5.0}], end_t=9.0, steps=0, median_step_s=None, first_step_t=None
