@@ -1,0 +1,112 @@
+"""The batch cache's files: one step's batch written as data and mapped back bitwise; a torn or
+corrupted file found, removed and refused; a directory of another user never used."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from resilience.data import batch_file
+from resilience.data.batch_file import CorruptBatch, UnsupportedBatch
+from resilience.data.batch_store import BatchStore, CacheTooSmall, batches_dir, check_room
+from resilience.errors import NotPrivate
+
+
+def a_batch() -> dict:
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    return {
+        "input_ids": torch.arange(8).reshape(4, 2),
+        "x": x,
+        "same_x": x,  # the same tensor twice: safetensors refuses shared storage, a copy is kept
+        "half": torch.ones(2, dtype=torch.bfloat16),
+        "extra": {"names": ["a", "b"], "n": 3, "pair": (1, torch.tensor([True, False]))},
+        "none": None,
+    }
+
+
+def equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(equal, a, b))
+    return a == b
+
+
+def test_a_batch_comes_back_bitwise_with_its_step_and_samples(tmp_path):
+    batch = a_batch()
+    batch_file.write(tmp_path / "b", 7, batch, [10, 11, 12, 13])
+    cached = batch_file.read(tmp_path / "b")
+    assert (cached.step, cached.indices) == (7, (10, 11, 12, 13))
+    assert equal(cached.batch, batch)
+
+
+def test_a_corrupted_or_torn_file_is_refused(tmp_path):
+    batch_file.write(tmp_path / "b", 1, a_batch(), [0])
+    data = (tmp_path / "b").read_bytes()
+    flipped = bytearray(data)
+    flipped[-5] ^= 0x01  # one bit of the last tensor's bytes
+    (tmp_path / "flipped").write_bytes(bytes(flipped))
+    with pytest.raises(CorruptBatch, match="checksum mismatch"):
+        batch_file.read(tmp_path / "flipped")
+    (tmp_path / "torn").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptBatch):
+        batch_file.read(tmp_path / "torn")
+
+
+def test_what_only_a_pickle_could_hold_is_refused_by_name(tmp_path):
+    with pytest.raises(UnsupportedBatch, match=r"batch\['labels'\]\[1\]: 'object' values cannot be cached"):
+        batch_file.write(tmp_path / "b", 1, {"labels": [1, object()]}, [])
+    assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_the_store_keeps_steps_and_forgets_those_outside_its_window(tmp_path):
+    store = BatchStore(tmp_path / "batches")
+    for step in range(6):
+        store.put(step, {"x": torch.full((2,), float(step))}, [2 * step, 2 * step + 1])
+    assert store.steps() == [0, 1, 2, 3, 4, 5]
+    assert store.keep(2, 4) == [0, 1, 5]
+    assert store.steps() == [2, 3, 4] and store.get(0) is None
+    cached = store.get(3)
+    assert cached is not None and torch.equal(cached.batch["x"], torch.full((2,), 3.0))
+    assert cached.indices == (6, 7)
+    assert os.stat(tmp_path / "batches").st_mode & 0o777 == 0o700
+
+
+def test_a_corrupt_entry_is_removed_so_that_it_is_made_again(tmp_path):
+    store = BatchStore(tmp_path / "batches")
+    store.put(4, {"x": torch.ones(16)}, [4])
+    path = store.path(4)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptBatch):
+        store.get(4)
+    assert store.get(4) is None and store.steps() == []
+
+
+def test_a_link_in_place_of_the_cache_or_an_entry_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "batches").symlink_to(elsewhere)
+    with pytest.raises(NotPrivate, match="symbolic link"):
+        BatchStore(tmp_path / "batches")
+    store = BatchStore(tmp_path / "real")
+    batch_file.write(elsewhere / "b", 2, {"x": torch.ones(1)}, [])
+    store.path(2).symlink_to(elsewhere / "b")
+    with pytest.raises(CorruptBatch, match="not a regular file"):
+        store.get(2)
+
+
+def test_the_cache_lives_in_the_jobs_ram_dir_on_each_node(tmp_path):
+    assert batches_dir("123", "n7", tmp_path) == tmp_path / "job-123" / "node-n7" / "batches"
+
+
+def test_a_cache_that_cannot_fit_is_refused_with_what_it_needs(tmp_path):
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    check_room(tmp_path, 1 << 20, 3)
+    with pytest.raises(CacheTooSmall, match=r"needs .* MiB \(12 batches of .* MiB\)"):
+        check_room(tmp_path, free // 4 + 1, 12)
