@@ -97,9 +97,9 @@ class Context:
         """Call ``hook(cause)`` when sres is about to requeue the job (``cause``: ``time-limit``
         or ``preemption``), after the newest commit was persisted and before the job ends: for
         what a commit cannot hold. It runs on a thread of this process while ``train`` may still
-        run; the job waits for it up to a minute. Each entry of ``train`` adds its hooks anew
-        (those of an earlier entry are dropped). Outside ``sres run`` nothing requeues the job:
-        it is never called."""
+        run; the job waits for it within the minute it gives persisting and hooks together. Each
+        entry of ``train`` adds its hooks anew (those of an earlier entry are dropped). Outside
+        ``sres run`` nothing requeues the job: it is never called."""
         if self._runtime is not None:
             self._runtime.on_requeue(hook)
 

@@ -17,6 +17,8 @@ from launcher.supervisor.fault_policy import error_at
 from launcher.supervisor.requeue_policy import requeues_counted
 from resilience import tiers
 
+HOOKS_MIN_S = 5.0
+"""The ranks' requeue hooks get at least this long, whatever persisting the commit took."""
 FAILED_ERRORS = 16
 """The ranks' own errors a ``failed`` event keeps (lowest ranks): a thousand ranks failing alike
 would make one event of a thousand tracebacks."""
@@ -26,6 +28,7 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
     """``save``: every rank is alive (preemption), so the newest committed step is persisted
     first; after a node loss the generation is broken and the last periodic save serves."""
     c = h.config
+    t0 = h.clocks.clock()
     saved = h.flush(c.preempt_save_timeout_s) if a.save else None
     if a.save and saved is None:
         h.say(
@@ -34,7 +37,8 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
         )
     if a.save:  # every rank is alive: theirs to say what else must outlive the job
         members = h.books.current_plan.members.values()
-        problem = run_requeue_hooks(h.store, members, a.cause, c.preempt_save_timeout_s, h.clocks)
+        left = max(HOOKS_MIN_S, c.preempt_save_timeout_s - (h.clocks.clock() - t0))  # one budget for both
+        problem = run_requeue_hooks(h.store, members, a.cause, left, h.clocks)
         if problem:
             h.say(f"warning: the ranks' requeue hooks did not all run: {problem}")
     h.events.emit("requeue", why=a.why, cause=a.cause, restart_count=c.restart_count, saved_step=saved)
