@@ -67,6 +67,10 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     os.environ["SUBMITIT_FOLDER"] = argv[0]  # as submitit's own process_job: JobEnvironment reads it
+    # A cancel (the controller's SIGINT) and the controller's death (the signal asked below) stop the
+    # run only if SIGINT raises here: a process started in the background of a script inherits it
+    # ignored (seen: every job of such a shell outlived its cancel and its killed controller).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parent_death.ask(signal.SIGINT)  # a killed controller (job._process) stops the run as a cancel does
     env = submitit.JobEnvironment()
     paths = env.paths

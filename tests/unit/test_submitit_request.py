@@ -3,6 +3,7 @@ process completes it (launcher.submitit, launcher.submitit_job). Nothing is subm
 
 from __future__ import annotations
 
+import time
 import shlex
 from pathlib import Path
 
@@ -114,6 +115,7 @@ def test_under_submitit_s_local_controller_a_run_is_requeued_by_its_exit_code_wi
     assert submitit_job._local_rerun([]) is None  # on Slurm: Slurm's requeue and limit
     monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "7")
     monkeypatch.setenv("SUBMITIT_LOCAL_TIMEOUT_S", "90")
+    monkeypatch.setattr(submitit_job, "STARTED", time.monotonic())  # as if this process were the job's
     earlier = [{"event": "start"}, {"event": "requeue", "cause": "time-limit"}, {"event": "start"}]
     rerun = submitit_job._local_rerun(earlier)
     assert (rerun.exit_code, rerun.time_limit_s, rerun.restart_count) == (144, 90.0, 1)
