@@ -85,13 +85,15 @@ def main(argv: list[str]) -> int:
     )
     error = None
     submitted = paths.submitted_pickle.stat().st_mtime_ns
+    earlier = _events(log_dir)  # the job's earlier runs (requeued): this run's events follow them
     try:
-        code = _run(argv[1:], rank, log_dir, _local_rerun(_events(log_dir)))
+        code = _run(argv[1:], rank, log_dir, _local_rerun(earlier))
     except SresError as err:  # e.g. no scontrol on this node: the one line is what job.exception() shows
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
     events = _events(log_dir)
-    end = next((e for e in reversed(events) if e["event"] in ("requeue", "failed", "finished")), {})
+    ends = [e for e in events[len(earlier) :] if e["event"] in ("requeue", "failed", "finished")]
+    end = ends[-1] if ends else {}
     if end.get("event") == "requeue":  # the job runs again: nothing to write
         if paths.submitted_pickle.stat().st_mtime_ns == submitted:  # rank 0's hook did not checkpoint
             _checkpoint_as_submitted(paths.submitted_pickle)
