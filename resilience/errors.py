@@ -105,3 +105,16 @@ class CheckpointInvalid(CheckpointError):
 
 class OtherJob(CheckpointInvalid):
     """A checkpoint of another job, in a directory jobs share: not this job's to use or judge."""
+
+
+class CorruptBatch(ResilienceError, ValueError):
+    """A cached batch file that is not whole: a checksum, its header or its format does not match
+    (:mod:`resilience.data.batch_file`); its batch is made again, never trained on."""
+
+
+class UnsupportedBatch(ResilienceError, TypeError):
+    """A batch holding what a file of data cannot hold (an object only a pickle could)."""
+
+
+class CacheTooSmall(ResilienceError, OSError):
+    """The node's memory filesystem cannot hold the batches the cache must keep."""

@@ -27,7 +27,7 @@ import xxhash
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from resilience.errors import ResilienceError
+from resilience.errors import CorruptBatch, UnsupportedBatch
 
 FORMAT = "sres-batch/1"
 TENSOR = "__sres_tensor__"
@@ -36,13 +36,7 @@ TUPLE = "__sres_tuple__"
 """Marks a tuple (JSON has lists only): ``{TUPLE: [items]}``."""
 PLAIN = (bool, int, float, str, type(None))
 
-
-class CorruptBatch(ResilienceError):
-    """A batch file that is not whole: a checksum, the header or the format does not match."""
-
-
-class UnsupportedBatch(ResilienceError):
-    """A batch holding something a file of data cannot hold (an object that only a pickle could)."""
+__all__ = ["CachedBatch", "CorruptBatch", "UnsupportedBatch", "read", "write"]
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from resilience.data import batch_file
-from resilience.data.batch_file import CachedBatch, CorruptBatch
-from resilience.errors import ResilienceError
+from resilience.data.batch_file import CachedBatch
+from resilience.errors import CacheTooSmall, CorruptBatch
 from resilience.private_paths import private_dir
 from resilience.tiers.layout import NodeKey, node_dir
 
 NAME = re.compile(r"step-(\d{12})\.batch")
-
-
-class CacheTooSmall(ResilienceError):
-    """The node's memory filesystem cannot hold the batches the cache must keep."""
 
 
 def batches_dir(job_id: str, node: NodeKey, root: Path | None = None) -> Path:

@@ -5,7 +5,8 @@ runs ``process_job`` itself. What submitit asserts of the job is asserted unchan
 
 Ported: ``test_slurm_job_mocked``, ``test_slurm_job_array_mocked``, ``test_slurm_error_mocked``,
 ``test_requeuing_checkpointable`` (a real preemption, ``scancel --signal=USR2``, in place of
-calling the signal handler under a fast-forwarded clock) and ``test_slurm_weird_dir``. The rest
+calling the signal handler under a fast-forwarded clock) and ``test_slurm_weird_dir``; the arrays
+and two of the folder names are in the slow tier (``-m slow``), CI's time. The rest
 test submitit's own code, which ResilientExecutor runs unchanged: sbatch strings, parsing
 squeue/sacct output and node lists, parameter checks, and mocks of its requeue call.
 """
@@ -44,6 +45,7 @@ def test_slurm_job(slurm_env, tmp_path: Path) -> None:
     assert stderr is not None
 
 
+@pytest.mark.slow  # 40 s each in CI; a Slurm array runs there in test_submitit_slurm's array test
 @pytest.mark.parametrize("use_batch_api", (False, True))
 def test_slurm_job_array(slurm_env, use_batch_api: bool, tmp_path: Path) -> None:
     n = 5
@@ -102,7 +104,15 @@ def test_requeuing_checkpointable(slurm_env, tmp_path: Path) -> None:
     assert requeue["cause"] == "preemption"
 
 
-@pytest.mark.parametrize("name", ["a_0", "a 0", 'a"=0"', "a'; echo foo"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("a_0", marks=pytest.mark.slow),
+        "a 0",
+        pytest.param('a"=0"', marks=pytest.mark.slow),
+        "a'; echo foo",
+    ],
+)
 def test_slurm_weird_dir(slurm_env, tmp_path: Path, name: str) -> None:
     """submitit's weird_tmp_path names, but those with a backslash (``a\\=0``) or a newline (which
     submitit's test skips too): a backslash in ``--output`` stops sbatch's ``%j`` expansion

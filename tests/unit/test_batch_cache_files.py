@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from resilience.data import batch_file
-from resilience.data.batch_file import CorruptBatch, UnsupportedBatch
-from resilience.data.batch_store import BatchStore, CacheTooSmall, batches_dir, check_room
-from resilience.errors import NotPrivate
+from resilience.data.batch_store import BatchStore, batches_dir, check_room
+from resilience.errors import CacheTooSmall, CorruptBatch, NotPrivate, UnsupportedBatch
 
 
 def a_batch() -> dict:
