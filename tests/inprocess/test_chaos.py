@@ -30,10 +30,8 @@ def small_disk(tmp_path):
         ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True, text=True
     )
     if mounted.returncode != 0:
-        pytest.skip(
-            reason="a full disk needs a small filesystem: mount -t tmpfs failed (needs root): "
-            f"{mounted.stderr}"
-        )
+        why = f"a full disk needs a small filesystem: mount -t tmpfs failed (needs root): {mounted.stderr}"
+        pytest.skip(reason=why)
     yield where
     subprocess.run(["umount", "-l", str(where)], check=True)
 

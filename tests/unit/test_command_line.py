@@ -49,9 +49,8 @@ def test_pyslurm_backend_refused_with_reason_when_unusable():
     try:
         import pyslurm  # noqa: F401
 
-        pytest.skip(
-            reason="pyslurm is installed here; the refusal path needs a machine without a matching one"
-        )
+        why = "pyslurm is installed here; the refusal path needs a machine without a matching one"
+        pytest.skip(reason=why)
     except ImportError:
         pass
     with pytest.raises(ConfigError, match="pyslurm is not installed"):
