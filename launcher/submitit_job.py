@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
     for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
         result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
         if not result.exists():
-            failure = (error or failure_text(log_dir, code, task)) if code != 0 else None
+            failure = (error or failure_text(events, log_dir, code, task)) if code != 0 else None
             missing = f"sres: the run ended without a rank {task} (a smaller world at its end; see {log_dir})"
             with utils.temporary_save_path(result) as tmp:
                 utils.cloudpickle_dump(("error", failure or missing), tmp)
@@ -173,11 +173,10 @@ def _run(args: list[str], rank: tuple[str, ...], log_dir: Path, rerun: LocalReru
     return supervise(dataclasses.replace(request, command=rank, options=options), rerun=rerun)
 
 
-def failure_text(log_dir: Path, code: int, task: int = 0) -> str:
+def failure_text(events: list[dict], log_dir: Path, code: int, task: int = 0) -> str:
     """What ``job.task(task).exception()`` shows: that rank's own error if it raised one, else
     the lowest failing rank's (submitit's ``job.exception()`` is the lowest failing task's), else
     the error that ended the run; then sres's reason."""
-    events = read_events(log_dir / "events.jsonl") if (log_dir / "events.jsonl").exists() else []
     failed = next((e for e in reversed(events) if e["event"] == "failed"), None)
     if failed is None:
         return f"sres ended with exit code {code} before training ended (see {log_dir} and the job's log)"

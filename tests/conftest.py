@@ -74,6 +74,15 @@ def cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
     return slurm_cluster
 
 
+@pytest.fixture
+def slurm_env(cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """The shared cluster, seen by this process as a user's shell would see it (SLURM_CONF, ...):
+    for submitit, which calls sbatch itself, and the jobs it submits."""
+    for key, value in cluster.env().items():
+        monkeypatch.setenv(key, value)
+    return cluster
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_ram_tier():
     """Runs of this session keep their RAM tier (resilience.tiers) in a private /dev/shm folder,

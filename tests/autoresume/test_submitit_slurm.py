@@ -35,14 +35,6 @@ def fault_free(tmp_path_factory) -> str:
     return ex.submit(train, STEPS).result()
 
 
-@pytest.fixture
-def slurm_env(cluster, monkeypatch):
-    """submitit and the job see the test cluster (SLURM_CONF, ...), as a user's shell would."""
-    for key, value in cluster.env().items():
-        monkeypatch.setenv(key, value)
-    return cluster
-
-
 def executor(tmp_path, **parameters) -> ResilientExecutor:
     """30 minutes: a signal counts as the time limit's in the last 10 (submitit's rule), so a
     scancel --signal=USR2 here is a preemption."""

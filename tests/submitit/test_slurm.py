@@ -27,14 +27,6 @@ from tests.support.submitit_jobs import Resumable
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def slurm_env(cluster, monkeypatch):
-    """submitit and the job see the test cluster (SLURM_CONF, ...), as a user's shell would."""
-    for key, value in cluster.env().items():
-        monkeypatch.setenv(key, value)
-    return cluster
-
-
 def test_slurm_job(slurm_env, tmp_path: Path) -> None:
     executor = ResilientExecutor(folder=tmp_path, cluster="slurm")
     job = executor.submit(test_core.do_nothing, 1, 2, blublu=3)
