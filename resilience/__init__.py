@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from resilience.api import run
     from resilience.context import Context
+    from resilience.data.batch_cache import BatchCache
+    from resilience.data.batch_source import BatchSource, FunctionSource, SampleSource
     from resilience.ddp import ddp
     from resilience.elastic import ElasticSampler
     from resilience.errors import GradientNotRepresentable, Unrecoverable
@@ -36,7 +38,11 @@ if TYPE_CHECKING:
     from resilience.state.committed import PerRank
 
 _WHERE = {
+    "BatchCache": "resilience.data.batch_cache",
+    "BatchSource": "resilience.data.batch_source",
     "Context": "resilience.context",
+    "FunctionSource": "resilience.data.batch_source",
+    "SampleSource": "resilience.data.batch_source",
     "run": "resilience.api",
     "ddp": "resilience.ddp",
     "ElasticSampler": "resilience.elastic",
@@ -51,7 +57,11 @@ _WHERE = {
 """Each public name -> the module that defines it."""
 
 __all__ = [
+    "BatchCache",
+    "BatchSource",
     "Context",
+    "FunctionSource",
+    "SampleSource",
     "run",
     "ddp",
     "ElasticSampler",

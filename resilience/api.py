@@ -16,16 +16,21 @@ import torch.distributed as dist
 
 from resilience.context import Context
 from resilience.contract.rank_env import RankEnv
+from resilience.data.batch_source import BatchSource
 from resilience.rank_place import RankPlace
 
 
-def run(train: Callable[[Context], None], **options: Any) -> None:
+def run(
+    train: Callable[[Context], None], *, batches: Callable[[], BatchSource] | None = None, **options: Any
+) -> None:
     """Run ``train(ctx)``, re-entering it in-process after faults when started by ``sres run``.
 
     Under plain ``torchrun`` (or alone) it runs ``train`` once with a Context whose commits
     only count steps: adopt the API first, get recovery by launching with ``sres run``.
     Options (e.g. ``backend="nccl"``, ``tiers={...}``) override what ``sres run`` configured;
-    an unknown option is refused (:class:`resilience.errors.OptionError`).
+    an unknown option is refused (:class:`resilience.errors.OptionError`). ``batches``: what
+    makes the source of a ``resilience.BatchCache``; each node then gets a producer process
+    that runs this script, calls it and fills the cache ahead of the ranks.
     """
     from resilience.agent.loop import Agent
 
@@ -33,7 +38,12 @@ def run(train: Callable[[Context], None], **options: Any) -> None:
     if env is None:
         _run_plain(train, options.get("backend"))
         return
-    Agent(env).run(train)
+    if env.batch_producer:
+        from resilience.data import producer
+
+        producer.main(env, batches)
+        return
+    Agent(env, batches=batches is not None).run(train)
 
 
 def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:

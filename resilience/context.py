@@ -19,12 +19,15 @@ import hashlib
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.errors import RegistrationError
 from resilience.rank_place import RankPlace
 from resilience.state import committed, snapshot
+
+if TYPE_CHECKING:
+    from resilience.data.batch_link import BatchLink
 
 
 _restored_modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -47,6 +50,7 @@ class _Runtime(Protocol):
     def after_commit(self, step: int, ctx: "Context") -> None: ...
     def committed(self, step: int, ctx: "Context", changed: list[str]) -> None: ...
     def on_requeue(self, hook: Callable[[str], None]) -> None: ...
+    def batch_link(self) -> "BatchLink": ...
 
 
 class Context:
@@ -116,6 +120,8 @@ class Context:
 
                 obj = fsdp.adapt(name, obj, self._objects.values())
             self._objects[name] = obj
+            if callable(getattr(obj, "sres_bind", None)):  # a BatchCache: this entry's rank and node
+                obj.sres_bind(self, self._runtime.batch_link() if self._runtime is not None else None)
             if isinstance(obj, ElasticSampler):
                 self._sampler = obj
                 if self._batch_settings is not None:

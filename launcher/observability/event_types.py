@@ -14,44 +14,16 @@ outside the project reads them (``sres report``, metrics, chaos, simulate, submi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from launcher.observability.event_schema import COMMON, RANK, SUPERVISOR, EventType, Field
+from launcher.observability.rank_event_types import RANK_EVENT_TYPES
 
-SUPERVISOR = "supervisor"
-RANK = "rank"
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    type: str
-    """The JSON value as Python reads it: ``int``, ``float``, ``str``, ``bool``, ``list[...]``,
-    ``dict[...]``; ``| None``: the value may be null."""
-    meaning: str
-    optional: bool = False
-    """May be absent: present only where it applies."""
-
-
-@dataclass(frozen=True)
-class EventType:
-    name: str
-    meaning: str
-    source: str
-    """``supervisor`` or ``rank`` (sent through the store)."""
-    fields: tuple[Field, ...]
-
-
-COMMON: tuple[Field, ...] = (
-    Field("event", "str", "the event type's name"),
-    Field("t", "float", "wall-clock time (Unix seconds) it happened, or as the event says"),
-)
-"""Fields of every line."""
+__all__ = ["BY_NAME", "COMMON", "EVENT_TYPES", "RANK", "SUPERVISOR", "EventType", "Field"]
 
 
 def _node_fields(node: str) -> tuple[Field, Field]:
     return Field("node", "int", f"the {node}'s number in the run"), Field("host", "str", "its host name")
 
 
-_RANK = Field("rank", "int", "the rank that wrote it")
 _RECOVERY_PARTS = (
     Field("reform_s", "float", "from the fault (a resize: its start, less `boundary_s`) to the group formed"),
     Field("transfer_s", "float", "from the group formed to the state in place"),
@@ -310,90 +282,26 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (Field("errors", "list[str]", "the ranks' errors, or `timeout`"),),
     ),
     EventType(
-        "checkpoint-saved",
-        "Rank 0 wrote a commit to a tier that announces its saves.",
-        RANK,
-        (
-            _RANK,
-            Field("tier", "str", "the tier"),
-            Field("step", "int", "the step"),
-            Field("seconds", "float", "the write took"),
-        ),
-    ),
-    EventType(
-        "tier-warning",
-        "A tier's save failed (said once until it works again, or each time where the tier asks), "
-        "or a rank's shared copy of a step will not restore.",
-        RANK,
-        (
-            _RANK,
-            Field("tier", "str", "the tier"),
-            Field("step", "int", "the step"),
-            Field("error", "str", "what failed"),
-            Field("message", "str", "what it means for the run"),
-        ),
-    ),
-    EventType(
-        "tier-resumed",
-        "A tier that was failing saved again.",
-        RANK,
-        (_RANK, Field("tier", "str", "the tier"), Field("step", "int", "the step saved")),
-    ),
-    EventType(
-        "checkpoint-invalid",
-        "A copy found while restoring was refused (checksum, manifest, another job's).",
-        RANK,
-        (
-            _RANK,
-            Field("tier", "str", "the tier it was in"),
-            Field("owner", "int", "the rank whose copy it is"),
-            Field("step", "int", "its step"),
-            Field("reason", "str", "why it was refused"),
-        ),
-    ),
-    EventType(
-        "restored",
-        "A generation's state came from the checkpoint tiers (no peer held it); from rank 0.",
-        RANK,
-        (
-            _RANK,
-            Field("step", "int", "the step restored"),
-            Field("generation", "int", "the generation"),
-            Field("source", "str", "the most expensive tier that served a rank"),
-            Field("tiers", "dict[str, str]", "rank -> the tier it loaded from"),
-            Field("seconds", "float", "the restore took"),
-            Field("bytes", "int", "bytes moved"),
-            Field("borrowed", "dict[str, int]", "rank -> the rank whose replicated state it loaded"),
-        ),
-    ),
-    EventType(
-        "inexact",
-        "Ranks resumed without their own random streams and data positions: no longer bitwise exact.",
-        RANK,
-        (
-            Field("step", "int", "the step resumed after"),
-            Field("ranks", "list[int]", "the ranks"),
-            Field("why", "str", "why"),
-        ),
-    ),
-    EventType(
-        "changed-after-commit",
-        "Registered state changed after the commit block; taken again at the next step.",
-        RANK,
-        (_RANK, Field("step", "int", "the step"), Field("names", "list[str]", "the registered names")),
-    ),
-    EventType(
         "dropped-input",
         "Input from outside refused: a hello or store value without the run's secret, a non-rank event.",
         SUPERVISOR,
         (Field("channel", "str", "`liveness`, `rank-event` or `store`"), Field("why", "str", "why")),
     ),
     EventType(
-        "reclaim-signal",
-        "A rank on a lent node got Slurm's signal that the node is being taken back.",
-        RANK,
-        (Field("slot", "str", "the rank process's slot"),),
+        "batch-producer",
+        "A node's batch producer was started (its ranks asked for it) or started again (it died).",
+        SUPERVISOR,
+        (
+            *_node_fields("node"),
+            Field("how", "str", "`started` or `restarted`"),
+            Field(
+                "exit_code",
+                "int",
+                "how the one before ended (negative: killed by that signal)",
+                optional=True,
+            ),
+        ),
     ),
-)
+) + RANK_EVENT_TYPES
 
 BY_NAME: dict[str, EventType] = {e.name: e for e in EVENT_TYPES}

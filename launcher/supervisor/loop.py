@@ -35,6 +35,7 @@ from launcher.supervisor.flush import flush_persistent
 from launcher.supervisor.hands import Clocks, Hands
 from launcher.supervisor.observe import Observer, SlotState
 from launcher.supervisor.policy import decide
+from launcher.supervisor.producers import BatchProducers
 from launcher.supervisor.recovery import RecoveryWatch
 from launcher.supervisor.step_reports import StepLog
 from launcher.supervisor.view import Observation
@@ -105,6 +106,7 @@ class Supervisor:
             requests=self.control.take,
         )
         self.step_log = StepLog(Path(config.log_dir))
+        self.producers = BatchProducers(self.store, p, p, config.command, self._rank_env, self.events, clock)
         self._rank_events = RankEvents(self.store)
         self._warned: set[str] = set()
         self._dropped = 0
@@ -180,6 +182,7 @@ class Supervisor:
                 signal.signal(getattr(signal, c.preempt_signal_name), previous)
             self.control.close()
             self.store.shut_down()
+            self.producers.stop()  # they never leave by themselves
             self.placement.stop_all(timeout_s=30.0)
             self.executor.after_stop()
             self._collect_rank_events(writers_gone=True)
@@ -209,7 +212,9 @@ class Supervisor:
             outcome = self.tick()
             if outcome is not None:
                 return outcome
-            self.recovery.check(self.books.current_plan.generation)
+            plan = self.books.current_plan
+            self.recovery.check(plan.generation)
+            self.producers.tick(self.books.slots[s].info.node for s in plan.members.values())
             self._collect_rank_events()
             if self.metrics is not None and self.clock() >= self._next_metrics:
                 self._next_metrics = self.clock() + METRICS_PERIOD_S

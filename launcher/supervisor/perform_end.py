@@ -7,6 +7,8 @@ Each function performs one action (:mod:`launcher.supervisor.actions`) with the 
 
 from __future__ import annotations
 
+import os
+
 from launcher.errors import SresError
 from launcher.observability.events import summary
 from launcher.supervisor import actions as act
@@ -95,7 +97,9 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
 
 
 def after_stop(h: Hands) -> None:
-    """Every process is gone: a finished run's RAM tier goes, as nothing will restart from
-    it (removed any earlier, a standby or spare still starting up would write it again)."""
-    if h.books.finished and h.config.tiers is not None:
-        tiers.remove_job(h.config.tiers.job_id)
+    """Every process is gone: a finished run's RAM tier and batch caches go, as nothing will
+    restart from them (removed any earlier, a standby or spare still starting up would write
+    them again)."""
+    if h.books.finished:
+        c = h.config
+        tiers.remove_job(c.tiers.job_id if c.tiers is not None else tiers.default_job_id(os.environ, c.log_dir))

@@ -39,6 +39,8 @@ from resilience.errors import RegistrationError, Unrecoverable
 from resilience.rank_place import RankPlace, place_of, torch_variables
 from resilience.state import snapshot
 from resilience.state.replication import BuddyReplicator
+from resilience.data.batch_link import BatchLink
+from resilience.data.producer import node_cache
 from resilience.tiers.agent import TierAgent
 
 log = logging.getLogger("resilience")
@@ -47,8 +49,10 @@ log = logging.getLogger("resilience")
 class Agent(CommitPipeline):
     """Lives as long as the process; carries snapshots from one generation to the next."""
 
-    def __init__(self, env: RankEnv) -> None:
+    def __init__(self, env: RankEnv, batches: bool = False) -> None:
         self.env = env
+        self._batches = batches
+        """``resilience.run(train, batches=...)``: a batch cache of this node has a producer."""
         self.store = RunStore.connect(env.store_host, env.store_port, env.run_secret)
         self._liveness = (
             liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
@@ -132,6 +136,14 @@ class Agent(CommitPipeline):
 
     def on_requeue(self, hook: RequeueHook) -> None:
         self._requeue_hooks.add(hook)
+
+    def batch_link(self) -> BatchLink:
+        """For a ``BatchCache`` registered by ``train``: its node's cache, whose producer the
+        supervisor keeps running from the first ask on."""
+        if self._batches:
+            self.store.want_batch_producer(self.env.node)
+        root, job = node_cache(self.env)
+        return BatchLink(root, job, self._batches, self.store.push_event)
 
     def _enter(self, state: RankState) -> None:
         log.debug("rank process %s: %s -> %s", self.env.slot, self.state.value, state.value)

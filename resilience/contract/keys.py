@@ -18,6 +18,7 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 ``progress``, ``stats``      the newest committed step; the run's median step time
 ``preempt``, ``reclaim*``    a rank caught the preemption signal; lent nodes taken back
 ``inject-*``                 fault injection: fired once, node kills, slow nodes, spare kills
+``batch-producer/N``         a rank of node N asked for the node's batch producer
 ``shutdown``                 the run is over
 ============================ =============================================================
 """
@@ -106,6 +107,10 @@ def flush_done(request: int, rank: int) -> str:
 
 def requeue_hooked(slot: str) -> str:
     return f"requeue-hooked/{slot}"
+
+
+def batch_producer(node: int) -> str:
+    return f"batch-producer/{node}"
 
 
 def requeue_done(notice: int, slot: str) -> str:

@@ -136,6 +136,11 @@ class RankEnv:
                 raise RankEnvError(f"{what} signal {name!r}: not a signal name")
 
     @property
+    def batch_producer(self) -> bool:
+        """This process is its node's batch producer (``resilience.run(train, batches=...)``), not a rank."""
+        return self.slot == batch_producer_slot(self.node)
+
+    @property
     def preempt_signal_name(self) -> str:
         return signal_name(self.preempt_signal)
 
@@ -177,6 +182,11 @@ class RankEnv:
         if "elastic" in options:
             values["elastic"] = elastic_option(options["elastic"], values["elastic"])
         return cls(**values)
+
+
+def batch_producer_slot(node: int) -> str:
+    """The slot of node ``node``'s batch producer (never a rank's: ranks' slots end in a number)."""
+    return f"n{node}b"
 
 
 def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConfig:

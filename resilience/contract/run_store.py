@@ -4,10 +4,9 @@ The supervisor hosts a ``TCPStore``; losing rank 0 therefore never loses the sto
 (re-)formation of the job is a *generation* G with a :class:`~resilience.contract.messages.Plan`:
 which process (slot) holds which rank. Ranks read plans; only the supervisor writes them. The
 world size is a field of the plan, so a later generation may have another size (elastic training).
-
 Each method names who calls it (supervisor or rank) in its section. Keys are spelled in
-:mod:`resilience.contract.keys` and nowhere else; values are :mod:`~resilience.contract.messages`.
-In the manner of NVIDIA resiliency's ``StoreMixin``: one object, typed accessors, no raw calls.
+:mod:`resilience.contract.keys` and nowhere else; values are :mod:`~resilience.contract.messages`:
+in the manner of NVIDIA resiliency's ``StoreMixin``, one object, typed accessors, no raw calls.
 """
 
 from __future__ import annotations
@@ -63,9 +62,8 @@ class RunStore:
     def connect(
         cls, host: str, port: int, secret: str, timeout_s: float = 60.0, connect_s: float = 15.0
     ) -> "RunStore":
-        """A rank's client. The supervisor's store is up before any rank starts, so a connection
-        that takes more than ``connect_s`` means the supervisor is gone (a cancelled job): the
-        rank then ends in seconds instead of retrying for the whole operation timeout."""
+        """A rank's client. The supervisor's store is up before any rank starts: a connection taking
+        over ``connect_s`` means it is gone (a cancelled job), and the rank ends in seconds."""
         store = dist.TCPStore(
             host, port, is_master=False, timeout=timedelta(seconds=connect_s), wait_for_workers=False
         )
@@ -73,8 +71,7 @@ class RunStore:
         return cls(store, secret)
 
     @property
-    def port(self) -> int:
-        """The port of the supervisor's server (a ``TCPStore``, made by :meth:`host`)."""
+    def port(self) -> int:  # the supervisor's server's (a TCPStore, made by host())
         assert isinstance(self.under, dist.TCPStore), type(self.under)
         return self.under.port
 
@@ -322,6 +319,15 @@ class RunStore:
             return None
         values = [self._value(k) for k in names]
         return [FlushDone.decode(v) for v in values if v is not None] if None not in values else None
+
+    # --- the batch cache's producers (resilience.data) ------------------------------------------
+
+    def want_batch_producer(self, node: int) -> None:
+        """Rank: this node's ranks read batches from a cache; the supervisor keeps its producer running."""
+        self.raw.set(keys.batch_producer(node), "1")
+
+    def batch_producers_wanted(self, nodes: Iterable[int]) -> list[int]:
+        return [node for node in nodes if self._has(keys.batch_producer(node))]
 
     # --- before a requeue: the ranks' ctx.on_requeue hooks -------------------------------------
 

@@ -5,9 +5,10 @@ plain values (numbers, strings, None) beside them. Its file is a safetensors fil
 then the tensors' raw bytes, which ``safe_open(...).get_tensor`` maps (a rank's batch costs no
 copy and no memory of its own: measured, the pages count once per node, as shared memory). The
 header's metadata holds the rest, as data, never as a pickle: the batch's structure with its
-tensors named, the step, the global indices of its samples (what the batch is, whatever the
-world's layout), and an xxh3 checksum of each tensor's bytes, checked on every read, so that a
-torn or corrupted file is found and made again rather than trained on.
+tensors named, the step, what the batch is made of (the source's ``args``: for a dataset, the
+global indices of its samples, whatever the world's layout), the job it belongs to, and an xxh3
+checksum of each tensor's bytes, checked on every read, so that a torn or corrupted file is
+found and made again rather than trained on.
 
 A file is written whole under a temporary name, then renamed: a reader sees the old file,
 the new one, or none.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,19 +45,21 @@ class CachedBatch:
     batch: Any
     """Its tensors map the file: read-only in spirit (writing to one changes the file for every
     reader of the node); a loop that changes its batch in place must copy it first."""
-    indices: tuple[int, ...]
-    """The global indices of the batch's samples, in order."""
+    args: Any
+    """What the batch was made of, as JSON data (a dataset's: its samples' global indices)."""
+    job: str = ""
 
 
-def write(path: Path, step: int, batch: Any, indices: Sequence[int]) -> int:
-    """Write ``batch`` (step ``step``, samples ``indices``) to ``path``; its size in bytes."""
+def write(path: Path, step: int, batch: Any, args: Any, job: str = "") -> int:
+    """Write ``batch`` (step ``step``, made of ``args``, JSON data) to ``path``; its size in bytes."""
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(batch, tensors, "batch")
     metadata = {
         "format": FORMAT,
         "step": str(step),
+        "job": job,
         "tree": json.dumps(tree),
-        "indices": json.dumps([int(i) for i in indices]),
+        "args": json.dumps(args),
         "checksums": json.dumps({name: _checksum(t) for name, t in tensors.items()}),
     }
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -85,7 +87,7 @@ def read(path: Path, verify: bool = True) -> CachedBatch:
             if bad:
                 raise CorruptBatch(f"{path}: checksum mismatch in {', '.join(bad)}")
         batch = _decode(json.loads(meta["tree"]), tensors)
-        return CachedBatch(int(meta["step"]), batch, tuple(json.loads(meta["indices"])))
+        return CachedBatch(int(meta["step"]), batch, json.loads(meta["args"]), meta["job"])
     except (SafetensorError, KeyError, ValueError, TypeError) as err:  # a torn header, a bad value
         raise CorruptBatch(f"{path}: {type(err).__name__}: {err}") from None
 

@@ -1,4 +1,5 @@
-"""A node's batch cache on disk: one :mod:`batch file <resilience.data.batch_file>` per step.
+"""A node's batch cache on disk: one :mod:`batch file <resilience.data.batch_file>` per step and
+what the batch is made of (its samples), so that any rank of any world layout finds it.
 
 It lives in the job's RAM-tier directory on the node (``$SRES_RAM_ROOT/job-J/node-N/batches``,
 :func:`batches_dir`): the user's alone (mode 0700, never a link: :mod:`resilience.private_paths`),
@@ -8,12 +9,14 @@ job's RAM tier when the run ends or by the epilog (``job_cleanup``) when it coul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import xxhash
 
 from resilience.data import batch_file
 from resilience.data.batch_file import CachedBatch
@@ -21,30 +24,38 @@ from resilience.errors import CacheTooSmall, CorruptBatch
 from resilience.private_paths import private_dir
 from resilience.tiers.layout import NodeKey, node_dir
 
-NAME = re.compile(r"step-(\d{12})\.batch")
+NAME = re.compile(r"step-(\d{12})-([0-9a-f]{16})\.batch")
 
 
 def batches_dir(job_id: str, node: NodeKey, root: Path | None = None) -> Path:
     return node_dir(job_id, node, root) / "batches"
 
 
+def key_of(args: Any) -> str:
+    """An entry's name for what its batch is made of (``args``, JSON data): the same samples
+    give the same entry whichever rank, world or layout asks for them."""
+    return xxhash.xxh3_64_hexdigest(json.dumps(args, separators=(",", ":")).encode())
+
+
 class BatchStore:
-    """The batch files of one cache directory, by step."""
+    """The batch files of one cache directory, by step and key (:func:`key_of`), of one job."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, job: str) -> None:
         self.root = private_dir(root)
+        self.job = job
 
-    def path(self, step: int) -> Path:
-        return self.root / f"step-{step:012d}.batch"
+    def path(self, step: int, key: str) -> Path:
+        return self.root / f"step-{step:012d}-{key}.batch"
 
-    def put(self, step: int, batch: Any, indices: Sequence[int]) -> int:
-        """Keep step ``step``'s batch (its samples ``indices``); the file's size."""
-        return batch_file.write(self.path(step), step, batch, indices)
+    def put(self, step: int, batch: Any, args: Any) -> int:
+        """Keep step ``step``'s batch, made of ``args``; the file's size."""
+        return batch_file.write(self.path(step, key_of(args)), step, batch, args, self.job)
 
-    def get(self, step: int) -> CachedBatch | None:
-        """Step ``step``'s batch, mapped; None when it is not here. A file that is not whole is
-        removed and raises :class:`CorruptBatch`: its batch must be made again, never used."""
-        path = self.path(step)
+    def get(self, step: int, key: str) -> CachedBatch | None:
+        """The entry, mapped; None when it is not here. A file that is not whole, or not this
+        job's and step's, is removed and raises :class:`CorruptBatch`: its batch must be made
+        again, never used."""
+        path = self.path(step, key)
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 raise CorruptBatch(f"{path} is not a regular file")
@@ -52,29 +63,34 @@ class BatchStore:
             return None
         try:
             cached = batch_file.read(path)
+            if (cached.step, cached.job) != (step, self.job) or key_of(cached.args) != key:
+                raise CorruptBatch(f"{path} holds step {cached.step} of job {cached.job!r}, not this entry")
         except CorruptBatch:
             path.unlink(missing_ok=True)
             raise
-        if cached.step != step:
-            path.unlink(missing_ok=True)
-            raise CorruptBatch(f"{path} holds step {cached.step}")
         return cached
 
-    def steps(self) -> list[int]:
-        """The steps held, oldest first."""
-        found = (NAME.fullmatch(name) for name in os.listdir(self.root))
-        return sorted(int(m.group(1)) for m in found if m)
+    def has(self, step: int, key: str) -> bool:
+        return self.path(step, key).exists()
 
-    def keep(self, first: int, last: int) -> list[int]:
-        """Remove every step outside ``first..last``; the steps removed."""
-        gone = [step for step in self.steps() if not first <= step <= last]
-        for step in gone:
-            self.path(step).unlink(missing_ok=True)
+    def entries(self) -> list[tuple[int, str]]:
+        """The (step, key) entries held, oldest step first."""
+        found = (NAME.fullmatch(name) for name in os.listdir(self.root))
+        return sorted((int(m.group(1)), m.group(2)) for m in found if m)
+
+    def steps(self) -> list[int]:
+        return sorted({step for step, _ in self.entries()})
+
+    def keep(self, first: int, last: int) -> list[tuple[int, str]]:
+        """Remove every entry of a step outside ``first..last``; the entries removed."""
+        gone = [(step, key) for step, key in self.entries() if not first <= step <= last]
+        for step, key in gone:
+            self.path(step, key).unlink(missing_ok=True)
         return gone
 
     def size(self) -> int:
         """Bytes held by the batch files."""
-        return sum(self.path(step).stat().st_size for step in self.steps())
+        return sum(self.path(*entry).stat().st_size for entry in self.entries())
 
 
 def check_room(root: Path, entry_bytes: int, entries: int) -> None:

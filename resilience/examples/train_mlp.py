@@ -58,12 +58,33 @@ def sample(index: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
     return x, torch.sin(x)
 
 
+class Samples(torch.utils.data.Dataset):
+    """The elastic mode's dataset, map-style (what a batch cache's producer reads)."""
+
+    def __init__(self, length: int, width: int, seed: int, cost_s: float = 0.0) -> None:
+        self.length, self.width, self.seed, self.cost_s = length, width, seed, cost_s
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cost_s:
+            time.sleep(self.cost_s)  # decoding, augmenting: what makes a data pipeline slow
+        return sample(index, self.width, self.seed)
+
+
+def batch_source(args: argparse.Namespace) -> resilience.SampleSource:
+    """``--batch-cache``: the source of the node's cache, made alike in ranks and the producer."""
+    dataset = Samples(args.dataset, args.width, args.seed, args.sample_ms / 1000)
+    sampler = resilience.ElasticSampler(args.dataset, args.global_batch, args.micro_batch, args.seed)
+    return resilience.SampleSource(dataset, sampler, workers=args.cache_workers)
+
+
 def elastic_step(
     ddp: torch.nn.Module,
     ctx: resilience.Context,
-    sampler: resilience.ElasticSampler,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
     step: int,
-    width: int,
     seed: int,
     exact: bool = False,
     sync_every_backward: bool = False,
@@ -74,22 +95,36 @@ def elastic_step(
     that changes with the world size would change the bits). Random ops (dropout) draw from
     the micro-batch's own stream (``resilience.micro_batch_rng``): the same masks at any world
     size."""
-    micro = sampler.indices(step, ctx.rank, ctx.world_size)
     ids = resilience.micro_batch_ids(ctx.batch, ctx.rank)
     per_rank = ctx.batch.per_rank
     total = torch.zeros(())
-    for i, indices in enumerate(micro):
-        xs, ys = zip(*(sample(j, width, seed) for j in indices))
-        last = i == len(micro) - 1 or sync_every_backward
+    for i, (x, y) in enumerate(batches):
+        last = i == len(batches) - 1 or sync_every_backward
         sync = contextlib.nullcontext() if last or not hasattr(ddp, "no_sync") else ddp.no_sync()
         with sync, resilience.micro_batch_rng(seed, step, ids[i]):
-            per_sample = torch.nn.functional.mse_loss(
-                ddp(torch.stack(xs)), torch.stack(ys), reduction="none"
-            ).mean(1)
+            per_sample = torch.nn.functional.mse_loss(ddp(x), y, reduction="none").mean(1)
             loss = per_sample.mean() if exact else per_sample.sum() / per_rank
             loss.backward()
-        total += loss.detach() / len(micro) if exact else loss.detach()  # the rank's mean loss, either way
+        total += loss.detach() / len(batches) if exact else loss.detach()  # the rank's mean loss, either way
     return total
+
+
+def micro_batches(
+    sampler: resilience.ElasticSampler,
+    cache: resilience.BatchCache | None,
+    ctx: resilience.Context,
+    step: int,
+    args: argparse.Namespace,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's micro-batches at ``step``: from the node's batch cache, or made here."""
+    if cache is not None:
+        return [(x, y) for x, y in cache.batch(step)]
+    dataset = Samples(args.dataset, args.width, args.seed, args.sample_ms / 1000)
+    out = []
+    for indices in sampler.indices(step, ctx.rank, ctx.world_size):
+        xs, ys = zip(*(dataset[j] for j in indices))
+        out.append((torch.stack(xs), torch.stack(ys)))
+    return out
 
 
 @torch.no_grad()
@@ -130,17 +165,21 @@ def train(ctx: resilience.Context, args: argparse.Namespace) -> None:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     ctx.register(model=model, optimizer=opt)
-    sampler = None
+    sampler = cache = None
     if args.dataset:
-        sampler = resilience.ElasticSampler(args.dataset, args.global_batch, args.micro_batch, args.seed)
+        source = batch_source(args)
+        sampler = source.sampler
         ctx.register(sampler=sampler)
+        if args.batch_cache:
+            cache = resilience.BatchCache(source, prefetch=args.prefetch, lookback=args.lookback)
+            ctx.register(batches=cache)
         for group in opt.param_groups:
             group["lr"] = args.lr * ctx.lr_scale
     ddp = wrap(model, args.ddp, args.exact_bits)
     loss = torch.tensor(float("nan"))
     clock = outputs.StepClock()
     for step in ctx.steps(args.steps):
-        loss = forward_backward(ddp, ctx, sampler, step, args)
+        loss = forward_backward(ddp, ctx, sampler, cache, step, args)
         with ctx.commit():
             opt.step()
             opt.zero_grad()
@@ -158,6 +197,7 @@ def forward_backward(
     ddp: torch.nn.Module,
     ctx: resilience.Context,
     sampler: resilience.ElasticSampler | None,
+    cache: resilience.BatchCache | None,
     step: int,
     args: argparse.Namespace,
 ) -> torch.Tensor:
@@ -167,9 +207,8 @@ def forward_backward(
         return elastic_step(
             ddp,
             ctx,
-            sampler,
+            micro_batches(sampler, cache, ctx, step, args),
             step,
-            args.width,
             args.seed,
             exact=args.ddp == "exact",
             sync_every_backward=args.sync_every_backward,
@@ -185,7 +224,9 @@ def forward_backward(
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
-    options = {"deterministic_ddp": False} if args.no_deterministic_ddp else {}
+    options: dict = {"deterministic_ddp": False} if args.no_deterministic_ddp else {}
+    if args.batch_cache and args.producer:
+        options["batches"] = lambda: batch_source(args)
     resilience.run(lambda ctx: train(ctx, args), **options)
 
 
@@ -262,6 +303,25 @@ def _add_elastic_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="dropout after each hidden layer; in elastic mode each micro-batch draws its masks "
         "from resilience.micro_batch_rng (the same masks at any world size)",
+    )
+    parser.add_argument(
+        "--sample-ms", type=float, default=0.0, help="elastic mode: milliseconds to make a sample"
+    )
+    parser.add_argument(
+        "--batch-cache",
+        action="store_true",
+        help="elastic mode: batches from the node's resilience.BatchCache",
+    )
+    parser.add_argument("--prefetch", type=int, default=10, help="--batch-cache: steps made ahead")
+    parser.add_argument("--lookback", type=int, default=2, help="--batch-cache: steps kept behind")
+    parser.add_argument(
+        "--cache-workers", type=int, default=0, help="--batch-cache: processes of the node's producer"
+    )
+    parser.add_argument(
+        "--no-producer",
+        dest="producer",
+        action="store_false",
+        help="--batch-cache without resilience.run(train, batches=...): each rank makes what it misses",
     )
     parser.add_argument(
         "--sync-every-backward",

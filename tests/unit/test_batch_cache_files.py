@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from resilience.data import batch_file
-from resilience.data.batch_store import BatchStore, batches_dir, check_room
+from resilience.data.batch_store import BatchStore, batches_dir, check_room, key_of
 from resilience.errors import CacheTooSmall, CorruptBatch, NotPrivate, UnsupportedBatch
 
 
@@ -37,10 +37,12 @@ def equal(a, b) -> bool:
 
 def test_a_batch_comes_back_bitwise_with_its_step_and_samples(tmp_path):
     batch = a_batch()
-    batch_file.write(tmp_path / "b", 7, batch, [10, 11, 12, 13])
+    batch_file.write(tmp_path / "b", 7, batch, [[10, 11], [12, 13]], job="42")
     cached = batch_file.read(tmp_path / "b")
-    assert (cached.step, cached.indices) == (7, (10, 11, 12, 13))
+    assert (cached.step, cached.args, cached.job) == (7, [[10, 11], [12, 13]], "42")
     assert equal(cached.batch, batch)
+    cached.batch["x"].add_(1)  # the file is mapped copy-on-write: a loop's in-place change is its own
+    assert equal(batch_file.read(tmp_path / "b").batch, batch)
 
 
 def test_a_corrupted_or_torn_file_is_refused(tmp_path):
@@ -63,28 +65,51 @@ def test_what_only_a_pickle_could_hold_is_refused_by_name(tmp_path):
 
 
 def test_the_store_keeps_steps_and_forgets_those_outside_its_window(tmp_path):
-    store = BatchStore(tmp_path / "batches")
+    store = BatchStore(tmp_path / "batches", "job-1")
     for step in range(6):
         store.put(step, {"x": torch.full((2,), float(step))}, [2 * step, 2 * step + 1])
     assert store.steps() == [0, 1, 2, 3, 4, 5]
-    assert store.keep(2, 4) == [0, 1, 5]
-    assert store.steps() == [2, 3, 4] and store.get(0) is None
-    cached = store.get(3)
+    assert [step for step, _ in store.keep(2, 4)] == [0, 1, 5]
+    assert store.steps() == [2, 3, 4] and store.get(0, key_of([0, 1])) is None
+    cached = store.get(3, key_of([6, 7]))
     assert cached is not None and torch.equal(cached.batch["x"], torch.full((2,), 3.0))
-    assert cached.indices == (6, 7)
+    assert cached.args == [6, 7]
     assert os.stat(tmp_path / "batches").st_mode & 0o777 == 0o700
 
 
+def test_an_entry_is_named_by_its_samples_whoever_asks(tmp_path):
+    """Two worlds, or two ranks, that want the same samples at a step read one entry."""
+    assert key_of([[1, 2], [3]]) == key_of([[1, 2], [3]]) != key_of([[1, 2, 3]])
+    store = BatchStore(tmp_path / "batches", "j")
+    store.put(5, {"x": torch.ones(1)}, [[1, 2], [3]])
+    store.put(5, {"x": torch.zeros(1)}, [[4]])
+    assert store.entries() == sorted([(5, key_of([[1, 2], [3]])), (5, key_of([[4]]))])
+
+
 def test_a_corrupt_entry_is_removed_so_that_it_is_made_again(tmp_path):
-    store = BatchStore(tmp_path / "batches")
+    store = BatchStore(tmp_path / "batches", "j")
     store.put(4, {"x": torch.ones(16)}, [4])
-    path = store.path(4)
+    path = store.path(4, key_of([4]))
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptBatch):
-        store.get(4)
-    assert store.get(4) is None and store.steps() == []
+        store.get(4, key_of([4]))
+    assert store.get(4, key_of([4])) is None and store.steps() == []
+
+
+def test_an_entry_of_another_job_or_step_is_refused_and_removed(tmp_path):
+    theirs = BatchStore(tmp_path / "theirs", "job-A")
+    theirs.put(3, {"x": torch.ones(2)}, [7])
+    ours = BatchStore(tmp_path / "ours", "job-B")
+    os.link(theirs.path(3, key_of([7])), ours.path(3, key_of([7])))  # planted by name
+    with pytest.raises(CorruptBatch, match="of job 'job-A'"):
+        ours.get(3, key_of([7]))
+    assert ours.entries() == []
+    ours.put(2, {"x": torch.ones(2)}, [7])
+    os.rename(ours.path(2, key_of([7])), ours.path(3, key_of([7])))
+    with pytest.raises(CorruptBatch, match="holds step 2"):
+        ours.get(3, key_of([7]))
 
 
 def test_a_link_in_place_of_the_cache_or_an_entry_is_refused(tmp_path):
@@ -92,12 +117,12 @@ def test_a_link_in_place_of_the_cache_or_an_entry_is_refused(tmp_path):
     elsewhere.mkdir()
     (tmp_path / "batches").symlink_to(elsewhere)
     with pytest.raises(NotPrivate, match="symbolic link"):
-        BatchStore(tmp_path / "batches")
-    store = BatchStore(tmp_path / "real")
-    batch_file.write(elsewhere / "b", 2, {"x": torch.ones(1)}, [])
-    store.path(2).symlink_to(elsewhere / "b")
+        BatchStore(tmp_path / "batches", "j")
+    store = BatchStore(tmp_path / "real", "j")
+    batch_file.write(elsewhere / "b", 2, {"x": torch.ones(1)}, [], job="j")
+    store.path(2, key_of([])).symlink_to(elsewhere / "b")
     with pytest.raises(CorruptBatch, match="not a regular file"):
-        store.get(2)
+        store.get(2, key_of([]))
 
 
 def test_the_cache_lives_in_the_jobs_ram_dir_on_each_node(tmp_path):

@@ -1,0 +1,71 @@
+"""The batch producers: one process per node whose ranks read a ``resilience.BatchCache``.
+
+A producer is not a rank: no plan names it and its death is no fault. It is started when a
+rank of its node asks (``RunStore.want_batch_producer``: ``resilience.run(train, batches=...)``),
+started again when it dies (a ``batch-producer`` event says so; the ranks meanwhile make
+what they need themselves) and stopped when its node leaves the run or the run ends. It runs
+the training command like a rank, in slot ``n<node>b``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from launcher.observability.events import EventLog
+from launcher.placement import NodeNames, RankProcesses
+from resilience.contract.rank_env import batch_producer_slot
+from resilience.contract.run_store import RunStore
+
+CHECK_S = 0.2
+"""How often the supervisor looks for asks and exits (a producer's absence costs no correctness)."""
+
+
+class BatchProducers:
+    def __init__(
+        self,
+        store: RunStore,
+        processes: RankProcesses,
+        names: NodeNames,
+        command: Iterable[str],
+        env: Callable[[str, int, int], dict[str, str]],
+        events: EventLog,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store, self.processes, self.names, self.events = store, processes, names, events
+        self.command, self.env, self.clock = list(command), env, clock
+        self.running: dict[int, str] = {}
+        """node -> the slot of its producer, started and not stopped."""
+        self._next = 0.0
+
+    def tick(self, nodes: Iterable[int]) -> None:
+        """Keep a producer on each of ``nodes`` (those holding ranks now) whose ranks asked for one."""
+        now = self.clock()
+        if now < self._next:
+            return
+        self._next = now + CHECK_S
+        nodes = set(nodes)
+        for node in [n for n in self.running if n not in nodes]:
+            self.processes.kill(self.running.pop(node))  # its node left the run
+        for node in self.store.batch_producers_wanted(sorted(nodes)):
+            slot = self.running.get(node)
+            code = self.processes.poll(slot) if slot is not None else None
+            if slot is not None and code is None:
+                continue
+            self._start(node, "started" if slot is None else "restarted", code)
+
+    def _start(self, node: int, how: str, code: int | None) -> None:
+        slot = batch_producer_slot(node)
+        self.processes.spawn(slot, node, self.command, self.env(slot, node, 0))
+        self.running[node] = slot
+        self.events.emit(
+            "batch-producer",
+            node=node,
+            host=self.names.host(node),
+            how=how,
+            **({"exit_code": code} if code is not None else {}),
+        )
+
+    def stop(self) -> None:
+        for slot in self.running.values():
+            self.processes.kill(slot)
+        self.running.clear()
