@@ -102,4 +102,5 @@ def after_stop(h: Hands) -> None:
     them again)."""
     if h.books.finished:
         c = h.config
-        tiers.remove_job(c.tiers.job_id if c.tiers is not None else tiers.default_job_id(os.environ, c.log_dir))
+        job = c.tiers.job_id if c.tiers is not None else tiers.default_job_id(os.environ, c.log_dir)
+        tiers.remove_job(job)

@@ -48,7 +48,7 @@ class BatchCache:
         self.source, self.prefetch, self.lookback, self.wait_s = source, prefetch, lookback, wait_s
         self._ctx: Context | None = None
         self._link: BatchLink | None = None
-        self._store: BatchStore | None = None
+        self._entries: BatchStore | None = None
         self._first = True
         self._room_checked = False
         self.clock: Callable[[], float] = time.monotonic
@@ -63,7 +63,7 @@ class BatchCache:
     def sres_bind(self, ctx: Context, link: BatchLink | None) -> None:
         """Called by ``ctx.register`` on each entry of ``train``: the rank, world and node now."""
         self._ctx, self._link, self._first = ctx, link, True
-        self._store = BatchStore(link.root, link.job) if link is not None else None
+        self._entries = BatchStore(link.root, link.job) if link is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # what a batch is lives in the sampler's state; the cache holds only copies
@@ -81,43 +81,43 @@ class BatchCache:
             raise OptionError("BatchCache.batch() before ctx.register(batches=cache): register it first")
         t0 = self.clock()
         args = self.source.want(step, ctx.rank, ctx.world_size)
-        if self._store is None:  # no sres run around it: a pass-through
+        if self._entries is None:  # no sres run around it: a pass-through
             return self.source.make(step, args)
         key = key_of(args)
         ahead = [wants.Want(s, key_of(a), a) for s in range(step + 1, step + self.prefetch) for a in
                  [self.source.want(s, ctx.rank, ctx.world_size)]]  # fmt: skip
         wants.write(
-            self._store.root,
+            self._entries.root,
             wants.RankWants(ctx.rank, step, self.lookback, (wants.Want(step, key, args), *ahead)),
         )
         batch, where = self._cached(step, key), "cache"
         if batch is None:
             batch, where = self.source.make(step, args), "source"
-            size = self._store.put(step, batch, args)
+            size = self._entries.put(step, batch, args)
             self._check_room(size)
         if self._first:
             self._first = False
             assert self._link is not None
-            self._link.event(
+            self._link.push_event(
                 "first-batch", rank=ctx.rank, step=step, generation=ctx.generation, source=where,
                 seconds=round(self.clock() - t0, 6),
             )  # fmt: skip
         return batch
 
     def _cached(self, step: int, key: str) -> Any:
-        assert self._store is not None and self._link is not None
+        assert self._entries is not None and self._link is not None
         deadline = self.clock() + (self.wait_s if self._link.producer else 0.0)
         while True:
             try:
-                cached = self._store.get(step, key)
+                cached = self._entries.get(step, key)
             except CorruptBatch as err:
-                self._link.event(
+                self._link.push_event(
                     "batch-corrupt", rank=self._ctx.rank if self._ctx else -1, step=step, error=str(err)
                 )
                 log.warning("batch cache: %s; made again from the source", err)
                 return None
             if cached is not None:
-                self._check_room(self._store.path(step, key).stat().st_size)
+                self._check_room(self._entries.path(step, key).stat().st_size)
                 return cached.batch
             if self.clock() >= deadline:
                 if self._link.producer:
@@ -128,7 +128,7 @@ class BatchCache:
             time.sleep(POLL_S)
 
     def _check_room(self, entry_bytes: int) -> None:
-        if not self._room_checked and self._ctx is not None and self._store is not None:
+        if not self._room_checked and self._ctx is not None and self._entries is not None:
             self._room_checked = True
             ranks = self._ctx.place.local_world_size
-            check_room(self._store.root, entry_bytes, ranks * (self.prefetch + self.lookback + 1))
+            check_room(self._entries.root, entry_bytes, ranks * (self.prefetch + self.lookback + 1))

@@ -15,4 +15,4 @@ class BatchLink:
     root: Path
     job: str
     producer: bool
-    event: Callable[..., None]
+    push_event: Callable[..., None]

@@ -9,12 +9,14 @@ import re
 
 import pytest
 
+from tests.inprocess.test_elastic import assert_every_sample_once
 from tests.support.sres_runs import Run, sres, sres_run, when_event
 
 STEPS = 60
 EXACT = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "2", "--ddp", "exact")
 """2 divides every rank's share of 24 at 1-4 ranks, so the micro-batches are the same at each size."""
 DROPOUT = (*EXACT, "--dropout", "0.1")
+CACHE = ("--batch-cache", "--prefetch", "4")
 """The example MLP with dropout; each micro-batch draws from its own stream."""
 CURVE_RTOL = 1e-4
 """Exact vs float mode, training loss logged every 10 of 200 steps (measured: equal in all 6
@@ -27,20 +29,26 @@ def digests(run: Run) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def by_world(tmp_path_factory) -> dict[int, set[str]]:
+def fixed_runs(tmp_path_factory) -> dict[int, Run]:
     """The same 60 steps of the same global batch at 1, 2, 3 and 4 ranks."""
     return {
-        world: digests(
-            sres_run(
-                tmp_path_factory.mktemp(f"world{world}"),
-                "--no-tiers",
-                nodes=world,
-                steps=STEPS,
-                train_args=EXACT,
-            )
+        world: sres_run(
+            tmp_path_factory.mktemp(f"world{world}"), "--no-tiers", nodes=world, steps=STEPS, train_args=EXACT
         )
         for world in (1, 2, 3, 4)
     }
+
+
+@pytest.fixture(scope="module")
+def by_world(fixed_runs) -> dict[int, set[str]]:
+    return {world: digests(run) for world, run in fixed_runs.items()}
+
+
+def model_digests(run: Run) -> set[str]:
+    """The parameters' bits alone (a loop with a cache registers one more object, which the
+    whole state's digest covers too)."""
+    assert run.returncode == 0, run.stderr
+    return {json.loads(p.read_text())["model_digest"] for p in (run.log_dir / "out").glob("rank*.json")}
 
 
 def test_every_world_size_ends_with_the_same_bits(by_world):
@@ -74,8 +82,12 @@ def test_dropout_drawn_per_micro_batch_ends_alike_at_every_world_size(
     assert digests(run) == dropout_at_one
 
 
-def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world):
-    """A node lost with no spare (4 -> 3), a rank killed while that world forms, `sres grow` (3 -> 4)."""
+@pytest.mark.parametrize("cache", [(), CACHE], ids=["made", "batch-cache"])
+def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world, fixed_runs, cache):
+    """A node lost with no spare (4 -> 3), a rank killed while that world forms, `sres grow` (3 -> 4).
+    With the batch cache (``resilience.BatchCache``): the same bits as the fixed four that made
+    its batches in the loop, every sample of each epoch once, and the cache kept through both
+    resizes (its entries are named by samples, not by ranks: nothing is wiped or replayed)."""
     log_dir = tmp_path / "run"
     grown: list = []
     watcher = when_event(
@@ -95,10 +107,17 @@ def test_four_three_four_with_faults_ends_like_a_fixed_four(tmp_path, by_world):
         "--inject",
         "kill:rank=0:gen=2",
         steps=STEPS,
-        train_args=(*EXACT, "--sleep-s", "0.2"),
+        # the cache's run starts a producer per node too: a little more time for the grow to land
+        train_args=(*EXACT, "--sleep-s", "0.3" if cache else "0.2", *cache),
     )
     watcher.join(timeout=5)
-    assert digests(run) == by_world[4]
+    if cache:
+        assert model_digests(run) == model_digests(fixed_runs[4])
+        assert_every_sample_once(run.log_dir, STEPS)
+        assert {e["how"] for e in run.of("batch-producer")} == {"started"}  # none died, none was wiped
+        assert {e["source"] for e in run.of("first-batch")} == {"cache"}, run.of("first-batch")
+    else:
+        assert digests(run) == by_world[4]
     assert [(e["from_world"], e["to_world"], e["why"]) for e in run.of("resize")] == [
         (4, 3, "fault"),
         (3, 4, "request"),

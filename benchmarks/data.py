@@ -1,0 +1,562 @@
+"""What the batch cache (issue 33) buys and costs: ``resilience.BatchCache`` with the node's
+producer vs torch's ``DataLoader``, on one machine, every number from this run.
+
+The data: a synthetic map-style dataset whose ``__getitem__`` waits ``--sample-ms`` (5 ms: a read,
+a decode) and returns a ``3 x --image x --image`` uint8 image and its label; a rank's batch is
+``--batch`` samples per step (``ElasticSampler``, ``--ranks`` ranks on the node), the same samples
+on both sides. Each step's batch is copied into one preallocated buffer (as to an accelerator).
+
+1. First batch after a rank restart. A new process (spawned: a rank restarted) builds the dataset
+   and the sampler, then the clock runs from there to holding step S's batch:
+     cache   BatchCache + Context + ``ctx.register`` + ``cache.batch(S)``, while the node's producer
+             (a process of its own, ``--workers`` workers) has prefetched S: a rank of the same
+             node stepped to S-1 before (in this script's process), so the entries are there
+     loader  ``DataLoader(dataset, batch_sampler=<steps S..>, num_workers=--workers)`` and its first
+             batch: worker start-up included (no producer runs meanwhile)
+   Python's and torch's imports are not in either time (the same for both).
+2. Memory per node with ``--ranks`` ranks, at its peak while the ranks step (and, for the cache,
+   with its window full: ``prefetch + lookback`` steps of every rank). Counted: anonymous memory
+   of every process taking part (``Pss_Anon`` of /proc/<pid>/smaps_rollup; PSS, so pages shared
+   after a fork count once), plus shared memory once: the loaders' batches in shared memory
+   (``Pss_Shmem`` of the rank and its workers: nothing else holds them) and the cache's files in
+   /dev/shm (their blocks; the ranks' mappings of them are not counted again). Not counted: the
+   code of the libraries (file pages every torch process shares) and what a rank holds before
+   it reads data (the growth from there is counted).
+     loader  one rank process with its ``DataLoader(num_workers=--workers, prefetch_factor=2)``
+             stepping ``--mem-steps`` steps: its growth with its workers, times ``--ranks``
+     cache   the cache files + the producer and its workers (all of them: the process exists
+             for the cache alone) + the growth of one process that steps all ``--ranks`` ranks'
+             caches. The producer gets ``--producer-workers`` workers (default ranks x workers:
+             the loaders' throughput; 4 workers cannot feed 4 ranks of 80 ms batches at 50 ms a
+             step); "files only" is the cache files alone against the loaders
+3. Steady-state step time, one rank (rank 0 of ``--ranks``): get the batch, copy it, sleep
+   ``--step-ms`` (the accelerator); mean over ``--steps`` steps after ``--warmup``, runs
+   interleaved (this machine is shared and noisy), median of ``--repeat``:
+     loader  an iterator of a DataLoader with ``--workers`` workers (no producer runs meanwhile)
+     cache   ``cache.batch(step)`` with the producer running (``--workers`` workers)
+   Also: the CPU the rank spends per step (get + copy), and the producer's own loop's CPU (its
+   workers' work is the loaders' workers' work, not counted), as a share of one core.
+
+    python benchmarks/data.py [--repeat 3] [--steps 100] [--step-ms 50] [--sample-ms 5] [--image 224]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+import resilience  # noqa: E402
+from resilience.context import Context  # noqa: E402
+from resilience.data import producer  # noqa: E402
+from resilience.data.batch_link import BatchLink  # noqa: E402
+from resilience.data.batch_store import BatchStore, key_of  # noqa: E402
+
+JOB = "bench-data"
+SPAWN = multiprocessing.get_context("spawn")
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Config:
+    samples: int
+    image: int
+    sample_ms: float
+    batch: int
+    micro: int
+    ranks: int
+    workers: int
+    producer_workers: int
+    prefetch: int
+    lookback: int
+    step_ms: float
+
+
+class Images(Dataset):
+    """``samples`` images, each ``sample_ms`` of waiting and then made: a uint8 image and its label."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.n, self.size, self.wait_s = cfg.samples, cfg.image, cfg.sample_ms / 1000
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        time.sleep(self.wait_s)
+        return {"image": torch.full((3, self.size, self.size), i % 251, dtype=torch.uint8), "label": i}
+
+
+def sampler(cfg: Config) -> resilience.ElasticSampler:
+    return resilience.ElasticSampler(cfg.samples, cfg.batch * cfg.ranks, cfg.micro, seed=0)
+
+
+class StepBatches:
+    """The DataLoader's batch sampler: a rank's samples of steps ``first..last-1``, the ones the
+    cache's source names (its micro-batches in one batch)."""
+
+    def __init__(self, cfg: Config, first: int, last: int, rank: int = 0) -> None:
+        self.sampler, self.first, self.last, self.rank, self.world = (
+            sampler(cfg),
+            first,
+            last,
+            rank,
+            cfg.ranks,
+        )
+
+    def __len__(self) -> int:
+        return self.last - self.first
+
+    def __iter__(self):
+        for step in range(self.first, self.last):
+            yield [i for micro in self.sampler.indices(step, self.rank, self.world) for i in micro]
+
+
+def loader(cfg: Config, first: int, last: int) -> DataLoader:
+    return DataLoader(
+        Images(cfg), batch_sampler=StepBatches(cfg, first, last), num_workers=cfg.workers, prefetch_factor=2
+    )
+
+
+class Runtime:
+    """The agent's side of ``ctx.register`` for a cache: the node's cache and a producer serving it."""
+
+    def __init__(self, root: Path) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.link = BatchLink(root, JOB, True, lambda name, **fields: self.events.append((name, fields)))
+
+    def batch_link(self) -> BatchLink:
+        return self.link
+
+
+def bound(cfg: Config, root: Path, rank: int) -> tuple[resilience.BatchCache, Runtime]:
+    cache = resilience.BatchCache(
+        resilience.SampleSource(Images(cfg), sampler(cfg)), prefetch=cfg.prefetch, lookback=cfg.lookback
+    )
+    runtime = Runtime(root)
+    ctx = Context(rank=rank, world_size=cfg.ranks, local_rank=rank, generation=1, step=-1, runtime=runtime)
+    ctx.register(batches=cache, sampler=cache.sampler)
+    return cache, runtime
+
+
+class Sink:
+    """Where a step's batch goes: copied into one preallocated buffer, as to an accelerator."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+
+    def take(self, batch: Any) -> None:
+        tensors = list(tensors_of(batch))
+        total = sum(t.numel() * t.element_size() for t in tensors)
+        if self.buffer.numel() < total:
+            self.buffer = torch.empty(total, dtype=torch.uint8)
+        offset = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            self.buffer[offset : offset + n].copy_(t.reshape(-1).view(torch.uint8))
+            offset += n
+
+
+def tensors_of(batch: Any):
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from tensors_of(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from tensors_of(value)
+
+
+# --- processes: the producer, a restarted rank, ranks whose memory is measured ---------------------
+
+
+def serve(cfg: Config, root: str, workers: int, stop: Any) -> None:
+    torch.set_num_threads(1)
+    source = resilience.SampleSource(Images(cfg), sampler(cfg), workers=workers)
+    producer.serve(source, Path(root), JOB, stop=stop.is_set)
+
+
+class Producer:
+    """The node's producer, a process of its own (spawned), with ``workers`` forked workers."""
+
+    def __init__(self, cfg: Config, root: Path, workers: int) -> None:
+        self.stop = SPAWN.Event()
+        self.process = SPAWN.Process(target=serve, args=(cfg, str(root), workers, self.stop), daemon=True)
+
+    def __enter__(self) -> Producer:
+        self.process.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.process.join(20)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+
+
+def restarted_cache(cfg: Config, root: str, step: int, out: Any) -> None:
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    cache, runtime = bound(cfg, Path(root), 0)
+    Sink().take(cache.batch(step))
+    seconds = time.perf_counter() - start
+    out.put((seconds, runtime.events[0][1]["source"]))
+
+
+def restarted_loader(cfg: Config, step: int, out: Any) -> None:
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    it = iter(loader(cfg, step, step + 1000))
+    Sink().take(next(it))
+    seconds = time.perf_counter() - start
+    out.put((seconds, "loader"))
+    del it
+
+
+def child(target: Any, *args: Any) -> Any:
+    out = SPAWN.Queue()
+    process = SPAWN.Process(target=target, args=(*args, out))
+    process.start()
+    try:
+        return out.get(timeout=300)
+    finally:
+        process.join(30)
+
+
+def stepping(cfg: Config, mode: str, root: str, steps: int, out: Any, go: Any, release: Any) -> None:
+    """A rank process for the memory run: one rank with its DataLoader, or every rank's cache."""
+    torch.set_num_threads(1)
+    sink, step_s = Sink(), cfg.step_ms / 1000
+    out.put("ready")
+    go.wait()
+    if mode == "loader":
+        for batch in loader(cfg, 0, steps):
+            sink.take(batch)
+            time.sleep(step_s)
+    else:
+        caches = [bound(cfg, Path(root), rank)[0] for rank in range(cfg.ranks)]
+        for step in range(steps):
+            for cache in caches:
+                sink.take(cache.batch(step))
+            time.sleep(step_s)
+    out.put("stepped")
+    release.wait(120)  # the cache: its ranks' wants stay fresh while the window fills
+
+
+# --- memory ----------------------------------------------------------------------------------------
+
+
+def rollup(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/smaps_rollup`` in bytes; empty when the process is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    except OSError:
+        return {}
+    fields = (line.split() for line in lines)
+    return {f[0].rstrip(":"): int(f[1]) * 1024 for f in fields if len(f) == 3 and f[2] == "kB"}
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += parents.get(p, [])
+    return out
+
+
+def pss(pid: int, *fields: str) -> int:
+    return sum(rollup(p).get(f, 0) for p in tree(pid) for f in fields)
+
+
+def file_bytes(root: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def memory_loader(cfg: Config, steps: int) -> int:
+    """Peak growth of one rank process with its DataLoader and workers (anonymous + shared memory)."""
+    out, go, release = SPAWN.Queue(), SPAWN.Event(), SPAWN.Event()
+    rank = SPAWN.Process(target=stepping, args=(cfg, "loader", "", steps, out, go, release))
+    rank.start()
+    out.get(timeout=300)
+    base = pss(rank.pid, "Pss_Anon", "Pss_Shmem")
+    go.set()
+    peak = 0
+    while True:
+        peak = max(peak, pss(rank.pid, "Pss_Anon", "Pss_Shmem") - base)
+        try:
+            out.get(timeout=0.05)
+            break
+        except queue.Empty:
+            pass
+    release.set()
+    rank.join(30)
+    return peak
+
+
+def memory_cache(cfg: Config, root: Path, steps: int) -> tuple[int, int, int, int]:
+    """At the peak of their sum: the cache's files, the producer's processes, the ranks' growth;
+    and the entries held when the window was full."""
+    out, go, release = SPAWN.Queue(), SPAWN.Event(), SPAWN.Event()
+    store = BatchStore(root, JOB)
+    with Producer(cfg, root, cfg.producer_workers) as prod:
+        ranks = SPAWN.Process(target=stepping, args=(cfg, "cache", str(root), steps, out, go, release))
+        ranks.start()
+        out.get(timeout=300)
+        base = pss(ranks.pid, "Pss_Anon")
+        go.set()
+        best = (0, 0, 0)
+
+        def sample() -> None:
+            nonlocal best
+            now = (
+                file_bytes(root),
+                pss(prod.process.pid, "Pss_Anon", "Pss_Shmem"),
+                pss(ranks.pid, "Pss_Anon") - base,
+            )
+            if sum(now) > sum(best):
+                best = now
+
+        stepped = False
+        while not stepped:
+            sample()
+            try:
+                stepped = out.get(timeout=0.05) == "stepped"
+            except queue.Empty:
+                pass
+        full = cfg.ranks * (cfg.prefetch + cfg.lookback)
+        deadline = time.monotonic() + 30
+        while len(store.entries()) < full and time.monotonic() < deadline:
+            sample()
+            time.sleep(0.05)
+        entries = len(store.entries())
+        for _ in range(5):
+            sample()
+            time.sleep(0.05)
+        release.set()
+        ranks.join(30)
+    return (*best, entries)
+
+
+# --- step time -------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steps_loader(cfg: Config, warmup: int, steps: int) -> tuple[float, float, Any]:
+    """Mean step time and rank CPU per step over the timed steps; the first batch (for a check)."""
+    sink, step_s, first = Sink(), cfg.step_ms / 1000, None
+    it = iter(loader(cfg, 0, warmup + steps))
+    for step in range(warmup + steps):
+        if step == warmup:
+            t0, c0 = time.perf_counter(), time.process_time()
+        batch = next(it)
+        if first is None:
+            first = {k: v.clone() for k, v in batch.items()}
+        sink.take(batch)
+        time.sleep(step_s)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    del it, batch
+    return wall / steps, cpu / steps, first
+
+
+def steps_cache(cfg: Config, root: Path, warmup: int, steps: int) -> tuple[float, float, float, Any]:
+    """Mean step time, rank CPU per step, the producer loop's CPU share; the first batch."""
+    sink, step_s, first = Sink(), cfg.step_ms / 1000, None
+    with Producer(cfg, root, cfg.workers) as prod:
+        cache, _ = bound(cfg, root, 0)
+        for step in range(warmup + steps):
+            if step == warmup:
+                t0, c0, p0 = time.perf_counter(), time.process_time(), cpu_seconds(prod.process.pid)
+            batch = cache.batch(step)
+            if first is None:
+                first = [{k: v.clone() for k, v in micro.items()} for micro in batch]
+            sink.take(batch)
+            time.sleep(step_s)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        busy = (cpu_seconds(prod.process.pid) - p0) / wall
+    return wall / steps, cpu / steps, busy, first
+
+
+def same(loaded: dict[str, torch.Tensor], cached: list[dict[str, torch.Tensor]]) -> bool:
+    return all(torch.equal(loaded[k], torch.cat([m[k] for m in cached])) for k in loaded)
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def spread(values: list[float], scale: float, fmt: str) -> str:
+    return (
+        f"{statistics.median(values) * scale:{fmt}} [{min(values) * scale:{fmt}}-{max(values) * scale:{fmt}}]"
+    )
+
+
+def row(name: str, cache: str = "", loader: str = "", ratio: str = "", target: str = "") -> None:
+    print(f"{name:42s} {cache:>22s} {loader:>22s} {ratio:>8s}  {target}".rstrip())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of measures 1 and 3 (median)")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps of measure 3")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--mem-steps", type=int, default=40, help="steps of measure 2")
+    parser.add_argument("--step-ms", type=float, default=50.0, help="simulated accelerator time per step")
+    parser.add_argument("--sample-ms", type=float, default=5.0, help="wait per sample in __getitem__")
+    parser.add_argument("--image", type=int, default=224, help="image side (3 x image x image uint8)")
+    parser.add_argument("--samples", type=int, default=50_000, help="dataset length")
+    parser.add_argument("--batch", type=int, default=16, help="samples per rank and step")
+    parser.add_argument("--micro", type=int, default=8, help="micro-batch (a cached batch is a list of them)")
+    parser.add_argument("--ranks", type=int, default=4, help="ranks on the node")
+    parser.add_argument("--workers", type=int, default=4, help="DataLoader workers per rank; producer's")
+    parser.add_argument(
+        "--producer-workers", type=int, default=0, help="measure 2's producer (0: ranks x workers)"
+    )
+    parser.add_argument("--prefetch", type=int, default=10)
+    parser.add_argument("--lookback", type=int, default=2)
+    args = parser.parse_args()
+    cfg = Config(
+        args.samples, args.image, args.sample_ms, args.batch, args.micro, args.ranks, args.workers,
+        args.producer_workers or args.ranks * args.workers, args.prefetch, args.lookback, args.step_ms,
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    batch_mib = args.batch * (3 * args.image**2 + 8) / MiB
+    print(
+        f"rank batch: {args.batch} samples (micro-batches of {args.micro}) of "
+        f"3x{args.image}x{args.image} uint8, "
+        f"{batch_mib:.2f} MiB, {args.sample_ms:g} ms per sample; {args.ranks} ranks per node, "
+        f"{args.workers} workers per rank; cache prefetch {args.prefetch}, lookback {args.lookback}",
+        flush=True,
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="sres-bench-data-", dir="/dev/shm"))
+    try:
+        # 1. first batch after a restart
+        restart: dict[str, list[float]] = {"cache": [], "loader": []}
+        wrong = []
+        for trial in range(args.repeat):
+            step = args.warmup + trial
+            restart["loader"].append(child(restarted_loader, cfg, step)[0])
+            root = tmp / f"restart-{trial}"
+            with Producer(cfg, root, cfg.workers):
+                cache, _ = bound(cfg, root, 0)  # the rank before its restart
+                for s in range(step):
+                    cache.batch(s)
+                    time.sleep(cfg.step_ms / 1000)
+                store, ahead = BatchStore(root, JOB), sampler(cfg)
+                keys = [(s, key_of(ahead.indices(s, 0, cfg.ranks))) for s in range(step, step + cfg.prefetch)]
+                deadline = time.monotonic() + 30
+                while not all(store.has(*k) for k in keys) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                seconds, where = child(restarted_cache, cfg, str(root), step)
+                restart["cache"].append(seconds)
+                if where != "cache":
+                    wrong.append(where)
+            print(
+                f"  restart {trial + 1}: cache {restart['cache'][-1] * 1000:7.1f} ms, "
+                f"loader {restart['loader'][-1] * 1000:7.1f} ms",
+                flush=True,
+            )
+
+        # 2. memory per node
+        loader_one = memory_loader(cfg, args.mem_steps)
+        print(f"  memory: loader rank {loader_one / MiB:.1f} MiB", flush=True)
+        files, prod, ranks_growth, entries = memory_cache(cfg, tmp / "memory", args.mem_steps)
+        print(
+            f"  memory: cache files {files / MiB:.1f} MiB ({entries} entries), "
+            f"producer {prod / MiB:.1f} MiB, "
+            f"ranks {ranks_growth / MiB:.1f} MiB",
+            flush=True,
+        )
+
+        # 3. steady-state step time, interleaved
+        step_t: dict[str, list[float]] = {"loader": [], "cache": []}
+        cpu_t: dict[str, list[float]] = {"loader": [], "cache": []}
+        busy: list[float] = []
+        identical = True
+        for trial in range(args.repeat):
+            t, c, loaded = steps_loader(cfg, args.warmup, args.steps)
+            step_t["loader"].append(t)
+            cpu_t["loader"].append(c)
+            t, c, b, cached = steps_cache(cfg, tmp / f"steps-{trial}", args.warmup, args.steps)
+            step_t["cache"].append(t)
+            cpu_t["cache"].append(c)
+            busy.append(b)
+            identical = identical and same(loaded, cached)
+            print(
+                f"  steps {trial + 1}: loader {step_t['loader'][-1] * 1000:.2f} ms, "
+                f"cache {step_t['cache'][-1] * 1000:.2f} ms",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in restart.items()}
+    loaders = loader_one * args.ranks
+    cache_total = files + prod + ranks_growth
+    steps_med = {k: statistics.median(v) for k, v in step_t.items()}
+    cpu_med = {k: statistics.median(v) * 1000 for k, v in cpu_t.items()}
+    print()
+    row("measure", "cache", "DataLoader", "ratio", "target")
+    row(
+        "1. first batch after a restart, ms",
+        spread(restart["cache"], 1000, ".1f"),
+        spread(restart["loader"], 1000, ".1f"),
+        f"{med['loader'] / med['cache']:.1f}x",
+        ">= 20x faster",
+    )
+    row(
+        f"2. memory per node, {args.ranks} ranks, MiB",
+        f"{cache_total / MiB:.1f}",
+        f"{loaders / MiB:.1f}",
+        f"{cache_total / loaders:.2f}",
+        "<= 0.33",
+    )
+    row("     cache files (one copy per node)", f"{files / MiB:.1f}", "", f"{files / loaders:.2f}")
+    row(f"     producer, {cfg.producer_workers} workers", f"{prod / MiB:.1f}")
+    row("     ranks (growth, with their workers)", f"{ranks_growth / MiB:.1f}", f"{loaders / MiB:.1f}")
+    row(
+        f"3. step time ({args.step_ms:g} ms accelerator), ms",
+        spread(step_t["cache"], 1000, ".2f"),
+        spread(step_t["loader"], 1000, ".2f"),
+        f"{(steps_med['cache'] / steps_med['loader'] - 1) * 100:+.2f}%",
+        "<= +1%",
+    )
+    row("     rank CPU per step (get + copy), ms", f"{cpu_med['cache']:.2f}", f"{cpu_med['loader']:.2f}")
+    row("     producer loop CPU, % of a core", f"{statistics.median(busy) * 100:.1f}")
+    print(
+        f"\ncached batches identical to the DataLoader's: {'yes' if identical else 'NO'}; restarted ranks' "
+        f"first batch from the cache: {'all' if not wrong else 'not all (' + ', '.join(wrong) + ')'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
