@@ -90,6 +90,8 @@ class BatchCache:
             self._entries.root,
             wants.RankWants(ctx.rank, step, self.lookback, (wants.Want(step, key, args), *ahead)),
         )
+        if not self._link.producer and ctx.local_rank == 0:  # no producer to drop what is past
+            self._entries.keep(step - self.lookback, 1 << 62)
         batch, where = self._cached(step, key), "cache"
         if batch is None:
             batch, where = self.source.make(step, args), "source"

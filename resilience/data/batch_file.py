@@ -43,8 +43,8 @@ __all__ = ["CachedBatch", "CorruptBatch", "UnsupportedBatch", "read", "write"]
 class CachedBatch:
     step: int
     batch: Any
-    """Its tensors map the file: read-only in spirit (writing to one changes the file for every
-    reader of the node); a loop that changes its batch in place must copy it first."""
+    """Its tensors map the file copy-on-write: reading costs no copy, and a loop that changes its
+    batch in place changes its own pages, never the file other ranks read."""
     args: Any
     """What the batch was made of, as JSON data (a dataset's: its samples' global indices)."""
     job: str = ""

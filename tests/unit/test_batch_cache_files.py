@@ -134,3 +134,12 @@ def test_a_cache_that_cannot_fit_is_refused_with_what_it_needs(tmp_path):
     check_room(tmp_path, 1 << 20, 3)
     with pytest.raises(CacheTooSmall, match=r"needs .* MiB \(12 batches of .* MiB\)"):
         check_room(tmp_path, free // 4 + 1, 12)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root (CI runs as root)")
+def test_a_cache_directory_of_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "batches"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)  # nobody's
+    with pytest.raises(NotPrivate, match="belongs to uid 65534"):
+        BatchStore(theirs, "j")
