@@ -4,38 +4,43 @@ producer vs torch's ``DataLoader``, on one machine, every number from this run.
 The data: a synthetic map-style dataset whose ``__getitem__`` waits ``--sample-ms`` (5 ms: a read,
 a decode) and returns a ``3 x --image x --image`` uint8 image and its label; a rank's batch is
 ``--batch`` samples per step (``ElasticSampler``, ``--ranks`` ranks on the node), the same samples
-on both sides. Each step's batch is copied into one preallocated buffer (as to an accelerator).
+on both sides (checked: bitwise). Each step's batch is copied into one preallocated buffer (as to
+an accelerator). The loaders' workers are forked (``multiprocessing_context="fork"``: Linux's
+default before Python 3.14; this script's rank processes are spawned and would spawn them too).
+The producer runs ``resilience.data.producer.serve`` in a spawned process of its own and is ended
+as the supervisor ends one (SIGKILL to it and its workers).
 
 1. First batch after a rank restart. A new process (spawned: a rank restarted) builds the dataset
-   and the sampler, then the clock runs from there to holding step S's batch:
+   and the sampler, then the clock runs from there to having copied step S's batch:
      cache   BatchCache + Context + ``ctx.register`` + ``cache.batch(S)``, while the node's producer
-             (a process of its own, ``--workers`` workers) has prefetched S: a rank of the same
-             node stepped to S-1 before (in this script's process), so the entries are there
+             (``--workers`` workers) has prefetched S..S+prefetch-1: a rank 0 stepped to S-1 before
+             (in this script's process), so the entries are there; checked: from the cache
      loader  ``DataLoader(dataset, batch_sampler=<steps S..>, num_workers=--workers)`` and its first
-             batch: worker start-up included (no producer runs meanwhile)
-   Python's and torch's imports are not in either time (the same for both).
-2. Memory per node with ``--ranks`` ranks, at its peak while the ranks step (and, for the cache,
-   with its window full: ``prefetch + lookback`` steps of every rank). Counted: anonymous memory
-   of every process taking part (``Pss_Anon`` of /proc/<pid>/smaps_rollup; PSS, so pages shared
-   after a fork count once), plus shared memory once: the loaders' batches in shared memory
-   (``Pss_Shmem`` of the rank and its workers: nothing else holds them) and the cache's files in
-   /dev/shm (their blocks; the ranks' mappings of them are not counted again). Not counted: the
-   code of the libraries (file pages every torch process shares) and what a rank holds before
-   it reads data (the growth from there is counted).
-     loader  one rank process with its ``DataLoader(num_workers=--workers, prefetch_factor=2)``
-             stepping ``--mem-steps`` steps: its growth with its workers, times ``--ranks``
-     cache   the cache files + the producer and its workers (all of them: the process exists
-             for the cache alone) + the growth of one process that steps all ``--ranks`` ranks'
-             caches. The producer gets ``--producer-workers`` workers (default ranks x workers:
-             the loaders' throughput; 4 workers cannot feed 4 ranks of 80 ms batches at 50 ms a
-             step); "files only" is the cache files alone against the loaders
+             batch, worker start-up included (no producer runs meanwhile)
+   Python's and torch's imports are in neither time (the same for both).
+2. Memory per node with ``--ranks`` ranks, at its peak while they step ``--mem-steps`` steps (and,
+   for the cache, once its window is full: ``prefetch + lookback`` steps of every rank). Counted:
+   the anonymous memory of every process taking part (``Pss_Anon`` of /proc/<pid>/smaps_rollup:
+   PSS, so a page shared after a fork counts once in all), plus each shared-memory object once,
+   by its blocks: the /dev/shm objects those processes hold open or map (a loader's batches,
+   in flight or received) and the cache's files (mapped by the ranks, or by no one). Not counted:
+   the libraries' code (file pages every torch process shares).
+     loader  one rank process with its ``DataLoader(num_workers=--workers, prefetch_factor=2)``:
+             its growth from before the DataLoader, its workers included, times ``--ranks``
+     cache   the cache's files, the producer process and its workers (all of them: they exist
+             for the cache alone), and the growth of one process that steps every rank's cache.
+             The producer has ``--producer-workers`` workers (default: ranks x workers, the
+             loaders' throughput: ``--workers`` workers cannot make ``--ranks`` ranks' batches of
+             80 ms each 50 ms step). The brief's measure, the cache's files alone against the
+             loaders, is the "cache files" row
 3. Steady-state step time, one rank (rank 0 of ``--ranks``): get the batch, copy it, sleep
    ``--step-ms`` (the accelerator); mean over ``--steps`` steps after ``--warmup``, runs
    interleaved (this machine is shared and noisy), median of ``--repeat``:
      loader  an iterator of a DataLoader with ``--workers`` workers (no producer runs meanwhile)
-     cache   ``cache.batch(step)`` with the producer running (``--workers`` workers)
-   Also: the CPU the rank spends per step (get + copy), and the producer's own loop's CPU (its
-   workers' work is the loaders' workers' work, not counted), as a share of one core.
+     cache   ``cache.batch(step)`` with a producer of ``--workers`` workers
+   Also: the CPU the rank spends per step (get + copy + the cache's bookkeeping), and the
+   producer's own process's CPU (its loop; its workers' work is the loaders' workers' work) as a
+   share of one core.
 
     python benchmarks/data.py [--repeat 3] [--steps 100] [--step-ms 50] [--sample-ms 5] [--image 224]
 """
@@ -47,10 +52,13 @@ import multiprocessing
 import os
 import queue
 import shutil
+import signal
+import stat
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +77,7 @@ from resilience.data.batch_store import BatchStore, key_of  # noqa: E402
 
 JOB = "bench-data"
 SPAWN = multiprocessing.get_context("spawn")
+warnings.filterwarnings("ignore", message="This DataLoader will create")  # 4 workers on 2 cores: asked for
 MiB = 2**20
 
 
@@ -128,7 +137,11 @@ class StepBatches:
 
 def loader(cfg: Config, first: int, last: int) -> DataLoader:
     return DataLoader(
-        Images(cfg), batch_sampler=StepBatches(cfg, first, last), num_workers=cfg.workers, prefetch_factor=2
+        Images(cfg),
+        batch_sampler=StepBatches(cfg, first, last),
+        num_workers=cfg.workers,
+        prefetch_factor=2,
+        multiprocessing_context="fork",  # Linux's default (before Python 3.14); not this process's: spawned
     )
 
 
@@ -185,29 +198,31 @@ def tensors_of(batch: Any):
 # --- processes: the producer, a restarted rank, ranks whose memory is measured ---------------------
 
 
-def serve(cfg: Config, root: str, workers: int, stop: Any) -> None:
+def serve(cfg: Config, root: str, workers: int) -> None:
     torch.set_num_threads(1)
     source = resilience.SampleSource(Images(cfg), sampler(cfg), workers=workers)
-    producer.serve(source, Path(root), JOB, stop=stop.is_set)
+    producer.serve(source, Path(root), JOB)
 
 
 class Producer:
-    """The node's producer, a process of its own (spawned), with ``workers`` forked workers."""
+    """The node's producer, a process of its own (spawned), with ``workers`` forked workers. Ended
+    as the supervisor ends one: SIGKILL to it and its workers (``serve(stop=...)`` returning in a
+    multiprocessing child hangs at its exit: its pool's workers never get their sentinels)."""
 
     def __init__(self, cfg: Config, root: Path, workers: int) -> None:
-        self.stop = SPAWN.Event()
-        self.process = SPAWN.Process(target=serve, args=(cfg, str(root), workers, self.stop), daemon=True)
+        self.process = SPAWN.Process(target=serve, args=(cfg, str(root), workers))
 
     def __enter__(self) -> Producer:
         self.process.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.process.join(20)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5)
+        for pid in reversed(tree(self.process.pid)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.join(10)
 
 
 def restarted_cache(cfg: Config, root: str, step: int, out: Any) -> None:
@@ -290,25 +305,62 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def pss(pid: int, *fields: str) -> int:
-    return sum(rollup(p).get(f, 0) for p in tree(pid) for f in fields)
+def anon(pids: list[int]) -> int:
+    """Anonymous memory of ``pids`` (PSS: a page shared after a fork counts once in all)."""
+    return sum(rollup(p).get("Pss_Anon", 0) for p in pids)
 
 
-def file_bytes(root: Path) -> int:
-    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+def shared(pids: list[int], roots: tuple[Path, ...] = ()) -> int:
+    """Bytes of the shared-memory objects (/dev/shm) that ``pids`` hold open or map, and of the
+    files under ``roots``: each object once, by its blocks, whoever holds it."""
+    held: dict[tuple[int, int], int] = {}
+
+    def add(path: str | Path, follow: bool = True) -> None:
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError:
+            return
+        if stat.S_ISREG(st.st_mode):
+            held[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+
+    for root in roots:
+        for path in root.rglob("*"):
+            add(path, follow=False)
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    add(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                add(f"/proc/{pid}/map_files/{fields[0]}")
+    return sum(held.values())
 
 
 def memory_loader(cfg: Config, steps: int) -> int:
-    """Peak growth of one rank process with its DataLoader and workers (anonymous + shared memory)."""
+    """Peak growth of one rank process with its DataLoader and its workers."""
     out, go, release = SPAWN.Queue(), SPAWN.Event(), SPAWN.Event()
     rank = SPAWN.Process(target=stepping, args=(cfg, "loader", "", steps, out, go, release))
     rank.start()
     out.get(timeout=300)
-    base = pss(rank.pid, "Pss_Anon", "Pss_Shmem")
+
+    def now() -> int:
+        pids = tree(rank.pid)
+        return anon(pids) + shared(pids)
+
+    base = now()
     go.set()
     peak = 0
     while True:
-        peak = max(peak, pss(rank.pid, "Pss_Anon", "Pss_Shmem") - base)
+        peak = max(peak, now() - base)
         try:
             out.get(timeout=0.05)
             break
@@ -319,26 +371,25 @@ def memory_loader(cfg: Config, steps: int) -> int:
     return peak
 
 
-def memory_cache(cfg: Config, root: Path, steps: int) -> tuple[int, int, int, int]:
-    """At the peak of their sum: the cache's files, the producer's processes, the ranks' growth;
-    and the entries held when the window was full."""
+def memory_cache(cfg: Config, root: Path, steps: int) -> tuple[int, int, int, int, int]:
+    """At the peak of their sum: the cache's shared memory (its files), the producer process's
+    anonymous memory, its workers' own (the pages they no longer share with it), the ranks'
+    growth; and the entries held once the window was full."""
     out, go, release = SPAWN.Queue(), SPAWN.Event(), SPAWN.Event()
     store = BatchStore(root, JOB)
     with Producer(cfg, root, cfg.producer_workers) as prod:
         ranks = SPAWN.Process(target=stepping, args=(cfg, "cache", str(root), steps, out, go, release))
         ranks.start()
         out.get(timeout=300)
-        base = pss(ranks.pid, "Pss_Anon")
+        base = anon(tree(ranks.pid))
         go.set()
-        best = (0, 0, 0)
+        best = (0, 0, 0, 0)
 
         def sample() -> None:
             nonlocal best
-            now = (
-                file_bytes(root),
-                pss(prod.process.pid, "Pss_Anon", "Pss_Shmem"),
-                pss(ranks.pid, "Pss_Anon") - base,
-            )
+            mine, theirs = tree(prod.process.pid), tree(ranks.pid)
+            whole = rollup(mine[0]).get("Anonymous", 0)  # the producer's, shared with its workers or not
+            now = (shared(mine + theirs, (root,)), whole, anon(mine) - whole, anon(theirs) - base)
             if sum(now) > sum(best):
                 best = now
 
@@ -371,43 +422,61 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def steps_loader(cfg: Config, warmup: int, steps: int) -> tuple[float, float, Any]:
-    """Mean step time and rank CPU per step over the timed steps; the first batch (for a check)."""
-    sink, step_s, first = Sink(), cfg.step_ms / 1000, None
-    it = iter(loader(cfg, 0, warmup + steps))
+@dataclass
+class Steps:
+    """One run of the step loop: its timed steps' mean time, the rank's CPU per step, how long
+    each step waited for its batch, the producer's CPU share (the cache's), the first batch."""
+
+    step_s: float
+    cpu_s: float
+    gets: list[float]
+    busy: float
+    first: Any
+
+
+def step_loop(cfg: Config, warmup: int, steps: int, get: Any) -> Steps:
+    sink, step_s, gets, first = Sink(), cfg.step_ms / 1000, [], None
     for step in range(warmup + steps):
         if step == warmup:
             t0, c0 = time.perf_counter(), time.process_time()
-        batch = next(it)
-        if first is None:
-            first = {k: v.clone() for k, v in batch.items()}
+        start = time.perf_counter()
+        batch = get(step)
+        if step >= warmup:
+            gets.append(time.perf_counter() - start)
+        if first is None:  # a list of micro-batches (the cache's) or one batch (the loader's)
+            first = [
+                {k: v.clone() for k, v in m.items()} for m in (batch if isinstance(batch, list) else [batch])
+            ]
         sink.take(batch)
         time.sleep(step_s)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    del it, batch
-    return wall / steps, cpu / steps, first
+    return Steps(wall / steps, cpu / steps, gets, 0.0, first)
 
 
-def steps_cache(cfg: Config, root: Path, warmup: int, steps: int) -> tuple[float, float, float, Any]:
-    """Mean step time, rank CPU per step, the producer loop's CPU share; the first batch."""
-    sink, step_s, first = Sink(), cfg.step_ms / 1000, None
+def steps_loader(cfg: Config, warmup: int, steps: int) -> Steps:
+    batches = iter(loader(cfg, 0, warmup + steps))  # its workers end with it, on return
+    return step_loop(cfg, warmup, steps, lambda step: next(batches))
+
+
+def steps_cache(cfg: Config, root: Path, warmup: int, steps: int) -> Steps:
     with Producer(cfg, root, cfg.workers) as prod:
         cache, _ = bound(cfg, root, 0)
-        for step in range(warmup + steps):
+        cpu = [0.0, 0.0]
+
+        def get(step: int) -> Any:
             if step == warmup:
-                t0, c0, p0 = time.perf_counter(), time.process_time(), cpu_seconds(prod.process.pid)
-            batch = cache.batch(step)
-            if first is None:
-                first = [{k: v.clone() for k, v in micro.items()} for micro in batch]
-            sink.take(batch)
-            time.sleep(step_s)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        busy = (cpu_seconds(prod.process.pid) - p0) / wall
-    return wall / steps, cpu / steps, busy, first
+                cpu[0] = cpu_seconds(prod.process.pid)
+            return cache.batch(step)
+
+        run = step_loop(cfg, warmup, steps, get)
+        cpu[1] = cpu_seconds(prod.process.pid)
+    run.busy = (cpu[1] - cpu[0]) / (run.step_s * steps)
+    return run
 
 
-def same(loaded: dict[str, torch.Tensor], cached: list[dict[str, torch.Tensor]]) -> bool:
-    return all(torch.equal(loaded[k], torch.cat([m[k] for m in cached])) for k in loaded)
+def same(loaded: list[dict[str, torch.Tensor]], cached: list[dict[str, torch.Tensor]]) -> bool:
+    (one,) = loaded
+    return all(torch.equal(one[k], torch.cat([m[k] for m in cached])) for k in one)
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -417,6 +486,11 @@ def spread(values: list[float], scale: float, fmt: str) -> str:
     return (
         f"{statistics.median(values) * scale:{fmt}} [{min(values) * scale:{fmt}}-{max(values) * scale:{fmt}}]"
     )
+
+
+def progress(name: str, run: Steps) -> str:
+    waits = f"median {statistics.median(run.gets) * 1000:.2f}, max {max(run.gets) * 1000:.1f}"
+    return f"{name} {run.step_s * 1000:.2f} ms (waits for the batch: {waits} ms)"
 
 
 def row(name: str, cache: str = "", loader: str = "", ratio: str = "", target: str = "") -> None:
@@ -488,39 +562,32 @@ def main() -> int:
         # 2. memory per node
         loader_one = memory_loader(cfg, args.mem_steps)
         print(f"  memory: loader rank {loader_one / MiB:.1f} MiB", flush=True)
-        files, prod, ranks_growth, entries = memory_cache(cfg, tmp / "memory", args.mem_steps)
+        files, prod, prod_workers, ranks_growth, entries = memory_cache(cfg, tmp / "memory", args.mem_steps)
         print(
             f"  memory: cache files {files / MiB:.1f} MiB ({entries} entries), "
-            f"producer {prod / MiB:.1f} MiB, "
+            f"producer {prod / MiB:.1f} + {prod_workers / MiB:.1f} MiB, "
             f"ranks {ranks_growth / MiB:.1f} MiB",
             flush=True,
         )
 
         # 3. steady-state step time, interleaved
-        step_t: dict[str, list[float]] = {"loader": [], "cache": []}
-        cpu_t: dict[str, list[float]] = {"loader": [], "cache": []}
-        busy: list[float] = []
-        identical = True
+        runs: dict[str, list[Steps]] = {"loader": [], "cache": []}
         for trial in range(args.repeat):
-            t, c, loaded = steps_loader(cfg, args.warmup, args.steps)
-            step_t["loader"].append(t)
-            cpu_t["loader"].append(c)
-            t, c, b, cached = steps_cache(cfg, tmp / f"steps-{trial}", args.warmup, args.steps)
-            step_t["cache"].append(t)
-            cpu_t["cache"].append(c)
-            busy.append(b)
-            identical = identical and same(loaded, cached)
+            runs["loader"].append(steps_loader(cfg, args.warmup, args.steps))
+            runs["cache"].append(steps_cache(cfg, tmp / f"steps-{trial}", args.warmup, args.steps))
             print(
-                f"  steps {trial + 1}: loader {step_t['loader'][-1] * 1000:.2f} ms, "
-                f"cache {step_t['cache'][-1] * 1000:.2f} ms",
-                flush=True,
+                f"  steps {trial + 1}: " + ", ".join(progress(k, r[-1]) for k, r in runs.items()), flush=True
             )
+        identical = all(same(a.first, b.first) for a, b in zip(runs["loader"], runs["cache"]))
+        step_t = {k: [r.step_s for r in v] for k, v in runs.items()}
+        cpu_t = {k: [r.cpu_s for r in v] for k, v in runs.items()}
+        busy = [r.busy for r in runs["cache"]]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in restart.items()}
     loaders = loader_one * args.ranks
-    cache_total = files + prod + ranks_growth
+    cache_total = files + prod + prod_workers + ranks_growth
     steps_med = {k: statistics.median(v) for k, v in step_t.items()}
     cpu_med = {k: statistics.median(v) * 1000 for k, v in cpu_t.items()}
     print()
@@ -540,7 +607,8 @@ def main() -> int:
         "<= 0.33",
     )
     row("     cache files (one copy per node)", f"{files / MiB:.1f}", "", f"{files / loaders:.2f}")
-    row(f"     producer, {cfg.producer_workers} workers", f"{prod / MiB:.1f}")
+    row("     producer process", f"{prod / MiB:.1f}")
+    row(f"     producer's {cfg.producer_workers} workers (their own pages)", f"{prod_workers / MiB:.1f}")
     row("     ranks (growth, with their workers)", f"{ranks_growth / MiB:.1f}", f"{loaders / MiB:.1f}")
     row(
         f"3. step time ({args.step_ms:g} ms accelerator), ms",

@@ -136,7 +136,7 @@ def test_a_cache_that_cannot_fit_is_refused_with_what_it_needs(tmp_path):
         check_room(tmp_path, free // 4 + 1, 12)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root (CI runs as root)")
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a directory to another uid (CI is root)")
 def test_a_cache_directory_of_another_user_is_refused(tmp_path):
     theirs = tmp_path / "batches"
     theirs.mkdir(mode=0o700)

@@ -65,9 +65,9 @@ def test_paired_kinds_come_with_the_fault_that_makes_them_matter():
     assert parse([i.spec for i in schedule]) == schedule
 
 
-def test_a_full_disk_frees_up_five_steps_later_on_the_same_rank():
+def test_a_full_disk_frees_up_nine_steps_later_on_the_same_rank():
     schedule = fs.expand(fs.parse("random:seed=2:every=4:kinds=fill-disk:count=5"), world_size=4)
     fills = [i for i in schedule if i.kind == "fill-disk"]
     frees = [i for i in schedule if i.kind == "free-disk"]
     assert len(fills) == len(frees) == 5
-    assert [(i.rank, i.step + 5) for i in fills] == [(i.rank, i.step) for i in frees]
+    assert [(i.rank, i.step + 9) for i in fills] == [(i.rank, i.step) for i in frees]
