@@ -84,8 +84,10 @@ class BatchCache:
         if self._entries is None:  # no sres run around it: a pass-through
             return self.source.make(step, args)
         key = key_of(args)
-        ahead = [wants.Want(s, key_of(a), a) for s in range(step + 1, step + self.prefetch) for a in
-                 [self.source.want(s, ctx.rank, ctx.world_size)]]  # fmt: skip
+        later = (
+            (s, self.source.want(s, ctx.rank, ctx.world_size)) for s in range(step + 1, step + self.prefetch)
+        )
+        ahead = [wants.Want(s, key_of(a), a) for s, a in later]
         wants.write(
             self._entries.root,
             wants.RankWants(ctx.rank, step, self.lookback, (wants.Want(step, key, args), *ahead)),
@@ -100,10 +102,15 @@ class BatchCache:
         if self._first:
             self._first = False
             assert self._link is not None
+            seconds = round(self.clock() - t0, 6)
             self._link.push_event(
-                "first-batch", rank=ctx.rank, step=step, generation=ctx.generation, source=where,
-                seconds=round(self.clock() - t0, 6),
-            )  # fmt: skip
+                "first-batch",
+                rank=ctx.rank,
+                step=step,
+                generation=ctx.generation,
+                source=where,
+                seconds=seconds,
+            )
         return batch
 
     def _cached(self, step: int, key: str) -> Any:
@@ -119,7 +126,7 @@ class BatchCache:
                 log.warning("batch cache: %s; made again from the source", err)
                 return None
             if cached is not None:
-                self._check_room(self._entries.path(step, key).stat().st_size)
+                self._check_room(cached.size)
                 return cached.batch
             if self.clock() >= deadline:
                 if self._link.producer:

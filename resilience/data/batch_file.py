@@ -48,6 +48,8 @@ class CachedBatch:
     args: Any
     """What the batch was made of, as JSON data (a dataset's: its samples' global indices)."""
     job: str = ""
+    size: int = 0
+    """The file's bytes."""
 
 
 def write(path: Path, step: int, batch: Any, args: Any, job: str = "") -> int:
@@ -87,7 +89,10 @@ def read(path: Path, verify: bool = True) -> CachedBatch:
             if bad:
                 raise CorruptBatch(f"{path}: checksum mismatch in {', '.join(bad)}")
         batch = _decode(json.loads(meta["tree"]), tensors)
-        return CachedBatch(int(meta["step"]), batch, json.loads(meta["args"]), meta["job"])
+        size = path.stat().st_size
+        return CachedBatch(int(meta["step"]), batch, json.loads(meta["args"]), meta["job"], size)
+    except FileNotFoundError:
+        raise CorruptBatch(f"{path}: removed while read") from None
     except (SafetensorError, KeyError, ValueError, TypeError) as err:  # a torn header, a bad value
         raise CorruptBatch(f"{path}: {type(err).__name__}: {err}") from None
 
