@@ -10,8 +10,8 @@ default before Python 3.14; this script's rank processes are spawned and would s
 The producer runs ``resilience.data.producer.serve`` in a spawned process of its own and is ended
 as the supervisor ends one (SIGKILL to it and its workers).
 
-1. First batch after a rank restart. A new process (spawned: a rank restarted) builds the dataset
-   and the sampler, then the clock runs from there to having copied step S's batch:
+1. First batch after a rank restart. In a new process (spawned: a rank restarted), after its
+   imports, from building the dataset and sampler (trivial here) to having copied step S's batch:
      cache   BatchCache + Context + ``ctx.register`` + ``cache.batch(S)``, while the node's producer
              (``--workers`` workers) has prefetched S..S+prefetch-1: a rank 0 stepped to S-1 before
              (in this script's process), so the entries are there; checked: from the cache
@@ -27,8 +27,9 @@ as the supervisor ends one (SIGKILL to it and its workers).
    the libraries' code (file pages every torch process shares).
      loader  one rank process with its ``DataLoader(num_workers=--workers, prefetch_factor=2)``:
              its growth from before the DataLoader, its workers included, times ``--ranks``
-     cache   the cache's files, the producer process and its workers (all of them: they exist
-             for the cache alone), and the growth of one process that steps every rank's cache.
+     cache   the cache's files, the producer process (all its anonymous memory: it exists for
+             the cache alone), its workers' own pages (those no longer shared with it), and the
+             growth of one process that steps every rank's cache.
              The producer has ``--producer-workers`` workers (default: ranks x workers, the
              loaders' throughput: ``--workers`` workers cannot make ``--ranks`` ranks' batches of
              80 ms each 50 ms step). The brief's measure, the cache's files alone against the
@@ -119,13 +120,8 @@ class StepBatches:
     cache's source names (its micro-batches in one batch)."""
 
     def __init__(self, cfg: Config, first: int, last: int, rank: int = 0) -> None:
-        self.sampler, self.first, self.last, self.rank, self.world = (
-            sampler(cfg),
-            first,
-            last,
-            rank,
-            cfg.ranks,
-        )
+        self.sampler, self.world = sampler(cfg), cfg.ranks
+        self.first, self.last, self.rank = first, last, rank
 
     def __len__(self) -> int:
         return self.last - self.first
@@ -237,11 +233,9 @@ def restarted_cache(cfg: Config, root: str, step: int, out: Any) -> None:
 def restarted_loader(cfg: Config, step: int, out: Any) -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
-    it = iter(loader(cfg, step, step + 1000))
-    Sink().take(next(it))
-    seconds = time.perf_counter() - start
-    out.put((seconds, "loader"))
-    del it
+    batches = iter(loader(cfg, step, step + 1000))
+    Sink().take(next(batches))
+    out.put((time.perf_counter() - start, "loader"))
 
 
 def child(target: Any, *args: Any) -> Any:

@@ -125,7 +125,9 @@ class ElasticSampler:
         self.policy, self.lr_scaling = policy or "keep-closest", lr_scaling or "linear"
         self.segments: list[tuple[int, int, int]] = [(0, 0, global_batch)]
         """(first step, stream position of that step, global batch from then on)."""
-        self._perm: tuple[int, torch.Tensor] | None = None
+        self._perms: dict[int, torch.Tensor] = {}
+        """The newest two epochs' permutations: a step across an epoch's end, or a batch cache
+        asking ahead across it, reads both (one kept alone was drawn again at every ask)."""
 
     def use_run_defaults(self, policy: str, lr_scaling: str) -> None:
         """The run's batch settings, for what the constructor was not given (``ctx.register``)."""
@@ -177,10 +179,11 @@ class ElasticSampler:
         return out
 
     def permutation(self, epoch: int) -> torch.Tensor:
-        if self._perm is None or self._perm[0] != epoch:
+        if epoch not in self._perms:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._perm = (epoch, torch.randperm(self.dataset_len, generator=g))
-        return self._perm[1]
+            self._perms = {e: p for e, p in self._perms.items() if e in (epoch - 1, epoch + 1)}
+            self._perms[epoch] = torch.randperm(self.dataset_len, generator=g)
+        return self._perms[epoch]
 
     # --- state, for ctx.register ------------------------------------------------------------------
 

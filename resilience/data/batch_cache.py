@@ -51,6 +51,9 @@ class BatchCache:
         self._entries: BatchStore | None = None
         self._first = True
         self._room_checked = False
+        self._producer_keeps_up = True
+        """False from a wait for the producer that timed out to the next entry it made: a dead
+        producer costs one ``wait_s``, not one per step until the supervisor restarts it."""
         self.clock: Callable[[], float] = time.monotonic
 
     @property
@@ -115,7 +118,7 @@ class BatchCache:
 
     def _cached(self, step: int, key: str) -> Any:
         assert self._entries is not None and self._link is not None
-        deadline = self.clock() + (self.wait_s if self._link.producer else 0.0)
+        deadline = self.clock() + (self.wait_s if self._link.producer and self._producer_keeps_up else 0.0)
         while True:
             try:
                 cached = self._entries.get(step, key)
@@ -127,9 +130,11 @@ class BatchCache:
                 return None
             if cached is not None:
                 self._check_room(cached.size)
+                self._producer_keeps_up = True
                 return cached.batch
             if self.clock() >= deadline:
-                if self._link.producer:
+                if self._link.producer and self._producer_keeps_up:
+                    self._producer_keeps_up = False  # a dead one is restarted: meanwhile, no wait per step
                     log.warning(
                         "batch cache: step %d not produced within %.0f s; made here", step, self.wait_s
                     )

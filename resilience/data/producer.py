@@ -11,9 +11,11 @@ writes its entry; nothing but a size comes back), the nearest step first.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -27,7 +29,10 @@ from resilience.data.batch_store import BatchStore, batches_dir
 
 log = logging.getLogger("resilience")
 
-IDLE_S = 0.002
+PR_SET_PDEATHSIG = 1
+
+IDLE_S = 0.01
+"""A wait with nothing to make: the ranks ask ``prefetch`` steps ahead, so nothing is late for it."""
 _SOURCE: BatchSource | None = None
 """The source, set before the workers fork: they inherit it (never pickled)."""
 
@@ -47,7 +52,9 @@ def serve(source: BatchSource, root: Path, job: str, stop: Callable[[], bool] = 
     _SOURCE = source
     store = BatchStore(root, job)
     pool = (
-        ProcessPoolExecutor(source.workers, mp_context=multiprocessing.get_context("fork"))
+        ProcessPoolExecutor(
+            source.workers, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
+        )
         if source.workers > 0
         else None
     )
@@ -71,7 +78,15 @@ def serve(source: BatchSource, root: Path, job: str, stop: Callable[[], bool] = 
                 time.sleep(IDLE_S)
     finally:
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=True)  # without waiting, a worker never hears it
+
+
+def _die_with_parent() -> None:
+    """A worker goes with its producer, however that ends (a kill of the producer alone, an
+    out-of-memory kill), instead of waiting forever beside the next one."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _make(root: Path, job: str, step: int, args: Any) -> int:
