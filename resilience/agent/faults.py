@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -219,17 +220,32 @@ def fill_disk(path: Path) -> str:
             f"not filled: {free / 2**30:.1f} GiB free on {path.parent} (put the persistent tier on a small "
             "filesystem)"
         )
-    with path.open("ab") as f:
-        try:
-            os.posix_fallocate(f.fileno(), 0, free)
-        except OSError:  # ENOSPC once the blocks are gone, or no fallocate: fill it by writing
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-                    f.flush()
-            except OSError:
-                pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, free)
+    except OSError:  # ENOSPC: a save took blocks since statvfs; or no fallocate
+        pass
+    _take_the_rest(fd)
+    # Keep it full while this process lives and the file is there (free-disk unlinks it): a
+    # checkpoint pruned just after the fill freed room enough for the next save (seen in CI).
+    threading.Thread(target=_keep_full, args=(fd,), name="sres-fill-disk", daemon=True).start()
     return f"filled {path.parent} ({free / 2**20:.0f} MiB)"
+
+
+def _take_the_rest(fd: int) -> None:
+    for chunk in (1 << 20, 1 << 16, 1 << 12):
+        try:
+            while os.write(fd, bytes(chunk)):
+                pass
+        except OSError:
+            pass
+
+
+def _keep_full(fd: int, period_s: float = 0.01) -> None:
+    while os.fstat(fd).st_nlink:
+        _take_the_rest(fd)
+        time.sleep(period_s)
+    os.close(fd)
 
 
 def perform(injection: Injection) -> None:
