@@ -41,7 +41,7 @@ import submitit  # noqa: E402
 from submitit.core import logger, utils  # noqa: E402
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # noqa: E402
 
-from launcher import parent_death  # noqa: E402
+from resilience import parent_death  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
 from launcher.placement.local import LocalRerun  # noqa: E402

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from launcher import parent_death
+from resilience import parent_death
 from launcher.errors import ConfigError
 
 

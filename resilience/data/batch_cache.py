@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from resilience.data import wants
@@ -49,6 +50,7 @@ class BatchCache:
         self._ctx: Context | None = None
         self._link: BatchLink | None = None
         self._entries: BatchStore | None = None
+        self._wants: Path | None = None
         self._first = True
         self._room_checked = False
         self._producer_keeps_up = True
@@ -67,6 +69,7 @@ class BatchCache:
         """Called by ``ctx.register`` on each entry of ``train``: the rank, world and node now."""
         self._ctx, self._link, self._first = ctx, link, True
         self._entries = BatchStore(link.root, link.job) if link is not None else None
+        self._wants = wants.folder(link.root) if link is not None else None
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # what a batch is lives in the sampler's state; the cache holds only copies
@@ -91,8 +94,9 @@ class BatchCache:
             (s, self.source.want(s, ctx.rank, ctx.world_size)) for s in range(step + 1, step + self.prefetch)
         )
         ahead = [wants.Want(s, key_of(a), a) for s, a in later]
+        assert self._wants is not None
         wants.write(
-            self._entries.root,
+            self._wants,
             wants.RankWants(ctx.rank, step, self.lookback, (wants.Want(step, key, args), *ahead)),
         )
         if not self._link.producer and ctx.local_rank == 0:  # no producer to drop what is past

@@ -11,7 +11,6 @@ writes its entry; nothing but a size comes back), the nearest step first.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -22,6 +21,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from resilience import parent_death
 from resilience.contract.rank_env import RankEnv
 from resilience.data import wants
 from resilience.data.batch_source import BatchSource
@@ -29,12 +29,10 @@ from resilience.data.batch_store import BatchStore, batches_dir
 
 log = logging.getLogger("resilience")
 
-PR_SET_PDEATHSIG = 1
-
 IDLE_S = 0.01
 """A wait with nothing to make: the ranks ask ``prefetch`` steps ahead, so nothing is late for it."""
-_SOURCE: BatchSource | None = None
-"""The source, set before the workers fork: they inherit it (never pickled)."""
+_WORK: tuple[BatchSource, BatchStore] | None = None
+"""The source and the cache, set before the workers fork: they inherit them (never pickled)."""
 
 
 def node_cache(env: RankEnv) -> tuple[Path, str]:
@@ -48,9 +46,9 @@ def node_cache(env: RankEnv) -> tuple[Path, str]:
 
 def serve(source: BatchSource, root: Path, job: str, stop: Callable[[], bool] = lambda: False) -> None:
     """Make what the node's ranks want until ``stop()`` (a test's) or the process is killed."""
-    global _SOURCE
-    _SOURCE = source
+    global _WORK
     store = BatchStore(root, job)
+    _WORK = (source, store)
     pool = (
         ProcessPoolExecutor(
             source.workers, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
@@ -69,11 +67,11 @@ def serve(source: BatchSource, root: Path, job: str, stop: Callable[[], bool] = 
             todo = sorted({(w.step, w.key): w for r in ranks for w in r.wants}.values(), key=lambda w: w.step)
             todo = [w for w in todo if (w.step, w.key) not in running and not store.has(w.step, w.key)]
             if pool is None and todo:
-                _make(root, job, todo[0].step, todo[0].args)
+                _make(todo[0].step, todo[0].args)
                 continue
             for w in todo[: max(0, (source.workers if pool else 1) - len(running))]:
                 assert pool is not None
-                running[(w.step, w.key)] = pool.submit(_make, root, job, w.step, w.args)
+                running[(w.step, w.key)] = pool.submit(_make, w.step, w.args)
             if not todo or pool is not None:
                 time.sleep(IDLE_S)
     finally:
@@ -84,14 +82,15 @@ def serve(source: BatchSource, root: Path, job: str, stop: Callable[[], bool] = 
 def _die_with_parent() -> None:
     """A worker goes with its producer, however that ends (a kill of the producer alone, an
     out-of-memory kill), instead of waiting forever beside the next one."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent_death.ask(signal.SIGKILL)
     if os.getppid() == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _make(root: Path, job: str, step: int, args: Any) -> int:
-    assert _SOURCE is not None
-    return BatchStore(root, job).put(step, _SOURCE.make(step, args), args)
+def _make(step: int, args: Any) -> int:
+    assert _WORK is not None
+    source, store = _WORK
+    return store.put(step, source.make(step, args), args)
 
 
 def main(env: RankEnv, make_source: Callable[[], BatchSource] | None) -> None:

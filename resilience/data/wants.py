@@ -38,15 +38,20 @@ class RankWants:
     wants: tuple[Want, ...]
 
 
-def write(root: Path, wants: RankWants) -> None:
-    folder = private_dir(root / "wants")
+def folder(root: Path) -> Path:
+    """The wants' directory in the cache ``root``, made private once (not at every step)."""
+    return private_dir(root / "wants")
+
+
+def write(where: Path, wants: RankWants) -> None:
+    """``where``: the wants' directory, from :func:`folder`."""
     record = {
         "rank": wants.rank,
         "step": wants.step,
         "lookback": wants.lookback,
         "wants": [[w.step, w.key, w.args] for w in wants.wants],
     }
-    path = folder / f"rank-{wants.rank}.json"
+    path = where / f"rank-{wants.rank}.json"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, separators=(",", ":")))
     os.rename(tmp, path)

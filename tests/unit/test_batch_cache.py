@@ -123,7 +123,7 @@ def test_the_producer_makes_what_ranks_want_in_its_workers(tmp_path):
     src, stop = source(workers=2), threading.Event()
     entries = tuple(wants.Want(s, key_of(src.want(s, 0, 1)), src.want(s, 0, 1)) for s in (3, 2, 1))
     BatchStore(root, "job-1")
-    wants.write(root, wants.RankWants(rank=0, step=1, lookback=0, wants=entries))
+    wants.write(wants.folder(root), wants.RankWants(rank=0, step=1, lookback=0, wants=entries))
     thread = serving(src, root, stop)
     deadline = time.monotonic() + 20
     while len(BatchStore(root, "job-1").entries()) < 3 and time.monotonic() < deadline:
