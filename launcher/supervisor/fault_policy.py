@@ -8,7 +8,7 @@ errors. Where the lost ranks then go is :mod:`launcher.supervisor.replace_policy
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from launcher.supervisor.actions import Action, Fail, KillNode, OpenFault
 from launcher.supervisor.config import RunConfig
@@ -41,17 +41,19 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
                 f"rank {culprit.rank} raised {said} at step {where.step} again after recovering from "
                 f"it: the error is deterministic; not retrying",
                 culprit,
-                _own_errors(obs),
+                own_errors(obs.errors.values()),
             )
         )
     elif state.restarts + 1 > config.max_restarts:
-        actions.append(Fail(f"gave up after {config.max_restarts} restart(s)", errors=_own_errors(obs)))
+        actions.append(
+            Fail(f"gave up after {config.max_restarts} restart(s)", errors=own_errors(obs.errors.values()))
+        )
     return actions
 
 
-def _own_errors(obs: Observation) -> tuple[Report, ...]:
+def own_errors(reports: Iterable[Report]) -> tuple[Report, ...]:
     """The ranks' own errors (not a peer's fault seen by a survivor), lowest rank first."""
-    own = (r for r in obs.errors.values() if not r.collateral and r.origin == "own")
+    own = (r for r in reports if r.kind == "error" and not r.collateral and r.origin == "own")
     return tuple(sorted(own, key=lambda r: r.rank))
 
 

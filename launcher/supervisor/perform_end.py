@@ -15,12 +15,17 @@ from launcher.supervisor import actions as act
 from launcher.supervisor.books import Outcome
 from launcher.supervisor.flush import run_requeue_hooks
 from launcher.supervisor.hands import Hands
-from launcher.supervisor.fault_policy import error_at
+from launcher.supervisor.fault_policy import error_at, own_errors
 from launcher.supervisor.requeue_policy import requeues_counted
 from resilience import tiers
+from resilience.contract.messages import Report
 
 HOOKS_MIN_S = 5.0
 """The ranks' requeue hooks get at least this long, whatever persisting the commit took."""
+LATE_ERRORS_S = 2.0
+"""How long a failing run waits for its ranks still running to report: ranks that raise alike
+(submitit's tasks) report moments apart, and the failed event must name the lowest of them, not
+the first to reach the store. Ranks stuck in a collective cost this much, once."""
 FAILED_ERRORS = 16
 """The ranks' own errors a ``failed`` event keeps (lowest ranks): a thousand ranks failing alike
 would make one event of a thousand tracebacks."""
@@ -84,7 +89,8 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
         if culprit is None
         else {"rank": culprit.rank, "error_type": culprit.error_type, "traceback": culprit.traceback}
     )
-    own = {str(r.rank): r.traceback for r in a.errors[:FAILED_ERRORS] if r.traceback}
+    errors = _with_late_errors(h, a.errors)
+    own = {str(r.rank): r.traceback for r in errors[:FAILED_ERRORS] if r.traceback}
     h.events.emit("failed", reason=a.reason, faults=b.faults, **blame, **({"errors": own} if own else {}))
     if culprit is not None and culprit.traceback:
         # a.culprit: an error that recurred, the run's first one again unless another came before
@@ -94,6 +100,24 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
         h.processes.kill(slot)
     h.say(f"error: {a.reason}")
     return Outcome(False, a.reason, h.events.events)
+
+
+def _with_late_errors(h: Hands, decided: tuple[Report, ...]) -> tuple[Report, ...]:
+    """``decided`` and the own errors of ranks that reported after the fault was decided, waiting
+    up to ``LATE_ERRORS_S`` for the members still running to report."""
+    b = h.books
+    if b.plan is None:
+        return decided
+    generation = b.current_plan.generation
+    deadline = h.clocks.clock() + LATE_ERRORS_S
+    while True:
+        reports = {slot: h.store.report_of(generation, slot) for slot in b.current_plan.members.values()}
+        running = [s for s, r in reports.items() if r is None and h.processes.poll(s) is None]
+        if not running or h.clocks.clock() >= deadline:
+            break
+        h.clocks.sleep(0.05)
+    late = [r for r in reports.values() if r is not None and r.rank not in {d.rank for d in decided}]
+    return own_errors([*decided, *late])
 
 
 def after_stop(h: Hands) -> None:

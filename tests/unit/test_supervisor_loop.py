@@ -312,6 +312,29 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     assert out.count("Traceback (most recent call last)") == 1 and "first failure (rank 1):" in out
 
 
+def test_a_failed_run_names_every_rank_that_raised_not_only_the_first_to_report(tmp_path: Path) -> None:
+    """Ranks that raise alike report moments apart (submitit's tasks): the failed event's errors
+    (``job.exception()`` shows the lowest rank's) wait for the ranks still running to report."""
+    placement, script = FakePlacement(), Script()
+
+    def raising(rank: int) -> Callable[[], None]:
+        def report() -> None:
+            message = f"RuntimeError: Failed on purpose: {rank}"
+            script.supervisor.store.report(
+                1, f"n{rank}p0", Report("error", rank, message=message, traceback=message)
+            )
+
+        return report
+
+    script.at(3, raising(2))
+    script.at(4, raising(1))  # after the run was decided failed, while it stops
+    outcome, events = run(tmp_path, placement, script, max_restarts=0)
+    assert not outcome.ok
+    failed = events[-1]
+    assert failed["event"] == "failed" and failed["rank"] == 2
+    assert sorted(failed["errors"]) == ["1", "2"] and "Failed on purpose: 1" in failed["errors"]["1"]
+
+
 def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
