@@ -54,6 +54,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(lane))
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Each lane's total time: the suite takes as long as its longest lane (CI's budget is 30 min),
+    so a test added or moved to ``slow`` is weighed where it runs."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                lane = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else "unit (either)"
+                totals[lane] = totals.get(lane, 0.0) + report.duration
+    if totals:
+        lanes = ", ".join(f"{lane} {seconds / 60:.1f} min" for lane, seconds in sorted(totals.items()))
+        terminalreporter.write_line(f"time per lane: {lanes}")
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
     """Five real nodes (n1..n5) in partitions ``gpu`` (default, never preempted), ``lend`` (low
