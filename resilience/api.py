@@ -35,6 +35,12 @@ def run(
     from resilience.agent.loop import Agent
 
     env = RankEnv.from_environ(os.environ, **options)
+    if env is not None and env.fork_server:
+        from resilience import fork_server
+        from resilience.agent.loop import warm_up
+
+        fork_server.serve(warm_up)  # returns in a forked rank, whose environment is its own
+        env = RankEnv.from_environ(os.environ, **options)
     if env is None:
         _run_plain(train, options.get("backend"))
         return

@@ -97,6 +97,13 @@ def _add_recovery_options(p: argparse.ArgumentParser) -> None:
         "process's memory per node)",
     )
     p.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="start every rank process cold (Python, torch and the script's imports on the recovery path) "
+        "instead of forking it from its machine's fork server, which imports the script once "
+        "(docs/guide/fork-server.md says what a script must not start before resilience.run)",
+    )
+    p.add_argument(
         "--backend", choices=["gloo", "nccl"], default=d("backend"), help="torch.distributed backend"
     )
     p.add_argument(

@@ -92,7 +92,10 @@ EVENT_TYPES: tuple[EventType, ...] = (
             Field("slot", "str", "its new process's slot"),
             *_node_fields("new process's node"),
             Field(
-                "how", "str", "`respawn`, `standby`, or its node's source: `spare`, `idle`, `satellite`, ..."
+                "how",
+                "str",
+                "`forked` (from its machine's fork server), `respawn` (started cold), `standby`, or its "
+                "node's source: `spare`, `idle`, `satellite`, ...",
             ),
         ),
     ),
@@ -300,6 +303,33 @@ EVENT_TYPES: tuple[EventType, ...] = (
                 "how the one before ended (negative: killed by that signal)",
                 optional=True,
             ),
+        ),
+    ),
+    EventType(
+        "fork-server",
+        "A machine's fork server was started (the run made its first step), started again (it died) "
+        "or is ready to fork ranks.",
+        SUPERVISOR,
+        (
+            *_node_fields("node"),
+            Field("how", "str", "`started`, `restarted` or `ready`"),
+            Field("seconds", "float", "`ready`: its start-up and warm-up", optional=True),
+            Field(
+                "exit_code",
+                "int",
+                "`restarted`: how the one before ended (negative: killed by that signal)",
+                optional=True,
+            ),
+        ),
+    ),
+    EventType(
+        "fork-fallback",
+        "A rank process started cold on a machine whose fork server could not fork it.",
+        SUPERVISOR,
+        (
+            Field("slot", "str", "the process's slot"),
+            *_node_fields("node"),
+            Field("why", "str", "e.g. `its fork server is still warming up`, `... exited with -9`"),
         ),
     ),
 ) + RANK_EVENT_TYPES

@@ -14,9 +14,9 @@ among them: which source of a node comes first is the policy's choice
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,9 @@ class NewNode:
 class RankProcesses(Protocol):
     """Starts, watches and stops rank processes."""
 
-    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None: ...
+    def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> bool | None:
+        """Start the slot's process; True when it was forked from a warm fork server."""
+
     def poll(self, slot: str) -> int | None:
         """The process's exit code (negative: killed by that signal), None while it runs."""
 
@@ -56,6 +58,31 @@ class RankProcesses(Protocol):
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
         """Wait for every process to leave by itself, then kill what is left."""
+
+
+@runtime_checkable
+class ForkHosts(Protocol):
+    """Where a placement can run fork servers (:mod:`launcher.placement.forks`): a process per
+    machine started with its stdin a pipe the supervisor writes requests to, its replies read
+    from its output."""
+
+    def start_server(
+        self,
+        slot: str,
+        node: int,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        on_reply: Callable[[str, dict[str, object]], None],
+    ) -> None: ...
+    def send(self, slot: str, data: bytes) -> bool:
+        """Write to a server's stdin; False when it cannot take it."""
+
+    def close_input(self, slot: str) -> None: ...
+    def machine(self, node: int) -> str:
+        """What nodes on one machine share: the same fork server serves them."""
+
+    def rank_lost(self, slot: str) -> bool:
+        """Whether a rank's death was seen apart from its process (its liveness connection)."""
 
 
 class NodeNames(Protocol):

@@ -61,6 +61,29 @@ class LocalPlacement:
         self._top_node = max(self._top_node, node)
         self.processes.start(slot, command, env)
 
+    def start_server(
+        self,
+        slot: str,
+        node: int,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        on_reply: Callable[[str, dict[str, object]], None],
+    ) -> None:
+        self.processes.on_reply = on_reply
+        self.processes.start(slot, command, env, feed=True)
+
+    def send(self, slot: str, data: bytes) -> bool:
+        return self.processes.send(slot, data)
+
+    def close_input(self, slot: str) -> None:
+        self.processes.close_input(slot)
+
+    def machine(self, node: int) -> str:
+        return "local"  # every simulated node is this machine: one fork server serves them all
+
+    def rank_lost(self, slot: str) -> bool:
+        return False  # a local rank's death is its process's exit, which its fork server reports
+
     def poll(self, slot: str) -> int | None:
         return self.processes.poll(slot)
 

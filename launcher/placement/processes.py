@@ -6,21 +6,28 @@ even one still importing torch, before its liveness connection exists), its outp
 to ``<log dir>/ranks/<slot>.log``, and the lines of the slot being echoed (the process that
 holds rank 0) are also written to the console, so a user sees one training log. A placement
 holds one of these and says what to run: the rank's command itself (``local``) or an ``srun``
-step that runs it (``srun``).
+step that runs it (``srun``). A fork server's output carries its children's lines and its replies
+(:mod:`resilience.contract.fork_protocol`): each child's line goes to that child's log (and the
+console when it is echoed), each reply to ``on_reply``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from resilience import parent_death
+from resilience.contract import fork_protocol
 from launcher.errors import ConfigError
+
+_SLOT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A slot name, as the supervisor makes them: a child's log is always in the run's log dir."""
 
 
 class Processes:
@@ -32,14 +39,17 @@ class Processes:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._readers: list[threading.Thread] = []
         self._echo_lock = threading.Lock()
+        self.on_reply: Callable[[str, dict[str, object]], None] = lambda slot, message: None
+        """Called from a reader thread with a fork server's slot and each reply it sends."""
 
-    def start(self, slot: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    def start(self, slot: str, argv: Sequence[str], env: Mapping[str, str], feed: bool = False) -> int:
+        """Start ``slot``'s process; ``feed``: its stdin is a pipe :meth:`send` writes to."""
         main_thread = threading.current_thread() is threading.main_thread()
         try:
             proc = subprocess.Popen(
                 list(argv),
                 env=dict(env),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -55,6 +65,26 @@ class Processes:
 
     def poll(self, slot: str) -> int | None:
         return self.procs[slot].poll()
+
+    def send(self, slot: str, data: bytes) -> bool:
+        """Write to a fed process's stdin; False when it cannot take it (it ended, or closed it)."""
+        proc = self.procs.get(slot)
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            return False
+        try:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+        return True
+
+    def close_input(self, slot: str) -> None:
+        proc = self.procs.get(slot)
+        if proc is not None and proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
 
     def kill(self, slot: str) -> None:
         proc = self.procs[slot]
@@ -79,12 +109,32 @@ class Processes:
     def _pump(self, slot: str, proc: subprocess.Popen[bytes]) -> None:
         out = proc.stdout
         assert out is not None, "started with stdout=PIPE"
-        with (self.log_dir / f"{slot}.log").open("ab") as log:
+        logs: dict[str, BinaryIO] = {slot: (self.log_dir / f"{slot}.log").open("ab")}
+        try:
             for line in iter(out.readline, b""):
-                log.write(line)
-                log.flush()
-                if slot == self.echo_slot and self._echo is not None:
-                    with self._echo_lock:
-                        self._echo.write(line.decode(errors="replace"))
-                        self._echo.flush()
-        out.close()
+                message = fork_protocol.decode_reply(line) if line.startswith(fork_protocol.MARK) else None
+                if message is None:
+                    self._write(logs, slot, line)
+                    continue
+                if "out" in message or "forked" in message:  # a forked child has its log from its start
+                    child = str(message.get("out", message.get("forked")))
+                    text = str(message.get("line", "")).encode()
+                    self._write(logs, child if _SLOT.fullmatch(child) else slot, text)
+                if "out" not in message:
+                    self.on_reply(slot, message)
+        finally:
+            out.close()
+            for log in logs.values():
+                log.close()
+
+    def _write(self, logs: dict[str, BinaryIO], slot: str, line: bytes) -> None:
+        """One line of ``slot``'s output to its log, and the console while it is echoed."""
+        log = logs.get(slot)
+        if log is None:
+            log = logs[slot] = (self.log_dir / f"{slot}.log").open("ab")
+        log.write(line)
+        log.flush()
+        if slot == self.echo_slot and self._echo is not None:
+            with self._echo_lock:
+                self._echo.write(line.decode(errors="replace"))
+                self._echo.flush()

@@ -147,10 +147,33 @@ class SrunPlacement:
 
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
         self._used.add(node)
+        self._start(slot, node, command, env)
+
+    def start_server(
+        self,
+        slot: str,
+        node: int,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        on_reply: Callable[[str, dict[str, object]], None],
+    ) -> None:
+        """A fork server is a step like a rank's: srun forwards its stdin and output."""
+        self.processes.on_reply = on_reply
+        self._start(slot, node, command, env, feed=True)
+
+    def _start(
+        self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str], feed: bool = False
+    ) -> None:
         self._node_of_slot[slot] = node
         if node in self._satellite_of:
             env = {**env, **reclaim_environ("TERM")}
-        argv = [
+        # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
+        env = {**env, **node_name_environ(self.hosts[node])}
+        self.processes.start(slot, self._step(slot, node, command), env, feed=feed)
+
+    def _step(self, slot: str, node: int, command: Sequence[str]) -> list[str]:
+        """The ``srun`` that runs ``command`` as ``slot``'s step on ``node``."""
+        return [
             "srun",
             f"--jobid={self.job_of(node)}",
             "--nodes=1",
@@ -163,8 +186,18 @@ class SrunPlacement:
             *self.srun_args,
             *command,
         ]
-        # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
-        self.processes.start(slot, argv, {**env, **node_name_environ(self.hosts[node])})
+
+    def send(self, slot: str, data: bytes) -> bool:
+        return self.processes.send(slot, data)
+
+    def close_input(self, slot: str) -> None:
+        self.processes.close_input(slot)
+
+    def machine(self, node: int) -> str:
+        return self.hosts[node]
+
+    def rank_lost(self, slot: str) -> bool:
+        return self.liveness.lost_at(slot) is not None
 
     def poll(self, slot: str) -> int | None:
         rc = self.processes.poll(slot)

@@ -84,6 +84,7 @@ def run_config(
         procs_per_node=request.procs_per_node,
         spares=request.spares,
         standby=o.standby,
+        fork_server=not o.no_fork_server,
         injections=injected,
         log_dir=log_dir,
         backend=o.backend,

@@ -77,6 +77,7 @@ VARIABLES: tuple[Variable, ...] = (
     _of("--log-dir", "where events.jsonl and rank logs go"),
     _of("--standby", "warm standby processes per node"),
     _of("--backend", "torch.distributed backend: gloo or nccl"),
+    _of("--no-fork-server", "start every rank cold, without a fork server (1/true/yes)", "switch"),
     _of("--hang-timeout", "seconds without heartbeat before a rank is declared hung"),
     _of("--reform-timeout", "seconds to wait for every rank of a new generation"),
     _of("--replication-factor", "copies of each sharded state shard"),

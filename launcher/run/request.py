@@ -45,6 +45,7 @@ class RunOptions:
     log_dir: Path | None = None
     """None: ``sres-runs/job-<id>`` in a Slurm job, else ``sres-runs/run-<time>``."""
     standby: int = 0
+    no_fork_server: bool = False
     backend: str = "gloo"
     hang_timeout: float = 30.0
     reform_timeout: float = 60.0

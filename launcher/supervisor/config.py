@@ -27,6 +27,9 @@ class RunConfig:
     """Warm standby processes per node holding ranks: a rank whose process dies on a healthy
     node is taken over by one, with its imports and warm-up already paid (a cold start of
     Python and torch costs seconds; taking over, a re-formation)."""
+    fork_server: bool = True
+    """Rank processes started after the run's first step are forked from their machine's fork
+    server (the script imported once, first-use costs paid) rather than started cold."""
     injections: tuple[Injection, ...] = ()
     log_dir: Path = Path("sres-logs")
     backend: str = rank_env.BACKEND

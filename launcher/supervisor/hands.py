@@ -65,8 +65,10 @@ class Hands:
     answer: Callable[..., None] = _no_answer
 
     def spawn(self, slot: str, node: int, local: int) -> None:
-        self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local))
-        self.books.slots[slot] = SlotState(SlotInfo(node, local), started=self.clocks.clock())
+        forked = self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local))
+        self.books.slots[slot] = SlotState(
+            SlotInfo(node, local), started=self.clocks.clock(), forked=bool(forked)
+        )
 
     def start_node(self, new: NewNode) -> None:
         """Start a node's rank processes; they warm up and wait for a plan that includes them."""

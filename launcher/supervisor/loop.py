@@ -24,7 +24,8 @@ from launcher.errors import SresError
 from launcher.observability import event_types, metrics
 from launcher.run import signal_latch
 from launcher.observability.events import INTERRUPTED, EventLog
-from launcher.placement import Placement
+from launcher.placement import ForkHosts, Placement, RankProcesses
+from launcher.placement.forks import ForkingProcesses
 from launcher.placement.local import LocalPlacement
 from launcher.supervisor.actions import WaitForNode
 from launcher.supervisor.books import Books, Outcome
@@ -92,6 +93,7 @@ class Supervisor:
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
+        self.processes = self._processes()
         self.executor = Executor(self._hands(out or sys.stderr))  # stderr as it is now, not at import
         p = self.placement  # each part takes the capabilities it uses
         self.observer = Observer(
@@ -99,7 +101,7 @@ class Supervisor:
             self.store,
             self.books.slots,
             wall,
-            processes=p,
+            processes=self.processes,
             inspector=p,
             supply=p,
             job=p,
@@ -114,13 +116,22 @@ class Supervisor:
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )
         self._next_metrics = 0.0
+        self._stepped = False
+        """The run made its first step: fork servers start then (before, they would slow the ranks' start)."""
+
+    def _processes(self) -> RankProcesses:
+        """Rank processes forked from a warm server per machine where the placement can run one."""
+        p = self.placement
+        if not self.config.fork_server or not isinstance(p, ForkHosts):
+            return p
+        return ForkingProcesses(p, p, self.config.command, self._rank_env, self.events)
 
     def _hands(self, out: TextIO) -> Hands:
         p = self.placement
         return Hands(
             config=self.config,
             books=self.books,
-            processes=p,
+            processes=self.processes,
             names=p,
             exits=p,
             supply=p,
@@ -183,7 +194,7 @@ class Supervisor:
             self.control.close()
             self.store.shut_down()
             self.producers.stop()  # they never leave by themselves
-            self.placement.stop_all(timeout_s=30.0)
+            self.processes.stop_all(timeout_s=30.0)  # fork servers first told to stop forking
             self.executor.after_stop()
             self._collect_rank_events(writers_gone=True)
             self.liveness.close()
@@ -214,7 +225,11 @@ class Supervisor:
                 return outcome
             plan = self.books.current_plan
             self.recovery.check(plan.generation)
-            self.producers.tick(self.books.slots[s].info.node for s in plan.members.values())
+            nodes = {self.books.slots[s].info.node for s in plan.members.values()}
+            self.producers.tick(nodes)
+            if isinstance(self.processes, ForkingProcesses):
+                self._stepped = self._stepped or self._progress() is not None
+                self.processes.tick(nodes | set(self.books.spare_nodes), started=self._stepped)
             self._collect_rank_events()
             if self.metrics is not None and self.clock() >= self._next_metrics:
                 self._next_metrics = self.clock() + METRICS_PERIOD_S

@@ -32,6 +32,8 @@ class SlotState:
     started: float
     alive: bool = True
     """False once an observation said its process ended (:attr:`Observation.exited`)."""
+    forked: bool = False
+    """Forked from its machine's fork server, not started cold."""
     killed_as: str | None = None  # "hang" | "node": why we killed it
     killed_t: float | None = None
     """Wall-clock time we killed it: the fault's time (survivors may report before we look again)."""

@@ -72,6 +72,7 @@ def publish(h: Hands, a: act.Publish) -> None:
         b.slots[slot].info = SlotInfo(b.slots[slot].info.node, local)
     for rank, how in sorted(a.replaced.items()):
         node = b.slots[a.members[rank]].info.node
+        how = "forked" if how == "respawn" and b.slots[a.members[rank]].forked else how
         h.events.emit(
             "replaced", rank=rank, slot=a.members[rank], node=node, host=h.names.host(node), how=how
         )

@@ -103,7 +103,7 @@ class Agent(CommitPipeline):
         if self.env.deterministic_ddp:
             deterministic_by_default()
         if not self._awaited():
-            _warm_up()
+            warm_up()
         # Everything imported so far lives as long as the process: keep it out of the
         # collector's way, so that the collection at each teardown scans only new objects
         # (measured: 0.2-0.3 s per collection without this, on the recovery path).
@@ -330,7 +330,7 @@ class Agent(CommitPipeline):
         self._watch.left()
 
 
-def _warm_up() -> None:
+def warm_up() -> None:
     """Pay the first-use costs (lazy imports behind the optimizer and autograd, allocator
     growth) now, while nothing waits for this process: a warm spare that pays them after it
     is given a rank makes every survivor wait in DDP's first broadcast (measured: 1.1 s)."""

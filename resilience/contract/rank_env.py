@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resilience.contract import run_secret
+from resilience.contract.fork_protocol import server_slot
 from resilience.contract.injections import Injection, parse_env
 from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig
 from resilience.errors import ElasticConfigError, OptionError, RankEnvError
@@ -139,6 +140,11 @@ class RankEnv:
     def batch_producer(self) -> bool:
         """This process is its node's batch producer (``resilience.run(train, batches=...)``), not a rank."""
         return self.slot == batch_producer_slot(self.node)
+
+    @property
+    def fork_server(self) -> bool:
+        """This process is its machine's fork server: it imports the script, then forks ranks."""
+        return self.slot == server_slot(self.node)
 
     @property
     def preempt_signal_name(self) -> str:

@@ -1,0 +1,270 @@
+"""A node's fork server: the training script imported once, its ranks forked from it in milliseconds.
+
+Every rank started on the recovery path (a respawn, a standby, a spare) would otherwise pay
+Python, torch and the script's own imports again, and then first-use costs: seconds during which
+the survivors wait. The supervisor starts one server per machine with the training command; the
+script runs as usual up to ``resilience.run``, which, in this slot, calls :func:`serve` instead
+of training. The server pays first-use costs once, then forks on request. The child returns from
+:func:`serve` with its rank's environment and goes on in ``resilience.run`` exactly as a process
+started cold: same code, same environment, its own session, its output in its slot's log.
+
+What must hold for forking to be safe: the server holds no threads (a child would have none of
+them, and a lock one of them held stays held), no CUDA context (CUDA cannot be used in a forked
+child: it is initialized only in the child) and no connection a child would share. A script
+that starts any of these before ``resilience.run`` gets one warning line; with CUDA initialized
+the server refuses to serve and every rank starts cold. Children die with the server (their
+output goes through it): its death is a fault of the ranks it forked, replaced as any other.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import selectors
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from resilience import parent_death
+from resilience.contract import fork_protocol as proto
+
+READ_BYTES = 1 << 16
+
+
+@dataclass
+class _Child:
+    slot: str
+    pid: int
+    out: int
+    """The read end of the child's stdout and stderr."""
+    partial: bytes = b""
+
+
+@dataclass
+class _Server:
+    replies: int
+    """The fd replies go to: the server's stdout as it was started (the supervisor reads it)."""
+    selector: selectors.BaseSelector
+    children: dict[int, _Child] = field(default_factory=dict)
+    """pid -> child, until it is reaped."""
+    requests: bytes = b""
+    closed: bool = False
+    """The supervisor closed the server's stdin: fork nothing more, leave when the children have."""
+
+    def send(self, message: dict[str, object]) -> None:
+        data = proto.reply(message)
+        while data:
+            data = data[os.write(self.replies, data) :]
+
+
+def unsafe_to_fork() -> list[str]:
+    """What the script started before ``resilience.run`` that a forked child would not have or
+    would share (threads, sockets)."""
+    found = []
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        found.append(f"thread(s) {', '.join(sorted(others)[:5])}")
+    sockets = _open_sockets()
+    if sockets:
+        found.append(f"{sockets} open socket(s)")
+    return found
+
+
+def _open_sockets() -> int:
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    count = 0
+    for fd in fds:
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def serve(warm_up: Callable[[], None] | None = None) -> None:
+    """Serve forks until the supervisor closes stdin; return only in a forked child, whose
+    environment then is its rank's. ``warm_up``: a callable paying first-use costs (None: none)."""
+    t0 = time.monotonic()
+    if _cuda_initialized():
+        print(
+            "sres: warning: CUDA was initialized before resilience.run: ranks cannot be forked "
+            "(CUDA does not survive a fork); every rank of this node starts cold",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(3)
+    unsafe = unsafe_to_fork()
+    if unsafe:
+        print(
+            f"sres: warning: the script started {' and '.join(unsafe)} before resilience.run: forked "
+            f"ranks will not have them (start them inside train)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if warm_up is not None:
+        warm_up()
+    gc.collect()
+    gc.freeze()  # what the children share stays shared: the collector never touches it
+    server = _Server(os.dup(1), selectors.DefaultSelector())
+    os.set_blocking(0, False)
+    server.selector.register(0, selectors.EVENT_READ, None)
+    server.send({"ready": round(time.monotonic() - t0, 3)})
+    while not (server.closed and not server.children):
+        for key, _ in server.selector.select(timeout=0.05):
+            if key.data is None:
+                env = _read_requests(server)
+                if env is not None:
+                    return
+            else:
+                _pump(server, key.data)
+        _reap(server)
+
+
+def _read_requests(server: _Server) -> dict[str, str] | None:
+    """Handle what arrived on stdin; in a forked child, its environment (it returns to train)."""
+    try:
+        data = os.read(0, READ_BYTES)
+    except BlockingIOError:
+        return None
+    if not data:
+        server.closed = True
+        server.selector.unregister(0)
+        return None
+    server.requests += data
+    *lines, server.requests = server.requests.split(b"\n")
+    for line in lines:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue  # only the supervisor writes here; a broken line is skipped, never fatal
+        if "kill" in request:
+            _kill(server, str(request["kill"]))
+        elif "fork" in request and not server.closed:
+            env = {str(k): str(v) for k, v in dict(request.get("env") or {}).items()}
+            if _fork(server, str(request["fork"]), env):
+                return env
+    return None
+
+
+def _fork(server: _Server, slot: str, env: dict[str, str]) -> bool:
+    """Fork ``slot``'s process; True in the child."""
+    try:
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except OSError as err:
+        server.send({"refused": slot, "why": f"{type(err).__name__}: {err}"})
+        return False
+    if pid == 0:
+        _become_child(server, write, read, env)
+        return True
+    os.close(write)
+    os.set_blocking(read, False)
+    child = _Child(slot, pid, read)
+    server.children[pid] = child
+    server.selector.register(read, selectors.EVENT_READ, child)
+    server.send({"forked": slot, "pid": pid})
+    return False
+
+
+def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -> None:
+    """Now a rank process as one started cold would be: its own session, dead with the server,
+    its output on its own pipe, no stdin, nothing of the server's channel, its rank's environment."""
+    os.setsid()
+    parent_death.ask(signal.SIGKILL)
+    os.close(read)
+    for child in server.children.values():
+        os.close(child.out)
+    server.selector.close()
+    os.close(server.replies)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.set_blocking(0, True)
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    os.environ.clear()
+    os.environ.update(env)
+    gc.unfreeze()
+
+
+def _pump(server: _Server, child: _Child) -> None:
+    try:
+        data = os.read(child.out, READ_BYTES)
+    except BlockingIOError:
+        return
+    if not data:
+        _pump_eof(server, child)
+        return
+    _lines(server, child, data)
+
+
+def _lines(server: _Server, child: _Child, data: bytes) -> None:
+    *lines, child.partial = (child.partial + data).split(b"\n")
+    for line in lines:
+        server.send({"out": child.slot, "line": line.decode(errors="replace") + "\n"})
+
+
+def _pump_eof(server: _Server, child: _Child) -> None:
+    server.selector.unregister(child.out)
+    os.close(child.out)
+    child.out = -1
+    if child.partial:
+        server.send({"out": child.slot, "line": child.partial.decode(errors="replace")})
+
+
+def _reap(server: _Server) -> None:
+    while server.children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        child = server.children.pop(pid, None)
+        if child is None:
+            continue
+        _drain(server, child)  # what it printed last comes before its exit
+        server.send({"exit": child.slot, "code": _returncode(status)})
+
+
+def _drain(server: _Server, child: _Child) -> None:
+    """Read what is left in a dead child's pipe without waiting (a process it started may still
+    hold the pipe open: its later lines come when they come)."""
+    while child.out >= 0:
+        try:
+            data = os.read(child.out, READ_BYTES)
+        except BlockingIOError:
+            return
+        if not data:
+            _pump_eof(server, child)
+            return
+        _lines(server, child, data)
+
+
+def _kill(server: _Server, slot: str) -> None:
+    for child in server.children.values():
+        if child.slot == slot:
+            for kill in (os.killpg, os.kill):  # its group, and itself if it had no session yet
+                try:
+                    kill(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _returncode(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
