@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.sres_runs import kill_slot, when_event
 from tests.support.training_jobs import STEPS, sres_srun, submit_training
 
 pytestmark = pytest.mark.cluster
@@ -105,6 +106,35 @@ def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, t
     assert (first["kind"], first["host"]) == ("kill", hosts[1]) and second["kind"] == "node"
     assert [(e["how"], e["host"]) for e in job.of("replaced")] == [("respawn", hosts[1]), ("spare", hosts[3])]
     assert job.client.node(hosts[1]).reason == "sres: repeated failure: 2 process faults on this node"
+
+
+def test_a_killed_rank_is_forked_on_its_node_by_its_fork_server(cluster, tmp_path, reference3):
+    """Under Slurm the fork server is one more ``srun --overlap`` step per node, its requests on
+    the step's stdin: a rank killed once its node's server is warm is forked there (no new step,
+    no Python start), killed alone, and the result is exact."""
+    log_dir = tmp_path / "run"
+    when_event(
+        log_dir,
+        lambda e: e["event"] == "fork-server" and e["how"] == "ready" and e["node"] == 1,
+        lambda: kill_slot(log_dir, "n1p0"),
+    )
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N3", "--no-kill", "--requeue"],
+        sres_srun(log_dir, "--auto-resume=1", "-N", "3"),
+        sleep=0.7,
+    )
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    hosts = job.hosts()
+    (fault,) = job.of("fault")
+    assert (fault["kind"], fault["rank"]) == ("kill", 1), job.output
+    (replaced,) = job.of("replaced")
+    assert (replaced["how"], replaced["host"], replaced["rank"]) == ("forked", hosts[1], 1), job.output
+    assert not job.client.node(hosts[1]).drained
+    assert job.of("recovered")[0]["steps_lost"] == 0
 
 
 def test_a_killed_rank_is_taken_over_by_a_standby_step_on_its_node(cluster, tmp_path, reference3):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
-from launcher.run.processes import processes_with_env
-from tests.support.sres_runs import clean_env, run_command, sres_command, sres_run, when_event
+from tests.support.sres_runs import clean_env, kill_slot, run_command, sres_command, sres_run, when_event
 
 SLOW = ("--sleep-s", "1.0")
 """14 steps of a second: the fork server (started after the first step) is warm well before the end."""
@@ -17,19 +15,9 @@ def _ready(event: dict) -> bool:
     return event["event"] == "fork-server" and event["how"] == "ready"
 
 
-def _kill_slot(log_dir, slot: str) -> None:
-    """SIGKILL the run's process of ``slot`` (a rank, or the fork server)."""
-    pids = set(processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}")) & set(
-        processes_with_env(f"SRES_SLOT={slot}")
-    )
-    assert pids, f"no process of slot {slot}"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-
-
 def test_a_killed_rank_with_no_standby_is_forked_and_the_result_is_exact(tmp_path, reference):
     log_dir = tmp_path / "run"
-    when_event(log_dir, _ready, lambda: _kill_slot(log_dir, "n2p0"))
+    when_event(log_dir, _ready, lambda: kill_slot(log_dir, "n2p0"))
     run = sres_run(tmp_path, train_args=SLOW)
     assert run.returncode == 0, run.stderr
     assert run.digests() == reference
@@ -46,9 +34,9 @@ def test_with_its_fork_server_killed_a_later_fault_recovers_cold_and_says_so(tmp
     log_dir = tmp_path / "run"
 
     def kill_server_then_a_rank() -> None:
-        _kill_slot(log_dir, "n0f")
+        kill_slot(log_dir, "n0f")
         time.sleep(0.3)
-        _kill_slot(log_dir, "n1p0")
+        kill_slot(log_dir, "n1p0")
 
     when_event(log_dir, _ready, kill_server_then_a_rank)
     run = sres_run(tmp_path, train_args=SLOW)
@@ -65,7 +53,7 @@ def test_with_its_fork_server_killed_a_later_fault_recovers_cold_and_says_so(tmp
 
 def test_a_forked_rank_does_not_import_the_scripts_heavy_modules_again(tmp_path):
     log_dir, imports = tmp_path / "run", tmp_path / "imports.txt"
-    when_event(log_dir, _ready, lambda: _kill_slot(log_dir, "n1p0"))
+    when_event(log_dir, _ready, lambda: kill_slot(log_dir, "n1p0"))
     cmd = sres_command(log_dir, 2, (), "tests.support.heavy_imports", 14, SLOW)
     run = run_command(cmd, clean_env(HEAVY_IMPORTS_LOG=str(imports)), log_dir, timeout=240)
     assert run.returncode == 0, run.stderr

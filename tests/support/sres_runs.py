@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -130,3 +131,13 @@ def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> thread
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def kill_slot(log_dir: Path, slot: str) -> None:
+    """SIGKILL the run's process of ``slot`` (a rank, a standby, a fork server), wherever it runs
+    on this machine (a Slurm test cluster's nodes are this machine too)."""
+    ours = set(processes_with_env(f"SRES_LOG_DIR={Path(log_dir).resolve()}"))
+    pids = ours & set(processes_with_env(f"SRES_SLOT={slot}"))
+    assert pids, f"no process of slot {slot}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
