@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.recovery import SHAPES  # noqa: E402
+from launcher.observability.events import read_events  # noqa: E402
 from resilience.agent.fault_schedule import KINDS  # noqa: E402
 from resilience.examples.train_mlp import state_mb  # noqa: E402
 
@@ -105,7 +106,61 @@ def main() -> int:
         f"{log_dir}",
         flush=True,
     )
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    code = subprocess.run(cmd, cwd=ROOT).returncode
+    print(takeover_table(read_events(log_dir / "chaos" / "events.jsonl")))
+    return code
+
+
+TAKEOVERS = (
+    ("forked", "a rank forked from its machine's fork server"),
+    ("standby", "a standby (warm or still warming up)"),
+    ("spare", "a spare or returned node"),
+    ("respawn", "a cold start"),
+    ("all", "every process lost (kill-all): cold or forked, state from the tiers"),
+    ("none", "nobody: an exception, same processes"),
+)
+
+
+def takeover(replaced: list[dict], world: int) -> str:
+    """What took over in one recovery: the slowest way any of its ranks came back."""
+    if not replaced:
+        return "none"
+    if len(replaced) >= world:
+        return "all"
+    hows = {r["how"] for r in replaced}
+    if "respawn" in hows:
+        return "respawn"
+    if hows - {"standby", "forked"}:  # a node's source: spare, idle, satellite, ...
+        return "spare"
+    return "standby" if "standby" in hows else "forked"
+
+
+def takeover_table(events: list[dict]) -> str:
+    """Recovery seconds (from ``recovered``) by what took over the lost ranks (the ``replaced``
+    events published with that generation)."""
+    by: dict[str, list[float]] = {}
+    replaced: list[dict] = []
+    world = 0
+    for event in events:
+        if event["event"] == "replaced":
+            replaced.append(event)
+        elif event["event"] == "generation":
+            world, pending = event["world_size"], replaced
+            replaced = []
+        elif event["event"] == "recovered":
+            by.setdefault(takeover(pending, world), []).append(event["seconds"])
+    everything = [s for values in by.values() for s in values]
+    lines = ["| taken over by | n | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
+    for key, label in (*TAKEOVERS, ("total", "all recoveries")):
+        values = sorted(everything if key == "total" else by.get(key, []))
+        if values:
+            cells = " | ".join(f"{_percentile(values, q):.2f}" for q in (0.5, 0.9, 0.99))
+            lines.append(f"| {label} | {len(values)} | {cells} | {values[-1]:.2f} |")
+    return "\n".join(lines)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 if __name__ == "__main__":

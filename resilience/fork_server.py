@@ -198,8 +198,7 @@ def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -
     os.dup2(write, 2)
     os.close(write)
     os.environ.clear()
-    os.environ.update(env)
-    gc.unfreeze()
+    os.environ.update(env)  # what the server imported stays frozen: shared pages stay shared
 
 
 def _pump(server: _Server, child: _Child) -> None:

@@ -162,7 +162,7 @@ class ForkingProcesses:
 
     def _on_reply(self, server_slot: str, message: dict[str, object]) -> None:
         """A server's reply, on the placement's reader thread."""
-        server = next((s for s in self.servers.values() if s.slot == server_slot), None)
+        server = next((s for s in tuple(self.servers.values()) if s.slot == server_slot), None)
         if "ready" in message and server is not None:
             server.ready_s = float(str(message["ready"]))
         elif "exit" in message:

@@ -126,6 +126,7 @@ class LocalPlacement:
         return None  # no scheduler: a lost node is replaced by a spare or a repaired node only
 
     def simulate(self, node: int) -> NewNode | None:
+        self._top_node = max(self._top_node, node)  # its ranks may be forked: spawn may never see it
         return NewNode(node, self.host(node), "local", 0.0)  # one more simulated node
 
     def lendable(self) -> int:

@@ -13,6 +13,7 @@ console when it is echoed), each reply to ``on_reply``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -25,6 +26,8 @@ from typing import BinaryIO, TextIO
 from resilience import parent_death
 from resilience.contract import fork_protocol
 from launcher.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 _SLOT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A slot name, as the supervisor makes them: a child's log is always in the run's log dir."""
@@ -121,7 +124,10 @@ class Processes:
                     text = str(message.get("line", "")).encode()
                     self._write(logs, child if _SLOT.fullmatch(child) else slot, text)
                 if "out" not in message:
-                    self.on_reply(slot, message)
+                    try:
+                        self.on_reply(slot, message)
+                    except (KeyError, TypeError, ValueError) as err:  # a reply that does not parse
+                        logger.warning("%s: reply %r refused: %s", slot, message, err)
         finally:
             out.close()
             for log in logs.values():
