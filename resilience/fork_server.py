@@ -81,6 +81,8 @@ def _open_sockets() -> int:
         return 0
     count = 0
     for fd in fds:
+        if fd in ("0", "1", "2"):  # the server's own channel (under srun, the step's I/O)
+            continue
         try:
             count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
         except OSError:
@@ -94,8 +96,8 @@ def _cuda_initialized() -> bool:
 
 
 def serve(warm_up: Callable[[], None] | None = None) -> None:
-    """Serve forks until the supervisor closes stdin; return only in a forked child, whose
-    environment then is its rank's. ``warm_up``: a callable paying first-use costs (None: none)."""
+    """Serve forks until the supervisor closes stdin, then exit; return only in a forked child,
+    whose environment then is its rank's. ``warm_up``: a callable paying first-use costs."""
     t0 = time.monotonic()
     if _cuda_initialized():
         print(
@@ -130,6 +132,7 @@ def serve(warm_up: Callable[[], None] | None = None) -> None:
             else:
                 _pump(server, key.data)
         _reap(server)
+    raise SystemExit(0)  # the run is over: the server never trains
 
 
 def _read_requests(server: _Server) -> dict[str, str] | None:
