@@ -136,23 +136,26 @@ def takeover(replaced: list[dict], world: int) -> str:
 
 
 def takeover_table(events: list[dict]) -> str:
-    """Recovery seconds (from ``recovered``) by what took over the lost ranks (the ``replaced``
-    events published with that generation)."""
-    by: dict[str, list[float]] = {}
+    """Recovery seconds by what took over the lost ranks (the ``replaced`` events published with
+    that generation); a generation that logs several ``recovered`` counts once, its slowest."""
+    taken: dict[int, str] = {}
+    seconds: dict[int, float] = {}
     replaced: list[dict] = []
-    world = 0
     for event in events:
         if event["event"] == "replaced":
             replaced.append(event)
         elif event["event"] == "generation":
-            world, pending = event["world_size"], replaced
+            taken[event["generation"]] = takeover(replaced, event["world_size"])
             replaced = []
         elif event["event"] == "recovered":
-            by.setdefault(takeover(pending, world), []).append(event["seconds"])
-    everything = [s for values in by.values() for s in values]
+            g = event["generation"]
+            seconds[g] = max(seconds.get(g, 0.0), event["seconds"])
+    by: dict[str, list[float]] = {}
+    for g, s in seconds.items():
+        by.setdefault(taken.get(g, "none"), []).append(s)
     lines = ["| taken over by | n | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
     for key, label in (*TAKEOVERS, ("total", "all recoveries")):
-        values = sorted(everything if key == "total" else by.get(key, []))
+        values = sorted(list(seconds.values()) if key == "total" else by.get(key, []))
         if values:
             cells = " | ".join(f"{_percentile(values, q):.2f}" for q in (0.5, 0.9, 0.99))
             lines.append(f"| {label} | {len(values)} | {cells} | {values[-1]:.2f} |")

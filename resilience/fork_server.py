@@ -204,15 +204,17 @@ def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -
     os.environ.update(env)  # what the server imported stays frozen: shared pages stay shared
 
 
-def _pump(server: _Server, child: _Child) -> None:
+def _pump(server: _Server, child: _Child) -> bool:
+    """Relay what the child's pipe holds now; False when it holds nothing more now (or ever)."""
     try:
         data = os.read(child.out, READ_BYTES)
     except BlockingIOError:
-        return
+        return False
     if not data:
         _pump_eof(server, child)
-        return
+        return False
     _lines(server, child, data)
+    return True
 
 
 def _lines(server: _Server, child: _Child, data: bytes) -> None:
@@ -247,15 +249,8 @@ def _reap(server: _Server) -> None:
 def _drain(server: _Server, child: _Child) -> None:
     """Read what is left in a dead child's pipe without waiting (a process it started may still
     hold the pipe open: its later lines come when they come)."""
-    while child.out >= 0:
-        try:
-            data = os.read(child.out, READ_BYTES)
-        except BlockingIOError:
-            return
-        if not data:
-            _pump_eof(server, child)
-            return
-        _lines(server, child, data)
+    while child.out >= 0 and _pump(server, child):
+        pass
 
 
 def _kill(server: _Server, slot: str) -> None:
