@@ -115,7 +115,7 @@ class Processes:
         logs: dict[str, BinaryIO] = {slot: (self.log_dir / f"{slot}.log").open("ab")}
         try:
             for line in iter(out.readline, b""):
-                message = fork_protocol.decode_reply(line) if line.startswith(fork_protocol.MARK) else None
+                message = fork_protocol.decode_reply(line)  # None: a line of the process's own
                 if message is None:
                     self._write(logs, slot, line)
                     continue

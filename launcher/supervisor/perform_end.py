@@ -116,7 +116,8 @@ def _with_late_errors(h: Hands, decided: tuple[Report, ...]) -> tuple[Report, ..
         if not running or h.clocks.clock() >= deadline:
             break
         h.clocks.sleep(0.05)
-    late = [r for r in reports.values() if r is not None and r.rank not in {d.rank for d in decided}]
+    known = {d.rank for d in decided}
+    late = [r for r in reports.values() if r is not None and r.rank not in known]
     return own_errors([*decided, *late])
 
 
