@@ -152,6 +152,8 @@ def _read_requests(server: _Server) -> dict[str, str] | None:
             request = json.loads(line)
         except ValueError:
             continue  # only the supervisor writes here; a broken line is skipped, never fatal
+        if not isinstance(request, dict):
+            continue
         if "kill" in request:
             _kill(server, str(request["kill"]))
         elif "fork" in request and not server.closed:
