@@ -140,6 +140,13 @@ EVENT_TYPES: tuple[EventType, ...] = (
             *_node_fields("node"),
             Field("how", "str", "`idle` (the job held it), `satellite`, `expansion` or `local` (simulated)"),
             Field("seconds", "float", "getting the node took"),
+            Field(
+                "forked",
+                "int",
+                "how many of its processes its fork server forks (the rest start cold, each with a "
+                "`fork-fallback` event; all cold before the run's first step)",
+                optional=True,
+            ),
             Field("returned", "bool", "true: drained earlier and healthy again", optional=True),
             Field("job", "str", "the Slurm job its ranks run in", optional=True),
         ),
@@ -329,7 +336,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (
             Field("slot", "str", "the process's slot"),
             *_node_fields("node"),
-            Field("why", "str", "e.g. `its fork server is still warming up`, `... exited with -9`"),
+            Field("why", "str", "e.g. `its fork server was not ready in 30 s`, `... exited with -9`"),
         ),
     ),
 ) + RANK_EVENT_TYPES

@@ -4,15 +4,23 @@
 Once the run has made its first step (the ranks' imports no longer compete for the CPU), it keeps
 one fork server (:mod:`resilience.fork_server`) per machine that holds ranks: the training
 command in slot ``n<node>f``, started again when it dies (``fork-server`` events). A rank started
-on a machine whose server is warm is forked from it; anywhere else, or when the server is
-still warming, has died or refused, it starts cold through the placement, with a
-``fork-fallback`` event saying why. A forked rank's exit comes from its server (the server's
-death is theirs too: they die with it); a kill goes through its server.
+on a machine whose server is warm is forked from it. On a machine new to the run (a satellite, an
+expansion, a node back from repair) the first rank starts that machine's server, and its ranks
+wait for it: one process importing torch and the user's modules, then a fork per rank, costs
+less than every rank importing them side by side, and the new node has its server for every
+later fault. A rank waits at most ``wait_s`` for a server warming up; then, or when the server
+has died, is starting again after a death or refused, it starts cold through the placement,
+with a ``fork-fallback`` event saying why. A forked rank's exit comes from its server (the server's death is theirs too: they die
+with it); a kill goes through its server.
+
+Before the run's first step every rank starts cold: they all import at once anyway, and a
+server then would only compete with them for the CPU.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +30,10 @@ from resilience.contract import fork_protocol
 
 KILLED = -9
 """A forked rank's exit code when its server died before reporting it (it died with its server)."""
+WARMING = "its fork server is still warming up"
+WAIT_S = 30.0
+"""How long a rank waits for its machine's warming server before it starts cold: a cold start
+takes seconds, so a server slower than this is stuck in the training script's own start-up."""
 
 
 @dataclass
@@ -33,6 +45,20 @@ class _Server:
     announced: bool = False
     broken: str | None = None
     """Why it may not fork again (it refused a fork)."""
+    after: int | None = None
+    """How the server before it on this machine ended; ranks do not wait for a server started
+    again (what killed the last one may kill it too): they start cold until it is ready."""
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A rank to fork once its machine's server is ready."""
+
+    server: str
+    node: int
+    command: tuple[str, ...]
+    env: dict[str, str]
+    since: float
 
 
 class ForkingProcesses:
@@ -45,11 +71,18 @@ class ForkingProcesses:
         command: Sequence[str],
         env: Callable[[str, int, int], dict[str, str]],
         events: EventLog,
+        wait_s: float = WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.placement, self.hosts, self.events = placement, hosts, events
         self.command, self.env = list(command), env
+        self.wait_s, self.clock = wait_s, clock
         self.servers: dict[str, _Server] = {}
         """machine -> its server, started and not stopped."""
+        self.started = False
+        """The run made its first step: ranks are forked from here on."""
+        self._waiting: dict[str, _Waiting] = {}
+        """rank slot -> its fork, until its server is ready (the supervisor's thread only)."""
         self._forked: dict[str, str] = {}
         """rank slot -> the slot of the server that forked it (this process of the slot)."""
         self._exits: dict[str, int] = {}
@@ -58,38 +91,61 @@ class ForkingProcesses:
     # --- RankProcesses -------------------------------------------------------------------------
 
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> bool:
-        """Start ``slot``'s process; True when it was forked."""
+        """Start ``slot``'s process; True when it was forked or waits for its server to fork it."""
         with self._lock:
             self._exits.pop(slot, None)
             self._forked.pop(slot, None)
-        server = self.servers.get(self.hosts.machine(node))
+        machine = self.hosts.machine(node)
+        if self.started and machine not in self.servers:
+            self._start(machine, node, "started", None)
+        server = self.servers.get(machine)
         why = self._unusable(server) if server is not None else None
         if server is not None and why is None:
-            if self.hosts.send(server.slot, fork_protocol.encode({"fork": slot, "env": dict(env)})):
-                with self._lock:
-                    self._forked[slot] = server.slot
-                return True
-            why = "its input is closed"
-        if server is not None:
-            self.events.emit(
-                "fork-fallback", slot=slot, node=node, host=self.placement.host(node), why=str(why)
-            )
-        self.placement.spawn(slot, node, command, env)
+            return self._fork(slot, node, server.slot, env, command)
+        if server is not None and why == WARMING:
+            self._waiting[slot] = _Waiting(server.slot, node, tuple(command), dict(env), self.clock())
+            return True
+        self._cold(slot, node, command, env, why)
         return False
 
+    def _fork(
+        self, slot: str, node: int, server: str, env: Mapping[str, str], command: Sequence[str]
+    ) -> bool:
+        if self.hosts.send(server, fork_protocol.encode({"fork": slot, "env": dict(env)})):
+            with self._lock:
+                self._forked[slot] = server
+            return True
+        self._cold(slot, node, command, env, "its input is closed")
+        return False
+
+    def _cold(
+        self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str], why: str | None
+    ) -> None:
+        if why is not None:
+            self.events.emit("fork-fallback", slot=slot, node=node, host=self.placement.host(node), why=why)
+        self.placement.spawn(slot, node, command, env)
+
     def poll(self, slot: str) -> int | None:
-        server = self._forked.get(slot)
-        if server is None:
-            return self.placement.poll(slot)
+        if slot in self._waiting:
+            self._settle(slot)
+            if slot in self._waiting:
+                return None
         with self._lock:
             code = self._exits.get(slot)
         if code is not None:
             return code
+        server = self._forked.get(slot)
+        if server is None:
+            return self.placement.poll(slot)
         if self.placement.poll(server) is not None or self.hosts.rank_lost(slot):
             return KILLED
         return None
 
     def kill(self, slot: str) -> None:
+        if self._waiting.pop(slot, None) is not None:
+            with self._lock:
+                self._exits[slot] = KILLED
+            return
         server = self._forked.get(slot)
         if server is None:
             self.placement.kill(slot)
@@ -105,6 +161,7 @@ class ForkingProcesses:
         for server in self.servers.values():
             self.hosts.close_input(server.slot)
         self.servers.clear()
+        self._waiting.clear()
         self.placement.stop_all(timeout_s)
 
     # --- the servers ---------------------------------------------------------------------------
@@ -115,7 +172,10 @@ class ForkingProcesses:
         machines = {self.hosts.machine(node): node for node in sorted(nodes, reverse=True)}
         for machine in [m for m in self.servers if m not in machines]:
             self._stop(self.servers.pop(machine))
-        if not started:
+        for slot in list(self._waiting):
+            self._settle(slot)
+        self.started = self.started or started
+        if not self.started:
             return
         for machine, node in machines.items():
             server = self.servers.get(machine)
@@ -137,7 +197,7 @@ class ForkingProcesses:
         with self._lock:  # the ranks an earlier server of this slot forked died with it
             for rank_slot in [s for s, by in self._forked.items() if by == slot and s not in self._exits]:
                 self._exits[rank_slot] = KILLED
-        self.servers[machine] = _Server(slot, node)
+        self.servers[machine] = _Server(slot, node, after=code)
         self.hosts.start_server(slot, node, self.command, self.env(slot, node, 0), self._on_reply)
         self.events.emit(
             "fork-server",
@@ -146,6 +206,23 @@ class ForkingProcesses:
             how=how,
             **({"exit_code": code} if code is not None else {}),
         )
+
+    def _settle(self, slot: str) -> None:
+        """Fork a waiting rank once its server is ready; cold when the server cannot or is late."""
+        wait = self._waiting[slot]
+        server = next((s for s in self.servers.values() if s.slot == wait.server), None)
+        why = self._unusable(server) if server is not None else None
+        if why == WARMING and self.clock() - wait.since < self.wait_s:
+            return
+        del self._waiting[slot]
+        if server is None:  # its machine left the run: nothing to start there
+            with self._lock:
+                self._exits[slot] = KILLED
+        elif why is None:
+            self._fork(slot, wait.node, wait.server, wait.env, wait.command)
+        else:
+            late = f"its fork server was not ready in {self.wait_s:g} s" if why == WARMING else why
+            self._cold(slot, wait.node, wait.command, wait.env, late)
 
     def _stop(self, server: _Server) -> None:
         self.hosts.close_input(server.slot)
@@ -158,7 +235,11 @@ class ForkingProcesses:
             return f"its fork server exited with {code}"
         if server.broken is not None:
             return server.broken
-        return None if server.ready_s is not None else "its fork server is still warming up"
+        if server.ready_s is not None:
+            return None
+        if server.after is not None:
+            return f"its fork server is starting again (the one before exited with {server.after})"
+        return WARMING
 
     def _on_reply(self, server_slot: str, message: dict[str, object]) -> None:
         """A server's reply, on the placement's reader thread."""

@@ -64,16 +64,16 @@ class Hands:
     out: TextIO
     answer: Callable[..., None] = _no_answer
 
-    def spawn(self, slot: str, node: int, local: int) -> None:
-        forked = self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local))
-        self.books.slots[slot] = SlotState(
-            SlotInfo(node, local), started=self.clocks.clock(), forked=bool(forked)
-        )
+    def spawn(self, slot: str, node: int, local: int) -> bool:
+        """Start the slot's process; True when it is forked from its machine's fork server."""
+        forked = bool(self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local)))
+        self.books.slots[slot] = SlotState(SlotInfo(node, local), started=self.clocks.clock(), forked=forked)
+        return forked
 
     def start_node(self, new: NewNode) -> None:
         """Start a node's rank processes; they warm up and wait for a plan that includes them."""
-        for local, slot in enumerate(node_slots(new.node, self.config.procs_per_node)):
-            self.spawn(slot, new.node, local)
+        slots = node_slots(new.node, self.config.procs_per_node)
+        forked = sum(self.spawn(slot, new.node, local) for local, slot in enumerate(slots))
         self.books.origin[new.node] = new.how
         job = self.names.job_of(new.node)
         self.events.emit(
@@ -82,6 +82,7 @@ class Hands:
             host=new.host,
             how=new.how,
             seconds=new.seconds,
+            forked=forked,
             **({"returned": True} if new.returned else {}),
             **({"job": job} if job else {}),
         )

@@ -79,22 +79,73 @@ def test_no_server_before_the_first_step_then_one_per_machine(tmp_path: Path) ->
     assert kinds(events) == [("fork-server", "started")] * 2
 
 
-def test_a_rank_is_forked_once_its_server_is_warm_and_cold_with_a_reason_before(tmp_path: Path) -> None:
+def test_a_rank_waits_for_its_warming_server_and_is_forked_once_it_is_ready(tmp_path: Path) -> None:
     forks, machines, events = forking(tmp_path)
     forks.tick([0, 1], started=True)
-    assert forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"}) is False
-    assert machines.cold == ["n1p0r1"] and events.events[-1]["why"] == "its fork server is still warming up"
+    assert forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"}) is True
+    assert forks.poll("n1p0r1") is None and machines.cold == [] and machines.sent["n0f"] == []
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.5})
     forks.tick([0, 1], started=True)
+    assert machines.sent["n0f"] == [{"fork": "n1p0r1", "env": {"SLOT": "n1p0r1"}}]
     assert events.events[-1]["how"] == "ready" and events.events[-1]["seconds"] == 1.5
     assert forks.spawn("n1p0r2", 1, ["train"], {"SLOT": "n1p0r2"}) is True
-    assert machines.sent["n0f"] == [{"fork": "n1p0r2", "env": {"SLOT": "n1p0r2"}}]
+    assert machines.sent["n0f"][-1] == {"fork": "n1p0r2", "env": {"SLOT": "n1p0r2"}}
     assert forks.poll("n1p0r2") is None
     forks.kill("n1p0r2")
     assert machines.sent["n0f"][-1] == {"kill": "n1p0r2"}
     machines.on_reply("n0f", {"exit": "n1p0r2", "code": -9})
     assert forks.poll("n1p0r2") == -9
+    assert not any(e["event"] == "fork-fallback" for e in events.events)
+
+
+def test_a_new_machine_gets_its_server_with_its_first_rank_once_the_run_has_started(tmp_path: Path) -> None:
+    """A satellite's or an expansion's ranks: the first one starts the machine's server, and
+    they all wait for it (one import, then forks) instead of each starting cold."""
+    forks, machines, events = forking(tmp_path)
+    assert forks.spawn("n2p0", 2, ["train"], {"SLOT": "n2p0"}) is False  # before the first step: cold
+    forks.tick([0], started=True)
+    assert forks.spawn("n4p0", 4, ["train"], {"SLOT": "n4p0"}) is True
+    assert forks.spawn("n5p0", 5, ["train"], {"SLOT": "n5p0"}) is True  # the same machine, gpu2
+    assert [(e["event"], e["node"], e["how"]) for e in events.events] == [
+        ("fork-server", 0, "started"),
+        ("fork-server", 4, "started"),
+    ]
+    assert machines.cold == ["n2p0"]
+    assert machines.on_reply is not None
+    machines.on_reply("n4f", {"ready": 2.0})
+    forks.tick([0, 4, 5], started=True)
+    assert [m["fork"] for m in machines.sent["n4f"]] == ["n4p0", "n5p0"]
+
+
+def test_a_rank_waits_for_a_server_at_most_wait_s_then_starts_cold(tmp_path: Path) -> None:
+    now = [0.0]
+    machines, events = Machines(), EventLog(tmp_path / "events.jsonl")
+    env = lambda slot, node, local: {"SLOT": slot}  # noqa: E731
+    forks = ForkingProcesses(machines, machines, ["train"], env, events, wait_s=30.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    forks.tick([0], started=True)
+    forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
+    now[0] = 29.0
+    assert forks.poll("n0p0r1") is None and machines.cold == []
+    now[0] = 30.0
+    assert forks.poll("n0p0r1") is None and machines.cold == ["n0p0r1"]  # started cold, running
+    assert events.events[-1]["why"] == "its fork server was not ready in 30 s"
+
+
+def test_a_waiting_rank_starts_cold_when_its_server_dies_and_never_when_killed(tmp_path: Path) -> None:
+    forks, machines, events = forking(tmp_path)
+    forks.tick([0], started=True)
+    forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
+    forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"})
+    forks.kill("n1p0r1")
+    assert forks.poll("n1p0r1") == KILLED
+    machines.rc["n0f"] = 1
+    forks.tick([0], started=True)
+    assert machines.cold == ["n0p0r1"] and events.events[-2]["why"] == "its fork server exited with 1"
+    assert events.events[-1]["how"] == "restarted"
+    # a server started again is not waited for: what killed the last one may kill it too
+    assert forks.spawn("n0p0r2", 0, ["train"], {"SLOT": "n0p0r2"}) is False
+    assert events.events[-1]["why"] == "its fork server is starting again (the one before exited with 1)"
 
 
 def test_a_dead_server_takes_its_ranks_and_is_started_again(tmp_path: Path) -> None:
