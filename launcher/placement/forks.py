@@ -10,8 +10,8 @@ wait for it: one process importing torch and the user's modules, then a fork per
 less than every rank importing them side by side, and the new node has its server for every
 later fault. A rank waits at most ``wait_s`` for a server warming up; then, or when the server
 has died, is starting again after a death or refused, it starts cold through the placement,
-with a ``fork-fallback`` event saying why. A forked rank's exit comes from its server (the server's death is theirs too: they die
-with it); a kill goes through its server.
+with a ``fork-fallback`` event saying why. A forked rank's exit comes from its server (the
+server's death is theirs too: they die with it); a kill goes through its server.
 
 Before the run's first step every rank starts cold: they all import at once anyway, and a
 server then would only compete with them for the CPU.
