@@ -27,12 +27,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 from resilience import parent_death
 from resilience.contract import fork_protocol as proto
 
 READ_BYTES = 1 << 16
+RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""What Slurm sends a step's tasks and a rank acts on (a preemption's ``--signal``, a lent node's
+SIGTERM): the server passes them to its children and stays, since its death would be theirs.
+A tracker that signals every process of the step (``proctrack/linuxproc``, cgroups) delivers
+them to the children as well: a rank's handlers only set a flag, so twice is once."""
 
 
 @dataclass
@@ -54,6 +60,15 @@ class _Server:
     requests: bytes = b""
     closed: bool = False
     """The supervisor closed the server's stdin: fork nothing more, leave when the children have."""
+    handlers: dict[int, Any] = field(default_factory=dict)
+    """The handlers :data:`RELAYED` had before the server relayed them: a child's again."""
+
+    def relay(self, signum: int, _frame: object) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass  # exited, not reaped yet
 
     def send(self, message: dict[str, object]) -> None:
         data = proto.reply(message)
@@ -120,6 +135,7 @@ def serve(warm_up: Callable[[], None] | None = None) -> None:
     gc.collect()
     gc.freeze()  # what the children share stays shared: the collector never touches it
     server = _Server(os.dup(1), selectors.DefaultSelector())
+    server.handlers = {sig: signal.signal(sig, server.relay) for sig in RELAYED}
     os.set_blocking(0, False)
     server.selector.register(0, selectors.EVENT_READ, None)
     server.send({"ready": round(time.monotonic() - t0, 3)})
@@ -190,6 +206,8 @@ def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -
     its output on its own pipe, no stdin, nothing of the server's channel, its rank's environment."""
     os.setsid()
     parent_death.ask(signal.SIGKILL)
+    for signum, handler in server.handlers.items():
+        signal.signal(signum, handler)
     os.close(read)
     for child in server.children.values():
         os.close(child.out)

@@ -78,6 +78,10 @@ class ForkHosts(Protocol):
         """Write to a server's stdin; False when it cannot take it."""
 
     def close_input(self, slot: str) -> None: ...
+    def environ(self, node: int, env: Mapping[str, str]) -> dict[str, str]:
+        """A rank's whole environment on ``node``: ``env`` and what the placement adds to every
+        process it starts there (a forked rank gets it in its request, not from its server)."""
+
     def machine(self, node: int) -> str:
         """What nodes on one machine share: the same fork server serves them."""
 

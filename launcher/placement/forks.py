@@ -111,7 +111,8 @@ class ForkingProcesses:
     def _fork(
         self, slot: str, node: int, server: str, env: Mapping[str, str], command: Sequence[str]
     ) -> bool:
-        if self.hosts.send(server, fork_protocol.encode({"fork": slot, "env": dict(env)})):
+        request = {"fork": slot, "env": self.hosts.environ(node, env)}
+        if self.hosts.send(server, fork_protocol.encode(request)):
             with self._lock:
                 self._forked[slot] = server
             return True
@@ -168,9 +169,11 @@ class ForkingProcesses:
 
     def tick(self, nodes: Iterable[int], started: bool) -> None:
         """Keep a server on each machine of ``nodes`` (those holding ranks now) once the run has
-        ``started`` (made its first step); stop those of machines that left."""
+        ``started`` (made its first step); stop those of machines that left (and have no rank
+        waiting for their server)."""
         machines = {self.hosts.machine(node): node for node in sorted(nodes, reverse=True)}
-        for machine in [m for m in self.servers if m not in machines]:
+        waited_for = {self.hosts.machine(wait.node) for wait in self._waiting.values()}
+        for machine in [m for m in self.servers if m not in machines and m not in waited_for]:
             self._stop(self.servers.pop(machine))
         for slot in list(self._waiting):
             self._settle(slot)

@@ -78,6 +78,9 @@ class LocalPlacement:
     def close_input(self, slot: str) -> None:
         self.processes.close_input(slot)
 
+    def environ(self, node: int, env: Mapping[str, str]) -> dict[str, str]:
+        return dict(env)
+
     def machine(self, node: int) -> str:
         return "local"  # every simulated node is this machine: one fork server serves them all
 

@@ -146,7 +146,6 @@ class SrunPlacement:
         return self._satellite_of.get(node, self.job_id)
 
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
-        self._used.add(node)
         self._start(slot, node, command, env)
 
     def start_server(
@@ -165,11 +164,14 @@ class SrunPlacement:
         self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str], feed: bool = False
     ) -> None:
         self._node_of_slot[slot] = node
-        if node in self._satellite_of:
-            env = {**env, **reclaim_environ("TERM")}
-        # The RAM tier is keyed by node name: a requeued job finds each host's copies again.
-        env = {**env, **node_name_environ(self.hosts[node])}
-        self.processes.start(slot, self._step(slot, node, command), env, feed=feed)
+        self._used.add(node)  # a fork server's node too: its ranks are forked, never spawned here
+        self.processes.start(slot, self._step(slot, node, command), self.environ(node, env), feed=feed)
+
+    def environ(self, node: int, env: Mapping[str, str]) -> dict[str, str]:
+        """A lent node's ranks act on Slurm's SIGTERM (it takes the node back); the RAM tier is
+        keyed by node name, so a requeued job finds each host's copies again."""
+        reclaim = reclaim_environ("TERM") if node in self._satellite_of else {}
+        return {**env, **reclaim, **node_name_environ(self.hosts[node])}
 
     def _step(self, slot: str, node: int, command: Sequence[str]) -> list[str]:
         """The ``srun`` that runs ``command`` as ``slot``'s step on ``node``."""

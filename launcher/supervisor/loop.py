@@ -229,7 +229,8 @@ class Supervisor:
             self.producers.tick(nodes)
             if isinstance(self.processes, ForkingProcesses):
                 self._stepped = self._stepped or self._progress() is not None
-                self.processes.tick(nodes | set(self.books.spare_nodes), started=self._stepped)
+                joining = self.books.resize.joining if self.books.resize is not None else ()
+                self.processes.tick(nodes | {*self.books.spare_nodes, *joining}, started=self._stepped)
             self._collect_rank_events()
             if self.metrics is not None and self.clock() >= self._next_metrics:
                 self._next_metrics = self.clock() + METRICS_PERIOD_S

@@ -71,6 +71,10 @@ def test_a_lost_node_is_replaced_by_a_satellite_without_job_expansion(cluster, t
     (added,) = job.of("node-added")
     assert added["how"] == "satellite" and added["job"] != job.job_id and added["host"] != victim
     assert job.of("replaced")[0]["how"] == "satellite"
+    # its rank was forked by the satellite's own fork server, a step in the satellite job
+    assert added["forked"] == 1 and not job.of("fork-fallback"), job.output
+    servers = [e for e in job.of("fork-server") if e["host"] == added["host"]]
+    assert [e["how"] for e in servers] == ["started", "ready"], servers
     assert victim not in job.client.job(job.job_id).nodes  # the job itself never grew
     wait_job(job.client, added["job"], lambda j: j.finished, timeout=30)
     assert not satellites(job)
@@ -131,6 +135,10 @@ def test_lent_nodes_are_taken_back_by_preemption_and_lent_again(cluster, tmp_pat
     released = job.of("node-released")
     assert sorted(e["host"] for e in released if e["why"] == "preempted") == sorted(lent)
     assert not job.of("fault"), job.output  # taken back at a step boundary, not lost
+    # growing back, after the first step: each new node's rank forked by its own fork server
+    regrown = [e for e in job.of("node-added") if e["host"] in lent][2:]
+    assert regrown and all(e["forked"] == 1 for e in regrown), regrown
+    assert not job.of("fork-fallback"), job.output
     assert all(e["jobs"] for e in job.of("resize"))
     assert_every_sample_once(job, steps)
     assert not satellites(job)

@@ -27,6 +27,9 @@ class Machines:
     def machine(self, node: int) -> str:
         return self.host(node)
 
+    def environ(self, node: int, env: Mapping[str, str]) -> dict[str, str]:
+        return {**env, "HOST": self.host(node)}  # what the placement adds (srun: the node's name)
+
     def spawn(self, slot: str, node: int, command: Sequence[str], env: Mapping[str, str]) -> None:
         self.rc[slot] = None
         self.cold.append(slot)
@@ -87,10 +90,10 @@ def test_a_rank_waits_for_its_warming_server_and_is_forked_once_it_is_ready(tmp_
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.5})
     forks.tick([0, 1], started=True)
-    assert machines.sent["n0f"] == [{"fork": "n1p0r1", "env": {"SLOT": "n1p0r1"}}]
+    assert machines.sent["n0f"] == [{"fork": "n1p0r1", "env": {"SLOT": "n1p0r1", "HOST": "gpu0"}}]
     assert events.events[-1]["how"] == "ready" and events.events[-1]["seconds"] == 1.5
     assert forks.spawn("n1p0r2", 1, ["train"], {"SLOT": "n1p0r2"}) is True
-    assert machines.sent["n0f"][-1] == {"fork": "n1p0r2", "env": {"SLOT": "n1p0r2"}}
+    assert machines.sent["n0f"][-1] == {"fork": "n1p0r2", "env": {"SLOT": "n1p0r2", "HOST": "gpu0"}}
     assert forks.poll("n1p0r2") is None
     forks.kill("n1p0r2")
     assert machines.sent["n0f"][-1] == {"kill": "n1p0r2"}
@@ -112,6 +115,8 @@ def test_a_new_machine_gets_its_server_with_its_first_rank_once_the_run_has_star
         ("fork-server", 4, "started"),
     ]
     assert machines.cold == ["n2p0"]
+    forks.tick([0], started=True)  # not in a plan yet (a resize's joining node): kept for its ranks
+    assert machines.rc["n4f"] is None
     assert machines.on_reply is not None
     machines.on_reply("n4f", {"ready": 2.0})
     forks.tick([0, 4, 5], started=True)
