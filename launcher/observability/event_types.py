@@ -320,7 +320,13 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (
             *_node_fields("node"),
             Field("how", "str", "`started`, `restarted` or `ready`"),
-            Field("seconds", "float", "`ready`: its start-up and warm-up", optional=True),
+            Field(
+                "seconds",
+                "float",
+                "`ready`: from its start to ready (process or step, imports, the script up to "
+                "`resilience.run`, warm-up)",
+                optional=True,
+            ),
             Field(
                 "exit_code",
                 "int",

@@ -40,8 +40,11 @@ takes seconds, so a server slower than this is stuck in the training script's ow
 class _Server:
     slot: str
     node: int
+    since: float = 0.0
+    """When it was started (the supervisor's clock)."""
     ready_s: float | None = None
-    """The server's warm-up, once it said it is ready."""
+    """From its start to its ready reply: the srun step, imports, the script up to
+    ``resilience.run`` and the warm-up; what a rank waiting for it waits at most."""
     announced: bool = False
     broken: str | None = None
     """Why it may not fork again (it refused a fork)."""
@@ -200,7 +203,7 @@ class ForkingProcesses:
         with self._lock:  # the ranks an earlier server of this slot forked died with it
             for rank_slot in [s for s, by in self._forked.items() if by == slot and s not in self._exits]:
                 self._exits[rank_slot] = KILLED
-        self.servers[machine] = _Server(slot, node, after=code)
+        self.servers[machine] = _Server(slot, node, since=self.clock(), after=code)
         self.hosts.start_server(slot, node, self.command, self.env(slot, node, 0), self._on_reply)
         self.events.emit(
             "fork-server",
@@ -248,7 +251,7 @@ class ForkingProcesses:
         """A server's reply, on the placement's reader thread."""
         server = next((s for s in tuple(self.servers.values()) if s.slot == server_slot), None)
         if "ready" in message and server is not None:
-            server.ready_s = float(str(message["ready"]))
+            server.ready_s = round(self.clock() - server.since, 3)
         elif "exit" in message:
             slot = str(message["exit"])
             with self._lock:

@@ -63,10 +63,12 @@ class Machines:
         pass
 
 
-def forking(tmp_path: Path) -> tuple[ForkingProcesses, Machines, EventLog]:
+def forking(tmp_path: Path, now: list[float] | None = None) -> tuple[ForkingProcesses, Machines, EventLog]:
     machines, events = Machines(), EventLog(tmp_path / "events.jsonl")
     env = lambda slot, node, local: {"SLOT": slot}  # noqa: E731
-    return ForkingProcesses(machines, machines, ["train"], env, events), machines, events  # type: ignore[arg-type]
+    clock = (lambda: now[0]) if now is not None else (lambda: 0.0)
+    forks = ForkingProcesses(machines, machines, ["train"], env, events, clock=clock)  # type: ignore[arg-type]
+    return forks, machines, events
 
 
 def kinds(events: EventLog) -> list[tuple]:
@@ -83,8 +85,10 @@ def test_no_server_before_the_first_step_then_one_per_machine(tmp_path: Path) ->
 
 
 def test_a_rank_waits_for_its_warming_server_and_is_forked_once_it_is_ready(tmp_path: Path) -> None:
-    forks, machines, events = forking(tmp_path)
+    now = [10.0]
+    forks, machines, events = forking(tmp_path, now)
     forks.tick([0, 1], started=True)
+    now[0] = 11.5
     assert forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"}) is True
     assert forks.poll("n1p0r1") is None and machines.cold == [] and machines.sent["n0f"] == []
     assert machines.on_reply is not None
@@ -125,9 +129,7 @@ def test_a_new_machine_gets_its_server_with_its_first_rank_once_the_run_has_star
 
 def test_a_rank_waits_for_a_server_at_most_wait_s_then_starts_cold(tmp_path: Path) -> None:
     now = [0.0]
-    machines, events = Machines(), EventLog(tmp_path / "events.jsonl")
-    env = lambda slot, node, local: {"SLOT": slot}  # noqa: E731
-    forks = ForkingProcesses(machines, machines, ["train"], env, events, wait_s=30.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    forks, machines, events = forking(tmp_path, now)
     forks.tick([0], started=True)
     forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
     now[0] = 29.0
