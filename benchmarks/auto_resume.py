@@ -12,7 +12,8 @@ to the first step on the replacement into:
   replacement  spare: nothing to do; satellite: sbatch until it runs; expansion: allocating and
                merging a new node
   re-form      from the fault to the new generation's process group (includes the new node's
-               cold start for a satellite or an expansion)
+               start for a satellite or an expansion: its fork server's, then a fork; ``sat.
+               cold``, the baseline in the same run: the rank started cold)
   transfer     state to the replaced ranks from peers
   first step   the first training step of the new generation
 
@@ -40,7 +41,14 @@ from tests.support.training_jobs import sres_srun, submit_training  # noqa: E402
 PHASES = ("detection", "drain", "replacement", "re-form", "transfer", "first step", "kill -> resumed")
 
 
-KINDS = {"spare": ("-N4", ()), "satellite": ("-N3", ()), "expansion": ("-N3", ("--grow-by", "expansion"))}
+KINDS = {
+    "spare": ("-N4", ()),
+    "satellite": ("-N3", ()),
+    "expansion": ("-N3", ("--grow-by", "expansion")),
+    "sat. cold": ("-N3", ("--no-fork-server",)),
+}
+"""``sat. cold``: the baseline for the new node's start-up, a satellite whose rank starts cold
+(``--no-fork-server``), where the others fork theirs from the node's own fork server."""
 
 
 def one_run(cluster: SlurmCluster, tmp: Path, kind: str) -> tuple[dict[str, float], float]:
@@ -78,6 +86,8 @@ def one_run(cluster: SlurmCluster, tmp: Path, kind: str) -> tuple[dict[str, floa
     (replaced,) = job.of("replaced")
     (recovered,) = job.of("recovered")
     added = job.of("node-added")
+    if kind in ("satellite", "expansion") and (added[0].get("forked") != 1 or job.of("fork-fallback")):
+        raise SystemExit(f"{kind}: the new node's rank was not forked:\n{job.output}")
     split = {
         "detection": fault["t"] - kill_t,
         "drain": drained["seconds"],
