@@ -11,7 +11,7 @@ ours:
               SIGTERM -> training resumed on the smaller world        (ours: relay, pause at the
                                                                        step boundary, re-form,
                                                                        first step)
-  growth      the nodes idle again -> the satellites running          (Slurm: sbatch + scheduling)
+  growth      the last node back: idle again -> its satellite running (Slurm: sbatch + scheduling)
               the rest, to the first step on the larger world         (ours: noticing the idle nodes
                                                                        (sinfo every 3 s), the new
                                                                        ranks' start-up, pause,
@@ -59,7 +59,9 @@ def _until(job: TrainingJob, ready, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.05)
 
 
-def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
+def one_round(cluster: SlurmCluster, tmp: Path, cold: bool = False) -> dict[str, float]:
+    """``cold``: every rank starts cold (``--no-fork-server``), the baseline for the new ranks'
+    start-up; otherwise each satellite's ranks are forked from its own fork server."""
     cluster.reset()
     job = submit_training(
         cluster,
@@ -77,6 +79,7 @@ def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
             "--grow-snooze",
             "1",
             "--no-tiers",
+            *(["--no-fork-server"] if cold else []),
         ),
         sleep=0.15,
         train_args=("--steps", "400", *ELASTIC),
@@ -95,31 +98,48 @@ def one_round(cluster: SlurmCluster, tmp: Path) -> dict[str, float]:
     )
     _until(job, lambda: len(job.of("resize")) >= 2, "shrink")
     wait_job(job.client, urgent, lambda j: j.finished, timeout=120)
-    freed = _nodes_idle_at(cluster, lent)
+    freed = _nodes_idle_at(cluster, lent, job)
     _until(job, lambda: len(job.of("resize")) >= 3, "growth back")
     done = job.wait_done(timeout=300)
     if done.state != "COMPLETED":
         raise SystemExit(f"job {job.job_id} ended {done.state}:\n{job.output}")
     signal_t = min(e["t"] for e in job.of("reclaim-signal"))
-    shrink, regrow = job.of("resize")[1], job.of("resize")[2]
+    shrink = job.of("resize")[1]
+    regrowth = job.of("resize")[2:]  # one resize for both nodes, or one each
     added = job.of("node-added")[2:]
-    scheduling = sum(e["seconds"] for e in added)
-    decided = added[0]["t"] - added[0]["seconds"]  # the first satellite's sbatch
-    paused = regrow["t"] - regrow["seconds"]  # every new rank warm: the pause begins
-    return {
+    if not cold and (any(e.get("forked") != 1 for e in added) or job.of("fork-fallback")):
+        raise SystemExit(f"the regrown nodes' ranks were not forked:\n{job.output}")
+    times = {
         "preemption: Slurm": signal_t - submitted,
         "preemption: ours": shrink["t"] - signal_t,
-        "growth: Slurm": scheduling,
-        "growth: ours": regrow["t"] - freed - scheduling,
-        "  noticing idle": decided - freed,
-        "  rank start-up": paused - added[-1]["t"],
-        "  pause to 1st step": regrow["seconds"],
+    }
+    return times | _growth(added[-1], regrowth[-1], freed)
+
+
+def _growth(added: dict, resize: dict, freed: float) -> dict[str, float]:
+    """The last node back, from idle to the first step with it. A satellite sbatch'ed before the
+    node was idle (Slurm started it when it was) noticed nothing: its queue time is Slurm's."""
+    submitted = added["t"] - added["seconds"]
+    paused = resize["t"] - resize["seconds"]  # every new rank warm: the pause begins
+    split = {
+        "  noticing idle": max(0.0, submitted - freed),
+        "  rank start-up": paused - added["t"],
+        "  pause to 1st step": resize["seconds"],
+    }
+    return {
+        "growth: Slurm": added["t"] - max(submitted, freed),
+        "growth: ours": sum(split.values()),
+        **split,
     }
 
 
-def _nodes_idle_at(cluster: SlurmCluster, nodes: list[str]) -> float:
-    """When every node is idle again (polled at 20 Hz): the moment they can be lent."""
+def _nodes_idle_at(cluster: SlurmCluster, nodes: list[str], job: TrainingJob) -> float:
+    """When every node is idle again (polled at 20 Hz): the moment they can be lent. Where the run
+    took one back before this saw them all idle, the first satellite's sbatch bounds it."""
     while not all(cluster.node_states()[n] == "IDLE" for n in nodes):
+        regrown = job.of("node-added")[2:]
+        if regrown:
+            return regrown[0]["t"] - regrown[0]["seconds"]
         time.sleep(0.05)
     return time.time()
 
@@ -153,8 +173,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--grace", type=int, default=10, help="GraceTime of the lend partition (seconds)")
+    parser.add_argument(
+        "--cold-rounds", type=int, default=1, help="rounds with --no-fork-server: the start-up's baseline"
+    )
     args = parser.parse_args()
     runs: list[dict[str, float]] = []
+    colds: list[dict[str, float]] = []
     with (
         tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp,
         SlurmCluster(Path(tmp) / "cluster", node_count=4, grace_time=args.grace) as cluster,
@@ -167,15 +191,23 @@ def main() -> int:
             print(
                 f"round {r + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()), file=sys.stderr
             )
+        for r in range(args.cold_rounds):
+            run_dir = Path(tmp) / f"cold-{r}"
+            run_dir.mkdir()
+            colds.append(one_round(cluster, run_dir, cold=True))
+            print(
+                f"cold {r + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in colds[-1].items()), file=sys.stderr
+            )
     print(
         "\nlent nodes taken back and lent again, 2 -> 4 -> 2 -> 4 nodes, local cluster, "
         f"GraceTime={args.grace} s, "
         f"{args.rounds} round(s)"
     )
-    print(f"{'seconds':22} {'median':>8} {'min':>8} {'max':>8}")
+    print(f"{'seconds':22} {'median':>8} {'min':>8} {'max':>8} {'cold (median)':>14}")
     for row in ROWS:
         values = [run[row] for run in runs]
-        print(f"{row:22} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f}")
+        cold = f"{statistics.median(run[row] for run in colds):14.2f}" if colds else ""
+        print(f"{row:22} {statistics.median(values):8.2f} {min(values):8.2f} {max(values):8.2f} {cold}")
     ours = statistics.median(run["preemption: ours"] for run in runs)
     print(
         f"{'baseline: grace -> kill':22} {baseline:8.2f}   (SIGTERM -> job ended: what a run that does not "
