@@ -50,6 +50,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # Their two users are the machine's (one /dev/shm/sres-<uid>, one mode of /root's):
             # every test of theirs in one lane, the one that has the Slurm cluster.
             lane = LANES["cluster"]
+        if folder == "submitit":
+            # submitit's own tests: those of its Slurm executor run on the test cluster; those of
+            # its local executor are CPU-light, mostly waiting on job polls, and balance the
+            # lanes there (CI, 2 cores: local 30.3 min and slurm 22.7 min before).
+            lane = LANES["cluster"]
         if lane is not None:
             item.add_marker(pytest.mark.xdist_group(lane))
 
