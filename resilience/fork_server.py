@@ -4,8 +4,7 @@ Every rank started on the recovery path (a respawn, a standby, a spare) would ot
 Python, torch and the script's own imports again, and then first-use costs: seconds during which
 the survivors wait. The supervisor starts one server per machine with the training command; the
 script runs as usual up to ``resilience.run``, which, in this slot, calls :func:`serve` instead
-of training. The server is ready once imported and pays first-use costs once no fork is asked
-for (:data:`WARM_UP_WHEN_QUIET_S`); it forks on request. The child returns from
+of training. The server pays first-use costs once, then forks on request. The child returns from
 :func:`serve` with its rank's environment and goes on in ``resilience.run`` exactly as a process
 started cold: same code, same environment, its own session, its output in its slot's log.
 
@@ -35,12 +34,6 @@ from resilience import parent_death
 from resilience.contract import fork_protocol as proto
 
 READ_BYTES = 1 << 16
-WARM_UP_WHEN_QUIET_S = 2.0
-"""The server is ready once imported and warms up (first-use costs, ~0.7 s of CPU) once no request
-came for this long: ranks waiting for a new node's server are forked at once and pay those costs
-in their first step, as a rank started cold does, and the server's warm-up does not compete with
-them for the CPU while they join (measured, one rank per new node: kill to resumed 3.0 s with the
-warm-up before the fork, 2.9 s right after it, 2.4 s two seconds later, 2.4 s cold)."""
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 """What Slurm sends a step's tasks and a rank acts on (a preemption's ``--signal``, a lent node's
 SIGTERM): the server passes them to its children and stays, since its death would be theirs.
@@ -137,34 +130,25 @@ def serve(warm_up: Callable[[], None] | None = None) -> None:
             file=sys.stderr,
             flush=True,
         )
-    _freeze()
+    if warm_up is not None:
+        warm_up()
+    gc.collect()
+    gc.freeze()  # what the children share stays shared: the collector never touches it
     server = _Server(os.dup(1), selectors.DefaultSelector())
     server.handlers = {sig: signal.signal(sig, server.relay) for sig in RELAYED}
     os.set_blocking(0, False)
     server.selector.register(0, selectors.EVENT_READ, None)
     server.send({"ready": round(time.monotonic() - t0, 3)})
-    quiet_since = time.monotonic()
     while not (server.closed and not server.children):
         for key, _ in server.selector.select(timeout=0.05):
             if key.data is None:
-                quiet_since = time.monotonic()
                 env = _read_requests(server)
                 if env is not None:
                     return
             else:
                 _pump(server, key.data)
         _reap(server)
-        if warm_up is not None and time.monotonic() - quiet_since >= WARM_UP_WHEN_QUIET_S:
-            warm_up()  # later children inherit it; those forked before paid it as cold ranks do
-            warm_up = None
-            _freeze()
     raise SystemExit(0)  # the run is over: the server never trains
-
-
-def _freeze() -> None:
-    """What the children share stays shared: the collector never touches it (nor writes its pages)."""
-    gc.collect()
-    gc.freeze()
 
 
 def _read_requests(server: _Server) -> dict[str, str] | None:
