@@ -35,6 +35,10 @@ from resilience.contract import fork_protocol as proto
 
 READ_BYTES = 1 << 16
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Of those, the ones that end a process by default: the server forks nothing more and exits once
+its children have (at once with none), as it would have died of them; waiting for KillWait's
+SIGKILL instead held a released satellite's node for 30 s."""
 """What Slurm sends a step's tasks and a rank acts on (a preemption's ``--signal``, a lent node's
 SIGTERM): the server passes them to its children and stays, since its death would be theirs.
 A tracker that signals every process of the step (``proctrack/linuxproc``, cgroups) delivers
@@ -64,6 +68,8 @@ class _Server:
     """The handlers :data:`RELAYED` had before the server relayed them: a child's again."""
 
     def relay(self, signum: int, _frame: object) -> None:
+        if signum in ENDING:
+            self.closed = True  # the step is ending (scancel, the job's end): leave with the children
         for pid in list(self.children):
             try:
                 os.kill(pid, signum)
