@@ -44,7 +44,7 @@ class _Server:
     """When it was started (the supervisor's clock)."""
     ready_s: float | None = None
     """From its start to its ready reply: the srun step, imports, the script up to
-    ``resilience.run`` and the warm-up; what a rank waiting for it waits at most."""
+    ``resilience.run`` and the warm-up."""
     announced: bool = False
     broken: str | None = None
     """Why it may not fork again (it refused a fork)."""
@@ -216,7 +216,7 @@ class ForkingProcesses:
     def _settle(self, slot: str) -> None:
         """Fork a waiting rank once its server is ready; cold when the server cannot or is late."""
         wait = self._waiting[slot]
-        server = next((s for s in self.servers.values() if s.slot == wait.server), None)
+        server = self._server(wait.server)
         why = self._unusable(server) if server is not None else None
         if why == WARMING and self.clock() - wait.since < self.wait_s:
             return
@@ -234,6 +234,10 @@ class ForkingProcesses:
         self.hosts.close_input(server.slot)
         self.placement.kill(server.slot)
 
+    def _server(self, slot: str) -> _Server | None:
+        """The running server of that slot (None once stopped); safe on the reader thread."""
+        return next((s for s in tuple(self.servers.values()) if s.slot == slot), None)
+
     def _unusable(self, server: _Server) -> str | None:
         """Why ``server`` cannot fork now (None: it can)."""
         code = self.placement.poll(server.slot)
@@ -249,7 +253,7 @@ class ForkingProcesses:
 
     def _on_reply(self, server_slot: str, message: dict[str, object]) -> None:
         """A server's reply, on the placement's reader thread."""
-        server = next((s for s in tuple(self.servers.values()) if s.slot == server_slot), None)
+        server = self._server(server_slot)
         if "ready" in message and server is not None:
             server.ready_s = round(self.clock() - server.since, 3)
         elif "exit" in message:
