@@ -35,14 +35,15 @@ from resilience.contract import fork_protocol as proto
 
 READ_BYTES = 1 << 16
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""What Slurm sends a step's tasks and a rank acts on (a preemption's ``--signal``, a lent node's
+SIGTERM): the server passes them to its children rather than die of them, since its death
+would be theirs. A tracker that signals every process of the step (``proctrack/linuxproc``,
+cgroups) delivers them to the children as well: a rank's handlers only set a flag, so twice is
+once."""
 ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Of those, the ones that end a process by default: the server forks nothing more and exits once
 its children have (at once with none), as it would have died of them; waiting for KillWait's
 SIGKILL instead held a released satellite's node for 30 s."""
-"""What Slurm sends a step's tasks and a rank acts on (a preemption's ``--signal``, a lent node's
-SIGTERM): the server passes them to its children and stays, since its death would be theirs.
-A tracker that signals every process of the step (``proctrack/linuxproc``, cgroups) delivers
-them to the children as well: a rank's handlers only set a flag, so twice is once."""
 
 
 @dataclass
