@@ -164,7 +164,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (
             *_node_fields("node"),
             Field("slot", "str", "the standby's slot"),
-            Field("seconds", "float", "from its start to warm"),
+            Field("seconds", "float", "from its start to warm (the process says when it was warm)"),
         ),
     ),
     EventType(

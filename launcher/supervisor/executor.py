@@ -17,6 +17,7 @@ from launcher.supervisor import actions as act
 from launcher.supervisor import perform_end, perform_faults, perform_nodes, perform_resize
 from launcher.supervisor.books import Books, Outcome, run_state
 from launcher.supervisor.hands import Hands
+from launcher.supervisor.observe import SlotState
 from launcher.supervisor.resize import node_slots
 from launcher.supervisor.view import Observation, RunState
 
@@ -69,13 +70,14 @@ class Executor:
         for slot in sorted(b.standby):
             if slot in obs.warm and slot not in b.announced:
                 b.announced.add(slot)
-                node = b.slots[slot].info.node
+                state = b.slots[slot]
+                node = state.info.node
                 h.events.emit(
                     "standby-ready",
                     node=node,
                     host=h.names.host(node),
                     slot=slot,
-                    seconds=h.clocks.clock() - b.slots[slot].started,
+                    seconds=_to_ready(state, obs.warm_at.get(slot), h.clocks.clock()),
                 )
 
     def view(self, obs: Observation) -> RunState:
@@ -99,3 +101,10 @@ class Executor:
 
     def say(self, text: str) -> None:
         self.hands.say(text)
+
+
+def _to_ready(state: SlotState, ready_wall: float | None, now: float) -> float:
+    """A process's start to warm by its own word; a look's time when it gave none."""
+    if ready_wall is None or not state.started_wall:
+        return now - state.started
+    return max(0.0, ready_wall - state.started_wall)

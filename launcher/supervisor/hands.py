@@ -66,8 +66,11 @@ class Hands:
 
     def spawn(self, slot: str, node: int, local: int) -> bool:
         """Start the slot's process; True when it is forked from its machine's fork server."""
+        wall = self.clocks.wall()
         forked = bool(self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local)))
-        self.books.slots[slot] = SlotState(SlotInfo(node, local), started=self.clocks.clock(), forked=forked)
+        self.books.slots[slot] = SlotState(
+            SlotInfo(node, local), started=self.clocks.clock(), started_wall=wall, forked=forked
+        )
         return forked
 
     def start_node(self, new: NewNode) -> None:

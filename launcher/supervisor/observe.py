@@ -30,6 +30,8 @@ class SlotState:
 
     info: SlotInfo
     started: float
+    started_wall: float = 0.0
+    """Wall time just before the start, to compare with the process's own ready time."""
     alive: bool = True
     """False once an observation said its process ended (:attr:`Observation.exited`)."""
     forked: bool = False
@@ -49,8 +51,8 @@ class _Watch:
     heartbeat_changed: float
     alive: bool = True
     heartbeat: int = 0
-    ready: bool = False
-    """Warmed up and waiting for a plan (its ``ready/<slot>`` key)."""
+    ready_t: float | None = None
+    """Warmed up and waiting for a plan since then, wall time (its ``ready/<slot>`` key)."""
 
 
 LEND_PERIOD_S = 3.0
@@ -114,6 +116,7 @@ class Observer:
             self._limits = self.job.time_limits()  # once: how near the time limit the signal came
         left, limit = self._limits or (None, None)
         steps, stragglers = self._take_steps()
+        warm = self._warm()
         return Observation(
             seen_t=seen_t,
             lost=lost,
@@ -131,7 +134,8 @@ class Observer:
             reclaimed=tuple(sorted(self._reclaimed)),
             lendable=self._lendable(now, members),
             exited=exited,
-            warm=self._warm(),
+            warm=frozenset(warm),
+            warm_at=warm,
             generation=generation,
             first_step_t=self._first_step(generation),
         )
@@ -180,8 +184,8 @@ class Observer:
                 exited.append(slot)
         return tuple(exited)
 
-    def _warm(self) -> frozenset[str]:
-        return frozenset(s for s, w in self._watched.items() if w.alive and w.ready)
+    def _warm(self) -> dict[str, float]:
+        return {s: w.ready_t for s, w in self._watched.items() if w.alive and w.ready_t is not None}
 
     def _first_step(self, generation: int) -> float | None:
         """Once seen, a generation's first step is kept: the store is asked until then, and only
@@ -234,8 +238,8 @@ class Observer:
             watch = self._watched[slot]
             if value != watch.heartbeat:
                 watch.heartbeat, watch.heartbeat_changed = value, now
-            if not watch.ready and value > 0:
-                watch.ready = self.store.is_ready(slot)
+            if watch.ready_t is None and value > 0:
+                watch.ready_t = self.store.ready_at(slot)
         member_slots = set(members.values())
         return silent_slots(
             {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},

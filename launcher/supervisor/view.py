@@ -75,6 +75,8 @@ class Observation:
     """Slots whose process was seen to end in this look (members, spares and standbys alike)."""
     warm: frozenset[str] = frozenset()
     """Live slots that warmed up and wait for a plan (imports and first-use costs paid)."""
+    warm_at: Mapping[str, float] = field(default_factory=dict)
+    """The wall time each of ``warm`` said it was ready (its own clock: the look comes later)."""
     generation: int = 0
     """The generation this look was taken for."""
     first_step_t: float | None = None

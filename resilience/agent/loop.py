@@ -17,6 +17,7 @@ import os
 import signal
 import statistics
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -108,7 +109,7 @@ class Agent(CommitPipeline):
         # collector's way, so that the collection at each teardown scans only new objects
         # (measured: 0.2-0.3 s per collection without this, on the recovery path).
         gc.freeze()
-        self.store.mark_ready(self.env.slot)  # warm: a growing world may take it now
+        self.store.mark_ready(self.env.slot, time.time())  # warm: a growing world may take it now
         generation = 0
         try:
             while True:

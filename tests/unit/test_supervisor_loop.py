@@ -366,7 +366,7 @@ def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path: Path) -> 
     def warm_up_n3p0() -> None:
         store = script.supervisor.store
         store.beat("n3p0")
-        store.mark_ready("n3p0")
+        store.mark_ready("n3p0", 1000 + 160 * 0.02)
 
     script.at(160, warm_up_n3p0)  # Slurm is first asked for idle nodes 3 s in (tick 150)
     script.at(290, script.finish_generation)  # before n3p0's one heartbeat is 3 s old (a hang)
@@ -377,3 +377,29 @@ def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path: Path) -> 
     assert events[3]["generation"] == 2 and events[3]["world_size"] == 4
     added, grown = events[2]["t"], events[3]["t"]
     assert added <= 1003.1 and grown >= 1000 + 160 * 0.02  # not before the new process was warm
+
+
+def test_a_standby_is_ready_by_its_own_clock_not_by_when_the_supervisor_looks(tmp_path: Path) -> None:
+    """The supervisor reads readiness every half heartbeat (0.1 s by default): a forked standby
+    warm in hundredths must not be reported as taking as long as the look took."""
+    placement, script = FakePlacement(), Script()
+    started: dict[str, float] = {}
+
+    def first_step() -> None:
+        script.supervisor.store.mark_first_step(1, script.now)
+
+    def warm_up_standbys() -> None:
+        store = script.supervisor.store
+        for slot, _node in placement.spawned[3:]:
+            started.setdefault(slot, script.now)
+            store.beat(slot)
+            store.mark_ready(slot, script.now - 0.5)  # warm long before this look
+
+    script.at(5, first_step)
+    script.at(100, warm_up_standbys)
+    script.at(200, script.finish_generation)
+    outcome, events = run(tmp_path, placement, script, standby=1, heartbeat_s=1.0, hang_timeout_s=30.0)
+    assert outcome.ok
+    ready = [e for e in events if e["event"] == "standby-ready"]
+    assert len(ready) == 3, events
+    assert all(e["seconds"] < 100 * 0.02 - 0.4 for e in ready), ready
