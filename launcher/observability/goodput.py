@@ -96,7 +96,9 @@ def account(
     timeline = steps_of(r for r in step_records if start <= r.get("t", end_t) <= end_t)
     if not timeline:
         # a run that resumed from a checkpoint (a requeued job) made only the steps after it
-        resumed = next((e["step"] + 1 for e in run if e["event"] == "restored" and e.get("generation") == 1), 0)
+        resumed = next(
+            (e["step"] + 1 for e in run if e["event"] == "restored" and e.get("generation") == 1), 0
+        )
         return _without_steps(start, end_t, steps - resumed, median_step_s, first_step_t)
     tiles = _Tiles(start)
     generations = _by_generation(timeline)
@@ -236,7 +238,9 @@ def _gap(
     # A resize (or a pause no event explains): its first step's median part was work.
     cause = "resize" if any(e["event"] == "resize" for e in opened) else "other"
     waited = _waited(run, last.end, first.end)
-    tiles.split(first.end, [("waiting", waited), (cause, first.end - tiles.at - waited - useful)], "productive")
+    tiles.split(
+        first.end, [("waiting", waited), (cause, first.end - tiles.at - waited - useful)], "productive"
+    )
 
 
 def _waited(run: Sequence[dict[str, Any]], after: float, until: float) -> float:

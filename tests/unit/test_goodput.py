@@ -131,7 +131,9 @@ def test_a_run_resumed_from_a_checkpoint_counts_only_its_own_steps():
         {"event": "generation", "generation": 1, "t": 10.5},
         {"event": "restored", "generation": 1, "step": 8, "t": 11.0},
     ]
-    steps = records(1, range(3, 6), 2.0, 1.0, blocked_s=lambda r, s: 0.5) + records(1, range(9, 14), 12.0, 1.0)
+    steps = records(1, range(3, 6), 2.0, 1.0, blocked_s=lambda r, s: 0.5) + records(
+        1, range(9, 14), 12.0, 1.0
+    )
     seconds = account(events, end_t=17.0, steps=14, median_step_s=None, first_step_t=None, step_records=steps)
     assert seconds["startup"] == 2.0 and seconds["productive"] == pytest.approx(4.0)
     assert seconds["checkpoint"] == 0.0 and sum(seconds.values()) == pytest.approx(7.0)
@@ -156,7 +158,9 @@ def runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], f
     for generation in range(1, draw(st.integers(1, 4)) + 1):
         if generation > 1:
             kind = draw(st.sampled_from(["recovered", "resize"]))
-            parts = {k: draw(st.floats(0, 3)) for k in ("release_s", "reform_s", "transfer_s", "first_step_s")}
+            parts = {
+                k: draw(st.floats(0, 3)) for k in ("release_s", "reform_s", "transfer_s", "first_step_s")
+            }
             events.append({"event": kind, "generation": generation, "t": t, "seconds": 1.0, **parts})
             t += draw(st.floats(0, 4))
             step = max(0, step - draw(st.integers(0, 3)))
