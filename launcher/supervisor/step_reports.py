@@ -36,13 +36,25 @@ class StepReports:
     def __init__(self, store: RunStore, config: StragglerConfig) -> None:
         self.store, self.config = store, config
         self._generation = 0
+        self._members: Mapping[int, str] = {}
         self._seen: dict[int, int] = {}
         self.detector = StragglerDetector(config)
 
     def read(self, generation: int, members: Mapping[int, str]) -> tuple[list[RankStep], list[Straggler]]:
-        """New steps of every member in ``generation``, and the stragglers they complete."""
+        """New steps of every member in ``generation``, and the stragglers they complete. A new
+        generation first takes the old one's last steps (made since the last look, before the
+        fault): without them the goodput account would see a hole before every recovery."""
+        steps: list[RankStep] = []
+        stragglers: list[Straggler] = []
         if generation != self._generation:
+            if self._members:
+                steps, stragglers = self._read(self._generation, self._members)
             self._generation, self._seen, self.detector = generation, {}, StragglerDetector(self.config)
+        self._members = dict(members)
+        more, found = self._read(generation, members)
+        return steps + more, stragglers + found
+
+    def _read(self, generation: int, members: Mapping[int, str]) -> tuple[list[RankStep], list[Straggler]]:
         reports: dict[int, dict[int, float]] = {}
         steps: list[RankStep] = []
         for rank, slot in members.items():

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from tests.support.goodput_checks import assert_account_adds_up
+
 KINDS = (
     "kill,raise,hang,kill-during-commit,node,kill-all,corrupt-ram,kill-during-transfer,fill-disk,"
     "kill-supervisor-child"
@@ -114,6 +116,8 @@ def test_sres_chaos_random_faults_identical_and_clean(tmp_path, small_disk, shar
     assert any("No space left" in e["error"] for e in full), "fill-disk never reached a persistent save"
     assert not list(small_disk.rglob(".sres-fill-disk-*"))
     assert [e for e in events if e["event"] == "spare-lost"], "kill-supervisor-child never killed a spare"
+    for run in ("reference", "chaos"):  # the goodput account adds up, with faults or without
+        assert_account_adds_up(tmp_path / run)
 
 
 def _tail(out: bytes | str | None, chars: int = 6000) -> str:

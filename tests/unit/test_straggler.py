@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
+from launcher.supervisor.step_reports import StepReports
+from resilience.contract.messages import RecentSteps, StepRecord
 
 
 def feed(
@@ -56,3 +58,38 @@ def test_steps_are_judged_when_every_member_reported_them_in_order():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         StragglerConfig(**bad)
+
+
+class _Steps:
+    """A store holding each (generation, slot)'s recent steps."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[int, str], list[StepRecord]] = {}
+
+    def add(self, generation: int, slot: str, step: int) -> None:
+        self.records.setdefault((generation, slot), []).append(StepRecord(step, 0.1, 0.2, 100.0 + step, 0.0))
+
+    def recent_steps(self, generation: int, slot: str) -> RecentSteps | None:
+        found = self.records.get((generation, slot))
+        return RecentSteps(tuple(found)) if found else None
+
+
+def test_a_new_generation_first_takes_the_old_one_s_last_steps():
+    """Steps made between the last look and a fault belong to the run's record (the goodput
+    account would see a hole before every recovery without them)."""
+    store = _Steps()
+    reports = StepReports(store, StragglerConfig())  # type: ignore[arg-type]
+    for step in (0, 1):
+        store.add(1, "a", step)
+        store.add(1, "b", step)
+    assert [(s.generation, s.record.step) for s in reports.read(1, {0: "a", 1: "b"})[0]] == [
+        (1, 0),
+        (1, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    store.add(1, "a", 2)  # made after that look; then "b" died and generation 2 began
+    store.add(2, "a", 2)
+    store.add(2, "c", 2)
+    got = [(s.generation, s.slot, s.record.step) for s in reports.read(2, {0: "a", 1: "c"})[0]]
+    assert got == [(1, "a", 2), (2, "a", 2), (2, "c", 2)]
