@@ -1,0 +1,183 @@
+"""The strategies of the goodput model (:mod:`launcher.observability.goodput_model`): our recovery
+ladder at its measured costs, and the baseline that restarts the job from a checkpoint.
+
+A strategy says what one failure costs (:class:`~launcher.observability.goodput_model.Cost`)
+from the failure's draws, and, for the closed form, E[exp(-rate C)] and E[L] of a kind. Every
+cost is non-decreasing in every input that is a time, and which rung takes a failure depends
+only on its draws and on probabilities: the rung taken when a spare is missing never costs less
+than a spare's (that keeps goodput from rising when the refill time rises).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from launcher.observability.goodput_model import Cost, Draws, FaultMix, Job, check_number, exponential_wait
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Our costs, seconds: measured from a run's events (``sres simulate LOG_DIR``) or given."""
+
+    inprocess_s: float = 0.24
+    spare_s: float = 0.65
+    detect_s: float = 1.0
+    """From a process's or node's death to the supervisor seeing it (liveness)."""
+    hang_timeout_s: float = 30.0
+    spares: int | None = None
+    """Warm spare nodes; None: one per 256 nodes (ByteRobust's P99 sizing: 4 for 1,024)."""
+    refill_s: float = 600.0
+    """Mean time for the scheduler to give a node that refills the spare pool."""
+    node_wait_s: float = 300.0
+    """Mean time for the scheduler to give a node when the pool is empty (exponential)."""
+    node_start_s: float = 3.0
+    elastic: bool = True
+    shrink_s: float = 0.68
+    regrow_s: float = 0.47
+    persistent_s: float = 60.0
+    """Restoring from the persistent tier (the state's both in-memory holders lost)."""
+    persist_interval_s: float = 1800.0
+    same_domain: float = 1.0
+    """Share of multi-node failures that take both holders of some rank's state."""
+    requeue_s: float = 900.0
+    """The job's batch host lost: requeue, scheduling and start-up (then the persistent tier)."""
+    lost_steps: float = 0.0
+    steady_overhead: float = 0.0
+    name: str = "in-process (sres)"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float):
+                high = 1.0 if f.name in ("same_domain",) else math.inf
+                check_number(f.name, value, 0.0, high)
+        if not self.steady_overhead < 1:
+            raise ValueError(f"steady overhead {self.steady_overhead}: a fraction in [0, 1)")
+        if self.spares is not None and self.spares < 0:
+            raise ValueError(f"{self.spares} spares: at least 0")
+
+    def pool(self, job: Job) -> int:
+        return self.spares if self.spares is not None else max(1, math.ceil(job.nodes / 256))
+
+    def spare_free(self, k: int, job: Job, mix: FaultMix) -> float:
+        """Chance that ``k`` spares are free when a failure comes: spares being refilled are a
+        Poisson number of mean (node-taking failures per s) x ``refill_s`` (an M/G/inf queue)."""
+        taken = job.unexpected_per_s * (mix.node + mix.correlated * mix.correlated_nodes) + job.planned_per_s
+        busy_mean, room = taken * self.refill_s, self.pool(job) - k
+        if room < 0:
+            return 0.0
+        term = total = math.exp(-busy_mean)
+        for i in range(1, room + 1):
+            term *= busy_mean / i
+            total += term
+        return min(1.0, total)
+
+    def speed(self, job: Job) -> float:
+        return 1 - self.steady_overhead
+
+    def _steps_lost(self, job: Job, u: float) -> float:
+        return (self.lost_steps + u) * job.step_s
+
+    def _replace(self, k: int, d: Draws, job: Job, mix: FaultMix) -> tuple[str, float]:
+        """The rung and seconds that put ``k`` lost nodes' ranks back to work."""
+        if d.spare < self.spare_free(k, job, mix):
+            return "spare", self.spare_s
+        wait = exponential_wait(self.node_wait_s, d.wait) + self.node_start_s
+        if self.elastic and job.nodes > k:  # go on without them, at (N - k) / N, then grow back
+            return "shrink", max(self.spare_s, self.shrink_s) + self.regrow_s + wait * k / job.nodes
+        return "new node", wait + self.spare_s
+
+    def cost(self, kind: str, d: Draws, job: Job, mix: FaultMix) -> Cost:
+        if kind in ("process", "hang"):
+            detect = self.detect_s if kind == "process" else self.hang_timeout_s
+            return Cost("in-process", detect, self.inprocess_s, self._steps_lost(job, d.lost))
+        k = 1 if kind == "planned" else mix.nodes_of(kind)
+        detect = 0.0 if kind == "planned" else self.detect_s
+        rung, seconds = self._replace(k, d, job, mix)
+        if kind == "planned":  # a drain: the node's ranks move at a step boundary
+            return Cost(rung, 0.0, seconds, 0.0)
+        since_save = self.persist_interval_s * d.lost  # what the persistent tier lacks
+        if d.host < k / job.nodes:
+            return Cost("requeue", detect, self.requeue_s + self.persistent_s, since_save)
+        if kind == "correlated" and d.domain < self.same_domain:
+            return Cost("persistent", detect, seconds + self.persistent_s, since_save)
+        return Cost(rung, detect, seconds, self._steps_lost(job, d.lost))
+
+    def expected_cost(self, kind: str, job: Job, mix: FaultMix) -> tuple[float, float]:
+        rate = job.rate_per_s
+        if kind in ("process", "hang"):
+            detect = self.detect_s if kind == "process" else self.hang_timeout_s
+            return math.exp(-rate * (detect + self.inprocess_s)), self._steps_lost(job, 0.5)
+        k = 1 if kind == "planned" else mix.nodes_of(kind)
+        detect = 0.0 if kind == "planned" else self.detect_s
+        p_spare = self.spare_free(k, job, mix)
+        start = self.node_start_s
+        if self.elastic and job.nodes > k:
+            a, b = max(self.spare_s, self.shrink_s) + self.regrow_s + start * k / job.nodes, k / job.nodes
+        else:
+            a, b = start + self.spare_s, 1.0
+        other = math.exp(-rate * a) / (1 + rate * b * self.node_wait_s)
+        replaced = p_spare * math.exp(-rate * self.spare_s) + (1 - p_spare) * other
+        if kind == "planned":
+            return replaced, 0.0
+        p_host = min(1.0, k / job.nodes)
+        p_domain = (1 - p_host) * (self.same_domain if kind == "correlated" else 0.0)
+        p_memory = 1 - p_host - p_domain
+        requeue = math.exp(-rate * (detect + self.requeue_s + self.persistent_s))
+        domain = math.exp(-rate * (detect + self.persistent_s)) * replaced
+        ok = math.exp(-rate * detect) * replaced
+        lost_memory, lost_disk = self._steps_lost(job, 0.5), self.persist_interval_s / 2
+        return (
+            p_host * requeue + p_domain * domain + p_memory * ok,
+            (p_host + p_domain) * lost_disk + p_memory * lost_memory,
+        )
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The baseline: every failure restarts the job from its last checkpoint."""
+
+    restart_s: float = 441.0
+    detect_s: float = 60.0
+    hang_timeout_s: float = 600.0
+    ckpt_write_s: float = 5.0
+    interval_s: float | None = None
+    """Work between checkpoints; None: Daly's optimum for the job's MTBF."""
+    name: str = "restart from checkpoint"
+
+    def __post_init__(self) -> None:
+        for name in ("restart_s", "detect_s", "hang_timeout_s"):
+            check_number(name, getattr(self, name))
+        if not (math.isfinite(self.ckpt_write_s) and self.ckpt_write_s > 0):
+            raise ValueError(f"checkpoint write {self.ckpt_write_s!r} s: it takes time (> 0)")
+        if self.interval_s is not None and not (math.isfinite(self.interval_s) and self.interval_s > 0):
+            raise ValueError(f"checkpoint interval {self.interval_s!r} s: > 0")
+
+    def interval(self, job: Job) -> float:
+        return daly_interval(self.ckpt_write_s, job.mtbf_s) if self.interval_s is None else self.interval_s
+
+    def speed(self, job: Job) -> float:
+        interval = self.interval(job)
+        return 1.0 if math.isinf(interval) else interval / (interval + self.ckpt_write_s)
+
+    def _detect(self, kind: str) -> float:
+        return {"planned": 0.0, "hang": self.hang_timeout_s}.get(kind, self.detect_s)
+
+    def cost(self, kind: str, d: Draws, job: Job, mix: FaultMix) -> Cost:
+        lost = 0.0 if kind == "planned" else d.lost * self.interval(job)
+        return Cost("restart", self._detect(kind), self.restart_s, lost)
+
+    def expected_cost(self, kind: str, job: Job, mix: FaultMix) -> tuple[float, float]:
+        lost = 0.0 if kind == "planned" else self.interval(job) / 2
+        return math.exp(-job.rate_per_s * (self._detect(kind) + self.restart_s)), lost
+
+
+def daly_interval(ckpt_write_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order optimum of the work between checkpoints (Daly 2006, FGCS 22(3))."""
+    if math.isinf(mtbf_s):
+        return math.inf
+    if ckpt_write_s >= 2 * mtbf_s:
+        return mtbf_s
+    x = ckpt_write_s / (2 * mtbf_s)
+    return math.sqrt(2 * ckpt_write_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - ckpt_write_s
