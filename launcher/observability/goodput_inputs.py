@@ -2,12 +2,14 @@
 ``recovered`` events it took, read from ``events.jsonl`` (pure).
 
 A recovery is filed under the rung that took it by what its generation's events say: a ``node``
-fault whose ranks went to a ``spare`` is the spare rung; one whose ranks went to a satellite, an
-idle or an expansion node is the new-node rung (its seconds hold the node's acquisition and
-start-up); a process fault (a kill, an exit, an exception) is the in-process rung. A hang is left
-out: its seconds hold the hang timeout of that run, which the model takes as an input. Resizes
-give the shrink (a smaller world) and the regrowth (a larger one). A rung no event measured keeps
-its default, and the table says so.
+fault whose ranks went to a node that was added before the fault (a warm spare, whatever its
+source) is the spare rung; one whose ranks went to a node Slurm gave after the fault (a
+satellite, an expansion) is the new-node rung (its seconds hold the node's acquisition and
+start-up; a local run's simulated node back from repair measures nothing); a process fault (a
+kill, an exit, an exception) is the in-process rung. A hang is left out: its seconds hold the
+hang timeout of that run, which the model takes as an input. Resizes give the shrink (a smaller
+world) and the regrowth (a larger one). A rung no event measured keeps its default, and the
+table says so.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 
 from launcher.observability.goodput_strategies import Ladder
 
-NEW_NODE_HOWS = frozenset({"satellite", "idle", "expansion", "local"})
+FROM_THE_SCHEDULER = frozenset({"satellite", "expansion"})
+"""``node-added.how`` of a node Slurm gave after the fault (an idle node of a local run is simulated)."""
 DEFAULT_SOURCES = {
     "inprocess_s": "default: the 500-fault soak's median (docs/benchmarks.md)",
     "spare_s": "default: node kill -> resumed with a warm spare (docs/benchmarks.md, auto-resume)",
@@ -43,12 +46,20 @@ def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
             g = e.get("generation", -1)
             if g not in slowest or e["seconds"] > slowest[g]["seconds"]:
                 slowest[g] = e
+    added_since_fault: set[int] = set()
+    scheduled = False
     for e in events:
         kind = e.get("event")
         if kind == "fault":
+            if not faults:
+                added_since_fault, scheduled = set(), False
             faults.append(str(e.get("kind", "")))
+        elif kind == "node-added" and faults:
+            added_since_fault.add(e.get("node", -1))
+            scheduled = scheduled or e.get("how") in FROM_THE_SCHEDULER
         elif kind == "replaced":
-            hows.add(str(e.get("how", "")))
+            new = e.get("node") in added_since_fault
+            hows.add(("new node" if scheduled else "simulated node") if new else str(e.get("how", "")))
         elif kind == "recovered" and e.get("generation") not in counted:
             g = e.get("generation", -1)
             counted.add(g)
@@ -66,10 +77,10 @@ def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
 def _rung_of(faults: list[str], hows: set[str]) -> str | None:
     if "hang" in faults or not faults:
         return None
+    if "simulated node" in hows:
+        return None  # a local run's node back from repair: no scheduler, no node's start-up
     if "node" in faults:
-        if hows & NEW_NODE_HOWS:
-            return "node_start_s"
-        return "spare_s" if "spare" in hows else None
+        return "node_start_s" if "new node" in hows else "spare_s"
     return "inprocess_s"
 
 

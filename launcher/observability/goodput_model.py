@@ -48,7 +48,7 @@ PARTS = ("detection", "recovery", "redo")
 
 
 def check_number(name: str, value: float, low: float = 0.0, high: float = math.inf) -> None:
-    if not (math.isfinite(value) or value == high == math.inf) or not low <= value <= high:
+    if not math.isfinite(value) or not low <= value <= high:
         raise ValueError(f"{name} {value!r}: must be a number in [{low:g}, {high:g}]")
 
 

@@ -186,15 +186,11 @@ class RunStore:
     # --- a rank's life: warm, alive, reporting ---------------------------------------------
 
     def mark_ready(self, slot: str, at: float) -> None:
-        """Set once by a rank process after its warm-up, when it starts waiting for a plan, with
-        the wall time it did: the supervisor looks only every half heartbeat, which would add up
-        to 0.1 s to a start-up of a few hundredths (a forked standby's)."""
+        """Set once by a warm rank waiting for a plan, with the time it was (not when we looked)."""
         self.raw.set(keys.ready(slot), repr(at))
 
     def ready_at(self, slot: str) -> float | None:
-        """The wall time a process said it was warm, or None while it is not."""
-        text = self._text(keys.ready(slot))
-        return float(text) if text is not None else None
+        return float(text) if (text := self._text(keys.ready(slot))) is not None else None
 
     def beat(self, slot: str) -> None:
         self.raw.add(keys.heartbeat(slot), 1)
