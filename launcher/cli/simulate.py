@@ -187,6 +187,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             _plot(rows, args.plot)
         except OSError as err:
             raise ConfigError(f"--plot {args.plot}: {err.strerror or err}") from None
+        except ValueError as err:  # matplotlib: a suffix that is no image format
+            raise ConfigError(f"--plot {args.plot}: {err}") from None
         print(f"plot: {args.plot}")
     return 0
 

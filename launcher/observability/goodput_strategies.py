@@ -67,6 +67,8 @@ class Ladder:
         busy_mean, room = taken * self.refill_s, self.pool(job) - k
         if room < 0:
             return 0.0
+        if room > busy_mean + 40 * math.sqrt(busy_mean) + 40:  # the tail past it is below 1e-300
+            return 1.0
         term = total = math.exp(-busy_mean)
         for i in range(1, room + 1):
             term *= busy_mean / i
