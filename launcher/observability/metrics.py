@@ -10,7 +10,7 @@ otherwise) and/or written to a file for node_exporter's textfile collector
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from launcher.errors import ConfigError
 from launcher.observability.events import EventLog
 
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+BLOCKED_BUCKETS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
+"""A commit that waits for nothing observes 0: the first bucket counts the steps protection cost nothing."""
 RATE_WINDOW_S = 10.0
 """Steps per second are counted over about this long: long enough to smooth single slow steps."""
 
@@ -85,6 +87,13 @@ class RunMetrics:
         self.stragglers = Counter(
             "sres_stragglers", "Straggler events (a rank slow for --straggler-steps)", registry=r
         )
+        self.blocked = Histogram(
+            "sres_commit_blocked_seconds",
+            "Per rank and step: the commit's wait for the previous commit's snapshot, copies and "
+            "buddy round (what protection costs training; docs/guide/reports.md)",
+            registry=r,
+            buckets=BLOCKED_BUCKETS,
+        )
         self.by_cause = Gauge(
             "sres_goodput_seconds",
             "The run's wall time by cause (set at the end; docs/guide/reports.md)",
@@ -120,6 +129,11 @@ class RunMetrics:
     def on_scores(self, scores: dict[int, float]) -> None:
         for rank, score in scores.items():
             self.straggler_score.labels(rank=str(rank)).set(round(score, 3))
+
+    def on_step_records(self, blocked_s: Iterable[float]) -> None:
+        """Each rank's step as the supervisor read it: its commit blocking."""
+        for seconds in blocked_s:
+            self.blocked.observe(seconds)
 
     def on_step(self, step: int) -> None:
         now = self.clock()
@@ -166,6 +180,9 @@ class MetricsOutput:
             "url": f"http://{self._addr}:{self.port}/metrics" if self.port else None,
             "textfile": str(self.textfile) if self.textfile is not None else None,
         }
+
+    def steps(self, blocked_s: Iterable[float]) -> None:
+        self.metrics.on_step_records(blocked_s)
 
     def update(self, step: int | None, scores: dict[int, float] | None = None) -> None:
         if step is not None and step >= 0:

@@ -262,6 +262,8 @@ class Supervisor:
         if obs.lost:
             obs = self.observer.with_evidence(obs, lambda r: b.slots[plan.members[r]].info.node, b.dead_nodes)
         self.step_log.append(obs.steps)  # observing wrote nothing: the steps it read are kept here
+        if self.metrics is not None:
+            self.metrics.steps(s.record.blocked_s for s in obs.steps)
         self.executor.note(obs)
         return self._settle(now, obs)
 

@@ -151,15 +151,18 @@ class BuddyReplicator:
                     if sending:
                         self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
                     if receiving:
-                        self._store(peer, recv_snapshot(peer, self.group, self.tag))
+                        self._receive(peer)
                 else:
                     if receiving:
-                        self._store(peer, recv_snapshot(peer, self.group, self.tag))
+                        self._receive(peer)
                     if sending:
                         self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
             if threading.current_thread() is self._thread:  # not a round that was abandoned
                 self._error = err
 
-    def _store(self, owner: int, snap: Snapshot) -> None:
-        self.replicas.setdefault(owner, SnapshotRing()).put(snap)
+    def _receive(self, owner: int) -> None:
+        """``owner``'s copy of this round, into the buffers of its oldest kept copy once the ring
+        is full: that copy leaves the ring first, so the newest complete one is always there."""
+        ring = self.replicas.setdefault(owner, SnapshotRing())
+        ring.put(recv_snapshot(owner, self.group, self.tag, reuse=ring.take_oldest()))

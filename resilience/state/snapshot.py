@@ -150,8 +150,20 @@ def layout(snapshot: Snapshot) -> dict[str, int]:
     return {k: v.numel() for k, v in snapshot.buffers.items()}
 
 
-def empty_like_layout(step: int, skeleton: bytes, sizes: Mapping[str, int]) -> Snapshot:
-    return Snapshot(step, skeleton, {k: torch.empty(n, dtype=skel.dtype_named(k)) for k, n in sizes.items()})
+def empty_like_layout(
+    step: int, skeleton: bytes, sizes: Mapping[str, int], reuse: Snapshot | None = None
+) -> Snapshot:
+    """A snapshot to receive into: ``reuse``'s buffers where their dtype and size match (a
+    buddy's copy every commit would otherwise fault in fresh pages each time), new ones elsewhere."""
+    old = reuse.buffers if reuse is not None else {}
+    return Snapshot(
+        step,
+        skeleton,
+        {
+            k: old[k] if k in old and old[k].numel() == n else torch.empty(n, dtype=skel.dtype_named(k))
+            for k, n in sizes.items()
+        },
+    )
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -103,13 +103,17 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     return out
 
 
-def recv_snapshot(src: int, group: dist.ProcessGroup | None = None, tag: int = 0) -> Snapshot:
+def recv_snapshot(
+    src: int, group: dist.ProcessGroup | None = None, tag: int = 0, reuse: Snapshot | None = None
+) -> Snapshot:
+    """``src``'s snapshot, checksum verified; received into ``reuse``'s buffers where they fit
+    (the caller gives up ``reuse``: it is overwritten)."""
     size = torch.empty(1, dtype=torch.int64)
     dist.recv(size, src, group=group, tag=tag)
     meta = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.recv(meta, src, group=group, tag=tag)
     step, skeleton, sizes, expected = _unmeta(meta.numpy().tobytes())
-    snap = empty_like_layout(step, skeleton, sizes)
+    snap = empty_like_layout(step, skeleton, sizes, reuse)
     regions = snap.regions()
     for region in regions:
         dist.recv(region, src, group=group, tag=tag)

@@ -71,3 +71,13 @@ def test_straggler_scores_and_events():
     m.on_event({"event": "straggler", "rank": 2, "score": 3.0})
     s = samples(m)
     assert s[("sres_straggler_score", (("rank", "2"),))] == 3.04 and s[("sres_stragglers_total", ())] == 1
+
+
+def test_commit_blocking_per_rank_step_is_a_histogram():
+    """What protection costs training, live: most commits wait for nothing (the 0 bucket)."""
+    m = RunMetrics()
+    m.on_step_records([0.0, 0.0, 0.0, 0.2])
+    s = samples(m)
+    assert s[("sres_commit_blocked_seconds_count", ())] == 4
+    assert s[("sres_commit_blocked_seconds_bucket", (("le", "0.0"),))] == 3
+    assert s[("sres_commit_blocked_seconds_sum", ())] == 0.2
