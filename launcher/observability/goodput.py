@@ -109,8 +109,8 @@ def account(
     for before, steps_of_generation in zip([None, *generations], generations):
         if before is not None:
             _gap(tiles, run, before[-1], steps_of_generation[0], median, redone)
-        for prev, step in zip(steps_of_generation, steps_of_generation[1:]):
-            _step(tiles, prev.end, step, median, redone, flagged)
+        for step in steps_of_generation[1:]:
+            _step(tiles, step, median, redone, flagged)
     tiles.add("other", end_t)
     return tiles.seconds
 
@@ -198,7 +198,6 @@ def _median_useful(generations: list[list[Step]], flagged: dict[tuple[int, int],
 
 def _step(
     tiles: _Tiles,
-    prev_end: float,
     step: Step,
     median: float,
     redone: set[tuple[int, int]],
@@ -212,7 +211,12 @@ def _step(
 
 
 def _gap(
-    tiles: _Tiles, run: Sequence[dict[str, Any]], last: Step, first: Step, median: float, redone: set
+    tiles: _Tiles,
+    run: Sequence[dict[str, Any]],
+    last: Step,
+    first: Step,
+    median: float,
+    redone: set[tuple[int, int]],
 ) -> None:
     """From ``last`` (a generation's last step) to the end of ``first`` (the next one's first)."""
     opened = [e for e in run if last.generation < (e.get("generation") or 0) <= first.generation]
