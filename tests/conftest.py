@@ -36,6 +36,10 @@ each, side by side. Every Slurm test shares one lane because the test clusters n
 alike (n1, n2, ...) and a node kill finds its processes by that name."""
 
 
+LIGHT_LOCAL = {"test_demo.py", "test_buddy_buffers.py"}
+"""Local tests run in the Slurm lane, which waits on Slurm's timers more than it computes."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the lane into the test's group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -55,7 +59,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # its local executor are CPU-light, mostly waiting on job polls, and balance the
             # lanes there (CI, 2 cores: local 30.3 min and slurm 22.7 min before).
             lane = LANES["cluster"]
-        if item.path.name == "test_demo.py":
+        if item.path.name in LIGHT_LOCAL:
             lane = LANES["cluster"]  # the local lane is the longer one (CI: 29 min of 30)
         if lane is not None:
             item.add_marker(pytest.mark.xdist_group(lane))
