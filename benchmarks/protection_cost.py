@@ -47,6 +47,11 @@ def width_for(mib: int) -> int:
     return int(WIDTH_PER_SQRT_MIB * mib**0.5)
 
 
+def mlp_mib(width: int) -> int:
+    """The example MLP's parameters and AdamW moments at this width: DEPTH + 1 square layers."""
+    return round((DEPTH + 1) * (width * width + width) * 3 * 4 / 2**20)
+
+
 def one_run(work: Path, mib: int, tiers: bool, compute_s: float) -> tuple[float, float]:
     """Median step time and median commit blocking of one ``sres run``, its first 2 steps left out."""
     log_dir = Path(tempfile.mkdtemp(prefix=f"{mib}-{'tiers' if tiers else 'plain'}-", dir=work))
@@ -103,13 +108,13 @@ def main() -> int:
         for mib in sizes:
             got: dict[str, list[float]] = {k: [] for k in ("copy", "async", "blocked", "tiers", "plain")}
             for i in range(args.repeat):
-                copy_s, async_s = baselines(mib, work)
+                copy_s, async_s = baselines(mlp_mib(width_for(mib)), work)  # the run's size
                 tiers_step, blocked = one_run(work, mib, True, args.compute_s)
                 plain_step, _ = one_run(work, mib, False, args.compute_s)
                 for key, value in zip(got, (copy_s, async_s, blocked, tiers_step, plain_step)):
                     got[key].append(value)
                 print(f"{mib} MiB, repeat {i + 1}/{args.repeat}: blocked {blocked:.4f} s", flush=True)
-            rows.append((mib, {k: statistics.median(v) for k, v in got.items()}))
+            rows.append((mlp_mib(width_for(mib)), {k: statistics.median(v) for k, v in got.items()}))
     print(
         f"\n{args.compute_s:g} s of simulated accelerator time per step; median of {args.repeat}, interleaved"
     )
