@@ -68,7 +68,7 @@ def run_raising(tmp: Path, *at: str, steps: int = 10) -> tuple[Run, list[tuple[i
         "--log-dir",
         str(log_dir),
         "--hang-timeout",
-        "3",
+        "10",  # none is injected: 3 s saw a rank of a loaded CI machine as hung (a third fault)
         "--reform-timeout",
         "20",
         "--",
