@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
 from benchmarks.checkpoint import make_state, nbytes  # noqa: E402
+from resilience.examples.train_mlp import state_mb  # noqa: E402
 from resilience.state import snapshot  # noqa: E402
 
 DEPTH = 4
@@ -48,8 +49,7 @@ def width_for(mib: int) -> int:
 
 
 def mlp_mib(width: int) -> int:
-    """The example MLP's parameters and AdamW moments at this width: DEPTH + 1 square layers."""
-    return round((DEPTH + 1) * (width * width + width) * 3 * 4 / 2**20)
+    return round(state_mb(width, DEPTH))
 
 
 def one_run(work: Path, mib: int, tiers: bool, compute_s: float) -> tuple[float, float]:
