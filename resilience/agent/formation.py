@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 from torch.distributed.distributed_c10d import _get_default_group
 
 from resilience.agent.abort import GroupSockets
@@ -30,17 +31,29 @@ def form(plan: Plan, rank: int, env: RankEnv, store: RunStore, watch: Generation
     sockets = GroupSockets()
     watch.enter(plan.generation, env.backend, sockets, [])
     timeout = timedelta(seconds=env.reform_timeout_s)
+    group_store = store.group_store(plan.generation)
     with sockets:
-        dist.init_process_group(
-            env.backend,
-            store=store.group_store(plan.generation),
-            rank=rank,
-            world_size=plan.world_size,
-            timeout=timeout,
-        )
-        state_group = dist.new_group(backend="gloo", timeout=timeout)
+        state_group = join_groups(group_store, rank, plan.world_size, env.backend, timeout)
     watch.enter(plan.generation, env.backend, sockets, [_get_default_group(), state_group])
     return state_group
+
+
+def join_groups(
+    store: dist.Store, rank: int, world_size: int, backend: str, timeout: timedelta
+) -> dist.ProcessGroup:
+    """The default group and the state group on ``store``; returns the state group.
+
+    torch names groups by a process-wide counter that only the destruction of a default group
+    resets, and the names are part of the rendezvous keys. An ``init_process_group`` that failed
+    part-way (a peer died during gloo's connectFullMesh) leaves the counter advanced with no
+    group to destroy: this rank would then wait on keys its peers never write, generation after
+    generation, until the restart limit (seen on a loaded 2-core CI machine). Every generation
+    has a store prefix of its own, so the names only need to agree between ranks: start them
+    at 0 each time, as torch's own destroy does for "trainers recovering from failure"."""
+    if not dist.is_initialized():
+        c10d._world.group_count = 0
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return dist.new_group(backend="gloo", timeout=timeout)
 
 
 def destroy() -> None:
