@@ -1,7 +1,8 @@
 """The saver's background lanes: one worker thread per tier a job's saves feed.
 
 A lane runs one job at a time and keeps at most one pending: a newer job replaces the pending
-one (the newest state matters, and memory stays bounded). What the saver's lanes carry besides
+one (the newest state matters, and memory stays bounded), except a flush's copy, which
+someone waits for: the newer job queues behind it. What the saver's lanes carry besides
 the thread, each in one place here: how a tier's failures are said (:class:`Warnings`), whether
 data-parallel ranks store their replicated state once in a shared tier
 (:class:`ReplicatedOnce`), and which steps of the first tier pruning must keep while later
@@ -14,10 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
@@ -44,6 +45,7 @@ class Job:
     force: bool = False
     """Taken by every tier, also those that take only some commits (a K-th commit, a flush)."""
     done: threading.Event | None = None
+    """Set when the job ended; someone waits for this very job (a flush): never replaced."""
     ok: bool = False
 
     @property
@@ -53,33 +55,41 @@ class Job:
 
 class Lane:
     """A worker thread: one job in flight, one pending; a newer submit replaces the pending job
-    (returned to the caller, which releases what it holds)."""
+    (returned to the caller, which releases what it holds) unless someone waits for that one
+    (``Job.done``). CI, 2 cores: a flush's copy queued behind a slow copy was replaced by the
+    next K-th commit's, and the flush said the write failed."""
 
-    def __init__(self, name: str, work: Callable[[Any], None]) -> None:
+    def __init__(self, name: str, work: Callable[[Job], None]) -> None:
         self._work = work
         self._cond = threading.Condition()
-        self._pending: Any = None
+        self._pending: deque[Job] = deque()
         self._busy = False
         self._stopped = False
         self.done_jobs = 0
         self._thread = threading.Thread(target=self._run, name=f"sres-tier-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Any) -> Any:
+    def submit(self, job: Job) -> Job | None:
         with self._cond:
-            dropped, self._pending = self._pending, job
+            dropped = self._replaceable()
+            self._pending.append(job)
             self._cond.notify_all()
             return dropped
 
-    def take_pending(self) -> Any:
+    def take_pending(self) -> Job | None:
         with self._cond:
-            job, self._pending = self._pending, None
-            return job
+            return self._replaceable()
+
+    def _replaceable(self) -> Job | None:
+        """The newest pending job, taken off the queue, unless someone waits for it."""
+        if self._pending and self._pending[-1].done is None:
+            return self._pending.pop()
+        return None
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
-            while self._busy or self._pending is not None:
+            while self._busy or self._pending:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -94,11 +104,11 @@ class Lane:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._pending is None and not self._stopped:
+                while not self._pending and not self._stopped:
                     self._cond.wait()
-                if self._pending is None:
+                if not self._pending:
                     return
-                job, self._pending, self._busy = self._pending, None, True
+                job, self._busy = self._pending.popleft(), True
             try:
                 self._work(job)
             except BaseException as err:  # noqa: BLE001 - a lane must survive one bad job

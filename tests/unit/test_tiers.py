@@ -12,6 +12,7 @@ from resilience.tiers import manifest as mf
 from resilience.state import snapshot
 from resilience.sharded import partition, reshard
 from resilience.tiers.restore import Offer, plan_restore
+from resilience.tiers.persistent import PersistentTier
 from resilience.tiers.saver import RankPlace, TierSaver
 from resilience.tiers import (
     TierConfig,
@@ -316,6 +317,37 @@ def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
     saver.wait_idle()
     assert mf.steps_in(root) == [7, 6]  # flush mode left: retention again
     assert saver.flush_persistent(3, 1)[0] is None
+    saver.close()
+
+
+def test_a_flush_queued_behind_a_slow_copy_is_not_replaced_by_the_next_periodic_one(tmp_path, monkeypatch):
+    """CI, 2 cores: the persistent lane was still copying step 0 when the flush's copy of step 2
+    queued behind it, and commit 3 (a K-th one) replaced it: the flush said the write failed and
+    the requeue had nothing saved. Now the flush's copy is kept and commit 3 queues behind it."""
+    config = TierConfig(
+        job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False
+    )
+    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    lane = saver.lane("persistent")
+    slow, flush_queued = threading.Event(), threading.Event()
+    write, submit = PersistentTier.write, lane.submit
+    monkeypatch.setattr(PersistentTier, "write", lambda *a, **k: slow.wait(10) and write(*a, **k))
+    monkeypatch.setattr(lane, "submit", lambda job: (submit(job), job.done and flush_queued.set())[0])
+    for step in range(3):  # step 0's persistent copy waits at the gate
+        saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+        saver.wait_ram()
+    assert saver.flush_hold(5) == (2, "")
+    result: list = []
+    flush = threading.Thread(target=lambda: result.append(saver.flush_persistent(2, 10)))
+    flush.start()
+    assert flush_queued.wait(10)
+    saver.save(3, {"replicated": {"w": torch.full((10,), 3.0)}})
+    saver.wait_ram()
+    slow.set()
+    flush.join(10)
+    assert result == [(2, "")]
+    saver.wait_idle(10)
+    assert sorted(complete_steps(tmp_path / "p", "j")) == [2, 3]  # step 0 pruned: two kept
     saver.close()
 
 
