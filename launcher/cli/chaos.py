@@ -57,8 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--kinds",
         default=",".join(fault_schedule.DEFAULT_KINDS),
-        help="fault kinds (default %(default)s; also kill-during-copy for sharded state, kill-all "
-        "with tiers)",
+        help="fault kinds (default %(default)s; also kill-during-copy and kill-during-capture for "
+        "sharded state, kill-all with tiers)",
     )
     p.add_argument(
         "--log-dir",

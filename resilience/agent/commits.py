@@ -134,6 +134,14 @@ class CommitPipeline:
                     len(self.kept.twins),
                     hook,
                 )
+                self._capture_hook = faults.copy_hook(
+                    self.env.injections,
+                    self.store,
+                    self.rank,
+                    self.env.node,
+                    plan.world_size,
+                    kind="kill-during-capture",
+                )
             reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
             self._capture = threading.Thread(
                 target=self._capture_states, args=(step, states, reuse), name="sres-snapshot", daemon=True
@@ -176,7 +184,12 @@ class CommitPipeline:
 
     def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
         try:
-            snaps = {kind: snapshot.capture(states[kind], step, reuse[kind]) for kind in self.kept.own}
+            snaps = {
+                kind: snapshot.capture(
+                    states[kind], step, reuse[kind], self._capture_hook if kind == "sharded" else None
+                )
+                for kind in self.kept.own
+            }
             for kind, snap in snaps.items():
                 self.kept.own[kind].put(snap)
             if self.replicator is not None and states["sharded"]:

@@ -12,6 +12,9 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
                             after the optimizer step, before the commit is recorded
 ``kill-during-copy:rank=R:step=S``  SIGKILL rank R half-way through sending its buddy
                             copy of commit S (sharded state: its buddy holds a partial copy)
+``kill-during-capture:rank=R:step=S``  SIGKILL rank R half-way through its own snapshot of
+                            commit S, taken in the background while step S + 1 computes
+                            (sharded state: commit S of rank R then exists nowhere complete)
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
                             survives: the RAM tier must serve the restart)
 ``corrupt-ram:rank=R:step=S``  when rank R starts step S, flip one byte in the middle of its
@@ -146,20 +149,26 @@ def fire(
 
 
 def copy_hook(
-    injections: Iterable[Injection], store: RunStore, rank: int, node: int, world_size: int
+    injections: Iterable[Injection],
+    store: RunStore,
+    rank: int,
+    node: int,
+    world_size: int,
+    kind: str = "kill-during-copy",
 ) -> Callable[[int], None] | None:
-    """The buddy replicator's ``sending(step)`` hook that fires ``kill-during-copy``; ``None``
-    when none is injected. It runs on the replicator's thread, so it has its own store client."""
-    injections = tuple(i for i in injections if i.kind == "kill-during-copy")
+    """A background copy's ``midway(step)`` hook that fires ``kind`` (``kill-during-copy``: the
+    buddy replicator's sends; ``kill-during-capture``: the snapshot of a commit); ``None`` when
+    none is injected. It runs on the copy's thread, so it has its own store client."""
+    injections = tuple(i for i in injections if i.kind == kind)
     if not injections:
         return None
     own = store.clone()
 
-    def sending(step: int) -> None:
-        for injection in due(injections, step=step, rank=rank, node=node, kinds=("kill-during-copy",)):
+    def midway(step: int) -> None:
+        for injection in due(injections, step=step, rank=rank, node=node, kinds=(kind,)):
             fire(injection, own, rank, node, world_size)
 
-    return sending
+    return midway
 
 
 def transfer_hook(
@@ -267,6 +276,7 @@ def perform(injection: Injection) -> None:
         "kill",
         "kill-during-commit",
         "kill-during-copy",
+        "kill-during-capture",
         "kill-all",
         "kill-during-transfer",
     ):

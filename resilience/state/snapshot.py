@@ -58,11 +58,16 @@ def describe(states: Mapping[str, Any]) -> tuple[bytes, list[torch.Tensor], dict
     return skeleton, tensors, sizes
 
 
-def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None) -> Snapshot:
+def capture(
+    states: Mapping[str, Any],
+    step: int,
+    reuse: Snapshot | None = None,
+    midway: Callable[[int], None] | None = None,
+) -> Snapshot:
     """Copy ``states`` (name -> state dict or plain value) into a snapshot.
 
     ``reuse`` lends its buffers when their sizes match, so that steady-state commits
-    allocate nothing.
+    allocate nothing. ``midway(step)`` runs half-way through the copy (fault injection).
     """
     tensors: list[torch.Tensor] = []
     skeleton, refs, sizes = skel.dumps(dict(states), tensors)  # the places at hand: no parse back
@@ -72,7 +77,10 @@ def capture(states: Mapping[str, Any], step: int, reuse: Snapshot | None = None)
         buffers[key] = (
             old if old is not None and old.numel() == size else torch.empty(size, dtype=skel.dtype_named(key))
         )
-    for t, region in zip(tensors, _regions(buffers, refs)):
+    half = len(tensors) // 2
+    for i, (t, region) in enumerate(zip(tensors, _regions(buffers, refs))):
+        if i == half and midway is not None:
+            midway(step)
         region.copy_(t.detach().reshape(-1))
     return Snapshot(step=step, skeleton=skeleton, buffers=buffers)
 

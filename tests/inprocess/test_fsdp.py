@@ -92,6 +92,16 @@ def test_a_rank_killed_during_the_buddy_copy_rolls_every_rank_back_and_the_resul
     assert run.digests() == fault_free.digests() and model_digests(run) == model_digests(fault_free)
 
 
+def test_a_rank_killed_during_its_background_capture_rolls_every_rank_back_exactly(tmp_path, fault_free):
+    """Rank 1 dies half-way through its snapshot of commit 9's shards, taken while step 10 runs:
+    commit 9 of rank 1 exists nowhere complete, so every rank restores commit 8."""
+    run = fsdp_run(tmp_path, "capture-cut", "--spares", "1", "--inject", "kill-during-capture:rank=1:step=9")
+    assert run.returncode == 0, run.stderr
+    (recovered,) = run.of("recovered")
+    assert recovered["source"] == "peer" and recovered["step"] == 8, recovered
+    assert run.digests() == fault_free.digests() and model_digests(run) == model_digests(fault_free)
+
+
 def test_fsdp_state_reshards_from_peers_memory_when_the_world_shrinks_and_grows(tmp_path):
     """4 -> 3 (a node lost, no spare) -> 4 (`sres grow`), no tiers: at each resize every rank
     gets all the old shards from the survivors' memory and cuts its own for the new mesh. The

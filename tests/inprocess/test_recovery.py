@@ -66,6 +66,28 @@ def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_referenc
     assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
 
 
+def test_a_rank_killed_during_its_background_capture_resumes_everyone_from_the_commit_before(
+    tmp_path, sharded_reference
+):
+    """ZeRO-1: rank 1 dies half-way through its snapshot of commit 6, taken in the background
+    while step 7 computes. Its shards of commit 6 exist nowhere complete (the buddy copy starts
+    after the capture), so every rank resumes from commit 5, none from a mix, and the result is
+    the fault-free one."""
+    run = sres_run(
+        tmp_path,
+        "--spares",
+        "1",
+        "--inject",
+        "kill-during-capture:rank=1:step=6",
+        train_args=("--sharded",),
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == sharded_reference
+    (fault,) = run.of("fault")
+    (recovered,) = run.of("recovered")
+    assert fault["kind"] == "kill" and recovered["source"] == "peer" and recovered["step"] == 5, recovered
+
+
 def test_losing_both_holders_of_a_shard_fails_with_one_clear_line(tmp_path):
     run = sres_run(
         tmp_path,

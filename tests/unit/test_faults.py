@@ -15,6 +15,7 @@ def test_parse_every_kind():
             "node:1:gen=2",
             "kill:rank=0:gen=3",
             "kill-during-copy:rank=1:step=6",
+            "kill-during-capture:rank=2:step=3",
         ]
     )
     assert [s.spec for s in specs] == [
@@ -26,8 +27,9 @@ def test_parse_every_kind():
         "node:1:gen=2",
         "kill:rank=0:gen=3",
         "kill-during-copy:rank=1:step=6",
+        "kill-during-capture:rank=2:step=3",
     ]
-    assert [s.index for s in specs] == list(range(8))
+    assert [s.index for s in specs] == list(range(9))
 
 
 @pytest.mark.parametrize(
