@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,39 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
     return rows
 
 
+WAITED_S = 0.001
+"""A commit that waited less than this for the previous one's copies did not wait."""
+
+
+def protection_rows(data: RunData) -> list[dict[str, Any]]:
+    """What being protected cost: the time commits waited for the previous commit's background
+    copies (snapshot, buddy copies, tiers), for all ranks and for the rank that waited most,
+    against their step time. The copies run while the next step computes: a step that gave them
+    enough time waits 0."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for s in data.steps:
+        by_rank.setdefault(s["rank"], []).append(s)
+    if not by_rank:
+        return []
+    worst = max(by_rank, key=lambda r: sum(s.get("blocked_s", 0.0) for s in by_rank[r]))
+    everyone = [s for steps in by_rank.values() for s in steps]
+    return [_protection_row("all ranks", everyone), _protection_row(f"most (rank {worst})", by_rank[worst])]
+
+
+def _protection_row(who: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    blocked = sorted(s.get("blocked_s", 0.0) for s in steps)
+    step_s = sum(s.get("step_s") or 0.0 for s in steps)
+    return {
+        "ranks": who,
+        "steps": len(steps),
+        "waited s": sum(blocked),
+        "share of step time": f"{sum(blocked) / step_s:.2%}" if step_s else None,
+        "median s": statistics.median(blocked),
+        "max s": blocked[-1],
+        "steps that waited": sum(b >= WAITED_S for b in blocked),
+    }
+
+
 def render(run_dir: Path, out: Path | None = None) -> Path:
     from launcher.observability import report_plots
 
@@ -130,6 +164,8 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
     )
     faults = fault_rows(data)
     fault_table = _table(faults) if faults else "<p>No fault.</p>"
+    protection = protection_rows(data)
+    protection_table = _table(protection) if protection else "<p>No step recorded.</p>"
     start = goodput.last_run(data.events)[0]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>sres report: {html.escape(str(run_dir))}</title>
@@ -143,6 +179,9 @@ th{{background:#eee}}.warn{{color:#a00;font-weight:bold}}img{{max-width:100%}}</
 <h2>Step time</h2>{_img(images["timeline"], "step time over wall time")}
 <h2>Where the time went</h2>{_img(images["goodput"], "goodput by cause")}
 <table><tr><th>cause</th><th>seconds</th><th>share</th></tr>{cause_rows}</table>
+<h2>What protection cost</h2>
+<p>Time commits waited for the previous commit's copies (snapshot, buddy copies, checkpoint
+tiers), which run while the next step computes.</p>{protection_table}
 <h2>Compute time per rank</h2>{_img(images["heatmap"], "compute time per rank and step")}
 <h2>Faults</h2>{fault_table}
 </body></html>

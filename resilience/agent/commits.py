@@ -2,8 +2,9 @@
 
 Before a step: a resize's pause, injected faults. At a commit: this rank's own part goes to its
 buddies at once; at the step boundary after it (``committed``), what the commit protects is
-final, and the background copies start (sharded snapshots and buddy copies, the tiers), to be
-joined before the next commit changes what they read. Part of :class:`~resilience.agent.loop.Agent`,
+final, and the background copies start: sharded snapshots and the tiers' copies, which read
+live state and are joined before the next commit changes it; then the buddy copies, which read
+the snapshot and are joined at the end of the next step. Part of :class:`~resilience.agent.loop.Agent`,
 split off by phase: it uses the agent's generation state (plan, rank, groups, rings).
 """
 
@@ -62,10 +63,11 @@ class CommitPipeline:
             )
 
     def before_commit(self) -> None:
-        # The previous commit's copy and buddy round must finish before the optimizer
-        # changes the state they read.
+        # The previous commit's snapshot must be taken before the optimizer changes the state it
+        # reads. Its buddy copies read the snapshot, not the live state: they may go on through
+        # this optimizer step, to the end of the step (``committed``).
         started = time.perf_counter()
-        self._wait_background()
+        self._wait_captured()
         self._timer.blocked(time.perf_counter() - started)
         self._in_commit = True
 
@@ -116,6 +118,11 @@ class CommitPipeline:
         if self.kept.sharded:
             # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
             # (The tiers take their own copy in the same background thread.)
+            # The previous commit's buddy round ends with the step after it, as it did when the
+            # optimizer step waited for it: a lost rank's buddy never holds an older commit.
+            started = time.perf_counter()
+            self._wait_background()
+            self._timer.blocked_at_boundary(time.perf_counter() - started)
             self.kept.shard_as(self.plan.world_size, self.rank)
             states = ctx.states()
             if self.replicator is None:
@@ -140,7 +147,7 @@ class CommitPipeline:
                     self.rank,
                     self.env.node,
                     plan.world_size,
-                    kind="kill-during-capture",
+                    kinds=("kill-during-capture", "stall-capture"),
                 )
             reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
             self._capture = threading.Thread(
@@ -192,10 +199,10 @@ class CommitPipeline:
             }
             for kind, snap in snaps.items():
                 self.kept.own[kind].put(snap)
-            if self.replicator is not None and states["sharded"]:
-                self.replicator.start(snaps["sharded"])
-            if self.tiers is not None:
+            if self.tiers is not None:  # it reads live state too: before anything waits
                 self.tiers.saver.save(step, states)
+            if self.replicator is not None and states["sharded"]:
+                self.replicator.start(snaps["sharded"])  # once the previous round is done
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err
@@ -208,6 +215,13 @@ class CommitPipeline:
                 self._capture_error = err
 
     def _wait_background(self, raise_errors: bool = True) -> None:
+        """Every background copy of the last commit: its capture, its rank part's and its
+        sharded state's rounds to the buddies."""
+        self._wait_captured(raise_errors, rounds=True)
+
+    def _wait_captured(self, raise_errors: bool = True, rounds: bool = False) -> None:
+        """The last commit's capture (and its rank part's round, a few KiB); with ``rounds``
+        also the buddy round of its sharded state."""
         if self._capture is not None:
             self._join(self._capture)
             self._capture = None
@@ -216,7 +230,7 @@ class CommitPipeline:
             if self.kept.parts.in_flight is not None:
                 self._join(self.kept.parts.in_flight)
             self.kept.parts.wait()
-            if self.replicator is not None:
+            if rounds and self.replicator is not None:
                 if self.replicator.in_flight is not None:
                     self._join(self.replicator.in_flight)
                 self.replicator.wait()

@@ -15,6 +15,9 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
 ``kill-during-capture:rank=R:step=S``  SIGKILL rank R half-way through its own snapshot of
                             commit S, taken in the background while step S + 1 computes
                             (sharded state: commit S of rank R then exists nowhere complete)
+``stall-capture:rank=R:step=S``  rank R's snapshot of commit S stops half-way for
+                            ``STALL_CAPTURE_S`` (memory pressure): the optimizer step of S + 1
+                            must wait for it, or that snapshot would hold some of S + 1
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
                             survives: the RAM tier must serve the restart)
 ``corrupt-ram:rank=R:step=S``  when rank R starts step S, flip one byte in the middle of its
@@ -154,18 +157,19 @@ def copy_hook(
     rank: int,
     node: int,
     world_size: int,
-    kind: str = "kill-during-copy",
+    kinds: tuple[str, ...] = ("kill-during-copy",),
 ) -> Callable[[int], None] | None:
-    """A background copy's ``midway(step)`` hook that fires ``kind`` (``kill-during-copy``: the
-    buddy replicator's sends; ``kill-during-capture``: the snapshot of a commit); ``None`` when
-    none is injected. It runs on the copy's thread, so it has its own store client."""
-    injections = tuple(i for i in injections if i.kind == kind)
+    """A background copy's ``midway(step)`` hook that fires ``kinds`` (``kill-during-copy``: the
+    buddy replicator's sends; ``kill-during-capture`` and ``stall-capture``: the snapshot of a
+    commit); ``None`` when none is injected. It runs on the copy's thread, so it has its own
+    store client."""
+    injections = tuple(i for i in injections if i.kind in kinds)
     if not injections:
         return None
     own = store.clone()
 
     def midway(step: int) -> None:
-        for injection in due(injections, step=step, rank=rank, node=node, kinds=(kind,)):
+        for injection in due(injections, step=step, rank=rank, node=node, kinds=kinds):
             fire(injection, own, rank, node, world_size)
 
     return midway
@@ -257,6 +261,10 @@ def _keep_full(fd: int, period_s: float = 0.01) -> None:
     os.close(fd)
 
 
+STALL_CAPTURE_S = 2.0
+"""How long ``stall-capture`` holds a snapshot: many steps of the tests' small models."""
+
+
 def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
     if injection.kind in ("corrupt-ram", "fill-disk", "free-disk"):
@@ -272,6 +280,13 @@ def perform(injection: Injection) -> None:
             filler.unlink(missing_ok=True)
             what = f"freed {filler.parent}"
         print(f"sres: injected {injection.spec}: {what}", file=sys.stderr, flush=True)
+    elif injection.kind == "stall-capture":
+        print(
+            f"sres: injected {injection.spec}: the snapshot waits {STALL_CAPTURE_S:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(STALL_CAPTURE_S)
     elif injection.kind in (
         "kill",
         "kill-during-commit",

@@ -47,6 +47,7 @@ class StepTimer:
         self.collective_t: float | None = None
         self.recent: list[StepRecord] = []
         self.blocked_s = 0.0
+        self._boundary_s = 0.0
         self._since_report = 0
         self._last_end: float | None = None
 
@@ -60,11 +61,17 @@ class StepTimer:
             _active = None
 
     def step_started(self) -> None:
-        self.start_t, self.collective_t, self.blocked_s = self.clock(), None, 0.0
+        self.start_t, self.collective_t = self.clock(), None
+        self.blocked_s, self._boundary_s = self._boundary_s, 0.0
 
     def blocked(self, seconds: float) -> None:
-        """Time this step's commit waited for the previous commit's snapshot, tier copy or buddy round."""
+        """Time this step's commit waited for the previous commit's snapshot or tier copy."""
         self.blocked_s += seconds
+
+    def blocked_at_boundary(self, seconds: float) -> None:
+        """Time the step boundary waited for the previous commit's buddy round, before the next
+        step starts: counted with that step's (its wall time from the last commit holds it)."""
+        self._boundary_s += seconds
 
     def step_committed(self, step: int) -> float | None:
         """Record the step; returns its time from the previous commit (or its start)."""

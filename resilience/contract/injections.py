@@ -22,6 +22,7 @@ KINDS = (
     "kill-during-commit",
     "kill-during-copy",
     "kill-during-capture",
+    "stall-capture",
     "kill-all",
     "slow",
     "corrupt-ram",
@@ -56,7 +57,8 @@ class Injection:
 
 
 _RANK_SPEC = re.compile(
-    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|kill-during-capture|corrupt-ram|fill-disk|free-disk)"
+    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|kill-during-capture|stall-capture|corrupt-ram"
+    r"|fill-disk|free-disk)"
     r":rank=(\d+):(step|gen)=(\d+)$"
 )
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
@@ -95,7 +97,7 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
             raise InjectSpecError(
                 f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
-                "|kill-during-capture|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
+                "|kill-during-capture|stall-capture|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
                 "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
                 "or kill-all|kill-during-transfer|kill-supervisor-child:step=S "
                 "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"

@@ -88,8 +88,10 @@ class BuddyReplicator:
     """Sends this rank's shard to its buddies after each commit, on a background thread.
 
     Uses its own process group, so that its traffic never interleaves with the training
-    collectives of the main thread. At most one round is in flight: :meth:`wait` is called
-    before the next commit reuses buffers.
+    collectives of the main thread. At most one round is in flight: :meth:`start` waits for the
+    previous one (the agent has waited for it already, at the end of the step after its commit:
+    a round reads a snapshot, never live state, so it may run through that step's optimizer
+    update), and two rounds never write the same receive buffers.
     """
 
     def __init__(

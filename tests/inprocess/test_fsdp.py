@@ -92,10 +92,23 @@ def test_a_rank_killed_during_the_buddy_copy_rolls_every_rank_back_and_the_resul
     assert run.digests() == fault_free.digests() and model_digests(run) == model_digests(fault_free)
 
 
-def test_a_rank_killed_during_its_background_capture_rolls_every_rank_back_exactly(tmp_path, fault_free):
-    """Rank 1 dies half-way through its snapshot of commit 9's shards, taken while step 10 runs:
-    commit 9 of rank 1 exists nowhere complete, so every rank restores commit 8."""
-    run = fsdp_run(tmp_path, "capture-cut", "--spares", "1", "--inject", "kill-during-capture:rank=1:step=9")
+def test_a_snapshot_taken_under_the_next_step_is_the_commits_and_a_kill_during_one_rolls_back_exactly(
+    tmp_path, fault_free
+):
+    """Rank 1's snapshot of commit 8 stalls half-way for 2 s while step 9 runs (its optimizer
+    step must wait: a snapshot holding some of step 9 would restore wrong bits); then rank 1 dies
+    half-way through its snapshot of commit 9: that commit exists nowhere complete, so every
+    rank restores commit 8, from that overlapped snapshot, and ends bitwise fault-free."""
+    run = fsdp_run(
+        tmp_path,
+        "capture-cut",
+        "--spares",
+        "1",
+        "--inject",
+        "stall-capture:rank=1:step=8",
+        "--inject",
+        "kill-during-capture:rank=1:step=9",
+    )
     assert run.returncode == 0, run.stderr
     (recovered,) = run.of("recovered")
     assert recovered["source"] == "peer" and recovered["step"] == 8, recovered

@@ -66,17 +66,19 @@ def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_referenc
     assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
 
 
-def test_a_rank_killed_during_its_background_capture_resumes_everyone_from_the_commit_before(
+def test_a_snapshot_taken_under_the_next_step_is_the_commits_and_a_kill_during_one_resumes_from_it(
     tmp_path, sharded_reference
 ):
-    """ZeRO-1: rank 1 dies half-way through its snapshot of commit 6, taken in the background
-    while step 7 computes. Its shards of commit 6 exist nowhere complete (the buddy copy starts
-    after the capture), so every rank resumes from commit 5, none from a mix, and the result is
-    the fault-free one."""
+    """ZeRO-1: rank 1's snapshot of commit 5 stalls half-way for 2 s while step 6 computes (its
+    optimizer step must wait for it). Rank 1 then dies half-way through its snapshot of commit 6:
+    its shards of commit 6 exist nowhere complete (the buddy copy starts after the capture), so
+    every rank resumes from commit 5, none from a mix, and the result is the fault-free one."""
     run = sres_run(
         tmp_path,
         "--spares",
         "1",
+        "--inject",
+        "stall-capture:rank=1:step=5",
         "--inject",
         "kill-during-capture:rank=1:step=6",
         train_args=("--sharded",),

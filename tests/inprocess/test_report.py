@@ -62,7 +62,11 @@ def test_the_page_is_self_contained_and_lists_every_fault(faulty_run, tmp_path):
     ]
     rows = re.findall(r"<tr><td>(\d+)</td><td>(\w+)</td>", page)
     assert [kind for _, kind in rows] == ["node", "kill"]
+    assert "What protection cost" in page
     data = report.load(faulty_run.log_dir)
+    every, most = report.protection_rows(data)
+    assert every["steps"] == len(data.steps) and every["steps"] >= most["steps"] > 0
+    assert most["waited s"] >= every["waited s"] / 3 and every["median s"] < 0.05  # copies overlap steps
     wall = data.end_t - data.start_t
     assert sum(report.causes(data).values()) == pytest.approx(wall, rel=0.01)
 

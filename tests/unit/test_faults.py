@@ -16,6 +16,7 @@ def test_parse_every_kind():
             "kill:rank=0:gen=3",
             "kill-during-copy:rank=1:step=6",
             "kill-during-capture:rank=2:step=3",
+            "stall-capture:rank=0:step=2",
         ]
     )
     assert [s.spec for s in specs] == [
@@ -28,8 +29,9 @@ def test_parse_every_kind():
         "kill:rank=0:gen=3",
         "kill-during-copy:rank=1:step=6",
         "kill-during-capture:rank=2:step=3",
+        "stall-capture:rank=0:step=2",
     ]
-    assert [s.index for s in specs] == list(range(9))
+    assert [s.index for s in specs] == list(range(10))
 
 
 @pytest.mark.parametrize(
