@@ -141,14 +141,6 @@ class CommitPipeline:
                     len(self.kept.twins),
                     hook,
                 )
-                self._capture_hook = faults.copy_hook(
-                    self.env.injections,
-                    self.store,
-                    self.rank,
-                    self.env.node,
-                    plan.world_size,
-                    kinds=("kill-during-capture", "stall-capture"),
-                )
             reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
             self._capture = threading.Thread(
                 target=self._capture_states, args=(step, states, reuse), name="sres-snapshot", daemon=True
@@ -200,7 +192,7 @@ class CommitPipeline:
             for kind, snap in snaps.items():
                 self.kept.own[kind].put(snap)
             if self.tiers is not None:  # it reads live state too: before anything waits
-                self.tiers.saver.save(step, states)
+                self.tiers.saver.save(step, states, midway=self._capture_hook)
             if self.replicator is not None and states["sharded"]:
                 self.replicator.start(snaps["sharded"])  # once the previous round is done
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
@@ -209,7 +201,7 @@ class CommitPipeline:
 
     def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
         try:
-            self.tiers.saver.save(step, states)
+            self.tiers.saver.save(step, states, midway=self._capture_hook)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err

@@ -13,9 +13,11 @@ Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
 ``kill-during-copy:rank=R:step=S``  SIGKILL rank R half-way through sending its buddy
                             copy of commit S (sharded state: its buddy holds a partial copy)
 ``kill-during-capture:rank=R:step=S``  SIGKILL rank R half-way through its own snapshot of
-                            commit S, taken in the background while step S + 1 computes
-                            (sharded state: commit S of rank R then exists nowhere complete)
-``stall-capture:rank=R:step=S``  rank R's snapshot of commit S stops half-way for
+                            commit S (sharded state, or the tiers' copy), taken in the
+                            background while step S + 1 computes: sharded state of rank R at
+                            commit S then exists nowhere complete
+``stall-capture:rank=R:step=S``  rank R's snapshot of commit S (sharded state, or the tiers'
+                            copy) stops half-way for
                             ``STALL_CAPTURE_S`` (memory pressure): the optimizer step of S + 1
                             must wait for it, or that snapshot would hold some of S + 1
 ``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer

@@ -287,6 +287,14 @@ class Agent(CommitPipeline):
 
     def _form(self, plan: Plan) -> None:
         self.state_group = formation.form(plan, self.rank, self.env, self.store, self._watch)
+        self._capture_hook = faults.copy_hook(
+            self.env.injections,
+            self.store,
+            self.rank,
+            self.env.node,
+            plan.world_size,
+            kinds=("kill-during-capture", "stall-capture"),
+        )
         self._commits_this_generation = 0
         self.kept.parts.enter(plan.world_size)
         if dtensors_loaded():

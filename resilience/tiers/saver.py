@@ -96,10 +96,14 @@ class TierSaver:
     # --- the blocking part ---------------------------------------------------------------------
 
     def save(
-        self, step: int, states: Mapping[str, Mapping[str, Any]], force_persistent: bool = False
+        self,
+        step: int,
+        states: Mapping[str, Mapping[str, Any]],
+        force_persistent: bool = False,
+        midway: Callable[[int], None] | None = None,
     ) -> None:
         """Copy ``states`` (kind -> name -> state) into reusable buffers and queue the tiers.
-        Blocks only for the copy."""
+        Blocks only for the copy; ``midway(step)`` runs half-way through it (fault injection)."""
         self.commits += 1
         persist = force_persistent or bool(
             self.config.persist_every and step % self.config.persist_every == 0
@@ -112,7 +116,9 @@ class TierSaver:
             self._first.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()
         snaps = {
-            kind: snapshot.capture(states[kind], step, buffers.get(kind)) for kind in states if states[kind]
+            kind: snapshot.capture(states[kind], step, buffers.get(kind), midway)
+            for kind in states
+            if states[kind]
         }
         for kind, snap in snaps.items():
             if kind not in buffers and _pin_memory():

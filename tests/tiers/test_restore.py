@@ -28,6 +28,25 @@ def test_killing_every_rank_restores_from_ram_bitwise(tmp_path, ram_root, tiers_
     assert not list(ram_root.iterdir()), "a finished run removes its RAM tier"
 
 
+def test_a_ram_copy_taken_under_the_next_step_is_the_commits_state(tmp_path, ram_root, tiers_reference):
+    """DDP: rank 0's RAM-tier snapshot of commit 6 stalls half-way for 2 s while step 7 runs, so
+    its optimizer step must wait for it; every rank is then killed at step 8, with no RAM copy of
+    commit 7 (--ram-every 2): the restart restores that snapshot, and ends bitwise fault-free."""
+    run = sres_tiers(
+        tmp_path,
+        ram_root,
+        "--ram-every",
+        "2",
+        "--inject",
+        "stall-capture:rank=0:step=6",
+        "--inject",
+        "kill-all:step=8",
+    )
+    assert run.returncode == 0, dump(run)
+    assert restored(run)["step"] == 6, dump(run)
+    assert run.digests() == tiers_reference
+
+
 @pytest.fixture
 def killed_job(tmp_path, ram_root):
     """A first run of job 'tiers' whose every rank was SIGKILLed at step KILL_AT: what a job
