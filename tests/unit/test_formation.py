@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.support.rank_pair import run_rank_pair
 
 # Rank 1 tries generation 1 alone (rank 0 never comes: gloo's connect times out inside
 # init_process_group, as when a peer dies during connectFullMesh); rank 0 then starts fresh, as
@@ -41,18 +40,6 @@ SCRIPT = textwrap.dedent("""
 def test_a_rank_whose_formation_failed_part_way_forms_the_next_generation_with_a_fresh_peer():
     """CI, 2 cores: a peer died during connectFullMesh, and the survivor then waited on other
     group names than its replacement in every later generation, until the restart limit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, str(rank), str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    outs = [p.communicate(timeout=90) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-    assert [out.split() for out, _ in outs] == [["4"], ["4"]]
+    ranks = run_rank_pair(SCRIPT)
+    assert [r.returncode for r in ranks] == [0, 0], [r.stderr[-2000:] for r in ranks]
+    assert [r.stdout.split() for r in ranks] == [["4"], ["4"]]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,6 +11,7 @@ import torch.distributed as dist
 from resilience.contract import injections
 from resilience.agent import blame, faults
 from resilience.contract.messages import Report
+from tests.support.rank_pair import run_rank_pair
 
 
 def caught(fn) -> BaseException:
@@ -65,23 +64,7 @@ def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
         except Exception as err:
             print(type(err).__name__, blame.origin(err, released=False))
     """)
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, str(r), str(port)],
-            stdout=subprocess.PIPE,
-            text=True,
-            stderr=subprocess.DEVNULL,
-        )
-        for r in range(2)
-    ]
-    out = procs[0].communicate(timeout=60)[0]
-    procs[1].wait(timeout=60)
-    assert out.split() == ["RuntimeError", "peer"]
+    assert run_rank_pair(script, timeout=60)[0].stdout.split() == ["RuntimeError", "peer"]
 
 
 def test_reports_carry_the_origin_and_type_and_old_reports_still_read():
