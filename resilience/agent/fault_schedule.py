@@ -25,9 +25,8 @@ from resilience.contract.injections import parse as parse_specs
 
 DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
 """Kinds any run with a spare survives. ``kill-during-copy`` and ``kill-during-capture`` (sharded
-state only) and
-``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM tier) are
-chosen with ``kinds=``."""
+state only) and ``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM
+tier) are chosen with ``kinds=``."""
 KINDS = (
     *DEFAULT_KINDS,
     "kill-during-copy",

@@ -74,7 +74,7 @@ class Agent(CommitPipeline):
         self.state_group: dist.ProcessGroup | None = None
         self.replicator: BuddyReplicator | None = None
         self._capture_hook: Callable[[int], None] | None = None
-        """``kill-during-capture``'s hook in the background snapshot of sharded state."""
+        """``kill-during-capture`` and ``stall-capture`` in this generation's background snapshots."""
         self._live: Context | None = None
         self._in_commit = False
         self._capture: threading.Thread | None = None

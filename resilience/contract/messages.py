@@ -151,7 +151,8 @@ class StepRecord:
     t: float
     """Wall-clock time of the commit."""
     blocked_s: float
-    """Waiting for the previous commit's snapshot, tier copy or buddy round."""
+    """Waiting for the previous commit's snapshot and tier copy (at the commit) and buddy round
+    (at the end of the step before)."""
 
 
 @dataclass(frozen=True)
