@@ -106,15 +106,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sres-protection-") as tmp:
         work = Path(tmp)
         for mib in sizes:
+            run_mib = mlp_mib(width_for(mib))  # the size the run's MLP really has
             got: dict[str, list[float]] = {k: [] for k in ("copy", "async", "blocked", "tiers", "plain")}
             for i in range(args.repeat):
-                copy_s, async_s = baselines(mlp_mib(width_for(mib)), work)  # the run's size
+                copy_s, async_s = baselines(run_mib, work)
                 tiers_step, blocked = one_run(work, mib, True, args.compute_s)
                 plain_step, _ = one_run(work, mib, False, args.compute_s)
                 for key, value in zip(got, (copy_s, async_s, blocked, tiers_step, plain_step)):
                     got[key].append(value)
                 print(f"{mib} MiB, repeat {i + 1}/{args.repeat}: blocked {blocked:.4f} s", flush=True)
-            rows.append((mlp_mib(width_for(mib)), {k: statistics.median(v) for k, v in got.items()}))
+            rows.append((run_mib, {k: statistics.median(v) for k, v in got.items()}))
     print(
         f"\n{args.compute_s:g} s of simulated accelerator time per step; median of {args.repeat}, interleaved"
     )
