@@ -114,12 +114,12 @@ def protection_rows(data: RunData) -> list[dict[str, Any]]:
 
 def _protection_row(who: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     blocked = sorted(s.get("blocked_s", 0.0) for s in steps)
-    step_s = sum(s.get("step_s") or 0.0 for s in steps)
+    waited, step_s = sum(blocked), sum(s.get("step_s") or 0.0 for s in steps)
     return {
         "ranks": who,
         "steps": len(steps),
-        "waited s": sum(blocked),
-        "share of step time": f"{sum(blocked) / step_s:.2%}" if step_s else None,
+        "waited s": waited,
+        "share of step time": f"{waited / step_s:.2%}" if step_s else None,
         "median s": statistics.median(blocked),
         "max s": blocked[-1],
         "steps that waited": sum(b >= WAITED_S for b in blocked),
