@@ -84,7 +84,9 @@ def test_lent_nodes_are_taken_back_by_preemption_and_lent_again(cluster, tmp_pat
     """A 2-node job with --max-nodes 4 grows by two satellites in the low-priority partition; a
     job in the high-priority one preempts them; training shrinks to 2 and goes on; it grows
     back once they are idle; every sample is trained once."""
-    steps = 300
+    # 450: in CI the first try to grow back started no satellite, and a run of 300 steps ended
+    # before the second try's resize (its nodes joined at steps 284 and 287).
+    steps = 450
     cluster.drain(cluster.nodes[-1], "out of the way: n1-n4 are the whole partition for this test")
     job = submit_training(
         cluster,
