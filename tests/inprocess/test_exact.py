@@ -19,7 +19,7 @@ DROPOUT = (*EXACT, "--dropout", "0.1")
 CACHE = ("--batch-cache", "--prefetch", "4")
 """The example MLP with dropout; each micro-batch draws from its own stream."""
 CURVE_RTOL = 1e-4
-"""Exact vs float mode, training loss logged every 10 of 200 steps (measured: equal in all 6
+"""Exact vs float mode, training loss logged every 10 of 100 steps (measured at 200: equal in all 6
 printed decimals) and the final eval loss (measured: 1.1e-7 apart)."""
 
 
@@ -174,12 +174,12 @@ def test_exact_loss_curve_follows_float_mode(tmp_path):
             tmp_path / kind,
             "--no-tiers",
             nodes=2,
-            steps=200,
+            steps=100,
             train_args=(*EXACT[:-1], kind, "--progress-every", "10"),
         )
         curves[kind] = logged_losses(run)
         evals[kind] = json.loads((run.log_dir / "out" / "rank0.json").read_text())["eval_loss"]
-    assert len(curves["exact"]) == 21 and curves["exact"].keys() == curves["resilience"].keys()
+    assert len(curves["exact"]) == 11 and curves["exact"].keys() == curves["resilience"].keys()
     for step, loss in curves["resilience"].items():
         assert abs(curves["exact"][step] - loss) <= CURVE_RTOL * loss, step
     assert abs(evals["exact"] - evals["resilience"]) <= CURVE_RTOL * evals["resilience"]

@@ -51,7 +51,15 @@ def check_sample_log(run: ZooRun) -> None:
             seen[line["step"]] = line["generation"]
 
 
-@pytest.mark.parametrize("case", CASES)
+DETERMINISM_IN_CI = ("gpt2_ddp",)
+"""The case with dropout, whose nondeterminism once hid behind a fault. For the others the check is
+a diagnosis, not a guard: a nondeterministic reference already fails the fault test, and this one
+says why. It costs a second fault-free run (about 15 s each in CI), so it runs under ``-m slow``."""
+
+
+@pytest.mark.parametrize(
+    "case", [c if c in DETERMINISM_IN_CI else pytest.param(c, marks=pytest.mark.slow) for c in CASES]
+)
 def test_reference_is_deterministic(tmp_path, reference, case):
     """Two fault-free runs agree: what the faulty run is compared with is the script's own result."""
     ref = reference(case)
