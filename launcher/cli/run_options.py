@@ -49,6 +49,7 @@ def add_supervision_options(p: argparse.ArgumentParser) -> None:
     """Every option of ``RunOptions``, in the order ``--help`` shows them, with their ``SRES_*`` defaults."""
     _add_fault_options(p)
     _add_recovery_options(p)
+    _add_copy_options(p)
     _add_requeue_options(p)
     observability_cli.add_run_arguments(p, default)
     _add_capacity_options(p)
@@ -119,17 +120,30 @@ def _add_recovery_options(p: argparse.ArgumentParser) -> None:
         help=f"seconds to wait for every rank of a new generation (default {d('reform_timeout'):g})",
     )
     p.add_argument(
+        "--node-fault-after",
+        type=int,
+        default=d("node_fault_after"),
+        help=f"process faults on one node after which the node is drained and replaced "
+        f"(default {d('node_fault_after')})",
+    )
+
+
+def _add_copy_options(p: argparse.ArgumentParser) -> None:
+    """How sharded state is copied to buddies after each commit."""
+    d = default
+    p.add_argument(
         "--replication-factor",
         type=int,
         default=d("replication_factor"),
         help=f"copies of each sharded state shard (default {d('replication_factor')})",
     )
     p.add_argument(
-        "--node-fault-after",
-        type=int,
-        default=d("node_fault_after"),
-        help=f"process faults on one node after which the node is drained and replaced "
-        f"(default {d('node_fault_after')})",
+        "--copy-pace",
+        type=finite_float,
+        default=d("copy_pace"),
+        metavar="SHARE",
+        help="share of the recent step time each buddy copy is spread over, so that it leaves while "
+        f"the host idles and ends within the step (default {d('copy_pace'):g}; 0: sent at once)",
     )
 
 

@@ -92,6 +92,7 @@ def run_config(
         reform_timeout_s=o.reform_timeout,
         max_restarts=request.max_restarts,
         replication_factor=o.replication_factor,
+        copy_pace=o.copy_pace,
         node_fault_after=o.node_fault_after,
         max_requeues=o.max_requeues,
         max_timeout_requeues=o.max_timeout_requeues,

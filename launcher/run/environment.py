@@ -81,6 +81,7 @@ VARIABLES: tuple[Variable, ...] = (
     _of("--hang-timeout", "seconds without heartbeat before a rank is declared hung"),
     _of("--reform-timeout", "seconds to wait for every rank of a new generation"),
     _of("--replication-factor", "copies of each sharded state shard"),
+    _of("--copy-pace", "share of the recent step time each buddy copy is spread over (0: at once)"),
     _of("--node-fault-after", "process faults on one node after which the node is drained and replaced"),
     _of("--max-requeues", "requeues of the whole job allowed ('none': Slurm's MaxBatchRequeue only)"),
     _of("--max-timeout-requeues", "requeues at the job's time limit allowed, counted apart"),

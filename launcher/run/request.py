@@ -50,6 +50,7 @@ class RunOptions:
     hang_timeout: float = 30.0
     reform_timeout: float = 60.0
     replication_factor: int = 2
+    copy_pace: float = 0.5
     node_fault_after: int = 2
     # requeues (Slurm batch jobs)
     max_requeues: int | None = 3

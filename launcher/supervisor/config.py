@@ -39,6 +39,7 @@ class RunConfig:
     startup_timeout_s: float = 120.0
     max_restarts: int = 10
     replication_factor: int = rank_env.REPLICATION_FACTOR
+    copy_pace: float = rank_env.COPY_PACE
     node_fault_after: int = 2
     """Process faults on one node after which the node itself counts as bad and is replaced."""
     max_requeues: int | None = 3
@@ -90,6 +91,8 @@ class RunConfig:
             raise ConfigError(f"--metrics-textfile {str(text)!r}: name a file (a *.prom), not a directory")
         if self.replication_factor < 1:
             raise ConfigError("the replication factor must be at least 1")
+        if not 0 <= self.copy_pace < 1:
+            raise ConfigError(f"--copy-pace {self.copy_pace:g}: a share of the step, at least 0 and below 1")
         if self.node_fault_after < 1:
             raise ConfigError("--node-fault-after must be at least 1")
         if self.max_requeues is not None and self.max_requeues < 0:

@@ -302,6 +302,7 @@ class Supervisor:
             heartbeat_s=c.heartbeat_s,
             reform_timeout_s=c.reform_timeout_s,
             replication_factor=c.replication_factor,
+            copy_pace=c.copy_pace,
             liveness_port=self.liveness.port,
             run_secret=self.liveness.secret,
             preempt_signal=c.preempt_signal,

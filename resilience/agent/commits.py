@@ -20,7 +20,7 @@ from resilience.context import Context
 from resilience.contract.injections import Injection
 from resilience.contract.messages import BatchInfo
 from resilience.errors import ResilienceError
-from resilience.state import committed, snapshot
+from resilience.state import committed, pacing, snapshot
 from resilience.state.replication import BuddyReplicator
 
 log = logging.getLogger("resilience")
@@ -194,7 +194,8 @@ class CommitPipeline:
             if self.tiers is not None:  # it reads live state too: before anything waits
                 self.tiers.saver.save(step, states, midway=self._capture_hook)
             if self.replicator is not None and states["sharded"]:
-                self.replicator.start(snaps["sharded"])  # once the previous round is done
+                budget = pacing.round_budget(self._step_times, self.env.copy_pace)
+                self.replicator.start(snaps["sharded"], budget)  # once the previous round is done
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err

@@ -28,6 +28,9 @@ COLLECTIVE_TIMEOUT_S = 600.0
 """The process group's timeout once formed (faults are seen long before, by the supervisor)."""
 REPLICATION_FACTOR = 2
 """Copies of each sharded state shard: its owner's and ``factor - 1`` buddies' on other nodes."""
+COPY_PACE = 0.5
+"""Share of the recent step time a buddy round's sends are spread over (0: sent at once):
+copies that leave mostly while the host idles, and still end within the step."""
 PREEMPT_SIGNAL = "USR2"
 """The signal that means "save and requeue" (USR1 is NCCL's)."""
 BACKEND = "gloo"
@@ -46,6 +49,7 @@ _VARS = {
     "heartbeat_s": "SRES_HEARTBEAT_S",
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
     "replication_factor": "SRES_REPLICATION_FACTOR",
+    "copy_pace": "SRES_COPY_PACE",
     "liveness_port": "SRES_LIVENESS_PORT",
     "run_secret": run_secret.ENV,
     "preempt_signal": "SRES_PREEMPT_SIGNAL",
@@ -60,6 +64,7 @@ RUN_OPTIONS = (
     "reform_timeout_s",
     "collective_timeout_s",
     "replication_factor",
+    "copy_pace",
     "tiers",
     "elastic",
     "deterministic_ddp",
@@ -91,6 +96,8 @@ class RankEnv:
     reform_timeout_s: float = REFORM_TIMEOUT_S
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
     replication_factor: int = REPLICATION_FACTOR
+    copy_pace: float = COPY_PACE
+    """Share of the recent step time each buddy round's sends are spread over (0: at once)."""
     liveness_port: int = 0
     """The supervisor's port a rank holds a connection to, so that a lost node is seen at once (0: none)."""
     run_secret: str = field(default="", repr=False)
@@ -132,6 +139,8 @@ class RankEnv:
             )
         if self.replication_factor < 1:
             raise RankEnvError(f"replication_factor {self.replication_factor}: at least 1")
+        if not 0 <= self.copy_pace < 1:
+            raise RankEnvError(f"copy_pace {self.copy_pace}: at least 0 and below 1")
         for what, name in (("preempt", self.preempt_signal), ("reclaim", self.reclaim_signal or "TERM")):
             if not hasattr(signal, signal_name(name)):
                 raise RankEnvError(f"{what} signal {name!r}: not a signal name")
@@ -253,6 +262,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
+        copy_pace=float(env.get(v["copy_pace"], COPY_PACE)),
         liveness_port=int(env.get(v["liveness_port"], "0")),
         run_secret=env.get(v["run_secret"], ""),
         preempt_signal=env.get(v["preempt_signal"], PREEMPT_SIGNAL),

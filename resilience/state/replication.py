@@ -25,8 +25,9 @@ from resilience.state.recovery_plan import RankPart as RankPart
 from resilience.state.recovery_plan import Transfer as Transfer
 from resilience.state.recovery_plan import plan_rank_parts as plan_rank_parts
 from resilience.state.recovery_plan import plan_recovery as plan_recovery
+from resilience.state.pacing import Pace
 from resilience.state.snapshot import Snapshot
-from resilience.state.transfer import recv_snapshot, send_snapshot
+from resilience.state.transfer import exchange
 
 KEEP = 2
 """Snapshots of a buddy's state kept: its last complete copy and the one before."""
@@ -118,11 +119,14 @@ class BuddyReplicator:
         self._error: BaseException | None = None
         self.bytes_sent = 0
 
-    def start(self, snap: Snapshot) -> None:
+    def start(self, snap: Snapshot, budget_s: float = 0.0) -> None:
+        """A round of ``snap``, its sends spread over ``budget_s`` (0: at once)."""
         self.wait()
         if not self.targets and not self.sources:
             return
-        self._thread = threading.Thread(target=self._round, args=(snap,), name="sres-replicate", daemon=True)
+        self._thread = threading.Thread(
+            target=self._round, args=(snap, budget_s), name="sres-replicate", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -141,30 +145,24 @@ class BuddyReplicator:
             error, self._error = self._error, None
             raise error
 
-    def _round(self, snap: Snapshot) -> None:
+    def _round(self, snap: Snapshot, budget_s: float) -> None:
         try:
-            # Pairs are ordered by rank so that two buddies never both wait to receive first.
-            peers = sorted(set(self.targets) | set(self.sources))
-            me = dist.get_rank()
-            midway = (lambda: self.sending(snap.step)) if self.sending is not None else None
-            for peer in peers:
-                sending, receiving = peer in self.targets, peer in self.sources
-                if me < peer:
-                    if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
-                    if receiving:
-                        self._receive(peer)
-                else:
-                    if receiving:
-                        self._receive(peer)
-                    if sending:
-                        self.bytes_sent += send_snapshot(snap, peer, self.group, midway, self.tag)
+            self.bytes_sent += exchange(
+                snap,
+                self.targets,
+                self.sources,
+                self.group,
+                lambda owner, copy: self.replicas[owner].put(copy),
+                self.tag,
+                reuse=self._lend,
+                midway=(lambda: self.sending(snap.step)) if self.sending is not None else None,
+                pace=lambda total: Pace(budget_s, total),
+            )
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread by wait()
             if threading.current_thread() is self._thread:  # not a round that was abandoned
                 self._error = err
 
-    def _receive(self, owner: int) -> None:
-        """``owner``'s copy of this round, into the buffers of its oldest kept copy once the ring
-        is full: that copy leaves the ring first, so the newest complete one is always there."""
-        ring = self.replicas.setdefault(owner, SnapshotRing())
-        ring.put(recv_snapshot(owner, self.group, self.tag, reuse=ring.take_oldest()))
+    def _lend(self, owner: int) -> Snapshot | None:
+        """Buffers for ``owner``'s copy of this round: its oldest kept copy's once the ring is
+        full. That copy leaves the ring first, so the newest complete one is always there."""
+        return self.replicas.setdefault(owner, SnapshotRing()).take_oldest()

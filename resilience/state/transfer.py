@@ -1,22 +1,38 @@
 """State moved between ranks over a (gloo) process group: one snapshot streamed to a peer, or
 broadcast to the group; every receiver verifies the checksum the sender computed.
 
-A stream is its metadata (step, skeleton, layout, checksum) then one message per tensor, so
-that live tensors go out without a copy into a snapshot first. The metadata is a JSON header
-and the skeleton's bytes, as they are: reading it runs nothing. A ``tag`` keeps two streams
-between the same ranks apart (two background rounds sharing the state group).
+A stream is its metadata (step, skeleton, layout, checksum) then each tensor in chunks of at
+most ``CHUNK_BYTES``, so that live tensors go out without a copy into a snapshot first and no
+single message holds a socket (and the cores that copy through it) for long. The metadata is a
+JSON header and the skeleton's bytes, as they are: reading it runs nothing. A ``tag`` keeps two
+streams between the same ranks apart (two background rounds sharing the state group).
+
+:func:`exchange` is a buddy round: one snapshot to several ranks and one from each of several,
+all in flight at once and paced (:mod:`resilience.state.pacing`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
 from resilience.errors import Unrecoverable
+from resilience.state.pacing import Pace
 from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
+
+CHUNK_BYTES = 4 << 20
+"""Largest message of a stream. Sender and receiver cut the same tensors alike."""
+
+
+def _pieces(tensors: list[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """Each tensor flat, in views of at most ``CHUNK_BYTES`` (an empty tensor is one empty piece)."""
+    for t in tensors:
+        flat = t.detach().contiguous().reshape(-1)
+        yield from flat.split(max(1, CHUNK_BYTES // flat.element_size()))
 
 
 def _meta(step: int, skeleton: bytes, sizes: dict[str, int], expected: str) -> bytes:
@@ -61,19 +77,98 @@ def send_state(
 ) -> int:
     """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
     ones (no copy into a snapshot first); the caller must not change them until this returns.
-    ``midway`` runs when the metadata and half the tensors are out (where faults are injected).
+    ``midway`` runs when the metadata and half the pieces are out (where faults are injected).
     ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
-    meta = _meta(step, skeleton, sizes, checksum(skeleton, tensors))
-    dist.send(torch.tensor([len(meta)], dtype=torch.int64), dst, group=group, tag=tag)
-    dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8), dst, group=group, tag=tag)
-    sent = len(meta)
-    for i, t in enumerate(tensors):
-        if midway is not None and i == len(tensors) // 2:
-            midway()
-        flat = t.detach().contiguous().reshape(-1)
-        dist.send(flat, dst, group=group, tag=tag)
-        sent += flat.numel() * flat.element_size()
+    return _stream(step, skeleton, tensors, sizes, (dst,), group, tag, midway)
+
+
+def exchange(
+    snap: Snapshot,
+    targets: Sequence[int],
+    sources: Sequence[int],
+    group: dist.ProcessGroup,
+    deliver: Callable[[int, Snapshot], None],
+    tag: int = 0,
+    reuse: Callable[[int], Snapshot | None] = lambda src: None,
+    midway: Callable[[], None] | None = None,
+    pace: Callable[[int], Pace] | None = None,
+) -> int:
+    """``snap`` to every rank in ``targets``, and each of ``sources``' snapshots, checksum
+    verified, to ``deliver(src, copy)`` as soon as it is whole; returns the bytes sent.
+
+    Sends and receives run side by side (the receives on a thread of their own), so a round
+    takes one transfer's time at any world size: blocking pairs, ordered so that no two ranks
+    wait on each other, chain around the ring of buddies, one transfer per rank in turn. And a
+    copy received is kept at once, however long this rank's own sends take. ``reuse(src)``
+    lends the buffers ``src``'s copy is received into; ``pace(total_bytes)`` spreads the sends;
+    ``midway`` runs when half the pieces are out.
+    """
+    failed: list[BaseException] = []
+
+    def receive() -> None:
+        try:
+            for src in sources:
+                deliver(src, recv_snapshot(src, group, tag, reuse(src)))
+        except BaseException as err:  # noqa: BLE001 - raised by the caller's thread below
+            failed.append(err)
+
+    receiver = threading.Thread(target=receive, name="sres-receive", daemon=True)
+    receiver.start()
+    try:
+        regions = snap.regions()
+        sent = _stream(snap.step, snap.skeleton, regions, layout(snap), targets, group, tag, midway, pace)
+    finally:
+        receiver.join()  # a round stuck on a peer is left behind by the agent (``_join``), as before
+    if failed:
+        raise failed[0]
     return sent
+
+
+def _stream(
+    step: int,
+    skeleton: bytes,
+    tensors: list[torch.Tensor],
+    sizes: dict[str, int],
+    targets: Sequence[int],
+    group: dist.ProcessGroup | None,
+    tag: int,
+    midway: Callable[[], None] | None,
+    pace: Callable[[int], Pace] | None = None,
+) -> int:
+    """One stream to each of ``targets`` at once: each piece goes to all of them before the next."""
+    if not targets:
+        return 0
+    meta = _meta(step, skeleton, sizes, checksum(skeleton, tensors))
+    for head in _head(meta):
+        for work in [dist.isend(head, dst, group=group, tag=tag) for dst in targets]:
+            work.wait()
+    pieces = list(_pieces(tensors))
+    paced = pace(_nbytes(pieces)) if pace is not None else None
+    for i, piece in enumerate(pieces):
+        if midway is not None and i == len(pieces) // 2:
+            midway()
+        for work in [dist.isend(piece, dst, group=group, tag=tag) for dst in targets]:
+            work.wait()
+        if paced is not None:
+            paced.sent(piece.numel() * piece.element_size())
+    return len(targets) * (len(meta) + _nbytes(pieces))
+
+
+def _head(meta: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two messages that open a stream: the metadata's length, then the metadata."""
+    return torch.tensor([len(meta)], dtype=torch.int64), torch.frombuffer(bytearray(meta), dtype=torch.uint8)
+
+
+def _recv_meta(src: int, group: dist.ProcessGroup | None, tag: int) -> tuple[int, bytes, dict[str, int], str]:
+    size = torch.empty(1, dtype=torch.int64)
+    dist.recv(size, src, group=group, tag=tag)
+    meta = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.recv(meta, src, group=group, tag=tag)
+    return _unmeta(meta.numpy().tobytes())
+
+
+def _nbytes(pieces: list[torch.Tensor]) -> int:
+    return sum(p.numel() * p.element_size() for p in pieces)
 
 
 def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
@@ -108,15 +203,11 @@ def recv_snapshot(
 ) -> Snapshot:
     """``src``'s snapshot, checksum verified; received into ``reuse``'s buffers where they fit
     (the caller gives up ``reuse``: it is overwritten)."""
-    size = torch.empty(1, dtype=torch.int64)
-    dist.recv(size, src, group=group, tag=tag)
-    meta = torch.empty(int(size.item()), dtype=torch.uint8)
-    dist.recv(meta, src, group=group, tag=tag)
-    step, skeleton, sizes, expected = _unmeta(meta.numpy().tobytes())
+    step, skeleton, sizes, expected = _recv_meta(src, group, tag)
     snap = empty_like_layout(step, skeleton, sizes, reuse)
     regions = snap.regions()
-    for region in regions:
-        dist.recv(region, src, group=group, tag=tag)
+    for piece in _pieces(regions):
+        dist.recv(piece, src, group=group, tag=tag)
     if checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
     return snap
