@@ -17,7 +17,7 @@ A small transformer (``resilience/examples/train_fsdp.py``, ``fully_shard`` per 
             Twice: with CPU compute only, and with --compute-s of simulated accelerator time
             (the host idle during compute, as on a GPU, where the copies run).
 
-    python benchmarks/fsdp.py [--mib 256] [--repeat 3]
+    python benchmarks/fsdp.py [--mib 256] [--repeat 3] [--steady-only] [--nodes 4]
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from resilience.examples.train_fsdp import state_mib  # noqa: E402
 from resilience.state.replication import KEEP, KEEP_OWN  # noqa: E402
 
 NODES = 4
+VARIANTS: dict[str, tuple[str, ...] | None] = {"plain": None, "sres": (), "unpaced": ("--copy-pace", "0")}
+"""The steady-state runs, interleaved: plain torch.distributed, sres, sres sending its copies at once."""
 KILL_AT, STEPS, STEADY_STEPS = 8, 14, 20
 
 CLASSIC_RANK = r"""
@@ -141,9 +143,12 @@ def classic(model: list[str], work: Path, mode: str) -> tuple[float, float]:
     return marks.get("LOADED", 0.0), marks["DONE"]
 
 
-def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> tuple[float, float]:
-    """Rank 0's median step time and peak resident MiB, with or without sres."""
-    out = work / f"steady-{'sres' if protected else 'plain'}-{time.monotonic_ns()}"
+def steady(
+    model: list[str], work: Path, sres: tuple[str, ...] | None, compute_s: float, nodes: int
+) -> tuple[float, float]:
+    """Rank 0's median step time and peak resident MiB on ``nodes`` ranks: under ``sres run``
+    with these extra options, or plain (None)."""
+    out = work / f"steady-{'plain' if sres is None else 'sres'}-{time.monotonic_ns()}"
     train = [
         sys.executable,
         "-m",
@@ -156,7 +161,7 @@ def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> t
         "--out",
         str(out),
     ]
-    if protected:
+    if sres is not None:
         subprocess.run(
             [
                 sys.executable,
@@ -164,8 +169,9 @@ def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> t
                 "launcher.cli",
                 "run",
                 "--nodes",
-                str(NODES),
+                str(nodes),
                 "--no-tiers",
+                *sres,
                 "--log-dir",
                 str(out),
                 "--",
@@ -176,66 +182,19 @@ def steady(model: list[str], work: Path, protected: bool, compute_s: float) -> t
             timeout=900,
             cwd=ROOT,
         )
-    elif any(p.wait(timeout=900) for p in spawn_world(train)):
+    elif any(p.wait(timeout=900) for p in spawn_world(train, nodes)):
         raise SystemExit("the plain run failed")
     rank0 = json.loads((out / "rank0.json").read_text())
     return rank0["median_step_s"], rank0["peak_rss_mib"]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mib", type=float, default=256, help="parameters + AdamW state, all ranks, MiB")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--compute-s",
-        type=float,
-        default=2.0,
-        help="simulated accelerator time per step for the second steady-state row",
-    )
-    args = parser.parse_args()
-    model = shape(args.mib)
-    depth = int(model[model.index("--depth") + 1])
-    total = state_mib(argparse.Namespace(vocab=128, dim=512, depth=depth, heads=8))
-    print(
-        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per "
-        "rank), "
-        f"depth {depth}",
-        flush=True,
-    )
-    with tempfile.TemporaryDirectory(prefix="sres-bench-fsdp-") as tmp:
-        work = Path(tmp)
-        recs = []
-        for i in range(args.repeat):
-            recs.append(ours(model, work))
-            print(
-                f"  ours    trial {i + 1}: {recs[-1]['seconds']:.3f} s (steps lost {recs[-1]['steps_lost']})",
-                flush=True,
-            )
-        classic(model, work, "save")
-        bases = []
-        for i in range(args.repeat):
-            bases.append(classic(model, work, "load"))
-            print(
-                f"  classic trial {i + 1}: loaded {bases[-1][0]:.3f} s, first step {bases[-1][1]:.3f} s",
-                flush=True,
-            )
-        steadies = {}
-        for compute_s in (0.0, args.compute_s):
-            pairs = steadies[compute_s] = []
-            for i in range(args.repeat):  # interleaved: this machine is shared and noisy
-                pairs.append((steady(model, work, False, compute_s), steady(model, work, True, compute_s)))
-                print(
-                    f"  steady  trial {i + 1}, compute {compute_s} s: plain {pairs[-1][0][0]:.4f} s, "
-                    f"sres {pairs[-1][1][0]:.4f} s",
-                    flush=True,
-                )
-
+def print_recovery(recs: list[dict], bases: list[tuple[float, float]]) -> None:
     def med(key):
         return statistics.median(r[key] for r in recs)
 
     total_s, restored_s = med("seconds"), statistics.median(r["seconds"] - r["first_step_s"] for r in recs)
     base_loaded, base = statistics.median(b[0] for b in bases), statistics.median(b[1] for b in bases)
-    print(f"\nRecovery after a node kill, median of {args.repeat} (2-core machine, gloo, CPU)")
+    print(f"\nRecovery after a node kill, median of {len(recs)} (2-core machine, gloo, CPU)")
     print(
         f"{'':>9} {'release':>8} {'re-form':>8} {'transfer':>9} {'state in':>9} {'1st step':>9} {'total':>8} "
         f"{'steps lost':>11}"
@@ -258,30 +217,92 @@ def main() -> int:
         f"  spread: ours {min(r['seconds'] for r in recs):.3f}-{max(r['seconds'] for r in recs):.3f} s, "
         f"classic {min(b[1] for b in bases):.3f}-{max(b[1] for b in bases):.3f} s"
     )
-    print(f"\nSteady state, rank 0, median of {args.repeat} runs of {STEADY_STEPS} steps")
-    print(
-        f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'plain RSS':>10} {'sres RSS':>9} "
-        f"{'extra':>8}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mib", type=float, default=256, help="parameters + AdamW state, all ranks, MiB")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=2.0,
+        help="simulated accelerator time per step for the second steady-state row",
     )
-    for compute_s, pairs in steadies.items():
-        plain = statistics.median(p[0] for p, _ in pairs)
-        protected = statistics.median(q[0] for _, q in pairs)
-        rss_plain = statistics.median(p[1] for p, _ in pairs)
-        rss_sres = statistics.median(q[1] for _, q in pairs)
+    parser.add_argument("--steady-only", action="store_true", help="skip the recovery rows")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=NODES,
+        help=f"ranks of the steady-state runs (default {NODES}; the recovery rows always use {NODES})",
+    )
+    args = parser.parse_args()
+    model = shape(args.mib)
+    depth = int(model[model.index("--depth") + 1])
+    total = state_mib(argparse.Namespace(vocab=128, dim=512, depth=depth, heads=8))
+    print(
+        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per "
+        "rank), "
+        f"depth {depth}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="sres-bench-fsdp-") as tmp:
+        work = Path(tmp)
+        recs, bases = [], []
+        for i in range(0 if args.steady_only else args.repeat):
+            recs.append(ours(model, work))
+            print(
+                f"  ours    trial {i + 1}: {recs[-1]['seconds']:.3f} s (steps lost {recs[-1]['steps_lost']})",
+                flush=True,
+            )
+        if not args.steady_only:
+            classic(model, work, "save")
+        for i in range(0 if args.steady_only else args.repeat):
+            bases.append(classic(model, work, "load"))
+            print(
+                f"  classic trial {i + 1}: loaded {bases[-1][0]:.3f} s, first step {bases[-1][1]:.3f} s",
+                flush=True,
+            )
+        steadies = {}
+        for compute_s in (0.0, args.compute_s):
+            trials = steadies[compute_s] = []
+            for i in range(args.repeat):  # interleaved: this machine is shared and noisy
+                trial = {}
+                for variant, flags in VARIANTS.items():
+                    trial[variant] = steady(model, work, flags, compute_s, args.nodes)
+                trials.append(trial)
+                times = ", ".join(f"{name} {t:.4f} s" for name, (t, _) in trials[-1].items())
+                print(f"  steady  trial {i + 1}, compute {compute_s} s: {times}", flush=True)
+
+    if recs:
+        print_recovery(recs, bases)
+    print(f"\nSteady state, rank 0 of {args.nodes}, median of {args.repeat} runs of {STEADY_STEPS} steps")
+    print(
+        f"{'compute':>8} {'plain s':>9} {'sres s':>9} {'overhead':>9} {'unpaced s':>10} {'overhead':>9} "
+        f"{'plain RSS':>10} {'sres RSS':>9} {'extra':>8}"
+    )
+    for compute_s, trials in steadies.items():
+
+        def median(name: str, i: int, trials=trials) -> float:
+            return statistics.median(t[name][i] for t in trials)
+
+        plain, protected, unpaced = (median(name, 0) for name in VARIANTS)
+        rss_plain, rss_sres = median("plain", 1), median("sres", 1)
         print(
             f"{compute_s:>7.1f}s {plain:>9.4f} {protected:>9.4f} {protected / plain - 1:>8.1%} "
-            f"{rss_plain:>7.0f}MiB "
+            f"{unpaced:>10.4f} {unpaced / plain - 1:>8.1%} {rss_plain:>7.0f}MiB "
             f"{rss_sres:>6.0f}MiB {rss_sres - rss_plain:>5.0f}MiB"
         )
     print(
         "  compute: simulated accelerator time per step (the host waits, as on a GPU); at 0 every step is CPU"
     )
+    print("  unpaced: sres with --copy-pace 0, each buddy copy sent at once instead of over half a step")
     print("  work of 4 ranks on this machine's cores, which the snapshot and buddy copy compete for")
     print(
-        f"  host memory per rank for protection: its shard ({total / NODES:.0f} MiB) kept as its last "
+        f"  host memory per rank for protection: its shard ({total / args.nodes:.0f} MiB) kept as its last "
         f"{KEEP_OWN} "
         f"commits, plus {KEEP} of its buddy's (replication factor 2): "
-        f"{(KEEP_OWN + KEEP) * total / NODES:.0f} MiB "
+        f"{(KEEP_OWN + KEEP) * total / args.nodes:.0f} MiB "
         "by design"
     )
     return 0

@@ -75,7 +75,7 @@ def send_state(
     midway: Callable[[], None] | None = None,
     tag: int = 0,
 ) -> int:
-    """Stream state to ``dst``: metadata, then one message per tensor. The tensors may be live
+    """Stream state to ``dst``: metadata, then the tensors in pieces. The tensors may be live
     ones (no copy into a snapshot first); the caller must not change them until this returns.
     ``midway`` runs when the metadata and half the pieces are out (where faults are injected).
     ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
@@ -97,9 +97,9 @@ def exchange(
     verified, to ``deliver(src, copy)`` as soon as it is whole; returns the bytes sent.
 
     Sends and receives run side by side (the receives on a thread of their own), so a round
-    takes one transfer's time at any world size: blocking pairs, ordered so that no two ranks
-    wait on each other, chain around the ring of buddies, one transfer per rank in turn. And a
-    copy received is kept at once, however long this rank's own sends take. ``reuse(src)``
+    takes one transfer's time at any world size; blocking pairs, ordered so that no two ranks
+    wait on each other, chained around the ring of buddies, one transfer per rank in turn. And
+    a copy received is kept at once, however long this rank's own (paced) sends take. ``reuse(src)``
     lends the buffers ``src``'s copy is received into; ``pace(total_bytes)`` spreads the sends;
     ``midway`` runs when half the pieces are out.
     """
