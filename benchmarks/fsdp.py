@@ -240,10 +240,10 @@ def main() -> int:
     model = shape(args.mib)
     depth = int(model[model.index("--depth") + 1])
     total = state_mib(argparse.Namespace(vocab=128, dim=512, depth=depth, heads=8))
+    recovery = "" if args.steady_only else f"recovery on {NODES} ranks + 1 warm spare, "
     print(
-        f"== FSDP2, {NODES} ranks + 1 warm spare, {total:.0f} MiB of state ({total / NODES:.0f} MiB per "
-        "rank), "
-        f"depth {depth}",
+        f"== FSDP2, depth {depth}, {total:.0f} MiB of state: {recovery}steady state on {args.nodes} ranks "
+        f"({total / args.nodes:.0f} MiB per rank)",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="sres-bench-fsdp-") as tmp:
@@ -297,7 +297,7 @@ def main() -> int:
         "  compute: simulated accelerator time per step (the host waits, as on a GPU); at 0 every step is CPU"
     )
     print("  unpaced: sres with --copy-pace 0, each buddy copy sent at once instead of over half a step")
-    print("  work of 4 ranks on this machine's cores, which the snapshot and buddy copy compete for")
+    print(f"  work of {args.nodes} ranks on this machine's cores, which the snapshot and copies compete for")
     print(
         f"  host memory per rank for protection: its shard ({total / args.nodes:.0f} MiB) kept as its last "
         f"{KEEP_OWN} "
