@@ -97,9 +97,9 @@ def exchange(
     verified, to ``deliver(src, copy)`` as soon as it is whole; returns the bytes sent.
 
     Sends and receives run side by side (the receives on a thread of their own), so a round
-    takes one transfer's time at any world size; blocking pairs, ordered so that no two ranks
-    wait on each other, chained around the ring of buddies, one transfer per rank in turn. And
-    a copy received is kept at once, however long this rank's own (paced) sends take. ``reuse(src)``
+    takes one transfer's time at any world size, where blocking pairs (ordered so that no two
+    ranks wait on each other) chain around the ring of buddies, one transfer per rank in turn.
+    And a copy received is kept at once, however long this rank's own (paced) sends take. ``reuse(src)``
     lends the buffers ``src``'s copy is received into; ``pace(total_bytes)`` spreads the sends;
     ``midway`` runs when half the pieces are out.
     """
@@ -143,7 +143,8 @@ def _stream(
         for work in [dist.isend(head, dst, group=group, tag=tag) for dst in targets]:
             work.wait()
     pieces = list(_pieces(tensors))
-    paced = pace(_nbytes(pieces)) if pace is not None else None
+    total = sum(p.numel() * p.element_size() for p in pieces)
+    paced = pace(total) if pace is not None else None
     for i, piece in enumerate(pieces):
         if midway is not None and i == len(pieces) // 2:
             midway()
@@ -151,7 +152,7 @@ def _stream(
             work.wait()
         if paced is not None:
             paced.sent(piece.numel() * piece.element_size())
-    return len(targets) * (len(meta) + _nbytes(pieces))
+    return len(targets) * (len(meta) + total)
 
 
 def _head(meta: bytes) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,25 +168,17 @@ def _recv_meta(src: int, group: dist.ProcessGroup | None, tag: int) -> tuple[int
     return _unmeta(meta.numpy().tobytes())
 
 
-def _nbytes(pieces: list[torch.Tensor]) -> int:
-    return sum(p.numel() * p.element_size() for p in pieces)
-
-
 def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup | None = None) -> Snapshot:
     """``src``'s snapshot on every rank of ``group`` (``snap`` is given on ``src`` only),
     checksum verified."""
     regions = snap.regions() if snap is not None else []  # a receiver's, once it knows the layout
     if snap is not None:
-        meta = _meta(snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, regions))
-        size = torch.tensor([len(meta)], dtype=torch.int64)
+        size, buf = _head(_meta(snap.step, snap.skeleton, layout(snap), checksum(snap.skeleton, regions)))
     else:
         size = torch.empty(1, dtype=torch.int64)
     dist.broadcast(size, src, group=group)
-    buf = (
-        torch.frombuffer(bytearray(meta), dtype=torch.uint8)
-        if snap is not None
-        else torch.empty(int(size.item()), dtype=torch.uint8)
-    )
+    if snap is None:
+        buf = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.broadcast(buf, src, group=group)
     step, skeleton, sizes, expected = _unmeta(buf.numpy().tobytes())
     out = snap if snap is not None else empty_like_layout(step, skeleton, sizes)
