@@ -3,7 +3,7 @@
 A contract (code outside the project imports these names)::
 
     from launcher.submitit import ResilientExecutor
-    ex = ResilientExecutor(folder="logs/%j")            # Slurm when sbatch is here, else this machine
+    ex = ResilientExecutor(folder="logs/%j")            # Slurm where a cluster is configured, else here
     ex.update_parameters(nodes=4, spares=1, timeout_min=60, slurm_partition="gpu", max_restarts=3)
     job = ex.submit(train, *args)                       # train(ctx, *args), as under sres run;
                                                         # any other callable runs as itself
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.run import environment
 from launcher.run.request import RunOptions, RunRequest
+from launcher.slurm import discovery
 from launcher.submitit_job import command_line, run_dir
 from resilience import submitted_call
 
@@ -205,14 +205,16 @@ def _unprefixed(kwargs: dict[str, Any], cluster: str) -> dict[str, Any]:
 
 
 def slurm_available() -> bool:
-    return shutil.which("sbatch") is not None
+    """Slurm for ``cluster=None``: sbatch here and a cluster configured for it."""
+    return discovery.cluster_configured()
 
 
 class ResilientExecutor(core.Executor):
     """submitit executor whose jobs recover in-process from faults, with peers' state.
 
-    ``cluster``: ``"slurm"``, ``"local"``, or None for Slurm when ``sbatch`` is on PATH, else
-    local (as submitit's AutoExecutor decides). Parameters: the run's shape (``nodes``,
+    ``cluster``: ``"slurm"``, ``"local"``, or None for Slurm when ``sbatch`` is on PATH and a
+    cluster is configured for it (``SLURM_CONF``, ``/etc/slurm/slurm.conf``, configless mode's
+    cache, or inside an allocation), else local. Parameters: the run's shape (``nodes``,
     ``spares``, ``tasks_per_node``, ``max_restarts``), every option of ``sres run``/``sres srun``
     by its long name (``inject``, ``hang_timeout``, ``persistent_dir``, ``min_nodes``, ...: the
     fields of ``RunOptions``), AutoExecutor's generic names (``timeout_min``, ``name``,

@@ -97,5 +97,11 @@ class _Package(types.ModuleType):
             return
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # By reference, as a plain module pickles: a function submitted from a script's
+        # ``__main__`` names ``resilience`` among its globals, and cloudpickle finds no reducer
+        # for a module subclass (its table is keyed by exact type).
+        return importlib.import_module, (self.__name__,)
+
 
 sys.modules[__name__].__class__ = _Package

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from launcher.arg_parser import Parser
 from launcher.errors import SresError
 
 CONFIG_HELP = "health config (default: $SRES_HEALTH_CONFIG, else /etc/sres/health.yaml)"
@@ -143,7 +144,7 @@ def _add_ssh_options(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``sres hooks ...`` on its own (``argv`` starts with ``hooks``): what ``sres`` does with
     it, without loading ``sres``'s other commands. A user's error is one line, exit 1."""
-    parser = argparse.ArgumentParser(prog="sres")
+    parser = Parser(prog="sres")
     add_parser(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.WARNING, format="sres: %(message)s")

@@ -1,7 +1,8 @@
 """``sres``: the one command-line entry point (Slurm RESilience), assembled from one module per subcommand.
 
-Errors a user can cause (:class:`SresError`) print one line and exit 1; usage errors exit 2
-(argparse). Anything else is our bug and keeps its traceback.
+Errors a user can cause (:class:`SresError`) print one line and exit 1; usage errors print one
+line that points to ``--help`` and exit 2 (:class:`launcher.arg_parser.Parser`). Anything else
+is our bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from launcher.arg_parser import Parser
 from launcher.cli import chaos as chaos_cli
 from launcher.cli import ckpt as ckpt_cli
 from launcher.cli import demo, doctor, run_command, template
@@ -21,9 +23,7 @@ from launcher.observability import report
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sres", description="Fault-tolerant PyTorch training on Slurm (slurm-resilience)."
-    )
+    parser = Parser(prog="sres", description="Fault-tolerant PyTorch training on Slurm (slurm-resilience).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what is done, to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -8,12 +8,36 @@ what it answers with a pure function (:func:`classify`), which tests exercise wi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from launcher.errors import NotInAllocation, SlurmError
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.types import Node
+
+
+CONFIG_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/run/slurm/conf/slurm.conf")
+"""Where a Slurm client finds its cluster when ``SLURM_CONF`` is unset: the default path (Debian's,
+and its older one) and the cache that configless mode's ``sackd``/``slurmd`` keep."""
+
+
+def cluster_configured(
+    environ: Mapping[str, str] = os.environ,
+    is_file: Callable[[str], bool] = os.path.isfile,
+    which: Callable[[str], str | None] = shutil.which,
+) -> bool:
+    """Whether a job submitted from here reaches a Slurm cluster: ``sbatch`` on PATH and a
+    configuration it will read. A client installed without a cluster (``slurm-client`` on a
+    workstation) is not one: choosing Slurm there ends in sbatch's own error, not in a run."""
+    if which("sbatch") is None:
+        return False
+    if "SLURM_JOB_ID" in environ:  # inside an allocation: its cluster answered already
+        return True
+    conf = environ.get("SLURM_CONF")
+    if conf:
+        return is_file(conf)
+    return any(is_file(path) for path in CONFIG_PATHS)
 
 
 @dataclass(frozen=True)

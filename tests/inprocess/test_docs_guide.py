@@ -1,4 +1,5 @@
-"""The user guide's runnable code blocks, run as a reader would: in a fresh folder, in order.
+"""The README's and the user guide's runnable code blocks, run as a reader would: saved as
+scripts in a fresh folder, started with ``python`` or ``sres``, in order.
 
 A block is runnable when its fence says so: ```` ```python file=train.py ```` is written to that
 file, ```` ```bash run ```` is run with ``bash -euo pipefail`` (``sres`` from this environment on
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide"
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "guide"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.M | re.S)
 
 
@@ -38,11 +40,13 @@ def runnable_blocks(markdown: str) -> list[Block]:
     return blocks
 
 
-PAGES = sorted(p for p in GUIDE.glob("*.md") if runnable_blocks(p.read_text()))
+PAGES = [ROOT / "README.md", *sorted(p for p in GUIDE.glob("*.md") if runnable_blocks(p.read_text()))]
 
 
-def test_the_guide_has_runnable_blocks():
-    assert {p.name for p in PAGES} >= {"training-loops.md", "slurm.md"}
+def test_the_readme_and_the_guide_have_runnable_blocks():
+    assert {p.name for p in PAGES} >= {"README.md", "training-loops.md", "slurm.md", "submitit.md"}
+    readme = runnable_blocks((ROOT / "README.md").read_text())
+    assert [b.file for b in readme if b.file] == ["train.py", "submit.py"]  # both of its examples
     assert runnable_blocks("```python file=a.py\nx = 1\n```\n```bash\nls\n```\n```bash run\nls\n```\n") == [
         Block("a.py", False, "x = 1\n"),
         Block(None, True, "ls\n"),

@@ -56,9 +56,39 @@ def test_a_non_finite_number_is_a_usage_error(tmp_path, capsys, argv):
     with pytest.raises(SystemExit) as done:
         main(run_args(tmp_path, *argv))
     assert done.value.code == 2
-    err = capsys.readouterr().err.splitlines()
-    assert err[-1] == f"sres run: error: argument {argv[0]}: '{argv[1]}' is not a finite number"
-    assert not any("Traceback" in line for line in err)
+    err = capsys.readouterr().err.splitlines()  # one line, no usage block before it
+    assert err == [
+        f"sres run: error: argument {argv[0]}: '{argv[1]}' is not a finite number (see 'sres run --help')"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["bogus"], "sres: error: argument COMMAND: invalid choice: 'bogus' (choose from "),
+        (
+            ["run", "--nodes"],
+            "sres run: error: argument --nodes: expected one argument (see 'sres run --help')",
+        ),
+        (["hooks", "install"], "sres hooks install: error: the following arguments are required: --nodes"),
+    ],
+)
+def test_a_usage_error_is_one_line_that_points_to_help(capsys, argv, line):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    [err] = capsys.readouterr().err.splitlines()
+    assert err.startswith(line) and err.endswith("--help')"), err
+
+
+def test_sres_hooks_alone_prints_the_same_one_line(capsys):
+    from slurm_plugins.cli import main as hooks_main
+
+    with pytest.raises(SystemExit):
+        hooks_main(["hooks", "check", "--no-such-flag"])
+    assert capsys.readouterr().err.splitlines() == [
+        "sres: error: unrecognized arguments: --no-such-flag (see 'sres --help')"
+    ]
 
 
 def test_simulate_refuses_a_nan_length_instead_of_running_forever(capsys):
@@ -67,7 +97,7 @@ def test_simulate_refuses_a_nan_length_instead_of_running_forever(capsys):
     assert done.value.code == 2
     assert (
         capsys.readouterr().err.splitlines()[-1]
-        == "sres simulate: error: argument --days: 'nan' is not a finite number"
+        == "sres simulate: error: argument --days: 'nan' is not a finite number (see 'sres simulate --help')"
     )
 
 

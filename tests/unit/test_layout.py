@@ -209,14 +209,15 @@ def _all_imports(path: Path) -> set[str]:
 
 def test_admin_hooks_import_from_the_launcher_only_its_slurm_client_and_errors():
     """Hooks run on every node for every job: of the launcher they may use the Slurm client
-    (launcher.slurm, torch-free), the errors and ``privileges`` (giving up root for a job's
-    user, standard library only), nothing that starts or watches ranks."""
+    (launcher.slurm, torch-free), the errors, ``privileges`` (giving up root for a job's
+    user, standard library only) and ``arg_parser`` (one-line usage errors, standard library
+    only), nothing that starts or watches ranks."""
     modules = _modules()
     wrong = {}
     for name, path in modules.items():
         if name.split(".")[0] == "slurm_plugins":
             deps = {d for d in _all_imports(path) if d.split(".")[0] == "launcher"}
-            allowed = ("launcher.errors", "launcher.privileges")
+            allowed = ("launcher.errors", "launcher.privileges", "launcher.arg_parser")
             bad = {d for d in deps if d not in allowed and d.split(".")[:2] != ["launcher", "slurm"]}
             if bad:
                 wrong[name] = sorted(bad)

@@ -54,3 +54,32 @@ def test_an_unknown_name_is_an_attribute_error():
             print(err)
     """)
     assert out == "module 'resilience' has no attribute 'no_such_name'"
+
+
+def test_a_function_of_a_script_that_uses_the_package_pickles_and_runs_elsewhere(tmp_path):
+    """submitit pickles a function defined in a script's ``__main__`` by value, and the modules
+    it names by reference: ``resilience`` (a module subclass, for ``resilience.ddp``) must pickle
+    as a plain module does, or ``ex.submit(train)`` fails in the user's script."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+            import pickle, sys
+            import cloudpickle
+            import resilience
+
+            def train():
+                return resilience.Unrecoverable.__name__, type(resilience).__name__
+
+            blob = cloudpickle.dumps(train)
+            assert pickle.loads(pickle.dumps(resilience)) is resilience
+            sys.stdout.buffer.write(blob)
+        """)
+    )
+    blob = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, timeout=120, check=True
+    ).stdout
+    out = _python(f"""
+        import pickle
+        print(pickle.loads({blob!r})())
+    """)
+    assert out == "('Unrecoverable', '_Package')"

@@ -176,3 +176,26 @@ def test_local_names_and_autoexecutors_local_prefix_are_taken(tmp_path):
     assert ex._executor.max_pickle_size_gb == 2.0
     with pytest.raises(ValueError, match="signal_delay_s=-1"):
         ex.update_parameters(signal_delay_s=-1)
+
+
+@pytest.mark.parametrize(
+    ("sbatch", "environ", "files", "slurm"),
+    [
+        (None, {"SLURM_CONF": "/c/slurm.conf"}, {"/c/slurm.conf"}, False),  # no client: never Slurm
+        ("/usr/bin/sbatch", {}, set(), False),  # slurm-client installed, no cluster configured
+        ("/usr/bin/sbatch", {}, {"/etc/slurm/slurm.conf"}, True),
+        ("/usr/bin/sbatch", {}, {"/run/slurm/conf/slurm.conf"}, True),  # configless mode's cache
+        ("/usr/bin/sbatch", {"SLURM_CONF": "/c/slurm.conf"}, {"/c/slurm.conf"}, True),
+        (
+            "/usr/bin/sbatch",
+            {"SLURM_CONF": "/gone.conf"},
+            {"/etc/slurm/slurm.conf"},
+            False,
+        ),  # sbatch reads SLURM_CONF
+        ("/usr/bin/sbatch", {"SLURM_JOB_ID": "7"}, set(), True),  # inside an allocation
+    ],
+)
+def test_the_executor_chooses_slurm_only_where_a_cluster_is_configured(sbatch, environ, files, slurm):
+    from launcher.slurm.discovery import cluster_configured
+
+    assert cluster_configured(environ, files.__contains__, lambda _name: sbatch) is slurm
