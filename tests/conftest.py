@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import lanes
 from tests.support.running_cluster import running
 from tests.support.slurm_cluster import SlurmCluster
 
@@ -30,20 +31,32 @@ TIERS = {
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""
 
 LANES = {"local": "local", "cluster": "slurm"}
-"""tier -> the xdist group its tests run in (tests/run.sh: ``-n 2 --dist loadgroup``). The Slurm
-tests spend most of their time waiting on Slurm's timers, the local ones on the CPU: one lane
-each, side by side. Every Slurm test shares one lane because the test clusters name their nodes
-alike (n1, n2, ...) and a node kill finds its processes by that name."""
+"""tier -> the xdist group its pinned tests run in (tests/run.sh: ``-n 2 --dist loadgroup``).
+Every Slurm test shares one lane because the test clusters name their nodes alike (n1, n2, ...)
+and a node kill finds its processes by that name; the other lane has the CPU to itself. Every
+other test goes where it balances the two (:func:`tests.support.lanes.balance`)."""
+
+PINNED_FOLDERS = {
+    # Their two users are the machine's (one /dev/shm/sres-<uid>, one mode of /root's): every
+    # test of theirs in the lane that has the Slurm cluster.
+    "security": "cluster",
+    # submitit's own tests: those of its Slurm executor run on the test cluster.
+    "submitit": "cluster",
+}
 
 
-LIGHT_LOCAL = {"test_demo.py", "test_buddy_buffers.py", "test_straggler.py", "test_fork_server.py"}
-"""Local tests run in the Slurm lane, which waits on Slurm's timers more than it computes (the
-straggler test mostly waits for its slowed rank: 45 s of the local lane in CI). The fork server's
-tests (55 s) balance the two lanes: the local one was the longer (29.5 min against 27.2 in CI)."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"record each test's time into {lanes.DURATIONS.name}, which the lanes are balanced from",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the lane into the test's group
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    pinned: dict[str, str] = {}  # nodeid -> lane
+    movable: list[tuple[str, str]] = []  # (nodeid, file): a local test, either lane
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
         tier = TIERS.get(folder)
@@ -51,25 +64,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if tier is not None and not marked:  # a test may say its own tier (a unit test that spawns: local)
             item.add_marker(getattr(pytest.mark, tier))
             marked = {tier}
-        lane = next((LANES[t] for t in marked if t in LANES), None)
-        if folder == "security":
-            # Their two users are the machine's (one /dev/shm/sres-<uid>, one mode of /root's):
-            # every test of theirs in one lane, the one that has the Slurm cluster.
-            lane = LANES["cluster"]
-        if folder == "submitit":
-            # submitit's own tests: those of its Slurm executor run on the test cluster; those of
-            # its local executor are CPU-light, mostly waiting on job polls, and balance the
-            # lanes there (CI, 2 cores: local 30.3 min and slurm 22.7 min before).
-            lane = LANES["cluster"]
-        if item.path.name in LIGHT_LOCAL:
-            lane = LANES["cluster"]  # the local lane is the longer one (CI: 29 min of 30)
+        if folder in PINNED_FOLDERS:
+            pinned[item.nodeid] = LANES[PINNED_FOLDERS[folder]]
+        elif "cluster" in marked:
+            pinned[item.nodeid] = LANES["cluster"]
+        elif "local" in marked:
+            movable.append((item.nodeid, item.nodeid.partition("::")[0]))
+    plan = lanes.balance(pinned, movable, lanes.load(), tuple(sorted(set(LANES.values()))))
+    config.stash[PLAN] = plan
+    for item in items:
+        lane = plan.lane_of.get(item.nodeid)
         if lane is not None:
             item.add_marker(pytest.mark.xdist_group(lane))
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Each lane's total time: the suite takes as long as its longest lane (CI's budget is 30 min),
-    so a test added or moved to ``slow`` is weighed where it runs."""
+PLAN = pytest.StashKey[lanes.Plan]()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    nodeid, at, _lane = report.nodeid.rpartition("@")
+    if at:  # a test that ran in a lane (xdist names it nodeid@lane)
+        lanes.RECORDED[nodeid] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if config.getoption("--store-durations") and not hasattr(config, "workerinput"):  # xdist's controller
+        lanes.store(lanes.RECORDED)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """Each lane's total time against its plan: the suite takes as long as its longest lane (CI's
+    budget is 25 min), so a test added or moved to ``slow`` is weighed where it runs."""
     totals: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -77,8 +103,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
                 lane = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else "unit (either)"
                 totals[lane] = totals.get(lane, 0.0) + report.duration
     if totals:
-        lanes = ", ".join(f"{lane} {seconds / 60:.1f} min" for lane, seconds in sorted(totals.items()))
-        terminalreporter.write_line(f"time per lane: {lanes}")
+        planned = config.stash[PLAN].seconds if PLAN in config.stash else {}
+        lines = ", ".join(
+            f"{lane} {seconds / 60:.1f} min"
+            + (f" (planned {planned[lane] / 60:.1f})" if lane in planned else "")
+            for lane, seconds in sorted(totals.items())
+        )
+        terminalreporter.write_line(f"time per lane: {lines}")
 
 
 @pytest.fixture(scope="session")

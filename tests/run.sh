@@ -2,7 +2,8 @@
 # Runs the whole test suite. Installs what is missing first:
 #   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium (needs root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
-# Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x; --all runs the slow tests too
+# Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x; --all runs the slow tests too;
+# --store-durations records each test's time into tests/durations.json, which balances the lanes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -40,9 +41,9 @@ fi
 say "installing slurm-resilience[test]"
 "$PYTHON" -m pip install -q -e '.[test]'
 
-# The CI set by default; --all adds the soak-length runs (-m slow). Two lanes side by side
-# (tests/conftest.py LANES): the Slurm tests, mostly waiting on Slurm, and the local ones, mostly
-# computing. SRES_TEST_LANES=1 runs everything in this one process.
+# The CI set by default; --all adds the soak-length runs (-m slow). Two lanes side by side: one
+# holds the Slurm tests, and the others are spread over both by their measured times
+# (tests/support/lanes.py). SRES_TEST_LANES=1 runs everything in this one process.
 select=(-m "not slow")
 lanes=()
 [ "${SRES_TEST_LANES:-2}" = 1 ] || lanes=(-n 2 --dist loadgroup)
