@@ -38,6 +38,7 @@ from launcher.run.request import RunOptions, RunRequest
 from launcher.slurm import discovery
 from launcher.submitit_job import command_line, run_dir
 from resilience import submitted_call
+from resilience.contract.run_dir import RunDir
 
 CLUSTERS = ("slurm", "local")
 SHAPE = ("nodes", "spares", "tasks_per_node", "max_restarts")
@@ -68,7 +69,7 @@ class _Events:
     job_id: str
 
     def events(self) -> list[dict]:
-        path = run_dir(self.paths.folder, self.job_id) / "events.jsonl"
+        path = RunDir(run_dir(self.paths.folder, self.job_id)).events
         return read_events(path) if path.exists() else []
 
     def faults(self) -> list[dict]:

@@ -46,6 +46,7 @@ from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
 from launcher.placement.local import LocalRerun  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
+from resilience.contract.run_dir import RunDir  # noqa: E402
 from resilience.submitit_rank import checkpoint  # noqa: E402
 
 RUN_DIR = "{job_id}_sres"
@@ -125,7 +126,7 @@ def _checkpoint_as_submitted(submitted: Path) -> None:
 
 
 def _events(log_dir: Path) -> list[dict]:
-    path = log_dir / "events.jsonl"
+    path = RunDir(log_dir).events
     return read_events(path) if path.exists() else []
 
 

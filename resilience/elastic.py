@@ -27,10 +27,8 @@ from typing import Any
 import torch
 
 from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
+from resilience.contract.run_dir import RunDir
 from resilience.errors import BatchError
-
-SAMPLES_DIR = "samples"
-"""Under the run's log dir: one JSON line per committed step and rank (``ElasticSampler.record``)."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +213,8 @@ class ElasticSampler:
         :func:`coverage` keeps each step's newest generation (a step redone after a rollback).
         """
         start, end = self.span(step, world_size)
-        folder = Path(log_dir) / SAMPLES_DIR
-        folder.mkdir(parents=True, exist_ok=True)
+        files = RunDir(Path(log_dir))
+        files.samples_dir.mkdir(parents=True, exist_ok=True)
         line = {
             "step": step,
             "generation": generation,
@@ -228,7 +226,7 @@ class ElasticSampler:
             "seed": self.seed,
             "t": time.time(),
         }
-        with (folder / f"rank-{rank}.jsonl").open("a") as f:
+        with files.samples(rank).open("a") as f:
             f.write(json.dumps(line) + "\n")
 
 
@@ -252,7 +250,7 @@ class Coverage:
 def coverage(log_dir: str | Path) -> Coverage:
     """Read ``<log_dir>/samples`` and count how often each sample of each epoch was trained."""
     newest: dict[int, dict] = {}
-    for path in sorted((Path(log_dir) / SAMPLES_DIR).glob("rank-*.jsonl")):
+    for path in RunDir(Path(log_dir)).sample_files():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             if rec["step"] not in newest or rec["generation"] > newest[rec["step"]]["generation"]:

@@ -4,6 +4,10 @@ An out-of-memory kill or a SIGKILL of a parent runs none of its clean-up, so its
 notice by themselves; the kernel delivers the signal asked for here when the parent goes. The
 signal follows the *thread* that forked, not the process: a child started from a thread that
 later exits would be killed with it, so callers ask only from the main thread.
+
+Rank processes, fork servers and batch producers ask for SIGKILL when their supervisor dies;
+a ``ResilientExecutor`` job's process asks for SIGINT when submitit's controller dies, so that it
+stops its ranks as a cancel does. Standard library only: the launcher imports it too.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ What Slurm 22.05 gives these programs (seen on the test cluster): the prolog and
 ``SLURM_JOB_ID``, ``SLURM_NODELIST`` (not ``SLURM_JOB_NODELIST``), ``SLURMD_NODENAME``,
 ``SLURM_CLUSTER_NAME`` and ``SLURM_CONF``, but no ``PATH``; the health-check program gets
 only ``SLURMD_NODENAME`` (so its wrapper exports ``SLURM_CONF``).
+
+A config that does not validate fails open (jobs still start, the log says why) or closed, as
+its ``on_config_error`` says. One health run per node at a time: a run that finds the previous
+one (deep checks) still going leaves. The epilog also removes the job's RAM tier
+(``resilience.tiers.cleanup_job``, as the job's user) and its leftover processes.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.run.processes import pid_alive, processes_with_env
 from resilience.agent import fault_schedule
+from resilience.contract.run_dir import RunDir
 from resilience.tiers.layout import job_ram_dir
 
 REPAIR_AFTER_S = 0.0
@@ -57,8 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--kinds",
         default=",".join(fault_schedule.DEFAULT_KINDS),
-        help="fault kinds (default %(default)s; also kill-during-copy and kill-during-capture for "
-        "sharded state, kill-all with tiers)",
+        help="fault kinds (default %(default)s; also "
+        + ", ".join(k for k in fault_schedule.KINDS if k not in fault_schedule.DEFAULT_KINDS)
+        + ": 'sres run --inject help' says what each needs and does)",
     )
     p.add_argument(
         "--log-dir",
@@ -160,9 +162,9 @@ def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
     shown = 0
     while proc.poll() is None:
         time.sleep(0.5)
-        if not progress_every or not (log_dir / "events.jsonl").exists():
+        if not progress_every or not RunDir(log_dir).events.exists():
             continue
-        events = read_events(log_dir / "events.jsonl")
+        events = read_events(RunDir(log_dir).events)
         faults = sum(1 for e in events if e["event"] == "fault")
         if faults // progress_every > shown // progress_every:
             shown = faults
@@ -199,11 +201,16 @@ def _option(options: list[str], name: str) -> str | None:
     return None
 
 
+def _events(log_dir: Path) -> list[dict]:
+    """The run's events (none when it left no events file)."""
+    path = RunDir(log_dir).events
+    return read_events(path) if path.exists() else []
+
+
 def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = None) -> tuple[Verdict, str]:
     """The verdict on the two runs, and the table that shows it."""
     (ref_rc, ref_dir, _), (rc, log_dir, job) = runs["reference"], runs["chaos"]
-    ref_events = read_events(ref_dir / "events.jsonl") if (ref_dir / "events.jsonl").exists() else []
-    events = read_events(log_dir / "events.jsonl") if (log_dir / "events.jsonl").exists() else []
+    ref_events, events = _events(ref_dir), _events(log_dir)
     expected, got = _digests(ref_events), _digests(events)
     verdict = Verdict(identical=ref_rc == 0 and rc == 0 and bool(expected) and expected == got)
     if ref_rc != 0:
@@ -253,11 +260,8 @@ def _table(
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
     seconds = sorted(r["seconds"] for r in recovered)
     finished = [e for e in events if e["event"] == "finished"]
-    schedule = (
-        json.loads((log_dir / "fault-schedule.json").read_text())
-        if (log_dir / "fault-schedule.json").exists()
-        else {"injections": []}
-    )
+    path = RunDir(log_dir).fault_schedule
+    schedule = json.loads(path.read_text()) if path.exists() else {"injections": []}
     lines = [
         f"{'faults injected':<22} {len(schedule['injections'])}",
         f"{'faults seen':<22} {len(faults)} "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.observability.events import read_events
+from resilience.contract.run_dir import RunDir
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,10 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
         return 1
     ref, got = _final(ref_dir), _final(fault_dir)
     identical = sorted(ref) == sorted(got) and all(ref[r]["digest"] == got[r]["digest"] for r in ref)
-    events = read_events(fault_dir / "events.jsonl")
+    events = read_events(RunDir(fault_dir).events)
     rec = next(e for e in events if e["event"] == "recovered")
     finished = next(e for e in events if e["event"] == "finished")
-    ref_finished = next(e for e in read_events(ref_dir / "events.jsonl") if e["event"] == "finished")
+    ref_finished = next(e for e in read_events(RunDir(ref_dir).events) if e["event"] == "finished")
     print("\nresult", file=out)
     print(
         f"  final loss, rank 0      reference {ref[0]['loss']:.9f}   with fault {got[0]['loss']:.9f}",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from launcher.arg_parser import Parser
 from launcher.cli import chaos as chaos_cli
 from launcher.cli import ckpt as ckpt_cli
-from launcher.cli import demo, doctor, run_command, template
+from launcher.cli import demo, doctor, run_command, run_options, template
 from launcher.cli import elastic as elastic_cli
 from launcher.cli import simulate as simulate_cli
 from launcher.errors import SresError
@@ -64,6 +64,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "srun":
         argv = ["srun", *run_command.split_srun_argv(argv[1:])]
+    argv = run_options.inject_help_alias(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="sres: %(message)s")
     return int(args.func(args))

@@ -21,6 +21,7 @@ from launcher.cli import observability_options as observability_cli
 from launcher.run import environment
 from launcher.run.request import RunOptions
 from launcher.slurm.satellites import GROW_BY
+from resilience.contract import injections
 
 
 def default(name: str) -> Any:
@@ -35,6 +36,35 @@ def count_or_none(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: a count, or 'none'") from None
+
+
+class _Inject(argparse.Action):
+    """``--inject SPEC``, repeatable; ``--inject help`` (or ``-h``/``--help`` after it) lists
+    every fault kind from its registry and exits."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if values in HELP_WORDS:
+            print(injections.kinds_help())  # to stdout, as --help
+            parser.exit()
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
+
+
+HELP_WORDS = ("help", "-h", "--help")
+
+
+def inject_help_alias(argv: list[str]) -> list[str]:
+    """``--inject --help`` as ``--inject help``: argparse would take ``--help`` for the command's
+    own and say ``--inject`` expected an argument, where the user asked what it takes."""
+    return [
+        "help" if word in HELP_WORDS[1:] and i and argv[i - 1] == "--inject" else word
+        for i, word in enumerate(argv)
+    ]
 
 
 def options_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RunOptions:
@@ -70,13 +100,12 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
     """Faults to inject, and where the run's logs go."""
     p.add_argument(
         "--inject",
-        action="append",
+        action=_Inject,
         default=[],
         metavar="SPEC",
-        help="fault to inject (repeatable): "
-        "kill|raise|hang|kill-during-commit|kill-during-copy:rank=R:step=S "
-        "or node:N:step=S (see resilience/agent/faults.py for all); "
-        "also SRES_INJECT='SPEC;SPEC'",
+        help="fault to inject (repeatable), e.g. kill:rank=R:step=S or node:N:step=S; "
+        f"kinds: {', '.join(injections.KINDS)}, or random:...; "
+        "'--inject help' says each one's spec and effect; also SRES_INJECT='SPEC;SPEC'",
     )
     p.add_argument(
         "--log-dir",

@@ -21,6 +21,7 @@ from launcher.observability.goodput_model import PARTS, RUNGS, Job, Result, expe
 from launcher.observability.goodput_presets import PRESETS, Preset, preset_work_hours
 from launcher.observability.goodput_sensitivity import tornado
 from launcher.observability.goodput_strategies import Ladder, Restart
+from resilience.contract.run_dir import RunDir
 
 MAX_TRIALS = 100_000
 MAX_FAILURES = 5_000_000
@@ -109,7 +110,7 @@ def _ladder(args: argparse.Namespace) -> tuple[Ladder, dict[str, str]]:
     """Measured from the events, then the options on top."""
     events = []
     for path in args.events:
-        path = path / "events.jsonl" if path.is_dir() else path
+        path = RunDir(path).events if path.is_dir() else path
         if not path.exists():
             raise ConfigError(f"{path}: no such events file")
         events += read_events(path)

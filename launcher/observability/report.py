@@ -19,6 +19,7 @@ from launcher.observability import goodput
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.supervisor import step_reports
+from resilience.contract.run_dir import RunDir
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,9 @@ class RunData:
 
 
 def load(run_dir: Path) -> RunData:
-    path = run_dir / "events.jsonl"
+    path = RunDir(run_dir).events
     if not path.exists():
-        raise ConfigError(f"{run_dir}: no events.jsonl (give the log dir of an sres run)")
+        raise ConfigError(f"{run_dir}: no {path.name} (give the log dir of an sres run)")
     events = read_events(path)
     run = goodput.last_run(events)
     if not run:
@@ -130,13 +131,13 @@ def render(run_dir: Path, out: Path | None = None) -> Path:
     from launcher.observability import report_plots
 
     data = load(run_dir)
-    out = out or run_dir / "report.html"
+    out = out or RunDir(run_dir).report_html
     out.parent.mkdir(parents=True, exist_ok=True)
     account = causes(data)
     images = {
-        "timeline": out.with_name(f"{out.stem}-timeline.png"),
-        "goodput": out.with_name(f"{out.stem}-goodput.png"),
-        "heatmap": out.with_name(f"{out.stem}-ranks.png"),
+        "timeline": RunDir.report_picture(out, "timeline"),
+        "goodput": RunDir.report_picture(out, "goodput"),
+        "heatmap": RunDir.report_picture(out, "ranks"),
     }
     report_plots.timeline(images["timeline"], data.start_t, data.steps, goodput.last_run(data.events))
     report_plots.goodput_bar(images["goodput"], account)

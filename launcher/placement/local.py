@@ -3,6 +3,11 @@
 A "node" is a node id shared by P processes; killing a node SIGKILLs all of them at once. The
 processes themselves are :class:`~launcher.placement.processes.Processes` (per-slot logs, rank
 0's output echoed), the part every placement shares.
+
+Without a scheduler, new nodes come from two places only: a drained node back from repair
+after ``--repair-after`` (an idle node, under a new number) and a simulated node added on
+request (a resize). Under submitit's local controller a :class:`LocalRerun` gives the run what
+a Slurm batch job has: a time limit, and a requeue (an exit code on which its parent runs it again).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import BinaryIO, TextIO
 
 from resilience import parent_death
 from resilience.contract import fork_protocol
+from resilience.contract.run_dir import RunDir
 from launcher.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,8 @@ _SLOT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 class Processes:
     def __init__(self, log_dir: Path, echo: TextIO | None) -> None:
-        self.log_dir = Path(log_dir) / "ranks"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.files = RunDir(Path(log_dir))
+        self.files.ranks.mkdir(parents=True, exist_ok=True)
         self._echo = echo
         self.echo_slot: str | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -112,7 +113,7 @@ class Processes:
     def _pump(self, slot: str, proc: subprocess.Popen[bytes]) -> None:
         out = proc.stdout
         assert out is not None, "started with stdout=PIPE"
-        logs: dict[str, BinaryIO] = {slot: (self.log_dir / f"{slot}.log").open("ab")}
+        logs: dict[str, BinaryIO] = {slot: self.files.rank_log(slot).open("ab")}
         try:
             for line in iter(out.readline, b""):
                 message = fork_protocol.decode_reply(line)  # None: a line of the process's own
@@ -137,7 +138,7 @@ class Processes:
         """One line of ``slot``'s output to its log, and the console while it is echoed."""
         log = logs.get(slot)
         if log is None:
-            log = logs[slot] = (self.log_dir / f"{slot}.log").open("ab")
+            log = logs[slot] = self.files.rank_log(slot).open("ab")
         log.write(line)
         log.flush()
         if slot == self.echo_slot and self._echo is not None:

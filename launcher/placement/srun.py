@@ -11,6 +11,10 @@ Nodes beyond the job's own come from satellites (:mod:`launcher.slurm.satellites
 or, where the cluster permits it, job expansion (``--grow-by expansion``). A satellite's
 ranks are told that SIGTERM means "Slurm takes this node back" (preemption with a grace
 time signals steps first): they report it and the world shrinks at a step boundary.
+A node that must go is drained and dropped from the job (a satellite's: drained, and the
+satellite cancelled). With ``--all-satellites`` every node that holds ranks is a satellite and
+the job's own node runs only the supervisor and its store, so losing a training node never loses
+them (``sbatch_templates/train_supervisor_apart.sbatch``).
 """
 
 from __future__ import annotations

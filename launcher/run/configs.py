@@ -16,6 +16,7 @@ from launcher.run.request import RunOptions, RunRequest, flag
 from launcher.supervisor.config import RunConfig
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 from resilience.contract.injections import Injection
+from resilience.contract.run_dir import RunDir
 from resilience.tiers import TierConfig, TierConfigError, default_job_id
 
 ELASTIC_KEYS = {
@@ -153,7 +154,7 @@ def straggler_config(options: RunOptions) -> StragglerConfig:
 def timeout_requeues(log_dir: Path, restart_count: int) -> int:
     """Requeues this job made at its time limit: its earlier runs' ``requeue`` events in the
     same log dir (a requeued job keeps its id, so its log dir)."""
-    path = log_dir / "events.jsonl"
+    path = RunDir(log_dir).events
     if restart_count == 0 or not path.exists():
         return 0
     return sum(1 for e in read_events(path) if e["event"] == "requeue" and e.get("cause") == "time-limit")

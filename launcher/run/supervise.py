@@ -26,6 +26,7 @@ from launcher.run import configs
 from launcher.run.request import RunRequest
 from launcher.slurm.client import SlurmClient
 from launcher.supervisor import Outcome, RunConfig, Supervisor
+from resilience.contract.run_dir import RunDir
 
 if TYPE_CHECKING:
     from launcher.placement import Placement
@@ -74,7 +75,7 @@ def _injections(request: RunRequest, log_dir: Path) -> tuple[Injection, ...]:
             print(f"sres: {line}", file=sys.stderr, flush=True)
         log_dir.mkdir(parents=True, exist_ok=True)
         record = {"specs": list(request.options.inject), "injections": [i.spec for i in injected]}
-        (log_dir / "fault-schedule.json").write_text(json.dumps(record, indent=1) + "\n")
+        RunDir(log_dir).fault_schedule.write_text(json.dumps(record, indent=1) + "\n")
     return injected
 
 

@@ -1,9 +1,14 @@
 """SlurmClient: every interaction of this project with Slurm goes through here.
 
 The client holds the policy (our drain-reason prefix, never undraining an admin's drain,
-the job-expansion sequence and its 22.05 quirks); a *driver* holds the mechanism. Two
+the job-expansion sequence and its 22.05 quirks, reboots as ``scontrol reboot ASAP
+nextstate=RESUME``, a batch host never shrunk away); a *driver* holds the mechanism. Two
 drivers share one typed interface: pyslurm when it was built for the cluster's Slurm, else
-the command line (the user-facing spelling is still ``--backend``/``SRES_SLURM_BACKEND``).
+the command line (the user-facing spelling is still ``--backend``/``SRES_SLURM_BACKEND``;
+``SlurmClient.create("auto")`` chooses). The driver interface (:class:`SlurmDriver`) is a handful
+of primitives (nodes, jobs, node states, reboot, job updates, requeue, submit, expansion,
+cancel, a step); every client operation is built from them, so both drivers share the policy
+and pass the same contract tests (tests/cluster/).
 Tests of Slurm behaviour run against the real local cluster (tests/support/slurm_cluster.py), never
 against a mocked driver.
 """

@@ -6,6 +6,11 @@ Slurm 22.05 that shape it (checked on the test cluster, see ../shared/slurm-test
 ``scontrol -o show job`` (but its owner and Comment, never from text a user wrote: from
 ``squeue --json`` all the same); ``scontrol -o show node`` splits multi-word reasons into tokens, so
 nodes are read from ``sinfo --json``; ``scontrol`` has no ``--json`` in 22.05.
+
+:class:`CommandLine` is the one runner of Slurm commands in the project (a timeout on every
+call; a failure is a ``SlurmCommandError`` with argv, exit code and stderr; a missing tool
+``SlurmUnavailable``). The parsers of Slurm's output are pure functions, tested on output
+recorded from the real cluster.
 """
 
 from __future__ import annotations

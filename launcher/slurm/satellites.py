@@ -8,7 +8,8 @@ idle nodes to training and takes them back by preemption, its own priorities dec
 
 A satellite never outlives its job: its batch step (:mod:`launcher.slurm.satellite_watch`) ends
 it within seconds once the training job is no longer running, however that job ended, and
-the supervisor cancels its satellites when the run stops.
+the supervisor cancels its satellites when the run stops. Satellites are found by name
+(``sres-satellite-<job>``), and one that does not start in time is cancelled.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from launcher.errors import ConfigError, SlurmError
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.types import Job
+from resilience.contract.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,7 @@ class Satellites:
             "--exclusive",
             "--no-requeue",
             f"--job-name={satellite_name(self.main_job)}",
-            f"--output={self.log_dir.resolve() / 'satellite-%j.out'}",
+            f"--output={RunDir(self.log_dir.resolve()).satellite_output('%j')}",
             f"--wrap=exec {watcher}",
         ]
         args += [f"--partition={self.partition}"] if self.partition else []

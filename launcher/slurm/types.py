@@ -1,4 +1,8 @@
-"""What Slurm tells us about nodes and jobs, as typed values shared by every backend."""
+"""What Slurm tells us about nodes and jobs, as typed values shared by every backend.
+
+``Node`` and ``Job`` are frozen dataclasses; Slurm's many spellings of a node's state
+(``IDLE+DRAIN``, ``idle*``, ``drained``) are reduced to one base state and a set of flags.
+"""
 
 from __future__ import annotations
 

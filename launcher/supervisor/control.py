@@ -23,10 +23,13 @@ from typing import Any
 from launcher.errors import ControlError, Unreachable
 from launcher.privileges import call_as
 from resilience.contract.own_file import read_own
+from resilience.contract.run_dir import CONTROL_ADDRESS, CONTROL_TOKEN, RunDir
 from resilience.private_paths import NotPrivate, check_private
 
-ADDRESS_FILE = "control.json"
-TOKEN_FILE = "control.token"
+ADDRESS_FILE = CONTROL_ADDRESS
+"""The address file's name (:attr:`RunDir.control_address`)."""
+TOKEN_FILE = CONTROL_TOKEN
+"""The token file's name (:attr:`RunDir.control_token`)."""
 OPS = ("status", "resize", "grow", "shrink")
 ANSWER_TIMEOUT_S = 30.0
 MAX_REQUEST = 4096
@@ -62,19 +65,20 @@ class ControlServer:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = Path(log_dir)
+        self.files = RunDir(self.log_dir)
         self.token = secrets.token_hex(16)
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._pending: dict[int, _Pending] = {}
         self._next = 0
         self._lock = threading.Lock()
-        token_path = self.log_dir / TOKEN_FILE
+        token_path = self.files.control_token
         token_path.unlink(missing_ok=True)
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.token)
         address = {"host": "127.0.0.1", "port": self._sock.getsockname()[1], "pid": os.getpid()}
-        (self.log_dir / ADDRESS_FILE).write_text(json.dumps(address))
+        self.files.control_address.write_text(json.dumps(address))
         self._thread = threading.Thread(target=self._serve, name="sres-control", daemon=True)
         self._thread.start()
 
@@ -98,7 +102,7 @@ class ControlServer:
         self._sock.close()
         for pending in list(self._pending.values()):
             self.answer(pending.request.id, False, message)
-        (self.log_dir / ADDRESS_FILE).unlink(missing_ok=True)
+        self.files.control_address.unlink(missing_ok=True)
 
     def _serve(self) -> None:
         while True:
@@ -159,7 +163,7 @@ def _count(value: Any) -> int | None:
 def find_run(run: str) -> Path:
     """A run's log dir from what the user typed: the dir itself, or its name under sres-runs/."""
     for candidate in (Path(run), Path("sres-runs") / run, Path("sres-runs") / f"run-{run}"):
-        if (candidate / "events.jsonl").exists() or (candidate / ADDRESS_FILE).exists():
+        if RunDir(candidate).events.exists() or RunDir(candidate).control_address.exists():
             return candidate
     raise Unreachable(f"no run at {run!r}: give its log dir (printed at start) or its name under sres-runs/")
 
@@ -190,10 +194,10 @@ def _send(log_dir: Path, op: str, timeout_s: float, fields: dict[str, Any]) -> d
     except NotPrivate as err:
         raise ControlError(f"run {log_dir}: {err}; only the run's user may control it") from None
     ended = _ended(log_dir)
-    address_path = log_dir / ADDRESS_FILE
+    address_path = RunDir(log_dir).control_address
     if ended or not address_path.exists():
         raise ControlError(f"run {log_dir} has {ended or 'ended'}: nothing to control")
-    token = _read_own(log_dir / TOKEN_FILE, "the run's token")
+    token = _read_own(RunDir(log_dir).control_token, "the run's token")
     try:
         address = json.loads(_read_own(address_path, "the run's address"))
         host, port = str(address["host"]), int(address["port"])
@@ -233,7 +237,7 @@ def _read_own(path: Path, what: str) -> str:
 
 
 def _ended(log_dir: Path) -> str | None:
-    events = log_dir / "events.jsonl"
+    events = RunDir(log_dir).events
     if not events.exists():
         return None
     for line in reversed(events.read_text().splitlines()):

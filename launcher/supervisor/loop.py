@@ -42,6 +42,7 @@ from launcher.supervisor.step_reports import StepLog
 from launcher.supervisor.view import Observation
 from resilience.contract.messages import Plan, RankEvent
 from resilience.contract.rank_events import RankEvents
+from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 from resilience.contract import run_secret
 from resilience.contract.liveness import LivenessServer
@@ -88,7 +89,7 @@ class Supervisor:
             run_secret.kept_in(config.log_dir), host=self.placement.store_host
         )
         self.clock, self.wall, self.sleep = clock, wall, sleep
-        self.events = EventLog(Path(config.log_dir) / "events.jsonl", wall)
+        self.events = EventLog(RunDir(Path(config.log_dir)).events, wall)
         self.store = RunStore.host(self.liveness.secret)
         self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
         self.control = ControlServer(Path(config.log_dir))

@@ -19,14 +19,13 @@ from typing import Any
 from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from launcher.supervisor.view import RankStep
+from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
-
-FILE = "step_times.jsonl"
 
 
 def read_file(log_dir: Path) -> list[dict[str, Any]]:
     """The run's step records so far (none before the first steps are reported)."""
-    path = Path(log_dir) / FILE
+    path = RunDir(Path(log_dir)).step_times
     return [record for _, record in read_jsonl(path)] if path.exists() else []
 
 
@@ -78,7 +77,7 @@ class StepLog:
     """Appends steps to ``<log dir>/step_times.jsonl``."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.path = Path(log_dir) / FILE
+        self.path = RunDir(Path(log_dir)).step_times
 
     def append(self, steps: Iterable[RankStep]) -> None:
         lines = [_line(s) for s in steps]

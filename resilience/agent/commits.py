@@ -4,8 +4,10 @@ Before a step: a resize's pause, injected faults. At a commit: this rank's own p
 buddies at once; at the step boundary after it (``committed``), what the commit protects is
 final, and the background copies start: sharded snapshots and the tiers' copies, which read
 live state and are joined before the next commit changes it; then the buddy copies, which read
-the snapshot and are joined at the end of the next step. Part of :class:`~resilience.agent.loop.Agent`,
-split off by phase: it uses the agent's generation state (plan, rank, groups, rings).
+the snapshot and are joined at the end of the next step. The pipeline owns what it needs: the
+process's store, kept snapshots and tiers (given once), this generation's plan, rank and state
+group (given by :meth:`CommitPipeline.take` and :meth:`CommitPipeline.enter`), and its own
+background copies, step timer and step times; the agent (:mod:`resilience.agent.loop`) holds one.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from resilience.agent import faults
+from resilience.agent.heartbeat import GenerationWatch
+from resilience.agent.kept import Kept
+from resilience.agent.step_timer import StepTimer
 from resilience.context import Context
-from resilience.contract.injections import Injection
-from resilience.contract.messages import BatchInfo
+from resilience.contract.injections import FAULT_KINDS, Injection, kinds_firing
+from resilience.contract.messages import BatchInfo, Plan
+from resilience.contract.rank_env import RankEnv
+from resilience.contract.run_store import RunStore
 from resilience.errors import ResilienceError
 from resilience.state import committed, pacing, snapshot
 from resilience.state.replication import BuddyReplicator
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+    from resilience.tiers.agent import TierAgent
 
 log = logging.getLogger("resilience")
 
@@ -32,9 +45,88 @@ class Paused(BaseException):
 
 
 class CommitPipeline:
-    """The :class:`~resilience.agent.loop.Agent`'s hooks called by ``Context``."""
+    """The hooks ``Context`` calls around each step and commit, with the state they keep."""
+
+    def __init__(
+        self,
+        env: RankEnv,
+        store: RunStore,
+        kept: Kept,
+        tiers: TierAgent | None,
+        watch: GenerationWatch,
+        resizable: bool,
+    ) -> None:
+        self.env, self.store, self.kept, self.tiers = env, store, kept, tiers
+        self._watch = watch
+        self._resizable = resizable  # only then a pause is asked before each step
+        self._slow = faults.SlowNode(store, env.node, env.injections)
+        self.plan: Plan | None = None
+        self.rank = -1
+        self.state_group: dist.ProcessGroup | None = None
+        self.replicator: BuddyReplicator | None = None
+        self._capture_hook: Callable[[int], None] | None = None
+        """``kill-during-capture`` and ``stall-capture`` in this generation's background snapshots."""
+        self.in_commit = False
+        """Inside a ``commit()`` block: a fault now cut the commit off (recovery reads it)."""
+        self._capture: threading.Thread | None = None
+        self._capture_error: BaseException | None = None
+        self._commits_this_generation = 0
+        self.step_times: list[float] = []
+        """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
+        self._changed_warned: set[str] = set()
+        self._timer = StepTimer(store, env.slot, 0)  # one per generation, from its start
+
+    # --- the generation it serves --------------------------------------------------------------
+
+    def take(self, plan: Plan, rank: int) -> None:
+        """This process holds ``rank`` in ``plan``: the faults injected as it joins fire here."""
+        self.plan, self.rank = plan, rank
+        self._inject(
+            faults.due(
+                self.env.injections,
+                generation=plan.generation,
+                rank=rank,
+                node=self.env.node,
+                kinds=[k.name for k in FAULT_KINDS.values() if k.generation],
+            )
+        )
+
+    def enter(self, state_group: dist.ProcessGroup) -> None:
+        """The generation formed: its state group carries the buddy copies."""
+        assert self.plan is not None
+        self.state_group = state_group
+        self._capture_hook = faults.copy_hook(
+            self.env.injections,
+            self.store,
+            self.rank,
+            self.env.node,
+            self.plan.world_size,
+            kinds=kinds_firing("capture"),
+        )
+        self._commits_this_generation = 0
+
+    def start_training(self) -> None:
+        assert self.plan is not None
+        self._timer = StepTimer(self.store, self.env.slot, self.plan.generation)
+        self._timer.activate()
+
+    def publish_times(self) -> None:
+        self._timer.publish()
+
+    def leave(self) -> None:
+        """The generation ends: its copies are finished or left behind, its group forgotten."""
+        self._timer.publish()
+        self._timer.deactivate()
+        self.wait_background(raise_errors=False)
+
+    def forget_generation(self) -> None:
+        self.replicator = None
+        self.state_group = None
+
+    # --- the hooks ``Context`` calls ------------------------------------------------------------
 
     def before_step(self, step: int) -> None:
+        assert self.plan is not None
         if self._resizable and self.store.pause_before(self.plan.generation, step):
             raise Paused(step)
         self._timer.step_started()
@@ -69,11 +161,12 @@ class CommitPipeline:
         started = time.perf_counter()
         self._wait_captured()
         self._timer.blocked(time.perf_counter() - started)
-        self._in_commit = True
+        self.in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:
         step_s = self._timer.step_committed(step)
         plan = self.plan
+        assert plan is not None
         # This rank's own part goes to its buddies first: a rank lost from here on is
         # replaced with its part of this step.
         self.kept.parts.commit(
@@ -91,13 +184,13 @@ class CommitPipeline:
                 step=step,
                 rank=self.rank,
                 node=self.env.node,
-                kinds=("kill-during-commit",),
+                kinds=kinds_firing("commit"),
             )
         )
-        self._in_commit = False
+        self.in_commit = False
         self.kept.sharded = self.kept.sharded or ctx.has_sharded
         if self._commits_this_generation > 0 and step_s is not None:
-            self._step_times.append(step_s)
+            self.step_times.append(step_s)
         self._commits_this_generation += 1
         if self.rank == 0:
             self.store.set_progress(step)
@@ -121,7 +214,7 @@ class CommitPipeline:
             # The previous commit's buddy round ends with the step after it, as it did when the
             # optimizer step waited for it: a lost rank's buddy never holds an older commit.
             started = time.perf_counter()
-            self._wait_background()
+            self.wait_background()
             self._timer.blocked_at_boundary(time.perf_counter() - started)
             self.kept.shard_as(self.plan.world_size, self.rank)
             states = ctx.states()
@@ -194,7 +287,7 @@ class CommitPipeline:
             if self.tiers is not None:  # it reads live state too: before anything waits
                 self.tiers.saver.save(step, states, midway=self._capture_hook)
             if self.replicator is not None and states["sharded"]:
-                budget = pacing.round_budget(self._step_times, self.env.copy_pace)
+                budget = pacing.round_budget(self.step_times, self.env.copy_pace)
                 self.replicator.start(snaps["sharded"], budget)  # once the previous round is done
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
@@ -207,7 +300,7 @@ class CommitPipeline:
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err
 
-    def _wait_background(self, raise_errors: bool = True) -> None:
+    def wait_background(self, raise_errors: bool = True) -> None:
         """Every background copy of the last commit: its capture, its rank part's and its
         sharded state's rounds to the buddies."""
         self._wait_captured(raise_errors, rounds=True)

@@ -20,23 +20,15 @@ import random
 import re
 from dataclasses import dataclass
 
-from resilience.contract.injections import InjectSpecError, Injection
+from resilience.contract.injections import FAULT_KINDS, InjectSpecError, Injection
 from resilience.contract.injections import parse as parse_specs
 
-DEFAULT_KINDS = ("kill", "raise", "hang", "kill-during-commit", "node")
-"""Kinds any run with a spare survives. ``kill-during-copy`` and ``kill-during-capture`` (sharded
-state only) and ``kill-all``, ``corrupt-ram`` and ``kill-during-transfer`` (they need the RAM
-tier) are chosen with ``kinds=``."""
-KINDS = (
-    *DEFAULT_KINDS,
-    "kill-during-copy",
-    "kill-during-capture",
-    "kill-all",
-    "corrupt-ram",
-    "kill-during-transfer",
-    "fill-disk",
-    "kill-supervisor-child",
-)
+DEFAULT_KINDS = tuple(k.name for k in FAULT_KINDS.values() if k.random == "default")
+"""Kinds any run with a spare survives (``FaultKind.random``). The others are chosen with
+``kinds=``: ``kill-during-copy`` and ``kill-during-capture`` need sharded state, ``kill-all``,
+``corrupt-ram`` and ``kill-during-transfer`` the RAM tier. A seed draws from these by position:
+the registry's order is the schedule's."""
+KINDS = tuple(k.name for k in FAULT_KINDS.values() if k.random != "never")
 _PAIRED = {"corrupt-ram": ("kill-all", 0), "kill-during-transfer": ("kill", 0), "fill-disk": ("free-disk", 9)}
 """Kinds drawn with a partner (kind, steps later): a corrupt RAM-tier copy is found when
 every rank restarts from that tier; a sender dies in the transfer to a rank that was just
@@ -114,10 +106,8 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
             continue
         drawn += 1
         kind = rng.choice(faults.kinds)
-        if kind in ("kill-all", "kill-during-transfer"):
-            rank = None  # every rank / whichever sends
-        elif kind == "kill-supervisor-child":
-            rank = 0  # the rank that asks the supervisor
+        if FAULT_KINDS[kind].target == "job":  # every rank / whichever sends / rank 0 asks the supervisor
+            rank = 0 if FAULT_KINDS[kind].performer == "supervisor" else None
         else:  # node: the node of a rank, as node indices change when spares replace nodes
             rank = rng.randrange(world_size)
         out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))

@@ -1,42 +1,11 @@
 """Fault injection for tests, the demo and benchmarks: real faults at chosen steps.
 
-Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch):
+Specs (``sres run --inject SPEC`` or ``SRES_INJECT="SPEC;SPEC"`` under sbatch): every kind is
+declared once, with its syntax, where it fires and what it does, in
+:data:`resilience.contract.injections.FAULT_KINDS`; ``sres run --inject help`` lists them. This
+module carries out each kind's effect in the rank that fires it.
 
-=========================== ==================================================
-``kill:rank=R:step=S``      SIGKILL rank R when it starts step S
-``node:N:step=S``           SIGKILL every process of node N (the supervisor does it)
-``node:rank=R:step=S``      the same for the node that runs rank R at step S
-``raise:rank=R:step=S``     raise an exception inside ``train`` on rank R
-``hang:rank=R:step=S``      freeze rank R (SIGSTOP): no progress, no heartbeat
-``kill-during-commit:rank=R:step=S``  SIGKILL rank R inside ``commit()`` of step S,
-                            after the optimizer step, before the commit is recorded
-``kill-during-copy:rank=R:step=S``  SIGKILL rank R half-way through sending its buddy
-                            copy of commit S (sharded state: its buddy holds a partial copy)
-``kill-during-capture:rank=R:step=S``  SIGKILL rank R half-way through its own snapshot of
-                            commit S (sharded state, or the tiers' copy), taken in the
-                            background while step S + 1 computes: sharded state of rank R at
-                            commit S then exists nowhere complete
-``stall-capture:rank=R:step=S``  rank R's snapshot of commit S (sharded state, or the tiers'
-                            copy) stops half-way for
-                            ``STALL_CAPTURE_S`` (memory pressure): the optimizer step of S + 1
-                            must wait for it, or that snapshot would hold some of S + 1
-``kill-all:step=S``         SIGKILL every rank process when it starts step S (no peer
-                            survives: the RAM tier must serve the restart)
-``corrupt-ram:rank=R:step=S``  when rank R starts step S, flip one byte in the middle of its
-                            newest RAM-tier copy (found only when that copy is read)
-``kill-during-transfer:step=S``  SIGKILL the first rank that sends state to a replaced
-                            rank in a recovery at or after step S, half-way through it
-``kill-supervisor-child:step=S``  when rank 0 starts step S, the supervisor SIGKILLs the
-                            process of one of its warm spares (its node is drained; none: no-op)
-``fill-disk:rank=R:step=S`` when rank R starts step S, fill the filesystem of the persistent
-                            tier (a file of all its free space; refused above 1 GiB free)
-``free-disk:rank=R:step=S`` remove that file again
-``slow:rank=R:factor=F:step=S``  from step S the node of rank R computes F times slower
-                            (a straggler: its ranks sleep before each step); a rank
-                            moved to another node is fast again
-=========================== ==================================================
-
-``gen=G`` in place of ``step=S`` (``kill`` and ``node`` only) fires when the target enters
+``gen=G`` in place of ``step=S`` (the kinds declared with ``generation``) fires when the target enters
 generation G, that is while the job re-forms after an earlier fault: a fault during recovery.
 
 Each spec fires once per run: the coordination store records that it fired, so a rank that
@@ -54,24 +23,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resilience.contract.injections import Injection
+from resilience.contract.injections import FAULT_KINDS, Injection, kinds_firing
 from resilience.errors import InjectedFault
 
 if TYPE_CHECKING:  # the CLI parses specs before torch is imported
     from resilience.contract.run_store import RunStore
 
-AT_STEP_START = (
-    "kill",
-    "node",
-    "raise",
-    "hang",
-    "kill-all",
-    "slow",
-    "corrupt-ram",
-    "fill-disk",
-    "free-disk",
-    "kill-supervisor-child",
-)
+AT_STEP_START = kinds_firing("step")
 """The kinds a rank fires when it starts a step (the others fire inside a commit or a copy)."""
 FILL_LIMIT_BYTES = 1 << 30
 """``fill-disk`` fills at most this much: a test's small filesystem, never a real disk."""
@@ -94,9 +52,12 @@ def due(
         if i.kind in kinds
         and ((step is not None and i.step == step) or (generation is not None and i.generation == generation))
         and (
-            (i.kind == "node" and (i.node == node if i.node is not None else i.rank == rank))
-            or i.kind == "kill-all"
-            or (i.kind != "node" and i.rank == rank)
+            (
+                FAULT_KINDS[i.kind].target == "node"
+                and (i.node == node if i.node is not None else i.rank == rank)
+            )
+            or (FAULT_KINDS[i.kind].target == "job" and i.rank is None)  # every rank (kill-all)
+            or (FAULT_KINDS[i.kind].target != "node" and i.rank == rank)
         )
     ]
 
@@ -140,13 +101,14 @@ def fire(
             if generation is not None and store.has_plan(generation + 1):
                 break
             time.sleep(0.005)
-    if injection.kind == "kill-supervisor-child":  # the supervisor's to do
+    effect = FAULT_KINDS[injection.kind].effect
+    if effect == "kill-spare":  # the supervisor's to do
         store.request_child_kill(injection.spec)
         return
-    if injection.kind == "slow":  # the node is slow from now on, for every rank it runs
+    if effect == "slow":  # the node is slow from now on, for every rank it runs
         store.mark_slow(node, injection.factor)
         return
-    if injection.kind == "node":
+    if effect == "kill-node":
         # A node dies as a whole: the supervisor SIGKILLs every process of it.
         store.request_node_kill(node, injection.spec)
         time.sleep(3600)
@@ -159,7 +121,7 @@ def copy_hook(
     rank: int,
     node: int,
     world_size: int,
-    kinds: tuple[str, ...] = ("kill-during-copy",),
+    kinds: tuple[str, ...] = kinds_firing("copy"),
 ) -> Callable[[int], None] | None:
     """A background copy's ``midway(step)`` hook that fires ``kinds`` (``kill-during-copy``: the
     buddy replicator's sends; ``kill-during-capture`` and ``stall-capture``: the snapshot of a
@@ -183,7 +145,7 @@ def transfer_hook(
     """The ``midway`` hook of this rank's state transfers in a recovery that resumes after
     ``recovered_step``: it fires a due ``kill-during-transfer``. ``None`` when none is due."""
     injections = tuple(
-        i for i in injections if i.kind == "kill-during-transfer" and recovered_step + 1 >= i.step
+        i for i in injections if i.kind in kinds_firing("transfer") and recovered_step + 1 >= i.step
     )
     if not injections:
         return None
@@ -268,37 +230,31 @@ STALL_CAPTURE_S = 2.0
 
 
 def perform(injection: Injection) -> None:
-    """Carry out a rank-local fault on this process. ``node`` faults are the supervisor's."""
-    if injection.kind in ("corrupt-ram", "fill-disk", "free-disk"):
+    """Carry out a rank-local fault on this process (what the supervisor does, :func:`fire` asks for)."""
+    effect = FAULT_KINDS[injection.kind].effect
+    if effect in ("corrupt-ram", "fill-disk", "free-disk"):
         filler = disk_filler(injection.rank)
-        if injection.kind == "corrupt-ram":
+        if effect == "corrupt-ram":
             path = corrupt_newest_ram_copy(injection.rank)
             what = f"flipped a byte of {path or 'nothing (no RAM-tier copy yet)'}"
         elif filler is None:
             what = "nothing: no persistent tier"
-        elif injection.kind == "fill-disk":
+        elif effect == "fill-disk":
             what = fill_disk(filler)
         else:
             filler.unlink(missing_ok=True)
             what = f"freed {filler.parent}"
         print(f"sres: injected {injection.spec}: {what}", file=sys.stderr, flush=True)
-    elif injection.kind == "stall-capture":
+    elif effect == "stall":
         print(
             f"sres: injected {injection.spec}: the snapshot waits {STALL_CAPTURE_S:g} s",
             file=sys.stderr,
             flush=True,
         )
         time.sleep(STALL_CAPTURE_S)
-    elif injection.kind in (
-        "kill",
-        "kill-during-commit",
-        "kill-during-copy",
-        "kill-during-capture",
-        "kill-all",
-        "kill-during-transfer",
-    ):
+    elif effect == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif injection.kind == "hang":
+    elif effect == "sigstop":
         os.kill(os.getpid(), signal.SIGSTOP)
-    elif injection.kind == "raise":
+    elif effect == "raise":
         raise InjectedFault(f"injected fault {injection.spec}")

@@ -16,20 +16,18 @@ import logging
 import os
 import signal
 import statistics
-import threading
 import time
 import traceback
 from collections.abc import Callable
 
 import torch.distributed as dist
 
-from resilience.agent import blame, faults, formation, recovery
+from resilience.agent import blame, formation, recovery
 from resilience.agent.commits import CommitPipeline, Paused
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.agent.kept import Kept
 from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
-from resilience.agent.step_timer import StepTimer
 from resilience.context import Context, dtensors_loaded
 from resilience.contract import liveness
 from resilience.contract.messages import Plan, Report, RunStats
@@ -39,7 +37,6 @@ from resilience.ddp import deterministic_by_default
 from resilience.errors import RegistrationError, Unrecoverable
 from resilience.rank_place import RankPlace, place_of, torch_variables
 from resilience.state import snapshot
-from resilience.state.replication import BuddyReplicator
 from resilience.data.batch_link import BatchLink
 from resilience.data.producer import node_cache
 from resilience.tiers.agent import TierAgent
@@ -47,7 +44,7 @@ from resilience.tiers.agent import TierAgent
 log = logging.getLogger("resilience")
 
 
-class Agent(CommitPipeline):
+class Agent:
     """Lives as long as the process; carries snapshots from one generation to the next."""
 
     def __init__(self, env: RankEnv, batches: bool = False) -> None:
@@ -62,28 +59,13 @@ class Agent(CommitPipeline):
         )
         self.state = RankState.STARTING
         self.kept = Kept()
-        self._changed_warned: set[str] = set()
         elastic = env.elastic
         self._batch_settings = (elastic.batch_policy, elastic.lr_scaling) if elastic is not None else None
-        self._resizable = (
-            elastic is not None and elastic.elastic
-        )  # only then a pause is asked before each step
         self.plan: Plan | None = None
         self.rank = -1
         self.place: RankPlace | None = None
         self.state_group: dist.ProcessGroup | None = None
-        self.replicator: BuddyReplicator | None = None
-        self._capture_hook: Callable[[int], None] | None = None
-        """``kill-during-capture`` and ``stall-capture`` in this generation's background snapshots."""
         self._live: Context | None = None
-        self._in_commit = False
-        self._capture: threading.Thread | None = None
-        self._capture_error: BaseException | None = None
-        self._commits_this_generation = 0
-        self._step_times: list[float] = []
-        """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
-        self._timer = StepTimer(self.store, env.slot, 0)  # one per generation, from its start
-        self._slow = faults.SlowNode(self.store, env.node, env.injections)
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self._requeue_hooks = RequeueHooks(self.store, env.slot)
@@ -97,6 +79,23 @@ class Agent(CommitPipeline):
             env.store_host,
             env.node_name,
         )
+        self.commits = CommitPipeline(
+            env, self.store, self.kept, self.tiers, self._watch, elastic is not None and elastic.elastic
+        )
+
+    # --- the hooks ``Context`` calls: the commit pipeline's ---------------------------------------
+
+    def before_step(self, step: int) -> None:
+        self.commits.before_step(step)
+
+    def before_commit(self) -> None:
+        self.commits.before_commit()
+
+    def after_commit(self, step: int, ctx: Context) -> None:
+        self.commits.after_commit(step, ctx)
+
+    def committed(self, step: int, ctx: Context, changed: list[str]) -> None:
+        self.commits.committed(step, ctx, changed)
 
     # --- the generation loop --------------------------------------------------------------
 
@@ -183,9 +182,9 @@ class Agent(CommitPipeline):
             self._report(failure)
             self._teardown()
             return False
-        if self.rank == 0 and self._step_times:
-            self.store.publish_stats(RunStats(statistics.median(self._step_times)))
-        self._timer.publish()  # before "done": the supervisor's account reads every step
+        if self.rank == 0 and self.commits.step_times:
+            self.store.publish_stats(RunStats(statistics.median(self.commits.step_times)))
+        self.commits.publish_times()  # before "done": the supervisor's account reads every step
         self._report(Report("done", self.rank, digest=digest))
         self._teardown()
         return True
@@ -196,15 +195,7 @@ class Agent(CommitPipeline):
         self.plan, self.rank = plan, plan.rank_of(self.env.slot)
         self.place = place_of(plan, self.env.slot)
         os.environ.update(torch_variables(self.place, self.env.store_host, self.env.store_port))
-        self._inject(
-            faults.due(
-                self.env.injections,
-                generation=plan.generation,
-                rank=self.rank,
-                node=self.env.node,
-                kinds=("kill", "node"),
-            )
-        )
+        self.commits.take(plan, self.rank)
         return self.place.local_rank
 
     def _train_generation(self, plan: Plan, local_rank: int, train: Callable[[Context], None]) -> str:
@@ -231,13 +222,12 @@ class Agent(CommitPipeline):
                 place=self.place,
             )
             self._live = ctx
-            self._timer = StepTimer(self.store, self.env.slot, plan.generation)
-            self._timer.activate()
+            self.commits.start_training()
             self._enter(RankState.TRAINING)
             train(ctx)
             ctx.boundary()
             digest = snapshot.fingerprint({k: v for k, v in ctx.states().items() if k != "rank"})
-            self._wait_background()
+            self.commits.wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
@@ -277,7 +267,7 @@ class Agent(CommitPipeline):
         """Every rank stopped before the same step: finish background copies, meet once more
         (no collective of this generation is left in flight), then leave."""
         try:
-            self._wait_background()
+            self.commits.wait_background()
             dist.barrier(group=self.state_group)
         except Exception as err:  # noqa: BLE001 - a fault during the pause: reported as one
             return self._error_report(err)
@@ -287,15 +277,7 @@ class Agent(CommitPipeline):
 
     def _form(self, plan: Plan) -> None:
         self.state_group = formation.form(plan, self.rank, self.env, self.store, self._watch)
-        self._capture_hook = faults.copy_hook(
-            self.env.injections,
-            self.store,
-            self.rank,
-            self.env.node,
-            plan.world_size,
-            kinds=("kill-during-capture", "stall-capture"),
-        )
-        self._commits_this_generation = 0
+        self.commits.enter(self.state_group)
         self.kept.parts.enter(plan.world_size)
         if dtensors_loaded():
             from resilience import fsdp
@@ -306,9 +288,9 @@ class Agent(CommitPipeline):
 
     def _recover(self, plan: Plan) -> tuple[int, dict | None]:
         """Agree on the step and move what is missing (:mod:`resilience.agent.recovery`)."""
-        self._wait_background(raise_errors=False)
+        self.commits.wait_background(raise_errors=False)
         ctx, self._live = self._live, None
-        cut_off, self._in_commit = self._in_commit, False
+        cut_off, self.commits.in_commit = self.commits.in_commit, False
         live = recovery.take_live(ctx, cut_off, self.kept)
         ctx = None
         scene = recovery.Scene(plan, self.rank, self.state_group, self.env, self.store, self.tiers)
@@ -330,11 +312,9 @@ class Agent(CommitPipeline):
         ``destroy_process_group``, and a peer blocked in a collective with us would wait.
         """
         self._watch.release_now()  # peers blocked on us fail now, not at a timeout
-        self._timer.publish()
-        self._timer.deactivate()
-        self._wait_background(raise_errors=False)
+        self.commits.leave()
         self._watch.leave()
-        self.replicator = None
+        self.commits.forget_generation()
         self.state_group = None
         gc.collect()  # cheap after gc.freeze(): drops the failed train's objects (DDP, graph)
         formation.destroy()

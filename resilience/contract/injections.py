@@ -11,26 +11,189 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from resilience.errors import InjectSpecError
 
-KINDS = (
-    "kill",
-    "node",
+Target = Literal["rank", "node", "job"]
+Where = Literal["step", "commit", "copy", "capture", "transfer"]
+Effect = Literal[
+    "sigkill",
+    "sigstop",
     "raise",
-    "hang",
-    "kill-during-commit",
-    "kill-during-copy",
-    "kill-during-capture",
-    "stall-capture",
-    "kill-all",
+    "stall",
     "slow",
     "corrupt-ram",
-    "kill-during-transfer",
     "fill-disk",
     "free-disk",
-    "kill-supervisor-child",
+    "kill-node",
+    "kill-spare",
+]
+SUPERVISOR_EFFECTS = ("kill-node", "kill-spare")
+"""Effects a rank asks the supervisor for (through the store) instead of carrying out itself."""
+Random = Literal["default", "optional", "never"]
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """One kind of fault ``--inject`` can ask for, declared once: the parser, the spec's text,
+    ``--inject help``, the random schedule's choices, the reference page and where a rank fires
+    it are all read from here, so a new kind is one entry (and its effect, if it is a new one)."""
+
+    name: str
+    target: Target
+    """``rank``: ``:rank=R``; ``node``: ``node:N`` or ``node:rank=R``; ``job``: nobody named (every
+    rank, whoever sends, or rank 0 asking the supervisor)."""
+    fires: Where
+    """Where a rank fires it: as it starts a step, inside a commit, half-way through a buddy copy,
+    half-way through a snapshot, or while sending state in a recovery."""
+    effect: Effect
+    """What is done: a signal to the rank itself, an exception, a stall, a file broken or filled,
+    or a request that the supervisor acts (:data:`SUPERVISOR_EFFECTS`)."""
+    doc: str
+    generation: bool = False
+    """``gen=G`` may stand for ``step=S``: fires as the target enters generation G (recovery)."""
+    random: Random = "optional"
+    """In ``random:`` schedules: by default, when named in ``kinds=``, or never."""
+    options: tuple[str, ...] = ()
+    """More fields of its spec, after the target (``factor=F``)."""
+
+    @property
+    def syntax(self) -> str:
+        if self.target == "node":
+            return "node:N:step=S | node:rank=R:step=S" + (" (gen=G for step=S)" if self.generation else "")
+        target = ":rank=R" if self.target == "rank" else ""
+        more = "".join(f":{o}" for o in self.options)
+        return f"{self.name}{target}{more}:step=S" + (" (gen=G for step=S)" if self.generation else "")
+
+    @property
+    def performer(self) -> str:
+        return "supervisor" if self.effect in SUPERVISOR_EFFECTS else "rank"
+
+
+_KINDS = (
+    # The order of the first twelve is the random schedule's (a seed draws from it by position).
+    FaultKind("kill", "rank", "step", "sigkill", "SIGKILL rank R as it starts step S", True, "default"),
+    FaultKind(
+        "raise", "rank", "step", "raise", "raise an exception inside train on rank R", random="default"
+    ),
+    FaultKind(
+        "hang",
+        "rank",
+        "step",
+        "sigstop",
+        "freeze rank R (SIGSTOP): no progress, no heartbeat",
+        random="default",
+    ),
+    FaultKind(
+        "kill-during-commit",
+        "rank",
+        "commit",
+        "sigkill",
+        "SIGKILL rank R inside commit() of step S, after the optimizer step, before the commit is recorded",
+        random="default",
+    ),
+    FaultKind(
+        "node",
+        "node",
+        "step",
+        "kill-node",
+        "the supervisor SIGKILLs every process of node N (or of the node that runs rank R at step S)",
+        True,
+        "default",
+    ),
+    FaultKind(
+        "kill-during-copy",
+        "rank",
+        "copy",
+        "sigkill",
+        "SIGKILL rank R half-way through sending its buddy copy of commit S (sharded state)",
+    ),
+    FaultKind(
+        "kill-during-capture",
+        "rank",
+        "capture",
+        "sigkill",
+        "SIGKILL rank R half-way through its background snapshot of commit S (sharded state, or the "
+        "tiers' copy): rank R's shard of commit S then exists nowhere complete",
+    ),
+    FaultKind(
+        "kill-all",
+        "job",
+        "step",
+        "sigkill",
+        "SIGKILL every rank process as it starts step S: no peer survives, the RAM tier serves the restart",
+    ),
+    FaultKind(
+        "corrupt-ram",
+        "rank",
+        "step",
+        "corrupt-ram",
+        "flip one byte in the middle of rank R's newest RAM-tier copy (found only when it is read)",
+    ),
+    FaultKind(
+        "kill-during-transfer",
+        "job",
+        "transfer",
+        "sigkill",
+        "SIGKILL the first rank that sends state to a replaced rank in a recovery at or after step S",
+    ),
+    FaultKind(
+        "fill-disk",
+        "rank",
+        "step",
+        "fill-disk",
+        "fill the persistent tier's filesystem (a file of all its free space; refused above 1 GiB free)",
+    ),
+    FaultKind(
+        "kill-supervisor-child",
+        "job",
+        "step",
+        "kill-spare",
+        "as rank 0 starts step S, the supervisor SIGKILLs one of its warm spares (its node is drained)",
+    ),
+    FaultKind(
+        "stall-capture",
+        "rank",
+        "capture",
+        "stall",
+        "rank R's snapshot of commit S stops half-way for 2 s (memory pressure): step S + 1's optimizer "
+        "step must wait for it",
+        random="never",
+    ),
+    FaultKind(
+        "slow",
+        "rank",
+        "step",
+        "slow",
+        "from step S the node of rank R computes F times slower (a straggler); a rank moved off it is fast",
+        random="never",
+        options=("factor=F",),
+    ),
+    FaultKind("free-disk", "rank", "step", "free-disk", "remove fill-disk's file again", random="never"),
 )
+FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in _KINDS}
+"""Every fault kind, by name: the one place a kind is declared."""
+KINDS = tuple(FAULT_KINDS)
+
+
+def kinds_firing(where: Where) -> tuple[str, ...]:
+    """The kinds a rank fires at ``where`` (``step``: as it starts a step)."""
+    return tuple(k.name for k in _KINDS if k.fires == where)
+
+
+def kinds_help() -> str:
+    """``sres run --inject help``: every kind, its spec and what it does."""
+    width = max(len(k.syntax) for k in _KINDS)
+    lines = [f"  {k.syntax:<{width}}  {k.doc} [{k.performer}]" for k in _KINDS]
+    return "\n".join(
+        [
+            "fault kinds for --inject SPEC (repeatable; SRES_INJECT='SPEC;SPEC'); each fires once per run:",
+            *lines,
+            "  random:seed=S:every=N[:kinds=a,b][:from=F][:to=T][:count=C]  a seeded random schedule of "
+            f"the kinds above (default kinds: {','.join(k.name for k in _KINDS if k.random == 'default')})",
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -47,23 +210,25 @@ class Injection:
     @property
     def spec(self) -> str:
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
-        if self.kind in ("kill-all", "kill-during-transfer", "kill-supervisor-child"):
+        kind = FAULT_KINDS[self.kind]
+        if kind.target == "job":
             return f"{self.kind}:{when}"
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
-        target = f"{self.node}" if self.kind == "node" and self.node is not None else f"rank={self.rank}"
-        when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
+        target = f"{self.node}" if kind.target == "node" and self.node is not None else f"rank={self.rank}"
         return f"{self.kind}:{target}:{when}"
 
 
-_RANK_SPEC = re.compile(
-    r"^(kill|raise|hang|kill-during-commit|kill-during-copy|kill-during-capture|stall-capture|corrupt-ram"
-    r"|fill-disk|free-disk)"
-    r":rank=(\d+):(step|gen)=(\d+)$"
-)
+def _names(target: Target, with_options: bool = False) -> str:
+    return "|".join(
+        re.escape(k.name) for k in _KINDS if k.target == target and bool(k.options) == with_options
+    )
+
+
+_RANK_SPEC = re.compile(rf"^({_names('rank')}):rank=(\d+):(step|gen)=(\d+)$")
 _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
-_ALL_SPEC = re.compile(r"^(kill-all|kill-during-transfer|kill-supervisor-child):step=(\d+)$")
+_ALL_SPEC = re.compile(rf"^({_names('job')}):step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
@@ -74,8 +239,9 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             continue
         if m := _RANK_SPEC.match(raw):
             kind, target, when, value = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
-            if when == "gen" and kind != "kill":
-                raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with kill and node only")
+            if when == "gen" and not FAULT_KINDS[kind].generation:
+                generational = " and ".join(k.name for k in _KINDS if k.generation)
+                raise InjectSpecError(f"bad --inject spec {raw!r}: gen= works with {generational} only")
             out.append(_injection(kind, when, value, index, rank=target))
         elif m := _SLOW_SPEC.match(raw):
             if float(m.group(2)) <= 1:
@@ -85,8 +251,8 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
                     "slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))
                 )
             )
-        elif m := _ALL_SPEC.match(raw):  # kill-supervisor-child: fired by rank 0
-            rank = 0 if m.group(1) == "kill-supervisor-child" else None
+        elif m := _ALL_SPEC.match(raw):  # one the supervisor performs is asked for by rank 0
+            rank = 0 if FAULT_KINDS[m.group(1)].performer == "supervisor" else None
             out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))
         elif m := _NODE_SPEC.match(raw):
             out.append(_injection("node", m.group(2), int(m.group(3)), index, node=int(m.group(1))))
@@ -94,14 +260,12 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             out.append(Injection("node", int(m.group(2)), rank=int(m.group(1)), index=index))
         else:
             kind = raw.split(":", 1)[0]
-            hint = f"unknown kind {kind!r}" if kind not in KINDS else "bad form"
-            raise InjectSpecError(
-                f"bad --inject spec {raw!r} ({hint}): use kill|raise|hang|kill-during-commit|kill-during-copy"
-                "|kill-during-capture|stall-capture|corrupt-ram|fill-disk|free-disk:rank=R:step=S "
-                "or node:N:step=S (gen=G for kill and node) or node:rank=R:step=S "
-                "or kill-all|kill-during-transfer|kill-supervisor-child:step=S "
-                "or slow:rank=R:factor=F:step=S or random:seed=S:every=N[:kinds=a,b]"
-            )
+            if kind not in FAULT_KINDS:
+                raise InjectSpecError(
+                    f"bad --inject spec {raw!r} (unknown kind {kind!r}): "
+                    "'sres run --inject help' lists the kinds"
+                )
+            raise InjectSpecError(f"bad --inject spec {raw!r} (bad form): use {FAULT_KINDS[kind].syntax}")
     return tuple(out)
 
 

@@ -19,6 +19,7 @@ import secrets
 from pathlib import Path
 
 from resilience.contract.own_file import read_own
+from resilience.contract.run_dir import SECRET, RunDir
 
 ENV = "SRES_RUN_SECRET"
 """Where a rank finds it."""
@@ -30,8 +31,9 @@ def new_secret() -> str:
     return secrets.token_hex(SECRET_BYTES)
 
 
-KEPT = "run.secret"
-"""The file in the (private, 0700) log dir that keeps the secret for the job's next incarnation."""
+KEPT = SECRET
+"""The name of the file in the (private, 0700) log dir that keeps the secret for the job's next
+incarnation (:attr:`RunDir.secret`)."""
 
 
 def kept_in(log_dir: Path) -> str:
@@ -39,7 +41,7 @@ def kept_in(log_dir: Path) -> str:
     first incarnation made, so what was named after it (a private RAM root, see
     ``resilience.tiers.layout.ram_root``) is found again. Made and written 0600 when there is
     none; a file there that is a link, not the user's or not a secret is replaced, never used."""
-    path = Path(log_dir) / KEPT
+    path = RunDir(Path(log_dir)).secret
     try:
         text, mode = read_own(path, 256)
         if not mode & 0o077 and is_secret(text):

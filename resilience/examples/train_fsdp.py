@@ -6,7 +6,9 @@ rank in each of R replica groups), so a lost rank's state comes from a buddy's c
 from a data-parallel twin. Data is a function of (seed, step, rank), so a run with faults must
 end with exactly the parameters of a run without them. Each rank writes ``<out>/rank<R>.json``
 with the digest of its own shards (``digest``) and of the whole gathered model and optimizer
-state (``model_digest``, ``optimizer_digest``: the same at any world size).
+state (``model_digest``, ``optimizer_digest``: the same at any world size). By default each
+``fully_shard`` call makes a mesh object of its own, as ordinary FSDP2 code does (``--mesh
+passed``: one mesh passed to every call; ``--hsdp R``: a 2-D mesh).
 
     sres run --nodes 4 --spares 1 -- python -m resilience.examples.train_fsdp --steps 30 --out /tmp/run
 """

@@ -6,6 +6,10 @@ Python values, step counters) written as a small data-only skeleton
 (:mod:`resilience.state.skeleton`). Flat buffers make a snapshot
 cheap to keep (one allocation, reused at every commit), to send to a peer (one message per
 dtype) and to checksum.
+
+The checksum of every transfer and checkpoint file is here: xxHash3 over the skeleton and every
+tensor's bytes, in order (manifests written with the older sum are still read, by ``matches``);
+SHA-256 digests are for comparing runs (the tests' and the demo's bitwise checks).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Every rank reads it directly, so only complete checkpoints (a manifest for every rank) are
 offered, a step's replicated state may be stored once (rank 0's file; see manifest.py), and
-rank 0 alone prunes, whole steps.
+rank 0 alone prunes, whole steps. A write that fails (a full disk) removes what it had
+written: a full disk must not stay full of our debris.
 """
 
 from __future__ import annotations

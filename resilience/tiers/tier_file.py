@@ -13,7 +13,8 @@ and the buffers go out from the snapshot's memory as they are. It is read by the
 after a header padded to 64 bytes, so each starts aligned to its element.
 
 Files of the format before (a pickle header, magic ``SRESCKP1``) are read by
-:mod:`resilience.tiers.legacy_files`, where that is safe.
+:mod:`resilience.tiers.legacy_files`, where that is safe. A file of another uid is refused before
+it is read (:func:`check_writer`): its state would become the model.
 """
 
 from __future__ import annotations

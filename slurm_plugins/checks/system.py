@@ -1,4 +1,9 @@
-"""Memory, disk, /dev/shm and mount checks: the node resources a job needs before it starts."""
+"""Memory, disk, /dev/shm and mount checks: the node resources a job needs before it starts.
+
+A required mount must be present and, where the config asks, really writable (a file is written
+there: permission bits say nothing of a read-only or dead NFS mount); ``%n`` in its path is the
+node's name, as in slurm.conf.
+"""
 
 from __future__ import annotations
 

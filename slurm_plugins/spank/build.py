@@ -1,7 +1,9 @@
 """Build the ``srun --auto-resume`` SPANK plugin against the cluster's own ``spank.h``.
 
 A SPANK plugin must match the Slurm it is loaded by, so it is compiled on (or for) the
-cluster, from the header that libslurm-dev installs, never shipped as a binary.
+cluster, from the header that libslurm-dev installs, never shipped as a binary. The command
+prints the plugstack.conf line that installs it (``optional <.so> sres=<sres>``): srun reads
+plugstack.conf itself, so no daemon restarts.
 """
 
 from __future__ import annotations

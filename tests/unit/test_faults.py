@@ -92,3 +92,37 @@ def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr
     assert time.monotonic() - started < 30  # not the 60 s arrival deadline
+
+
+def _example(syntax: str) -> str:
+    """The first spec a kind's syntax line shows, with numbers in place of its letters."""
+    first = syntax.split(" | ")[0].split(" (")[0]
+    return first.replace("=R", "=1").replace("=S", "=4").replace("=F", "=2").replace(":N:", ":1:")
+
+
+def test_every_registered_kind_parses_from_the_syntax_it_declares_and_prints_back_the_same():
+    from resilience.contract.injections import FAULT_KINDS
+
+    examples = [_example(kind.syntax) for kind in FAULT_KINDS.values()]
+    parsed = parse(examples)
+    assert [i.kind for i in parsed] == list(FAULT_KINDS)
+    assert [i.spec for i in parsed] == examples
+
+
+def test_inject_help_lists_every_kind_with_its_spec_and_who_performs_it(capsys):
+    from launcher.cli.parser import main
+    from resilience.contract.injections import FAULT_KINDS
+
+    for argv in (["run", "--inject", "help"], ["run", "--inject", "--help"], ["srun", "--inject", "-h"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+        listing = capsys.readouterr().out
+        for kind in FAULT_KINDS.values():
+            assert f"  {kind.syntax} " in listing and f"{kind.doc} [{kind.performer}]" in listing, kind.name
+
+
+def test_a_bad_form_of_a_known_kind_names_that_kind_s_syntax():
+    with pytest.raises(InjectSpecError) as info:
+        parse(["slow:rank=1:step=3"])
+    assert str(info.value).endswith("use slow:rank=R:factor=F:step=S")

@@ -1,6 +1,6 @@
-"""The generated reference pages (docs/reference/cli.md, events.md, environment.md) are what
-``python docs/generate.py`` would write now: a new option, event or variable without the
-pages regenerated fails here."""
+"""The generated reference pages (docs/reference/cli.md, events.md, environment.md, modules.md)
+are what ``python docs/generate.py`` would write now: a new option, event, variable or module
+(or a module's docstring changed) without the pages regenerated fails here."""
 
 from __future__ import annotations
 
@@ -49,6 +49,28 @@ def test_a_field_added_to_an_event_makes_events_md_stale(generate, written, monk
     more = dataclasses.replace(first, fields=(*first.fields, event_types.Field("new", "int", "undocumented")))
     monkeypatch.setattr(event_types, "EVENT_TYPES", (more, *rest))
     assert generate.stale({"events.md": generate.events_page()}, generate.REFERENCE) == ["events.md"]
+
+
+def test_modules_md_is_every_module_by_folder_from_its_docstring(generate, written, tmp_path):
+    """Read with ast, never imported: a module that would fail to import still gets its row."""
+    for folder, doc in {"launcher": "The launcher.", "launcher/cli": "One | two.", "resilience": ""}.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text(f'"""{doc}\n\nMore."""\n' if doc else "")
+    (tmp_path / "launcher" / "cli" / "__main__.py").write_text('"""Left out."""\n')
+    (tmp_path / "launcher" / "cli" / "b.py").write_text(
+        '"""See :class:`~x.y.Thing`.\n\nNot shown."""\nraise X\n'
+    )
+    (tmp_path / "launcher" / "cli" / "a.py").write_text("import nothing_at_all\n")
+    page = generate.modules_page(tmp_path, "HEADER", generate.text, generate.cell)
+    sections = [line for line in page.splitlines() if line.startswith("## ")]
+    assert sections == ["## `launcher/`", "## `launcher/cli/`", "## `resilience/`"]
+    assert (
+        "One | two.\n\n| module | what it is for |\n|---|---|\n| `a.py` |  |\n| `b.py` | See `Thing`. |\n"
+        in page
+    )
+    assert "## `launcher/`\n\nThe launcher.\n\n## `launcher/cli/`" in page  # no modules, no table
+    assert "Left out" not in page and "More." not in page and "Not shown" not in page
+    assert "## `slurm_plugins/checks/`" in written["modules.md"] and "| `entry.py` |" in written["modules.md"]
 
 
 def test_check_exits_1_naming_the_stale_page_and_writing_nothing(
