@@ -4,7 +4,10 @@ The suite itself runs in an environment with the test extras, whose packages pul
 (``transformers`` brings ``safetensors``): a dependency the product forgot to declare is there by
 luck. This builds the wheel as ``pip install .`` does, installs it with ``torch==2.13.0`` (the CPU
 build) and nothing else into a venv of its own, imports every module of the product there, and
-runs ``sres demo`` as the README says, from an empty folder.
+runs ``sres demo`` as the README says, from an empty folder. That run is also the demo's test
+(a second run of it cost CI 40 s): the fault run ends bitwise like the
+reference, and both runs' goodput accounts add up (no negative part, the parts sum to the wall
+time, no straggler time in runs without a slow node).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.goodput_checks import assert_account_adds_up
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ("pyproject.toml", "README.md", "launcher", "resilience", "slurm_plugins", "sbatch_templates")
@@ -41,7 +46,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_the_readme_s_first_command_works_in_a_fresh_venv_without_extras(tmp_path: Path):
+def test_the_readme_s_first_command_works_in_a_fresh_venv_without_extras_and_its_demo_adds_up(tmp_path: Path):
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info next to the sources
     source.mkdir()
     for name in SOURCE:
@@ -69,3 +74,8 @@ def test_the_readme_s_first_command_works_in_a_fresh_venv_without_extras(tmp_pat
     assert imported.startswith("imported ") and int(imported.split()[1]) > 100, imported
     out = _run(["sres", "demo"], here, env, 600)
     assert "bitwise identical on all 4 ranks: YES" in out, out[-3000:]
+    (demo,) = (here / "sres-runs").glob("demo-*")
+    reference = assert_account_adds_up(demo / "reference")
+    with_fault = assert_account_adds_up(demo / "with-fault")
+    assert reference["detection"] == 0 and with_fault["transfer"] > 0
+    assert "other -" not in out, out  # the printed account has no negative part
