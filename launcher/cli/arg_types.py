@@ -1,4 +1,5 @@
-"""Argument types shared by the subcommands."""
+"""Argument types shared by the subcommands: ``finite_float`` because argparse's ``float`` takes
+``nan``, which compares false with every bound and so turns any bound check off."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from launcher.supervisor.actions import Action, Fail, KillNode, OpenFault
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.view import ErrorAt, NodeEvidence, Observation, RunState
-from resilience.contract.messages import Report
+from resilience.contract.messages import STUCK_EXIT, Report
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"
 SPARE_PROCESS_DIED = "a warm spare process of this node died"
@@ -63,10 +63,13 @@ def _bad_nodes(obs: Observation, state: RunState, config: RunConfig) -> tuple[di
     bad: dict[int, str] = {}
     # Every rank lost at once has a common cause (the program, the job): it is no node's fault.
     common = len(state.members) > 1 and set(obs.lost) >= set(state.members)
+    # A rank that ended itself because it could not leave an ended generation (STUCK_EXIT) lost
+    # nothing of its node's own: the fault that ended the generation was elsewhere.
+    blamed = {state.node_of(r) for r, how in obs.lost.items() if how != f"exit {STUCK_EXIT}"}
     for node in sorted(
         {state.node_of(r) for r in obs.lost} - state.dead_nodes
     ):  # injected kills: already dead
-        if not common:
+        if not common and node in blamed:
             counts[node] = counts.get(node, 0) + 1
         why = node_verdict(
             obs.evidence_of(node),

@@ -5,7 +5,9 @@ It is never a rank, so losing rank 0 loses neither the store nor the decisions. 
 seen from the supervisor's own watch (a process exit, at once; a silent heartbeat, after the
 hang timeout; a rank's report), never from a collective timeout. What to do about it is
 decided by :func:`~launcher.supervisor.policy.decide` (pure) and carried out by the
-:class:`~launcher.supervisor.executor.Executor`.
+:class:`~launcher.supervisor.executor.Executor`. While a fault is open the tick decides again, at
+most ``decision_limit()`` times (``MAX_DECISIONS_PER_TICK`` plus one per node, else
+``DecisionLoopError``), so that one fault is settled in one tick when the world allows.
 """
 
 from __future__ import annotations

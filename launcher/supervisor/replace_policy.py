@@ -3,7 +3,9 @@
 The order is data (:data:`REPLACEMENT_ORDER`), not control flow: :func:`replace_lost` returns
 the actions of the first source that may serve; a source that needs the world (an idle node, a
 node from the scheduler) is an action whose performer marks it tried when it comes up empty,
-and the policy is asked again. :func:`replace` gives every lost rank a process.
+and the policy is asked again. :func:`replace` gives every lost rank a process. The order: a
+warm spare, an idle node of the job, a node from the scheduler, a shrink, a wait for a node,
+requeue, fail; a process fault on a healthy node goes to that node's warm standby first.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ start and warm up first (:class:`AddNodes`), then every rank is asked to leave t
 before the same step (:class:`Pause`), then the plan of the new size is published
 (:class:`Resize`). A shrink after a node loss needs no pause: the generation is already broken.
 Ranks are renumbered in their old order, new nodes' ranks come last, so ranks stay grouped by
-node (buddies are found by node).
+node (buddies are found by node). A shrink asked for releases lent nodes first, node 0 last.
 """
 
 from __future__ import annotations

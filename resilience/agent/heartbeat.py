@@ -2,7 +2,9 @@
 
 The heartbeat tells the supervisor this process is alive; between beats it watches for a
 newer plan and, when one appears while the main thread is still inside the old generation,
-releases the main thread from its blocked collective (see :mod:`resilience.agent.abort`).
+releases the main thread from its blocked collective (see :mod:`resilience.agent.abort`). The
+process ends itself when it stays stuck in a released generation, or when the supervisor's end
+of its liveness connection closes (the supervisor is gone: no plan will come).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 import torch.distributed as dist
 
 from resilience.agent.abort import GroupSockets, release
+from resilience.contract.messages import STUCK_EXIT
 from resilience.contract.run_store import RunStore
 
 log = logging.getLogger("resilience")
@@ -163,7 +166,7 @@ class Heartbeat:
                     )
                     sys.stderr.flush()
                     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-                    os._exit(75)
+                    os._exit(STUCK_EXIT)
             except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
                 if not self._stop.is_set():
                     os._exit(3)

@@ -4,7 +4,9 @@ Per generation: wait for a plan that includes this process, form the process gro
 supervisor's store, agree with the others on the step to resume and fetch missing state
 from peers, then call ``train``. When ``train`` raises (a peer died and the collective
 failed, or user code raised), report it, tear the group down and wait for the next plan:
-the process, its imported modules and its snapshots stay alive.
+the process, its imported modules and its snapshots stay alive. A ``RegistrationError`` (state
+sres could not bring back) is reported as ``refused``: it would be the same on every entry, so the
+run stops at once.
 
 A warm spare or standby runs the same code: it imports torch and the user's script, then
 waits here for a plan that gives it a rank (and, a standby, its local rank)."""

@@ -15,6 +15,11 @@ from typing import Any, TypeVar
 
 M = TypeVar("M", bound="Message")
 
+STUCK_EXIT = 75
+"""The exit code of a rank that could not leave a generation that had already ended (a call in
+torch that the release did not interrupt, past the grace time) and ended itself to be restarted:
+the fault that ended the generation was elsewhere, so its node is not blamed for it."""
+
 
 class Message:
     """Base of the dataclasses below: JSON of their fields."""

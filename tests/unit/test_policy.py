@@ -226,6 +226,12 @@ CASES = {
         CONFIG,
         [OpenFault(0.0, {1: "kill"}, {}, None, {1: 1})],
     ),
+    "a rank that ended itself, stuck in an ended generation: its node is not blamed": (
+        Observation(lost={1: "exit 75"}, evidence={1: NodeEvidence()}),
+        state(process_faults={1: 1}),
+        CONFIG,
+        [OpenFault(0.0, {1: "exit 75"}, {}, None, {1: 1})],
+    ),
     "second process fault on a node: the node goes": (
         Observation(lost={1: "exit 3"}, evidence={1: NodeEvidence()}),
         state(process_faults={1: 1}),
