@@ -90,7 +90,17 @@ class BatchStore:
 
     def size(self) -> int:
         """Bytes held by the batch files."""
-        return sum(self.path(*entry).stat().st_size for entry in self.entries())
+        return sum(_size(self.path(*entry)) for entry in self.entries())
+
+
+def _size(path: Path) -> int:
+    """A batch file's bytes; 0 for one removed since it was listed (the producer and the other
+    ranks of the node drop steps behind the window while this rank counts: seen in CI as a
+    ``FileNotFoundError`` that failed a restarted rank's first step)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def check_room(root: Path, entry_bytes: int, entries: int) -> None:
@@ -99,7 +109,7 @@ def check_room(root: Path, entry_bytes: int, entries: int) -> None:
     fail at a full /dev/shm in the middle of training, or push the node into swap."""
     vfs = os.statvfs(root)
     free = vfs.f_bavail * vfs.f_frsize
-    held = sum(f.stat().st_size for f in Path(root).glob("step-*.batch"))
+    held = sum(_size(f) for f in Path(root).glob("step-*.batch"))
     needed = entry_bytes * entries
     if needed > free + held:
         raise CacheTooSmall(

@@ -158,3 +158,12 @@ def test_every_tensor_a_rank_maps_is_aligned_as_one_made_in_the_loop(tmp_path, j
     read = batch_file.read(tmp_path / "b").batch
     assert all(t.data_ptr() % batch_file.ALIGN == 0 for pair in read for t in pair)
     assert all(torch.equal(a, b) for pa, pb in zip(xs, read) for a, b in zip(pa, pb))
+
+
+def test_a_batch_file_removed_while_the_cache_is_measured_counts_as_nothing(tmp_path):
+    """The producer drops steps behind the window while a rank adds up what the cache holds."""
+    from resilience.data.batch_store import _size
+
+    (tmp_path / "step-000000000001-k.batch").write_bytes(b"x" * 10)
+    assert _size(tmp_path / "step-000000000001-k.batch") == 10
+    assert _size(tmp_path / "step-000000000002-k.batch") == 0
