@@ -31,7 +31,7 @@ from resilience.agent.kept import Kept
 from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
 from resilience.context import Context, dtensors_loaded
-from resilience.contract import liveness, signed_store
+from resilience.contract import liveness
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
@@ -69,7 +69,6 @@ class Agent:
         self.state_group: dist.ProcessGroup | None = None
         self._live: Context | None = None
         self._watch = GenerationWatch()
-        signed_store.interrupt_waits_when(self._watch.released)
         self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self._requeue_hooks = RequeueHooks(self.store, env.slot)
         self.tiers = TierAgent.create(

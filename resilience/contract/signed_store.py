@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -34,19 +32,6 @@ from resilience.errors import ForgedValue
 
 TAG = 32
 _HELD: list["SignedStore"] = []
-WAIT_SLICE_S = 0.5
-"""How long an interruptible wait waits between two looks at whether it was interrupted."""
-_interrupted: Callable[[], bool] | None = None
-
-
-def interrupt_waits_when(ended: Callable[[], bool] | None) -> None:
-    """In a rank process (one generation watch per process): a wait for keys (torch's rendezvous
-    while a generation forms) ends within :data:`WAIT_SLICE_S` once ``ended()`` (the generation
-    it serves was released: a newer plan is out), instead of at its timeout. A rank blocked
-    there used to outlive its heartbeat's grace and end itself (exit 75), which cost another
-    generation and counted against its healthy node."""
-    global _interrupted
-    _interrupted = ended
 
 
 class SignedStore(dist.Store):
@@ -81,28 +66,10 @@ class SignedStore(dist.Store):
         return self.under.add(key, amount)
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
-        ended = _interrupted
-        if ended is None:
-            if timeout is None:
-                self.under.wait(keys)
-            else:
-                self.under.wait(keys, timeout)
-            return
-        if timeout is None:  # the store's own (torch's stubs do not name it)
-            timeout = getattr(self.under, "timeout", None) or timedelta(minutes=5)
-        deadline = time.monotonic() + timeout.total_seconds()
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                self.under.wait(keys, timedelta(seconds=max(0.0, min(WAIT_SLICE_S, left))))
-                return
-            except dist.DistStoreError:
-                if left <= WAIT_SLICE_S:
-                    raise  # the caller's own timeout
-                if ended():
-                    raise dist.DistStoreError(
-                        f"waiting for {keys}: the generation ended (a newer plan is out)"
-                    ) from None
+        if timeout is None:
+            self.under.wait(keys)
+        else:
+            self.under.wait(keys, timeout)
 
     def check(self, keys: list[str]) -> bool:
         return self.under.check(keys)

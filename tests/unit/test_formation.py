@@ -43,33 +43,3 @@ def test_a_rank_whose_formation_failed_part_way_forms_the_next_generation_with_a
     ranks = run_rank_pair(SCRIPT)
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr[-2000:] for r in ranks]
     assert [r.stdout.split() for r in ranks] == [["4"], ["4"]]
-
-
-@pytest.mark.local  # a real TCPStore and half-second waits
-def test_a_wait_for_keys_ends_soon_after_the_generation_is_released_not_at_its_timeout():
-    """torch's rendezvous waits on the store while a generation forms; a peer that never comes
-    (its generation was released) used to keep this rank there past its heartbeat's grace."""
-    import time
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from resilience.contract import signed_store
-
-    under = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=30))
-    store = signed_store.SignedStore(under, "00" * 16)
-    released = []
-    signed_store.interrupt_waits_when(lambda: bool(released))
-    try:
-        store.set("here", b"1")
-        store.wait(["here"], timedelta(seconds=5))  # present: returns at once
-        released.append(True)
-        started = time.monotonic()
-        with pytest.raises(dist.DistStoreError, match="the generation ended"):
-            store.wait(["never"], timedelta(seconds=20))
-        assert time.monotonic() - started < 2 * signed_store.WAIT_SLICE_S + 0.5
-        released.clear()
-        with pytest.raises(dist.DistStoreError):  # not released: the caller's timeout still holds
-            store.wait(["never"], timedelta(seconds=1))
-    finally:
-        signed_store.interrupt_waits_when(None)
