@@ -86,19 +86,17 @@ def write(path: Path, step: int, batch: Any, args: Any, job: str = "") -> int:
 
 ALIGN = 64
 """Bytes: the alignment of torch's CPU allocations, which a mapped tensor must match."""
-_PAD = "pad"
 
 
 def _aligned(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
-    """The safetensors bytes of ``tensors``, with the header padded (a metadata entry of spaces)
-    so that the tensors' bytes start at a multiple of :data:`ALIGN`. safetensors pads the header
-    with spaces to a multiple of 8; the entry adds ``,"pad":"<p spaces>"`` (9 + p bytes) to it."""
+    """The safetensors bytes of ``tensors``, with the header's trailing spaces (which the format
+    allows, and safetensors itself uses to reach a multiple of 8) extended so that the tensors'
+    bytes start at a multiple of :data:`ALIGN`: one serialization, the data left as it is."""
     data = save(tensors, metadata=metadata)
-    raw = len(data[8 : 8 + int.from_bytes(data[:8], "little")].rstrip(b" "))
-    for pad in range(ALIGN):
-        if (8 + -(-(raw + 9 + pad) // 8) * 8) % ALIGN == 0:
-            return save(tensors, metadata={**metadata, _PAD: " " * pad})
-    return data  # not reached: one of 64 pads always lands on the boundary
+    end = 8 + int.from_bytes(data[:8], "little")
+    header = data[8:end].rstrip(b" ")
+    length = -(-(8 + len(header)) // ALIGN) * ALIGN - 8
+    return length.to_bytes(8, "little") + header.ljust(length) + data[end:]
 
 
 def _own_aligned(t: torch.Tensor) -> torch.Tensor:
