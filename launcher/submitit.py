@@ -33,6 +33,7 @@ from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
+from launcher.observability.timeline import Timeline
 from launcher.run import environment
 from launcher.run.request import RunOptions, RunRequest
 from launcher.slurm import discovery
@@ -69,13 +70,14 @@ class _Events:
     job_id: str
 
     def events(self) -> list[dict]:
+        """Each a dict (whose undeclared fields raise: :class:`launcher.observability.timeline.Event`)."""
         path = RunDir(run_dir(self.paths.folder, self.job_id)).events
-        return read_events(path) if path.exists() else []
+        return list(read_events(path)) if path.exists() else []
 
     def faults(self) -> list[dict]:
         """The faults the run met so far, as ``fault`` events: a job that succeeded recovered from
         each (its result is what a run without them gives), so a one-off error is not hidden."""
-        return [event for event in self.events() if event["event"] == "fault"]
+        return list(Timeline(self.events()).of("fault"))
 
 
 def _rank_0_result(job: core.Job) -> Any:

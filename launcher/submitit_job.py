@@ -23,6 +23,8 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 STARTED = time.monotonic()
@@ -44,6 +46,7 @@ from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # noqa: E402
 from resilience import parent_death  # noqa: E402
 from launcher.errors import SresError  # noqa: E402
 from launcher.observability.events import INTERRUPTED, read_events  # noqa: E402
+from launcher.observability.timeline import Timeline, timeline  # noqa: E402
 from launcher.placement.local import LocalRerun  # noqa: E402
 from launcher.run.request import RunRequest  # noqa: E402
 from resilience.contract.run_dir import RunDir  # noqa: E402
@@ -93,15 +96,15 @@ def main(argv: list[str]) -> int:
         print(f"sres: error: {err}", file=sys.stderr)
         code, error = 1, f"sres on {socket.gethostname()}: {err}"
     events = _events(log_dir)
-    ends = [e for e in events[len(earlier) :] if e["event"] in ("requeue", "failed", "finished")]
-    end = ends[-1] if ends else {}
-    if end.get("event") == "requeue":  # the job runs again: nothing to write
+    end = events[len(earlier) :].last("requeue", "failed", "finished")
+    requeued = end is not None and end.is_("requeue")
+    if requeued:  # the job runs again: nothing to write
         if paths.submitted_pickle.stat().st_mtime_ns == submitted:  # rank 0's hook did not checkpoint
             _checkpoint_as_submitted(paths.submitted_pickle)
         logger.get_logger().info(f"Requeued job {env.job_id} ({_timeouts_left(argv, events)})")
-    elif end.get("event") == "failed":
+    elif end is not None and end.is_("failed"):
         logger.get_logger().error(f"sres: {end['reason']}")  # submitit's own job lines: stdout and stderr
-    if end.get("event") == "requeue" or end.get("reason") == INTERRUPTED:
+    if requeued or (end is not None and end.get("reason") == INTERRUPTED):
         return code  # as under submitit's executors: no outcome, job.exception() is UncompletedJobError
     for task in range(_tasks(argv)):  # each rank wrote its own value when the run finished
         result = utils.JobPaths(argv[0], env.job_id, task_id=task).result_pickle
@@ -125,12 +128,12 @@ def _checkpoint_as_submitted(submitted: Path) -> None:
         )
 
 
-def _events(log_dir: Path) -> list[dict]:
+def _events(log_dir: Path) -> Timeline:
     path = RunDir(log_dir).events
-    return read_events(path) if path.exists() else []
+    return read_events(path) if path.exists() else Timeline()
 
 
-def _local_rerun(events: list[dict]) -> LocalRerun | None:
+def _local_rerun(events: Sequence[dict[str, Any]]) -> LocalRerun | None:
     """Under submitit's local controller, which runs this process again when it exits with
     LOCAL_REQUEUE_RETURN_CODE and signals it ``signal_delay_s`` before ``timeout_min``: this run's
     requeue and time limit. None elsewhere (Slurm's are Slurm's). The log dir is the job's, so
@@ -138,16 +141,16 @@ def _local_rerun(events: list[dict]) -> LocalRerun | None:
     if "SUBMITIT_LOCAL_JOB_ID" not in os.environ:
         return None
     limit = os.environ.get("SUBMITIT_LOCAL_TIMEOUT_S")
-    requeues = sum(1 for e in events if e["event"] == "requeue")
+    requeues = timeline(events).count("requeue")
     return LocalRerun(LOCAL_REQUEUE_RETURN_CODE, float(limit) if limit else None, STARTED, requeues)
 
 
-def _timeouts_left(argv: list[str], events: list[dict]) -> str:
+def _timeouts_left(argv: list[str], events: Sequence[dict[str, Any]]) -> str:
     """submitit's "N remaining timeouts": the time-limit requeues still allowed."""
     cap = RunRequest.from_json(argv[2]).options.max_timeout_requeues if argv[1] == REQUEST else None
     if cap is None:
         return "no limit on timeouts"
-    used = sum(1 for e in events if e["event"] == "requeue" and e.get("cause") == "time-limit")
+    used = sum(1 for e in timeline(events).of("requeue") if e.get("cause") == "time-limit")
     return f"{cap - used} remaining timeouts"
 
 
@@ -174,11 +177,11 @@ def _run(args: list[str], rank: tuple[str, ...], log_dir: Path, rerun: LocalReru
     return supervise(dataclasses.replace(request, command=rank, options=options), rerun=rerun)
 
 
-def failure_text(events: list[dict], log_dir: Path, code: int, task: int = 0) -> str:
+def failure_text(events: Sequence[dict[str, Any]], log_dir: Path, code: int, task: int = 0) -> str:
     """What ``job.task(task).exception()`` shows: that rank's own error if it raised one, else
     the lowest failing rank's (submitit's ``job.exception()`` is the lowest failing task's), else
     the error that ended the run; then sres's reason."""
-    failed = next((e for e in reversed(events) if e["event"] == "failed"), None)
+    failed = timeline(events).last("failed")
     if failed is None:
         return f"sres ended with exit code {code} before training ended (see {log_dir} and the job's log)"
     own: dict[str, str] = failed.get("errors") or {}

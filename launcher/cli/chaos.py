@@ -22,6 +22,7 @@ from pathlib import Path
 from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
+from launcher.observability.timeline import Event, Timeline
 from launcher.run.processes import pid_alive, processes_with_env
 from resilience.agent import fault_schedule
 from resilience.contract.run_dir import RunDir
@@ -165,10 +166,10 @@ def _run(argv: list[str], log_dir: Path, progress_every: int) -> int:
         if not progress_every or not RunDir(log_dir).events.exists():
             continue
         events = read_events(RunDir(log_dir).events)
-        faults = sum(1 for e in events if e["event"] == "fault")
+        faults = events.count("fault")
         if faults // progress_every > shown // progress_every:
             shown = faults
-            seconds = sorted(e["seconds"] for e in events if e["event"] == "recovered")
+            seconds = sorted(e["seconds"] for e in events.of("recovered"))
             p50 = f", recovery p50 {_pct(seconds, 50):.2f} s" if seconds else ""
             print(
                 f"sres chaos: {faults} faults seen, {len(seconds)} recoveries{p50}",
@@ -201,10 +202,10 @@ def _option(options: list[str], name: str) -> str | None:
     return None
 
 
-def _events(log_dir: Path) -> list[dict]:
+def _events(log_dir: Path) -> Timeline:
     """The run's events (none when it left no events file)."""
     path = RunDir(log_dir).events
-    return read_events(path) if path.exists() else []
+    return read_events(path) if path.exists() else Timeline()
 
 
 def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = None) -> tuple[Verdict, str]:
@@ -230,10 +231,8 @@ def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = N
         verdict.leftovers.append(
             f"a full disk ({', '.join(p.name for p in fillers)}): the run ended before free-disk"
         )
-    faults = [e for e in events if e["event"] == "fault"]
-    recovered = list(
-        {e["generation"]: e for e in events if e["event"] == "recovered"}.values()
-    )  # one per generation
+    faults = events.of("fault")
+    recovered = list({e["generation"]: e for e in events.of("recovered")}.values())  # one per generation
     unanswered = [f for f in faults if not any(r["generation"] > f["generation"] for r in recovered)]
     if unanswered and rc == 0:
         f = unanswered[0]
@@ -247,19 +246,19 @@ def judge(runs: dict[str, tuple[int, Path, str]], persistent_dir: str | None = N
     return verdict, _table(events, faults, recovered, verdict, log_dir)
 
 
-def _digests(events: list[dict]) -> dict[str, str]:
-    finished = [e for e in events if e["event"] == "finished"]
-    return finished[-1].get("state_digests", {}) if finished else {}
+def _digests(events: Timeline) -> dict[str, str]:
+    finished = events.last("finished")
+    return finished.get("state_digests", {}) if finished else {}
 
 
 def _table(
-    events: list[dict], faults: list[dict], recovered: list[dict], verdict: Verdict, log_dir: Path
+    events: Timeline, faults: list[Event], recovered: list[Event], verdict: Verdict, log_dir: Path
 ) -> str:
     kinds: dict[str, int] = {}
     for f in faults:
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
     seconds = sorted(r["seconds"] for r in recovered)
-    finished = [e for e in events if e["event"] == "finished"]
+    finished = events.last("finished")
     path = RunDir(log_dir).fault_schedule
     schedule = json.loads(path.read_text()) if path.exists() else {"injections": []}
     lines = [
@@ -283,15 +282,15 @@ def _table(
             f"{'steps lost max':<22} {lost[False] if lost[False] is not None else '-'} from memory"
             + (f", {lost[True]} from the persistent tier" if lost[True] is not None else "")
         )
-    invalid = [e for e in events if e["event"] == "checkpoint-invalid"]
+    invalid = events.of("checkpoint-invalid")
     lines.append(
         f"{'bad copies refused':<22} {len(invalid)}"
         + (f" ({', '.join(sorted({e['tier'] for e in invalid}))})" if invalid else "")
     )
     if finished:
         lines.append(
-            f"{'goodput':<22} {_share(finished[-1]['goodput'])} over {finished[-1]['wall_s']:.0f} s, "
-            f"{finished[-1]['steps']} steps"
+            f"{'goodput':<22} {_share(finished['goodput'])} over {finished['wall_s']:.0f} s, "
+            f"{finished['steps']} steps"
         )
     lines.append(f"{'identical':<22} {'yes' if verdict.identical else 'NO'}")
     lines.append(
@@ -301,16 +300,16 @@ def _table(
     return "\n".join(lines)
 
 
-def _recovery_by_kind(events: list[dict]) -> dict[str, list[float]]:
+def _recovery_by_kind(events: Timeline) -> dict[str, list[float]]:
     """Recovery seconds by the kind of fault they answered (a recovery after several
     faults counts for each kind among them)."""
     out: dict[str, list[float]] = {}
     pending: set[str] = set()
     answered: set[int] = set()
     for e in events:
-        if e["event"] == "fault":
+        if e.is_("fault"):
             pending.add(e["kind"])
-        elif e["event"] == "recovered" and e["generation"] not in answered:
+        elif e.is_("recovered") and e["generation"] not in answered:
             answered.add(e["generation"])
             for kind in pending:
                 out.setdefault(kind, []).append(e["seconds"])

@@ -99,9 +99,10 @@ def main(c: DemoConfig, out=sys.stdout) -> int:
     ref, got = _final(ref_dir), _final(fault_dir)
     identical = sorted(ref) == sorted(got) and all(ref[r]["digest"] == got[r]["digest"] for r in ref)
     events = read_events(RunDir(fault_dir).events)
-    rec = next(e for e in events if e["event"] == "recovered")
-    finished = next(e for e in events if e["event"] == "finished")
-    ref_finished = next(e for e in read_events(RunDir(ref_dir).events) if e["event"] == "finished")
+    rec, finished = events.first("recovered"), events.last("finished")
+    ref_finished = read_events(RunDir(ref_dir).events).last("finished")
+    if rec is None or finished is None or ref_finished is None:  # both runs exited 0: our bug
+        raise RuntimeError(f"sres demo: a run left no recovered/finished event in {fault_dir} or {ref_dir}")
     print("\nresult", file=out)
     print(
         f"  final loss, rank 0      reference {ref[0]['loss']:.9f}   with fault {got[0]['loss']:.9f}",

@@ -17,6 +17,7 @@ from typing import Any
 
 from launcher.errors import ConfigError
 from launcher.observability.event_types import COMMON, EVENT_TYPES
+from launcher.observability.timeline import Event, Timeline, timeline
 
 INTERRUPTED = "interrupted"
 """The ``failed`` event's reason for a run stopped by SIGINT (Ctrl-C, a cancel): no outcome of its own."""
@@ -37,16 +38,16 @@ class EventLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wall = wall
         self._file = self.path.open("a", buffering=1)
-        self.events: list[dict[str, Any]] = []
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.events: list[Event] = []
+        self.listeners: list[Callable[[Event], None]] = []
         """Called with each record once it is written (live metrics)."""
         self._lock = threading.Lock()  # Supervisor.flush_persistent may emit from another thread
 
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+    def emit(self, event: str, **fields: Any) -> Event:
         """Write one line; ``TypeError`` (our bug) for an event or field not declared in
         :mod:`~launcher.observability.event_types`, or a declared field missing."""
         _check(event, fields)
-        record = {"event": event, **fields}
+        record = Event(event=event, **fields)
         record.setdefault("t", self.wall())
         with self._lock:
             self._file.write(json.dumps(record, sort_keys=False) + "\n")
@@ -74,14 +75,14 @@ def _check(event: str, fields: dict[str, Any]) -> None:
 _ASK = ": is this a run's events.jsonl?"
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
+def read_events(path: Path) -> Timeline:
     """The events of a run's ``events.jsonl`` (see :func:`read_jsonl`); a record without an
     event name is a ConfigError naming its line."""
     records = read_jsonl(path)
     for number, record in records:
         if not isinstance(record.get("event"), str):
             raise ConfigError(f"{path}:{number}: not an event (no event name){_ASK}")
-    return [record for _, record in records]
+    return Timeline(record for _, record in records)
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -109,21 +110,21 @@ def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return records
 
 
-def summary(events: list[dict[str, Any]]) -> str:
+def summary(records: list[Event] | Timeline) -> str:
     """The short human summary ``sres run`` prints at the end."""
-    faults = [e for e in events if e["event"] == "fault"]
-    end = next((e for e in reversed(events) if e["event"] in ("finished", "failed")), None)
-    lines = _end_lines(end, len(faults))
+    events = timeline(records)
+    faults = events.of("fault")
+    lines = _end_lines(events.last("finished", "failed"), len(faults))
     lines += [_fault_line(fault) for fault in faults]
     lines += [line for line in map(_change_line, events) if line]
-    lines += [_recovered_line(rec) for rec in events if rec["event"] == "recovered"]
+    lines += [_recovered_line(rec) for rec in events.of("recovered")]
     return "\n".join(lines)
 
 
-def _end_lines(end: dict[str, Any] | None, faults: int) -> list[str]:
+def _end_lines(end: Event | None, faults: int) -> list[str]:
     if end is None:
         return ["run did not finish"]
-    if end["event"] == "failed":
+    if end.is_("failed"):
         return [f"run FAILED: {end['reason']}"]
     goodput = end.get("goodput")
     lines = [
@@ -138,7 +139,7 @@ def _end_lines(end: dict[str, Any] | None, faults: int) -> list[str]:
     return lines
 
 
-def _fault_line(fault: dict[str, Any]) -> str:
+def _fault_line(fault: Event) -> str:
     where = f"rank {fault['rank']}" if fault.get("rank") is not None else f"node {fault.get('node')}"
     why = f": {fault['why']}" if fault.get("why") else ""
     return (
@@ -147,16 +148,16 @@ def _fault_line(fault: dict[str, Any]) -> str:
     )
 
 
-def _change_line(event: dict[str, Any]) -> str | None:
+def _change_line(event: Event) -> str | None:
     """A node drained, added or released, or the world resized; None for any other event."""
-    if event["event"] == "drained":
+    if event.is_("drained"):
         return f"  drained {event['host']}: sres: {event['why']}"
-    if event["event"] == "node-added":
+    if event.is_("node-added"):
         job = f" job {event['job']}" if event.get("job") else ""
         return f"  added {event['host']} ({event['how']}{job}, {event['seconds']:.2f} s)"
-    if event["event"] == "node-released" and event["why"] != "fault":  # a fault's node: "drained"
+    if event.is_("node-released") and event["why"] != "fault":  # a fault's node: "drained"
         return f"  released {event['host']} ({event['why']})"
-    if event["event"] == "resize":
+    if event.is_("resize"):
         batch = (
             f", global batch {event['global_batch']}, lr x{event['lr_scale']:g}"
             if event.get("global_batch") is not None
@@ -169,7 +170,7 @@ def _change_line(event: dict[str, Any]) -> str | None:
     return None
 
 
-def _recovered_line(rec: dict[str, Any]) -> str:
+def _recovered_line(rec: Event) -> str:
     return (
         f"  recovered gen {rec['generation']}: {rec['seconds']:.2f} s, from {rec['source']}, "
         f"resumed after step {rec['step']}, {rec['steps_lost']} step(s) redone, "

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.observability.timeline import Timeline, timeline
+
 CAUSES: tuple[str, ...] = (
     "productive",
     "startup",
@@ -71,10 +73,11 @@ class Step:
     """The slowest rank's compute beyond the median rank's."""
 
 
-def last_run(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def last_run(events: Sequence[dict[str, Any]]) -> Timeline:
     """The events from the newest ``start`` on."""
-    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
-    return list(events[starts[-1] :]) if starts else []
+    run = timeline(events)
+    starts = [i for i, e in enumerate(run) if e.is_("start")]
+    return run[starts[-1] :] if starts else Timeline()
 
 
 def account(
@@ -96,9 +99,7 @@ def account(
     timeline = steps_of(r for r in step_records if start <= r.get("t", end_t) <= end_t)
     if not timeline:
         # a run that resumed from a checkpoint (a requeued job) made only the steps after it
-        resumed = next(
-            (e["step"] + 1 for e in run if e["event"] == "restored" and e.get("generation") == 1), 0
-        )
+        resumed = next((e["step"] + 1 for e in run.of("restored") if e.get("generation") == 1), 0)
         return _without_steps(start, end_t, steps - resumed, median_step_s, first_step_t)
     tiles = _Tiles(start)
     generations = _by_generation(timeline)
@@ -167,14 +168,14 @@ def _done_again(generations: list[list[Step]]) -> set[tuple[int, int]]:
     return again
 
 
-def _straggler_streaks(run: Sequence[dict[str, Any]]) -> dict[tuple[int, int], int]:
+def _straggler_streaks(run: Timeline) -> dict[tuple[int, int], int]:
     """(generation, rank) -> the first step of its straggler streak, from ``straggler`` events."""
     flagged: dict[tuple[int, int], int] = {}
     generation = 1
     for e in run:
-        if e["event"] == "generation":
+        if e.is_("generation"):
             generation = e.get("generation", generation)
-        elif e["event"] == "straggler":
+        elif e.is_("straggler"):
             first = e["step"] - e.get("steps", 1) + 1
             key = (generation, e["rank"])
             flagged[key] = min(first, flagged.get(key, first))
@@ -212,15 +213,15 @@ def _step(
 
 def _gap(
     tiles: _Tiles,
-    run: Sequence[dict[str, Any]],
+    run: Timeline,
     last: Step,
     first: Step,
     median: float,
     redone: set[tuple[int, int]],
 ) -> None:
     """From ``last`` (a generation's last step) to the end of ``first`` (the next one's first)."""
-    opened = [e for e in run if last.generation < (e.get("generation") or 0) <= first.generation]
-    recovered = [e for e in opened if e["event"] == "recovered"]
+    opened = Timeline(e for e in run if last.generation < (e.get("generation") or 0) <= first.generation)
+    recovered = opened.of("recovered")
     useful = 0.0 if (first.generation, first.step) in redone else median
     if recovered:
         e = max(recovered, key=lambda r: r.get("seconds") or 0.0)
@@ -240,20 +241,20 @@ def _gap(
         tiles.split(first.end, parts, "other")
         return
     # A resize (or a pause no event explains): its first step's median part was work.
-    cause = "resize" if any(e["event"] == "resize" for e in opened) else "other"
+    cause = "resize" if opened.count("resize") else "other"
     waited = _waited(run, last.end, first.end)
     tiles.split(
         first.end, [("waiting", waited), (cause, first.end - tiles.at - waited - useful)], "productive"
     )
 
 
-def _waited(run: Sequence[dict[str, Any]], after: float, until: float) -> float:
+def _waited(run: Timeline, after: float, until: float) -> float:
     """Seconds from a ``waiting`` event in (after, until) to the next generation after it."""
     total = 0.0
     for i, e in enumerate(run):
-        if e["event"] == "waiting" and after <= e["t"] <= until:
-            formed = next((g["t"] for g in run[i:] if g["event"] == "generation"), until)
-            total += max(0.0, min(formed, until) - e["t"])
+        if e.is_("waiting") and after <= e.t <= until:
+            formed = next((g.t for g in run[i:].of("generation")), until)
+            total += max(0.0, min(formed, until) - e.t)
     return total
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from launcher.observability.goodput_strategies import Ladder
+from launcher.observability.timeline import timeline
 
 FROM_THE_SCHEDULER = frozenset({"satellite", "expansion"})
 """``node-added.how`` of a node Slurm gave after the fault (an idle node of a local run is simulated)."""
@@ -41,15 +42,16 @@ def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     hows: set[str] = set()
     counted: set[int] = set()
     slowest: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e.get("event") == "recovered" and e.get("seconds") is not None:
+    events = timeline(events)
+    for e in events.of("recovered"):
+        if e.get("seconds") is not None:
             g = e.get("generation", -1)
             if g not in slowest or e["seconds"] > slowest[g]["seconds"]:
                 slowest[g] = e
     added_since_fault: set[int] = set()
     scheduled = False
     for e in events:
-        kind = e.get("event")
+        kind = e.name
         if kind == "fault":
             if not faults:
                 added_since_fault, scheduled = set(), False
@@ -87,7 +89,7 @@ def _rung_of(faults: list[str], hows: set[str]) -> str | None:
 def steady_overhead(events: Iterable[dict[str, Any]]) -> float | None:
     """Commit blocking over useful step time, from the runs' ``finished`` accounts."""
     accounts = [
-        e["goodput_by_cause"] for e in events if e.get("event") == "finished" and e.get("goodput_by_cause")
+        e["goodput_by_cause"] for e in timeline(list(events)).of("finished") if e.get("goodput_by_cause")
     ]
     blocked = sum(a.get("checkpoint", 0.0) for a in accounts)
     useful = sum(a.get("productive", 0.0) for a in accounts)

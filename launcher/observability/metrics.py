@@ -19,6 +19,7 @@ from prometheus_client import write_to_textfile
 
 from launcher.errors import ConfigError
 from launcher.observability.events import EventLog
+from launcher.observability.timeline import Event
 
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 BLOCKED_BUCKETS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
@@ -102,7 +103,7 @@ class RunMetrics:
         )
 
     def on_event(self, record: dict[str, Any]) -> None:
-        kind = record.get("event")
+        kind = Event(record).name
         if kind == "generation":
             self.generation.set(record["generation"])
             self.world.set(record["world_size"])

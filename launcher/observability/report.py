@@ -18,21 +18,20 @@ from typing import Any
 from launcher.observability import goodput
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
+from launcher.observability.timeline import Event, Timeline
 from launcher.supervisor import step_reports
 from resilience.contract.run_dir import RunDir
 
 
 @dataclass(frozen=True)
 class RunData:
-    events: list[dict[str, Any]]
+    events: Timeline
     steps: list[dict[str, Any]]
     """One record per rank and step (``step_times.jsonl``)."""
 
     @property
-    def end(self) -> dict[str, Any] | None:
-        return next(
-            (e for e in reversed(self.events) if e["event"] in ("finished", "failed", "requeue")), None
-        )
+    def end(self) -> Event | None:
+        return self.events.last("finished", "failed", "requeue")
 
     @property
     def start_t(self) -> float:
@@ -72,8 +71,8 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
     """Each fault with the recovery that followed it (the first ``recovered`` after it)."""
     run = goodput.last_run(data.events)
     rows = []
-    for i, fault in enumerate(e for e in run if e["event"] == "fault"):
-        later = [e for e in run if e["event"] == "recovered" and e["t"] >= fault["t"]]
+    for i, fault in enumerate(run.of("fault")):
+        later = [e for e in run.of("recovered") if e.t >= fault.t]
         rec = later[0] if later else {}
         rows.append(
             {
@@ -150,9 +149,9 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
     end = data.end
     if end is None:
         state = "<p class=warn>Partial report: the run has not ended (still running, or interrupted).</p>"
-    elif end["event"] == "failed":
+    elif end.is_("failed"):
         state = f"<p class=warn>Partial report: the run FAILED: {html.escape(str(end.get('reason')))}</p>"
-    elif end["event"] == "requeue":
+    elif end.is_("requeue"):
         state = (
             f"<p class=warn>Partial report: the job was requeued ({html.escape(str(end.get('why')))}).</p>"
         )

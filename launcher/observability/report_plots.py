@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from launcher.observability.timeline import Timeline  # noqa: E402
+
 MARKS = {
     "fault": ("tab:red", "fault"),
     "recovered": ("tab:green", "recovered"),
@@ -31,9 +33,7 @@ CAUSE_COLOURS = {
 }
 
 
-def timeline(
-    path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
-) -> None:
+def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], events: Timeline) -> None:
     """Step time over wall time (each step's slowest rank), faults, recoveries, resizes and saves marked."""
     per_step: dict[tuple[int, int], tuple[float, float]] = {}
     for s in steps:
@@ -52,14 +52,11 @@ def timeline(
             label="step time (slowest rank)",
         )
     seen = set()
-    for e in events:
-        if e["event"] in MARKS:
-            colour, label = MARKS[e["event"]]
-            ax.axvline(
-                e["t"] - start_t, color=colour, alpha=0.7, lw=1.2, label=None if label in seen else label
-            )
-            seen.add(label)
-    saves = [e["t"] - start_t for e in events if e["event"] == "checkpoint-saved"]
+    for e in events.of(*MARKS):
+        colour, label = MARKS[e.name]
+        ax.axvline(e.t - start_t, color=colour, alpha=0.7, lw=1.2, label=None if label in seen else label)
+        seen.add(label)
+    saves = [e.t - start_t for e in events.of("checkpoint-saved")]
     if saves:
         ax.plot(saves, [0] * len(saves), "|", color="tab:gray", markersize=8, label="checkpoint saved")
     ax.set_xlabel("wall time since start (s)")

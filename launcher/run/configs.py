@@ -157,4 +157,4 @@ def timeout_requeues(log_dir: Path, restart_count: int) -> int:
     path = RunDir(log_dir).events
     if restart_count == 0 or not path.exists():
         return 0
-    return sum(1 for e in read_events(path) if e["event"] == "requeue" and e.get("cause") == "time-limit")
+    return sum(1 for e in read_events(path).of("requeue") if e.get("cause") == "time-limit")

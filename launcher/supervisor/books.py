@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from launcher.observability.timeline import Event
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe import SlotState
 from launcher.supervisor.view import ErrorAt, FaultState, Observation, ResizeState, RunState
@@ -25,7 +25,7 @@ from resilience.contract.messages import Plan, Report
 class Outcome:
     ok: bool
     reason: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     requeued: bool = False
 
 

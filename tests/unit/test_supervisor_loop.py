@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from launcher.observability.events import read_events
+from launcher.observability.timeline import Timeline
 from launcher.placement import NewNode, NodeEvidence
 from launcher.supervisor import RunConfig, Supervisor, loop, policy
 from launcher.supervisor.actions import Action, OpenFault, UseIdleNode
@@ -141,7 +142,7 @@ class Script:
 
 def run(
     tmp_path: Path, placement: FakePlacement, script: Script, nodes: int = 3, spares: int = 0, **kw: Any
-) -> tuple[Outcome, list[dict[str, Any]]]:
+) -> tuple[Outcome, Timeline]:
     """``kw``: more of ``RunConfig``'s fields."""
     config = RunConfig(command=("train",), nodes=nodes, spares=spares, log_dir=tmp_path, **kw)
     supervisor = Supervisor(
@@ -152,8 +153,8 @@ def run(
     return outcome, read_events(tmp_path / "events.jsonl")
 
 
-def kinds(events: list[dict[str, Any]]) -> list[str]:
-    return [e["event"] for e in events]
+def kinds(events: Timeline) -> list[str]:
+    return [e.name for e in events]
 
 
 def test_a_process_fault_respawns_the_rank_on_its_node(tmp_path: Path) -> None:
