@@ -30,6 +30,7 @@ from resilience.contract.run_store import RunStore
 from resilience.errors import ResilienceError
 from resilience.state import committed, pacing, snapshot
 from resilience.state.replication import BuddyReplicator
+from resilience.state.snapshot import Snapshot
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -66,8 +67,8 @@ class CommitPipeline:
         self.replicator: BuddyReplicator | None = None
         self._capture_hook: Callable[[int], None] | None = None
         """``kill-during-capture`` and ``stall-capture`` in this generation's background snapshots."""
-        self.in_commit = False
-        """Inside a ``commit()`` block: a fault now cut the commit off (recovery reads it)."""
+        self._in_commit = False
+        """Inside a ``commit()`` block: a fault now cut the commit off (recovery asks :meth:`cut_off`)."""
         self._capture: threading.Thread | None = None
         self._capture_error: BaseException | None = None
         self._commits_this_generation = 0
@@ -123,6 +124,17 @@ class CommitPipeline:
         self.replicator = None
         self.state_group = None
 
+    def cut_off(self) -> bool:
+        """Whether a fault cut the last ``commit()`` block off (then the live objects hold no
+        clean commit); asked once, as the next generation recovers."""
+        cut, self._in_commit = self._in_commit, False
+        return cut
+
+    def _formed(self) -> tuple[Plan, dist.ProcessGroup]:
+        """``Context`` calls the commit hooks only inside ``train``, in a formed generation."""
+        assert self.plan is not None and self.state_group is not None, "no generation formed"
+        return self.plan, self.state_group
+
     # --- the hooks ``Context`` calls ------------------------------------------------------------
 
     def before_step(self, step: int) -> None:
@@ -141,6 +153,8 @@ class CommitPipeline:
         """An injected fault lands once this rank's part of the last commit reached its buddy
         (a round of a few KiB, under a millisecond): a real fault in that instant is served
         by the tiers instead, an older step but as exact."""
+        plan = self.plan
+        assert plan is not None, "faults fire only in a generation this rank took"
         if due and self.kept.parts.in_flight is not None:
             self._join(self.kept.parts.in_flight)
         if any(i.kind == "kill-all" for i in due) and self.tiers is not None:
@@ -150,9 +164,7 @@ class CommitPipeline:
                 self._join(self._capture)
             self.tiers.saver.wait_ram(60.0)
         for injection in due:
-            faults.fire(
-                injection, self.store, self.rank, self.env.node, self.plan.world_size, self.plan.generation
-            )
+            faults.fire(injection, self.store, self.rank, self.env.node, plan.world_size, plan.generation)
 
     def before_commit(self) -> None:
         # The previous commit's snapshot must be taken before the optimizer changes the state it
@@ -161,18 +173,17 @@ class CommitPipeline:
         started = time.perf_counter()
         self._wait_captured()
         self._timer.blocked(time.perf_counter() - started)
-        self.in_commit = True
+        self._in_commit = True
 
     def after_commit(self, step: int, ctx: Context) -> None:
         step_s = self._timer.step_committed(step)
-        plan = self.plan
-        assert plan is not None
+        plan, group = self._formed()
         # This rank's own part goes to its buddies first: a rank lost from here on is
         # replaced with its part of this step.
         self.kept.parts.commit(
             step,
             ctx.states()["rank"],
-            self.state_group,
+            group,
             self.rank,
             plan.world_size,
             plan.procs_per_node,
@@ -187,7 +198,7 @@ class CommitPipeline:
                 kinds=kinds_firing("commit"),
             )
         )
-        self.in_commit = False
+        self._in_commit = False
         self.kept.sharded = self.kept.sharded or ctx.has_sharded
         if self._commits_this_generation > 0 and step_s is not None:
             self.step_times.append(step_s)
@@ -216,16 +227,16 @@ class CommitPipeline:
             started = time.perf_counter()
             self.wait_background()
             self._timer.blocked_at_boundary(time.perf_counter() - started)
-            self.kept.shard_as(self.plan.world_size, self.rank)
+            plan, group = self._formed()
+            self.kept.shard_as(plan.world_size, self.rank)
             states = ctx.states()
             if self.replicator is None:
-                plan = self.plan
                 self.kept.twins = ctx.twins()
                 hook = faults.copy_hook(
                     self.env.injections, self.store, self.rank, self.env.node, plan.world_size
                 )
                 self.replicator = BuddyReplicator(
-                    self.state_group,
+                    group,
                     self.rank,
                     plan.world_size,
                     plan.procs_per_node,
@@ -242,7 +253,10 @@ class CommitPipeline:
         elif self.tiers is not None:
             # The tiers' copy runs while the next step computes; before_commit waits for it.
             self._capture = threading.Thread(
-                target=self._capture_tiers, args=(step, ctx.states()), name="sres-snapshot", daemon=True
+                target=self._capture_tiers,
+                args=(self.tiers, step, ctx.states()),
+                name="sres-snapshot",
+                daemon=True,
             )
             self._capture.start()
 
@@ -254,13 +268,14 @@ class CommitPipeline:
         if any(name in rank_part for name in changed):
             if self.kept.parts.in_flight is not None:
                 self._join(self.kept.parts.in_flight)
+            plan, group = self._formed()
             self.kept.parts.commit(
                 step,
                 rank_part,
-                self.state_group,
+                group,
                 self.rank,
-                self.plan.world_size,
-                self.plan.procs_per_node,
+                plan.world_size,
+                plan.procs_per_node,
                 self.env.replication_factor,
             )
         new = [n for n in changed if n not in self._changed_warned and n != committed.RNG]
@@ -274,7 +289,9 @@ class CommitPipeline:
             )
             self.store.push_event("changed-after-commit", rank=self.rank, step=step, names=new)
 
-    def _capture_states(self, step: int, states: dict[str, dict[str, Any]], reuse: dict) -> None:
+    def _capture_states(
+        self, step: int, states: dict[str, dict[str, Any]], reuse: dict[str, Snapshot | None]
+    ) -> None:
         try:
             snaps = {
                 kind: snapshot.capture(
@@ -293,9 +310,9 @@ class CommitPipeline:
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err
 
-    def _capture_tiers(self, step: int, states: dict[str, dict[str, Any]]) -> None:
+    def _capture_tiers(self, tiers: TierAgent, step: int, states: dict[str, dict[str, Any]]) -> None:
         try:
-            self.tiers.saver.save(step, states, midway=self._capture_hook)
+            tiers.saver.save(step, states, midway=self._capture_hook)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err

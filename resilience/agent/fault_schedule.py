@@ -20,8 +20,9 @@ import random
 import re
 from dataclasses import dataclass
 
-from resilience.contract.injections import FAULT_KINDS, InjectSpecError, Injection
+from resilience.contract.injections import FAULT_KINDS, Injection
 from resilience.contract.injections import parse as parse_specs
+from resilience.errors import InjectSpecError
 
 DEFAULT_KINDS = tuple(k.name for k in FAULT_KINDS.values() if k.random == "default")
 """Kinds any run with a spare survives (``FaultKind.random``). The others are chosen with

@@ -106,6 +106,7 @@ def fire(
         store.request_child_kill(injection.spec)
         return
     if effect == "slow":  # the node is slow from now on, for every rank it runs
+        assert injection.factor is not None, "parse() gives every slow spec its factor"
         store.mark_slow(node, injection.factor)
         return
     if effect == "kill-node":
@@ -145,7 +146,9 @@ def transfer_hook(
     """The ``midway`` hook of this rank's state transfers in a recovery that resumes after
     ``recovered_step``: it fires a due ``kill-during-transfer``. ``None`` when none is due."""
     injections = tuple(
-        i for i in injections if i.kind in kinds_firing("transfer") and recovered_step + 1 >= i.step
+        i
+        for i in injections
+        if i.kind in kinds_firing("transfer") and i.step is not None and recovered_step + 1 >= i.step
     )
     if not injections:
         return None
@@ -233,6 +236,7 @@ def perform(injection: Injection) -> None:
     """Carry out a rank-local fault on this process (what the supervisor does, :func:`fire` asks for)."""
     effect = FAULT_KINDS[injection.kind].effect
     if effect in ("corrupt-ram", "fill-disk", "free-disk"):
+        assert injection.rank is not None, "their kinds target a rank"
         filler = disk_filler(injection.rank)
         if effect == "corrupt-ram":
             path = corrupt_newest_ram_copy(injection.rank)

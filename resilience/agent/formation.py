@@ -53,7 +53,8 @@ def join_groups(
     if not dist.is_initialized():
         c10d._world.group_count = 0
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-    return dist.new_group(backend="gloo", timeout=timeout)
+    state_group: dist.ProcessGroup = dist.new_group(backend="gloo", timeout=timeout)  # unannotated in torch
+    return state_group
 
 
 def destroy() -> None:

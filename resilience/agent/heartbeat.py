@@ -42,7 +42,9 @@ class GenerationWatch:
         self._groups: list[dist.ProcessGroup] = []
         self._released_at: float | None = None
 
-    def enter(self, generation: int, backend: str, sockets: GroupSockets, groups: list) -> None:
+    def enter(
+        self, generation: int, backend: str, sockets: GroupSockets, groups: list[dist.ProcessGroup]
+    ) -> None:
         with self._lock:
             self.generation, self._backend, self._sockets, self._groups = generation, backend, sockets, groups
             self._released_at = None

@@ -194,8 +194,8 @@ class Agent:
     def _take_rank(self, plan: Plan) -> int:
         """This process's rank and local rank in ``plan`` (a standby's local rank is new); the
         injections due as it joins fire here."""
-        self.plan, self.rank = plan, plan.rank_of(self.env.slot)
-        self.place = place_of(plan, self.env.slot)
+        self.place = place_of(plan, self.env.slot)  # wait_plan gave a plan that holds this slot
+        self.plan, self.rank = plan, self.place.rank
         os.environ.update(torch_variables(self.place, self.env.store_host, self.env.store_port))
         self.commits.take(plan, self.rank)
         return self.place.local_rank
@@ -206,9 +206,9 @@ class Agent:
         ctx = restored = None
         try:
             self._enter(RankState.FORMING)
-            self._form(plan)
+            state_group = self._form(plan)
             self._enter(RankState.RECOVERING)
-            step, restored = self._recover(plan)
+            step, restored = self._recover(plan, state_group)
             self._requeue_hooks.clear()  # this entry of train adds its own
             ctx = Context(
                 rank=self.rank,
@@ -277,7 +277,7 @@ class Agent:
 
     # --- forming a generation -----------------------------------------------------------------
 
-    def _form(self, plan: Plan) -> None:
+    def _form(self, plan: Plan) -> dist.ProcessGroup:
         self.state_group = formation.form(plan, self.rank, self.env, self.store, self._watch)
         self.commits.enter(self.state_group)
         self.kept.parts.enter(plan.world_size)
@@ -287,20 +287,21 @@ class Agent:
             fsdp.forget_old_meshes()  # this process's rank may have changed
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
+        return self.state_group
 
-    def _recover(self, plan: Plan) -> tuple[int, dict | None]:
+    def _recover(self, plan: Plan, state_group: dist.ProcessGroup) -> tuple[int, recovery.State | None]:
         """Agree on the step and move what is missing (:mod:`resilience.agent.recovery`)."""
         self.commits.wait_background(raise_errors=False)
         ctx, self._live = self._live, None
-        cut_off, self.commits.in_commit = self.commits.in_commit, False
-        live = recovery.take_live(ctx, cut_off, self.kept)
+        live = recovery.take_live(ctx, self.commits.cut_off(), self.kept)
         ctx = None
-        scene = recovery.Scene(plan, self.rank, self.state_group, self.env, self.store, self.tiers)
+        scene = recovery.Scene(plan, self.rank, state_group, self.env, self.store, self.tiers)
         return recovery.recover(scene, self.kept, live)
 
     # --- leaving a generation -------------------------------------------------------------------
 
     def _report(self, report: Report) -> None:
+        assert self.plan is not None, "only a process that took a rank reports"
         try:
             self.store.report(self.plan.generation, self.env.slot, report)
         except Exception as err:  # noqa: BLE001 - the supervisor still sees the process state

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import torch.distributed as dist
 
@@ -23,6 +23,14 @@ from resilience.state.snapshot import Snapshot
 
 TAG = 1
 """The per-rank rounds' tag on the state group (shard copies use 0)."""
+
+
+class PartHoldings(TypedDict):
+    """The per-rank fields of a ``Holdings``, spread into it: mypy checks them against its own."""
+
+    ranked: tuple[int, ...]
+    rank_replicas: dict[int, tuple[int, ...]]
+    rank_world: int
 
 
 class RankParts:
@@ -46,7 +54,7 @@ class RankParts:
         self.replicas.clear()
         self.rank, self.world = -1, 0
 
-    def holdings(self, rank: int, world: int) -> dict[str, Any]:
+    def holdings(self, rank: int, world: int) -> PartHoldings:
         """``Holdings`` fields: what this process can offer of per-rank parts."""
         same = self.world == world
         return {
@@ -104,7 +112,9 @@ class RankParts:
             if part.holder == me and part.rank == me:
                 mine = self.own.get(part.step)
             elif part.holder == me:
-                send_snapshot(self.replicas[part.rank].get(part.step), part.rank, group, midway)
+                held = self.replicas[part.rank].get(part.step)
+                assert held is not None, "the plan names a holder only for what it said it holds"
+                send_snapshot(held, part.rank, group, midway)
             elif part.rank == me:
                 mine = recv_snapshot(part.holder, group)
         for ring in (self.own, *self.replicas.values()):

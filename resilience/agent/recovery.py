@@ -90,6 +90,7 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     else:  # the tiers' copy of this rank's part (adopted by _decide)
         part = snapshot.materialize(tiered.snaps["rank"]) if "rank" in tiered.snaps else {}
     resharded = _reshard(scene, kept, recovery) if recovery.reshard else {}
+    restored: State | None
     if tiered is not None and not tiered.snaps:
         restored = dict(tiered.states)  # resharded from another world size
     else:
@@ -143,6 +144,7 @@ def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | Non
             if snap is not None:
                 moved += send_snapshot(snap, t.dst, scene.group, midway)
             else:  # straight from the previous generation's objects: no copy first
+                assert live is not None, "the plan names a source only for what it said it holds"
                 skeleton, tensors, sizes = snapshot.describe(live.states)
                 moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, scene.group, midway)
         elif t.dst == rank:

@@ -1,6 +1,6 @@
 """mypy, strict, over the typed part of the tree (``[tool.mypy]`` in pyproject.toml): the contract
-between the supervisor and the ranks, the supervisor, the placement protocols, and the fake
-placement of ``test_supervisor_loop.py``; what they import is analysed, not reported.
+between the supervisor and the ranks, the rank's agent, the supervisor, the placement protocols,
+and the fake placement of ``test_supervisor_loop.py``; what they import is analysed, not reported.
 
 Protocols are structural: nothing at run time says that a placement still has every capability
 after a protocol changed. :func:`every_placement` says it to mypy, which checks it here.
@@ -27,6 +27,7 @@ STRICT = (
     "resilience.contract.*",
     "launcher.supervisor.*",
     "launcher.placement.*",
+    "resilience.agent.*",
     "tests.unit.test_supervisor_loop",
     "tests.unit.test_types",
 )
