@@ -52,7 +52,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 
 from resilience.tiers import manifest as mf  # noqa: E402
 from resilience.state import snapshot  # noqa: E402
-from resilience.tiers.saver import RankPlace, TierSaver  # noqa: E402
+from resilience.tiers.saver import TierPlace, TierSaver  # noqa: E402
 from resilience.contract import run_secret  # noqa: E402
 from resilience.tiers.transport import NeighbourServer, push_checkpoint  # noqa: E402
 from resilience.tiers import TierConfig, own_root  # noqa: E402
@@ -135,7 +135,7 @@ def bench(mib: int, repeat: int, work: Path) -> dict[str, float]:
         keep_ram=1,
         keep_persistent=1,
     )
-    saver = TierSaver(config, RankPlace(0, 1, 0), lambda *a, **k: None, node_root=ram_base)
+    saver = TierSaver(config, TierPlace(0, 1, 0), lambda *a, **k: None, node_root=ram_base)
     steps = iter(range(10**6))
     saver.save(next(steps), {"replicated": state})  # the first save allocates its buffers
     saver.wait_idle()
@@ -225,7 +225,7 @@ def bench_dp_persistent(mib: int, ranks: int, repeat: int, work: Path) -> dict[b
             persist_replicated_once=once,
         )
         savers = [
-            TierSaver(config, RankPlace(r, ranks, r), lambda e, **f: None, node_root=ram)
+            TierSaver(config, TierPlace(r, ranks, r), lambda e, **f: None, node_root=ram)
             for r in range(ranks)
         ]
         times, sizes = [], []

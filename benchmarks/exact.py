@@ -88,7 +88,7 @@ def bounds(width: int, depth: int, repeat: int) -> tuple[float, float, int]:
     torch.set_num_threads(1)
     model = build_model(width, depth, 0)
     grads = [torch.randn_like(p) for p in model.parameters()]
-    slots = [fixed_point.Slot(torch.zeros(g.shape, dtype=torch.float64)) for g in grads]
+    slots = [fixed_point.ExactSum(torch.zeros(g.shape, dtype=torch.float64)) for g in grads]
     wires = [torch.empty(g.shape, dtype=torch.int32) for g in grads]
     quantize, dequantize = [], []
     for _ in range(repeat):

@@ -88,7 +88,7 @@ class ExactDataParallel(torch.nn.Module):
             dtype: torch.empty(0, dtype=dtype, device=device) for dtype in (torch.int32, torch.int64)
         }
         self._slots = [
-            fixed_point.Slot(self._sums[a:b].view(p.shape))
+            fixed_point.ExactSum(self._sums[a:b].view(p.shape))
             for (_, p), a, b in zip(self._named, self._offsets, self._offsets[1:])
         ]
         self._scratch = torch.empty(max(sizes, default=0), device=device)

@@ -88,7 +88,7 @@ def dequantize(total: torch.Tensor, low: int, count: int, dtype: torch.dtype) ->
 
 
 @dataclass
-class Slot:
+class ExactSum:
     """One tensor's integer sum over this rank's micro-batches of the current step."""
 
     total: torch.Tensor

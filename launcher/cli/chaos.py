@@ -23,7 +23,7 @@ from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.timeline import Event, Timeline
-from launcher.run.processes import pid_alive, processes_with_env
+from launcher.run.leftovers import pid_alive, processes_with_env
 from resilience.agent import fault_schedule
 from resilience.contract.run_dir import RunDir
 from resilience.tiers.layout import job_ram_dir

@@ -22,7 +22,7 @@ from launcher.errors import SlurmError
 from launcher.slurm.client import SlurmClient
 
 
-class Status(str, Enum):
+class Severity(str, Enum):
     OK = "ok"
     WARN = "warn"
     FAIL = "FAIL"
@@ -32,7 +32,7 @@ class Status(str, Enum):
 @dataclass(frozen=True)
 class Finding:
     name: str
-    status: Status
+    status: Severity
     detail: str
     fix: str = ""
 
@@ -44,7 +44,7 @@ def check_python() -> Finding:
     ok = sys.version_info >= (3, 10)
     return Finding(
         "python",
-        Status.OK if ok else Status.FAIL,
+        Severity.OK if ok else Severity.FAIL,
         sys.version.split()[0],
         "" if ok else "use Python 3.10 or newer",
     )
@@ -55,7 +55,7 @@ def check_torch() -> Finding:
         torch = importlib.import_module("torch")
     except ImportError:
         return Finding(
-            "torch", Status.FAIL, "not installed", "pip install torch (CPU: pip install torch==2.13.0)"
+            "torch", Severity.FAIL, "not installed", "pip install torch (CPU: pip install torch==2.13.0)"
         )
     devices = "cpu"
     if torch.cuda.is_available():
@@ -64,24 +64,24 @@ def check_torch() -> Finding:
         b for b in ("gloo", "nccl") if getattr(torch.distributed, f"is_{b}_available", lambda: False)()
     ]
     return Finding(
-        "torch", Status.OK, f"{torch.__version__}; devices: {devices}; backends: {', '.join(backends)}"
+        "torch", Severity.OK, f"{torch.__version__}; devices: {devices}; backends: {', '.join(backends)}"
     )
 
 
 def check_shm(path: str = "/dev/shm") -> Finding:
     if not os.path.isdir(path) or not os.access(path, os.W_OK):
-        return Finding("shm", Status.FAIL, f"{path} missing or not writable", f"mount a tmpfs at {path}")
+        return Finding("shm", Severity.FAIL, f"{path} missing or not writable", f"mount a tmpfs at {path}")
     usage = shutil.disk_usage(path)
     detail = f"{path}: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB"
     if usage.free < MIN_SHM_BYTES:
         return Finding(
-            "shm", Status.WARN, detail, f"enlarge {path} (the RAM tier keeps each rank's state there)"
+            "shm", Severity.WARN, detail, f"enlarge {path} (the RAM tier keeps each rank's state there)"
         )
-    return Finding("shm", Status.OK, detail)
+    return Finding("shm", Severity.OK, detail)
 
 
 def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list[Finding]:
-    missing = Status.FAIL if needed else Status.INFO
+    missing = Severity.FAIL if needed else Severity.INFO
     try:
         client = client_factory()
         version = client.version()
@@ -90,18 +90,18 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
         if "configuration source" in str(err):
             fix = "point SLURM_CONF at the cluster's slurm.conf (or install /etc/slurm/slurm.conf)"
         return [Finding("slurm", missing, str(err), fix)]
-    findings = [Finding("slurm", Status.OK, f"client {version}")]
+    findings = [Finding("slurm", Severity.OK, f"client {version}")]
     try:
-        findings.append(Finding("slurmctld", Status.OK, client.ping()))
+        findings.append(Finding("slurmctld", Severity.OK, client.ping()))
     except SlurmError as err:
         findings.append(
             Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs")
         )
-    findings.append(Finding("backend", Status.OK, f"{client.choice.name} ({client.choice.why})"))
+    findings.append(Finding("backend", Severity.OK, f"{client.choice.name} ({client.choice.why})"))
     try:
         findings.append(growth_finding(*client.growth_methods()))
     except SlurmError as err:
-        findings.append(Finding("growth", Status.INFO, f"cannot read slurmctld's configuration: {err}"))
+        findings.append(Finding("growth", Severity.INFO, f"cannot read slurmctld's configuration: {err}"))
     return findings
 
 
@@ -115,13 +115,13 @@ def growth_finding(expansion: bool, preempt_type: str) -> Finding:
     if expansion:
         return Finding(
             "growth",
-            Status.OK,
+            Severity.OK,
             f"satellites (default) and job expansion (--grow-by expansion) both "
             f"work; {preempt_type}: {lending}",
         )
     return Finding(
         "growth",
-        Status.INFO,
+        Severity.INFO,
         f"job expansion is disabled (the default since Slurm 19.05): runs grow by "
         f"satellites (--grow-by satellite, the default); {preempt_type}: {lending}",
     )
@@ -135,8 +135,10 @@ def check_spank(plugstack: str | None) -> Finding:
         files = sorted(path.glob("*.conf")) if path.is_dir() else [path]
         for conf in files:
             if conf.is_file() and "auto_resume" in conf.read_text(errors="replace"):
-                return Finding("spank", Status.OK, f"auto_resume plugin listed in {conf}")
-    return Finding("spank", Status.INFO, "auto-resume plugin not installed; use 'sres srun --auto-resume=N'")
+                return Finding("spank", Severity.OK, f"auto_resume plugin listed in {conf}")
+    return Finding(
+        "spank", Severity.INFO, "auto-resume plugin not installed; use 'sres srun --auto-resume=N'"
+    )
 
 
 def run_checks(
@@ -164,7 +166,7 @@ def render(findings: list[Finding]) -> str:
     lines = []
     for f in findings:
         line = f"{f.status.value:>4}  {f.name:<{width}}  {f.detail}"
-        if f.fix and f.status in (Status.FAIL, Status.WARN):
+        if f.fix and f.status in (Severity.FAIL, Severity.WARN):
             line += f"\n      {'':<{width}}  fix: {f.fix}"
         lines.append(line)
     return "\n".join(lines)
@@ -200,7 +202,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         os.environ, needed, lambda: SlurmClient.create(args.backend, timeout_s=args.timeout)
     )
     print(render(findings))
-    failed = [f for f in findings if f.status is Status.FAIL]
+    failed = [f for f in findings if f.status is Severity.FAIL]
     if failed:
         print(f"\n{len(failed)} problem(s): {', '.join(f.name for f in failed)}", file=sys.stderr)
         return 1

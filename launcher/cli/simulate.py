@@ -17,7 +17,7 @@ from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.goodput_inputs import DEFAULT_SOURCES, measured_ladder
-from launcher.observability.goodput_model import PARTS, RUNGS, Job, Result, expected, simulate
+from launcher.observability.goodput_model import PARTS, RUNGS, SimulatedJob, Result, expected, simulate
 from launcher.observability.goodput_presets import PRESETS, Preset, preset_work_hours
 from launcher.observability.goodput_sensitivity import tornado
 from launcher.observability.goodput_strategies import Ladder, Restart
@@ -146,7 +146,7 @@ def _preset(args: argparse.Namespace) -> tuple[Preset, Restart]:
         raise ConfigError(str(err)) from None
 
 
-def _jobs(args: argparse.Namespace, preset: Preset) -> list[Job]:
+def _jobs(args: argparse.Namespace, preset: Preset) -> list[SimulatedJob]:
     try:
         scales = [int(g) for g in args.gpus.split(",")]
     except ValueError as err:
@@ -162,7 +162,7 @@ def _jobs(args: argparse.Namespace, preset: Preset) -> list[Job]:
         "step_s": args.step_s,
     }
     try:
-        return [Job(gpus=g, **fields) for g in scales]
+        return [SimulatedJob(gpus=g, **fields) for g in scales]
     except ValueError as err:
         raise ConfigError(f"--gpus {args.gpus}: {err}") from None
 
@@ -194,7 +194,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_size(job: Job, strategies: tuple[Ladder, Restart], preset: Preset, trials: int) -> None:
+def _check_size(job: SimulatedJob, strategies: tuple[Ladder, Restart], preset: Preset, trials: int) -> None:
     """Refuse a simulation that would run for hours: the failures it must draw follow from the
     model's own expected goodput (a recovery that outlasts the time between failures drives it
     to zero, and the failures to infinity)."""
@@ -229,7 +229,7 @@ def _print_calibration(preset: Preset, baseline: Restart, trials: int, rng: rand
     )
 
 
-def _print_inputs(ladder: Ladder, sources: dict[str, str], job: Job) -> None:
+def _print_inputs(ladder: Ladder, sources: dict[str, str], job: SimulatedJob) -> None:
     spares = f"{ladder.pool(job)}" if ladder.spares is not None else "1 per 256 nodes"
     print(
         f"our ladder: in-process {ladder.inprocess_s:.2f} s ({sources['inprocess_s']}); "
@@ -243,7 +243,7 @@ def _print_inputs(ladder: Ladder, sources: dict[str, str], job: Job) -> None:
     )
 
 
-def _print_table(rows: list[tuple[Job, list[Result]]], args: argparse.Namespace) -> None:
+def _print_table(rows: list[tuple[SimulatedJob, list[Result]]], args: argparse.Namespace) -> None:
     print(f"\n{args.days:g}-day runs, {args.trials} trials each; lost: % of wall time, by rung")
     rungs = [r for r in RUNGS if any(res.lost_share().get(r) for _, results in rows for res in results)]
     head = " ".join(f"{r:>10}" for r in [*rungs, "steady"])
@@ -267,7 +267,7 @@ def _print_table(rows: list[tuple[Job, list[Result]]], args: argparse.Namespace)
             )
 
 
-def _print_tornado(ladder: Ladder, job: Job, preset: Preset) -> None:
+def _print_tornado(ladder: Ladder, job: SimulatedJob, preset: Preset) -> None:
     base = expected(ladder, job, preset.mix)
     print(
         f"\nwhat moves our goodput at {job.gpus:,} GPUs (closed form {base:.3%}; each input halved, doubled)"
@@ -280,7 +280,7 @@ def _print_tornado(ladder: Ladder, job: Job, preset: Preset) -> None:
         )
 
 
-def _plot(rows: list[tuple[Job, list[Result]]], path: Path) -> None:
+def _plot(rows: list[tuple[SimulatedJob, list[Result]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -53,7 +53,7 @@ def check_number(name: str, value: float, low: float = 0.0, high: float = math.i
 
 
 @dataclass(frozen=True)
-class Job:
+class SimulatedJob:
     gpus: int
     gpus_per_node: int = 8
     failures_per_node_hour: float = LLAMA3_FAILURES_PER_NODE_HOUR
@@ -165,11 +165,11 @@ class Cost:
 class Strategy(Protocol):
     name: str
 
-    def speed(self, job: Job) -> float: ...
+    def speed(self, job: SimulatedJob) -> float: ...
 
-    def cost(self, kind: str, d: Draws, job: Job, mix: FaultMix) -> Cost: ...
+    def cost(self, kind: str, d: Draws, job: SimulatedJob, mix: FaultMix) -> Cost: ...
 
-    def expected_cost(self, kind: str, job: Job, mix: FaultMix) -> tuple[float, float]:
+    def expected_cost(self, kind: str, job: SimulatedJob, mix: FaultMix) -> tuple[float, float]:
         """E[exp(-rate C)] and E[L] of a failure of this kind (the closed form)."""
         ...
 
@@ -179,7 +179,7 @@ def exponential_wait(mean: float, u: float) -> float:
     return -mean * math.log1p(-u)
 
 
-def _kind(d: Draws, job: Job, mix: FaultMix) -> str:
+def _kind(d: Draws, job: SimulatedJob, mix: FaultMix) -> str:
     planned = job.planned_per_s / job.rate_per_s
     return "planned" if d.planned < planned else mix.kind(d.kind)
 
@@ -206,7 +206,7 @@ class Trial:
         self.wall_s += seconds
 
 
-def run_trial(strategy: Strategy, job: Job, mix: FaultMix, rng: random.Random) -> Trial:
+def run_trial(strategy: Strategy, job: SimulatedJob, mix: FaultMix, rng: random.Random) -> Trial:
     """One run to the end of its work."""
     trial = Trial(job.work_hours * HOUR)
     left, speed, rate = trial.work_s, strategy.speed(job), job.rate_per_s
@@ -235,7 +235,7 @@ def run_trial(strategy: Strategy, job: Job, mix: FaultMix, rng: random.Random) -
         pending = cost
 
 
-def expected(strategy: Strategy, job: Job, mix: FaultMix) -> float:
+def expected(strategy: Strategy, job: SimulatedJob, mix: FaultMix) -> float:
     """Long-run goodput: E[exp(-rate C)] (speed - rate E[L]) over the kinds' shares."""
     rate = job.rate_per_s
     if rate == 0:
@@ -291,7 +291,7 @@ class Result:
         return dict(out)
 
 
-def simulate(strategy: Strategy, job: Job, mix: FaultMix, trials: int, rng: random.Random) -> Result:
+def simulate(strategy: Strategy, job: SimulatedJob, mix: FaultMix, trials: int, rng: random.Random) -> Result:
     return Result(
         strategy.name,
         tuple(run_trial(strategy, job, mix, rng) for _ in range(trials)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.observability.goodput_model import FaultMix, Job
+from launcher.observability.goodput_model import FaultMix, SimulatedJob
 from launcher.observability.goodput_strategies import Restart
 
 LLAMA3 = "Llama 3 paper (Grattafiori et al. 2024, arXiv 2407.21783)"
@@ -23,7 +23,7 @@ MEGASCALE = "MegaScale (Jiang et al., NSDI 2024, arXiv 2402.15627)"
 class Preset:
     name: str
     title: str
-    job: Job
+    job: SimulatedJob
     """``work_hours`` is unused: a preset's run lasts ``days`` of wall time (see :meth:`work_hours`)."""
     days: float
     mix: FaultMix
@@ -40,7 +40,7 @@ PRESETS: dict[str, Preset] = {
     "llama3": Preset(
         name="llama3",
         title="Llama 3 405B pre-training, a 54-day snapshot on 16,384 H100 GPUs",
-        job=Job(
+        job=SimulatedJob(
             gpus=16384,
             gpus_per_node=8,
             failures_per_node_hour=419 / (54 * 24 * 2048),
@@ -78,7 +78,7 @@ PRESETS: dict[str, Preset] = {
     "bytedance": Preset(
         name="bytedance",
         title="ByteRobust: a three-month dense-model job on 9,600 Hopper GPUs",
-        job=Job(gpus=9600, gpus_per_node=8, failures_per_node_hour=175 / (90 * 24 * 1200)),
+        job=SimulatedJob(gpus=9600, gpus_per_node=8, failures_per_node_hour=175 / (90 * 24 * 1200)),
         days=90.0,
         mix=FaultMix(process=32 / 175, hang=0.0, node=143 / 175, correlated=0.0),
         baseline=Restart(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from launcher.observability.goodput_model import FaultMix, Job, expected
+from launcher.observability.goodput_model import FaultMix, SimulatedJob, expected
 from launcher.observability.goodput_strategies import Ladder
 
 FROM_ZERO = {"lost_steps": 1.0, "steady_overhead": 0.01, "same_domain": 0.5}
@@ -45,7 +45,7 @@ def _range(name: str, value: float, factor: float) -> tuple[float, float]:
     return value / factor, min(value * factor, CAPPED.get(name, float("inf")))
 
 
-def tornado(ladder: Ladder, job: Job, mix: FaultMix, factor: float = 2.0) -> list[Swing]:
+def tornado(ladder: Ladder, job: SimulatedJob, mix: FaultMix, factor: float = 2.0) -> list[Swing]:
     """Every input of ``job`` (failure rate, step time) and ``ladder`` at ``/factor`` and ``x factor``."""
     rows = []
     for name in JOB_INPUTS + LADDER_INPUTS + ("spares",):

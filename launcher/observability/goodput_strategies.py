@@ -13,7 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from launcher.observability.goodput_model import Cost, Draws, FaultMix, Job, check_number, exponential_wait
+from launcher.observability.goodput_model import (
+    Cost,
+    Draws,
+    FaultMix,
+    SimulatedJob,
+    check_number,
+    exponential_wait,
+)
 
 
 @dataclass(frozen=True)
@@ -57,10 +64,10 @@ class Ladder:
         if self.spares is not None and self.spares < 0:
             raise ValueError(f"{self.spares} spares: at least 0")
 
-    def pool(self, job: Job) -> int:
+    def pool(self, job: SimulatedJob) -> int:
         return self.spares if self.spares is not None else max(1, math.ceil(job.nodes / 256))
 
-    def spare_free(self, k: int, job: Job, mix: FaultMix) -> float:
+    def spare_free(self, k: int, job: SimulatedJob, mix: FaultMix) -> float:
         """Chance that ``k`` spares are free when a failure comes: spares being refilled are a
         Poisson number of mean (node-taking failures per s) x ``refill_s`` (an M/G/inf queue)."""
         taken = job.unexpected_per_s * (mix.node + mix.correlated * mix.correlated_nodes) + job.planned_per_s
@@ -75,13 +82,13 @@ class Ladder:
             total += term
         return min(1.0, total)
 
-    def speed(self, job: Job) -> float:
+    def speed(self, job: SimulatedJob) -> float:
         return 1 - self.steady_overhead
 
-    def _steps_lost(self, job: Job, u: float) -> float:
+    def _steps_lost(self, job: SimulatedJob, u: float) -> float:
         return (self.lost_steps + u) * job.step_s
 
-    def _replace(self, k: int, d: Draws, job: Job, mix: FaultMix) -> tuple[str, float]:
+    def _replace(self, k: int, d: Draws, job: SimulatedJob, mix: FaultMix) -> tuple[str, float]:
         """The rung and seconds that put ``k`` lost nodes' ranks back to work."""
         if d.spare < self.spare_free(k, job, mix):
             return "spare", self.spare_s
@@ -90,7 +97,7 @@ class Ladder:
             return "shrink", max(self.spare_s, self.shrink_s) + self.regrow_s + wait * k / job.nodes
         return "new node", wait + self.spare_s
 
-    def cost(self, kind: str, d: Draws, job: Job, mix: FaultMix) -> Cost:
+    def cost(self, kind: str, d: Draws, job: SimulatedJob, mix: FaultMix) -> Cost:
         if kind in ("process", "hang"):
             detect = self.detect_s if kind == "process" else self.hang_timeout_s
             return Cost("in-process", detect, self.inprocess_s, self._steps_lost(job, d.lost))
@@ -106,7 +113,7 @@ class Ladder:
             return Cost("persistent", detect, seconds + self.persistent_s, since_save)
         return Cost(rung, detect, seconds, self._steps_lost(job, d.lost))
 
-    def expected_cost(self, kind: str, job: Job, mix: FaultMix) -> tuple[float, float]:
+    def expected_cost(self, kind: str, job: SimulatedJob, mix: FaultMix) -> tuple[float, float]:
         rate = job.rate_per_s
         if kind in ("process", "hang"):
             detect = self.detect_s if kind == "process" else self.hang_timeout_s
@@ -156,21 +163,21 @@ class Restart:
         if self.interval_s is not None and not (math.isfinite(self.interval_s) and self.interval_s > 0):
             raise ValueError(f"checkpoint interval {self.interval_s!r} s: > 0")
 
-    def interval(self, job: Job) -> float:
+    def interval(self, job: SimulatedJob) -> float:
         return daly_interval(self.ckpt_write_s, job.mtbf_s) if self.interval_s is None else self.interval_s
 
-    def speed(self, job: Job) -> float:
+    def speed(self, job: SimulatedJob) -> float:
         interval = self.interval(job)
         return 1.0 if math.isinf(interval) else interval / (interval + self.ckpt_write_s)
 
     def _detect(self, kind: str) -> float:
         return {"planned": 0.0, "hang": self.hang_timeout_s}.get(kind, self.detect_s)
 
-    def cost(self, kind: str, d: Draws, job: Job, mix: FaultMix) -> Cost:
+    def cost(self, kind: str, d: Draws, job: SimulatedJob, mix: FaultMix) -> Cost:
         lost = 0.0 if kind == "planned" else d.lost * self.interval(job)
         return Cost("restart", self._detect(kind), self.restart_s, lost)
 
-    def expected_cost(self, kind: str, job: Job, mix: FaultMix) -> tuple[float, float]:
+    def expected_cost(self, kind: str, job: SimulatedJob, mix: FaultMix) -> tuple[float, float]:
         lost = 0.0 if kind == "planned" else self.interval(job) / 2
         return math.exp(-job.rate_per_s * (self._detect(kind) + self.restart_s)), lost
 

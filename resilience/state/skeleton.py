@@ -113,7 +113,7 @@ def fill(tree: Any, tensors: list[torch.Tensor]) -> Any:
     return {k: fill(v, tensors) for k, v in tree.items()}
 
 
-class Slot:
+class TensorIndex:
     """The i-th tensor's place in a state read from a pickle-format skeleton."""
 
     __slots__ = ("index",)
@@ -123,7 +123,7 @@ class Slot:
 
 
 def from_plain(obj: Any) -> Any:
-    """``obj`` (tensors already replaced by :class:`Slot`) as a tree: how a skeleton of the
+    """``obj`` (tensors already replaced by :class:`TensorIndex`) as a tree: how a skeleton of the
     pickle format becomes one of this format. Raises NotPlainData for what a tree cannot hold."""
     return _strip(obj, [])
 
@@ -141,7 +141,7 @@ def _strip(obj: Any, tensors: list[torch.Tensor]) -> Any:
     if isinstance(obj, torch.Tensor):
         tensors.append(obj)
         return {"$T": len(tensors) - 1}
-    if kind is Slot:
+    if kind is TensorIndex:
         return {"$T": obj.index}
     key: Any = _NO_KEY
     try:

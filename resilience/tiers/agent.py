@@ -19,7 +19,7 @@ from resilience.contract.messages import Plan
 from resilience.contract.run_store import RunStore
 from resilience.tiers.restore import Restored, Restorer
 from resilience.tiers.flush import FlushWatcher
-from resilience.tiers.saver import RankPlace, TierSaver
+from resilience.tiers.saver import TierPlace, TierSaver
 from resilience.tiers.transport import NeighbourLink, NeighbourServer
 from resilience.tiers.layout import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
 
@@ -54,7 +54,7 @@ class TierAgent:
                 neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, secret, host
             ).start()
             store.publish_tier_address(slot, self.server.address)
-        self.saver = TierSaver(config, RankPlace(-1, 0, self.ram_node), self.emit)
+        self.saver = TierSaver(config, TierPlace(-1, 0, self.ram_node), self.emit)
         self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
 
     @classmethod
@@ -84,7 +84,7 @@ class TierAgent:
     def enter(self, plan: Plan, rank: int) -> None:
         """A new generation: the saver writes as this rank, copies go to the next node of the plan."""
         self.plan = plan
-        self.saver.place = RankPlace(rank, plan.world_size, self.ram_node, self._neighbour)
+        self.saver.place = TierPlace(rank, plan.world_size, self.ram_node, self._neighbour)
 
     def _neighbour(self) -> NeighbourLink | None:
         plan = self.plan

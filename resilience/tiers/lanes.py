@@ -34,7 +34,7 @@ Emit = Callable[..., None]
 
 
 @dataclass
-class Job:
+class Commit:
     """One commit for one lane."""
 
     step: int
@@ -56,31 +56,31 @@ class Job:
 class Lane:
     """A worker thread: one job in flight, one pending; a newer submit replaces the pending job
     (returned to the caller, which releases what it holds) unless someone waits for that one
-    (``Job.done``). CI, 2 cores: a flush's copy queued behind a slow copy was replaced by the
+    (``Commit.done``). CI, 2 cores: a flush's copy queued behind a slow copy was replaced by the
     next K-th commit's, and the flush said the write failed."""
 
-    def __init__(self, name: str, work: Callable[[Job], None]) -> None:
+    def __init__(self, name: str, work: Callable[[Commit], None]) -> None:
         self._work = work
         self._cond = threading.Condition()
-        self._pending: deque[Job] = deque()
+        self._pending: deque[Commit] = deque()
         self._busy = False
         self._stopped = False
         self.done_jobs = 0
         self._thread = threading.Thread(target=self._run, name=f"sres-tier-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job) -> Job | None:
+    def submit(self, job: Commit) -> Commit | None:
         with self._cond:
             dropped = self._replaceable()
             self._pending.append(job)
             self._cond.notify_all()
             return dropped
 
-    def take_pending(self) -> Job | None:
+    def take_pending(self) -> Commit | None:
         with self._cond:
             return self._replaceable()
 
-    def _replaceable(self) -> Job | None:
+    def _replaceable(self) -> Commit | None:
         """The newest pending job, taken off the queue, unless someone waits for it."""
         if self._pending and self._pending[-1].done is None:
             return self._pending.pop()
@@ -209,7 +209,7 @@ class TierLane(Lane):
     the next."""
 
     def __init__(
-        self, tier: Tier, config: TierConfig, emit: Emit, work: Callable[[TierLane, Job], None]
+        self, tier: Tier, config: TierConfig, emit: Emit, work: Callable[[TierLane, Commit], None]
     ) -> None:
         self.tier = tier
         self.warnings = Warnings(tier, emit)

@@ -36,7 +36,7 @@ class _OldRef:
 
 
 _KNOWN: dict[tuple[str, str], Any] = {
-    ("resilience.state.snapshot", "_Slot"): skel.Slot,
+    ("resilience.state.snapshot", "_Slot"): skel.TensorIndex,
     ("resilience.state.snapshot", "_TensorRef"): _OldRef,
     ("collections", "OrderedDict"): OrderedDict,
 }

@@ -35,14 +35,14 @@ from resilience.state import snapshot
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
 from resilience.tiers.base import Tier, Where
-from resilience.tiers.lanes import Emit, Job, Pins, TierLane
+from resilience.tiers.lanes import Commit, Emit, Pins, TierLane
 from resilience.tiers.layout import NodeKey, TierConfig, own_root
 from resilience.tiers.registry import PERSISTENT, TIERS
 from resilience.tiers.transport import NeighbourLink
 
 
 @dataclass(frozen=True)
-class RankPlace:
+class TierPlace:
     """Who this rank is in the current generation, and where its neighbour copy goes."""
 
     rank: int
@@ -63,7 +63,7 @@ class TierSaver:
     """The saving side of the tiers for one rank process; lives as long as the process."""
 
     def __init__(
-        self, config: TierConfig, place: RankPlace, emit: Emit, node_root: Path | None = None
+        self, config: TierConfig, place: TierPlace, emit: Emit, node_root: Path | None = None
     ) -> None:
         self.config = config
         self.place = place
@@ -123,7 +123,7 @@ class TierSaver:
         for kind, snap in snaps.items():
             if kind not in buffers and _pin_memory():
                 snaps[kind] = _pinned(snap)
-        job = Job(step, snaps=snaps, force=persist or self._carry_force)
+        job = Commit(step, snaps=snaps, force=persist or self._carry_force)
         self._carry_force = False
         dropped = self._first.submit(job)
         if dropped is not None:
@@ -143,14 +143,14 @@ class TierSaver:
         self._first.wait_idle()  # both sets busy: the RAM write is slower than a step
         return self._free.pop()
 
-    def _release(self, job: Job) -> None:
+    def _release(self, job: Commit) -> None:
         if job.snaps is not None:
             self._free.append(job.snaps)
             job.snaps = None
 
     # --- the lanes ---------------------------------------------------------------------------------
 
-    def _run(self, lane: TierLane, job: Job) -> None:
+    def _run(self, lane: TierLane, job: Commit) -> None:
         """One tier's copy of one commit, on that tier's lane: the write, then what follows a
         copy (its events; from the first lane, the later lanes; retention)."""
         place, where = self.place, self._where()
@@ -180,7 +180,7 @@ class TierSaver:
             if job.done is not None:
                 job.done.set()
 
-    def _write(self, lane: TierLane, job: Job, place: RankPlace, where: Where) -> Path | None:
+    def _write(self, lane: TierLane, job: Commit, place: TierPlace, where: Where) -> Path | None:
         """``Tier.write`` of the job's commit: the new copy, or None when the tier skipped it or
         the copy failed (a warning)."""
         try:
@@ -196,19 +196,19 @@ class TierSaver:
             lane.warnings.failed(job.step, err)
             return None
 
-    def _feed(self, job: Job, path: Path, where: Where, place: RankPlace) -> None:
+    def _feed(self, job: Commit, path: Path, where: Where, place: TierPlace) -> None:
         """After the first tier's copy: each later lane copies it (pinned until that lane is
         done with it), then the first tier keeps its newest copies."""
         self.last_written = job.step
         for lane in self._later:
             if lane.tier.saving.every_commit or job.force:
                 self._pins.pin(job.step)
-                self._dropped(lane.submit(Job(job.step, path=path)))
+                self._dropped(lane.submit(Commit(job.step, path=path)))
         keep = self._first.tier.keep(self.config)
         if keep is not None:
             self._pins.prune(self._first.tier, where, keep, place.rank)
 
-    def _dropped(self, job: Job | None) -> None:
+    def _dropped(self, job: Commit | None) -> None:
         """A later lane's pending job replaced by a newer one: its step no longer pinned for it."""
         if job is not None:
             self._pins.unpin(job.step)
@@ -249,7 +249,7 @@ class TierSaver:
                 if self.last_written > step or time.monotonic() > deadline:
                     return None, f"step {step} is not in the RAM tier of rank {self.place.rank}"
                 time.sleep(0.02)
-            job = Job(step, path=path, done=threading.Event())
+            job = Commit(step, path=path, done=threading.Event())
             self._pins.pin(step)
             self._dropped(self._persistent.submit(job))
             if not job.done.wait(max(0.0, deadline - time.monotonic())):

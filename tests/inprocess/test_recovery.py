@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from launcher.run.processes import processes_with_env
+from launcher.run.leftovers import processes_with_env
 from tests.support.sres_runs import sres_run, when_event
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from launcher.run.processes import processes_with_env
+from launcher.run.leftovers import processes_with_env
 from resilience.contract import keys
 from tests.support.sres_runs import sres_run, when_event
 

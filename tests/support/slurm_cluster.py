@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from launcher.run.processes import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
+from launcher.run.leftovers import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
 
 NEEDED_COMMANDS = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "srun", "sbatch", "salloc")
 STATE_FILE = "cluster.json"

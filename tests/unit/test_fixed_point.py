@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from resilience import fixed_point
 from resilience.exact import ExactDataParallel, GradientNotRepresentable
-from resilience.fixed_point import Slot, plan_sum
+from resilience.fixed_point import ExactSum, plan_sum
 
 
 def micro_batch_grads(seed: int, count: int, numel: int = 257) -> list[torch.Tensor]:
@@ -31,7 +31,7 @@ def micro_batch_grads(seed: int, count: int, numel: int = 257) -> list[torch.Ten
 
 def summed_in_groups(grads: list[torch.Tensor], groups: list[list[int]]) -> torch.Tensor:
     """What ExactDataParallel computes when each group of micro-batches is one rank's share."""
-    slots = [Slot(torch.zeros(grads[0].shape, dtype=torch.float64)) for _ in groups]
+    slots = [ExactSum(torch.zeros(grads[0].shape, dtype=torch.float64)) for _ in groups]
     for slot, members in zip(slots, groups):
         for n, index in enumerate(members, start=1):
             slot.add(grads[index], grads[index].abs().max().item(), n)
@@ -63,7 +63,10 @@ def test_any_grouping_and_order_gives_the_same_bits(seed, count, ranks, shuffle)
 
 def test_elements_near_the_largest_are_kept_exactly():
     grad = torch.tensor([1.0, -0.75, 2.0**-8 + 2.0**-30, 3.0 * 2.0**-40, 0.0])
-    wide, default = Slot(torch.zeros(5, dtype=torch.float64)), Slot(torch.zeros(5, dtype=torch.float64))
+    wide, default = (
+        ExactSum(torch.zeros(5, dtype=torch.float64)),
+        ExactSum(torch.zeros(5, dtype=torch.float64)),
+    )
     wide.add(grad, 1.0, 1, bits=32)
     back = fixed_point.dequantize(wide.total, wide.low, 1, torch.float32)
     assert torch.equal(back[:3], grad[:3])  # within 2**-8 of the largest: every float32 bit kept
@@ -76,7 +79,7 @@ def test_elements_near_the_largest_are_kept_exactly():
 def test_a_sum_that_cannot_fit_is_refused_not_wrapped():
     assert fixed_point.fits(10, 10 - 32, 2**20)
     assert not fixed_point.fits(10, 10 - 32, 2**31)
-    slot = Slot(torch.zeros(3, dtype=torch.float64))
+    slot = ExactSum(torch.zeros(3, dtype=torch.float64))
     slot.add(torch.tensor([1.0, 0.5, 0.0]), 1.0, 1)
     slot.add(torch.tensor([2.0**-40, 0.0, 0.0]), 2.0**-40, 2)  # 2**41 apart: more than a rank's 53 - 24 bits
     assert slot.problem == fixed_point.RANGE

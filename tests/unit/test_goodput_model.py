@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.observability.goodput_model import Draws, FaultMix, Job, expected, run_trial, simulate
+from launcher.observability.goodput_model import Draws, FaultMix, SimulatedJob, expected, run_trial, simulate
 from launcher.observability.goodput_presets import PRESETS, preset_work_hours
 from launcher.observability.goodput_strategies import Ladder, Restart, daly_interval
 
-JOB = Job(gpus=2048, failures_per_node_hour=2e-3, planned_per_day=1.0, work_hours=24.0, step_s=4.0)
+JOB = SimulatedJob(gpus=2048, failures_per_node_hour=2e-3, planned_per_day=1.0, work_hours=24.0, step_s=4.0)
 MIX = FaultMix(process=0.2, hang=0.1, node=0.6, correlated=0.1, correlated_nodes=4)
 LADDER = Ladder(inprocess_s=0.3, spare_s=0.6, detect_s=1.0, hang_timeout_s=30.0, spares=2, node_wait_s=100.0)
 
@@ -63,7 +63,7 @@ def test_a_spare_is_free_less_often_when_refills_are_slow_or_the_pool_small():
     fast, slow = LADDER, dataclasses.replace(LADDER, refill_s=100 * LADDER.refill_s)
     assert 1 >= fast.spare_free(1, JOB, MIX) > slow.spare_free(1, JOB, MIX) > 0
     assert fast.spare_free(3, JOB, MIX) == 0  # more nodes at once than the pool holds
-    assert Ladder().pool(Job(gpus=8 * 1024)) == 4  # default: one per 256 nodes
+    assert Ladder().pool(SimulatedJob(gpus=8 * 1024)) == 4  # default: one per 256 nodes
 
 
 def test_a_trial_accounts_for_every_second_of_its_wall_time():
@@ -131,17 +131,17 @@ def test_goodput_never_rises_when_a_cost_of_ours_rises(name, factor, seed):
 def test_goodput_never_rises_when_a_cost_of_the_baseline_rises(name, factor):
     base = Restart()
     raised = dataclasses.replace(base, **{name: getattr(base, name) * factor})
-    for job in (JOB, Job(gpus=16384)):
+    for job in (JOB, SimulatedJob(gpus=16384)):
         assert expected(raised, job, MIX) <= expected(base, job, MIX) + 1e-12
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: Job(gpus=1024, failures_per_node_hour=float("nan")),
-        lambda: Job(gpus=1024, failures_per_node_hour=-1.0),
-        lambda: Job(gpus=1024, work_hours=0.0),
-        lambda: Job(gpus=1001),
+        lambda: SimulatedJob(gpus=1024, failures_per_node_hour=float("nan")),
+        lambda: SimulatedJob(gpus=1024, failures_per_node_hour=-1.0),
+        lambda: SimulatedJob(gpus=1024, work_hours=0.0),
+        lambda: SimulatedJob(gpus=1001),
         lambda: Ladder(spare_s=float("nan")),
         lambda: Ladder(refill_s=-1.0),
         lambda: Ladder(steady_overhead=1.0),

@@ -13,7 +13,7 @@ from resilience.state import snapshot
 from resilience.sharded import partition, reshard
 from resilience.tiers.restore import Offer, plan_restore
 from resilience.tiers.persistent import PersistentTier
-from resilience.tiers.saver import RankPlace, TierSaver
+from resilience.tiers.saver import TierPlace, TierSaver
 from resilience.tiers import (
     TierConfig,
     TierConfigError,
@@ -243,7 +243,7 @@ def test_saver_writes_ram_and_every_kth_to_persistent_and_keeps_n(tmp_path):
         job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False
     )
     saver = TierSaver(
-        config, RankPlace(0, 1, 0), lambda e, **f: events.append((e, f)), node_root=tmp_path / "ram"
+        config, TierPlace(0, 1, 0), lambda e, **f: events.append((e, f)), node_root=tmp_path / "ram"
     )
     for step in range(7):
         state = {"model": {"w": torch.full((1000,), float(step))}}
@@ -262,7 +262,7 @@ def test_save_blocks_only_for_the_copy(tmp_path):
     config = TierConfig(
         job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=1, fsync=False
     )
-    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    saver = TierSaver(config, TierPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
     original = saver.lane("persistent")._work
     saver.lane("persistent")._work = lambda job: (gate.wait(30), original(job))
     for step in range(6):
@@ -297,7 +297,7 @@ def test_flush_holds_ram_steps_and_waits_for_a_rank_one_commit_behind(tmp_path):
     config = TierConfig(
         job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=0, fsync=False
     )
-    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    saver = TierSaver(config, TierPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
     root = own_root("j", 0, tmp_path / "ram")
     assert saver.flush_hold(5) == (None, "nothing committed yet")
     for step in range(3):
@@ -327,7 +327,7 @@ def test_a_flush_queued_behind_a_slow_copy_is_not_replaced_by_the_next_periodic_
     config = TierConfig(
         job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), persist_every=3, fsync=False
     )
-    saver = TierSaver(config, RankPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    saver = TierSaver(config, TierPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
     lane = saver.lane("persistent")
     slow, flush_queued = threading.Event(), threading.Event()
     write, submit = PersistentTier.write, lane.submit
@@ -362,7 +362,7 @@ def _rank_savers(tmp_path, world: int, ram: bool = True, **place):
     savers = [
         TierSaver(
             config,
-            RankPlace(r, world, r),
+            TierPlace(r, world, r),
             lambda e, **f: events.append((e, f)),
             node_root=tmp_path / "ram",
             **place,
@@ -440,7 +440,7 @@ def test_ram_tier_is_found_by_node_name_whatever_index_the_node_has(tmp_path):
 
     config = TierConfig(job_id="j", neighbour=False, fsync=False)
     saver = TierSaver(
-        config, RankPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path
+        config, TierPlace(2, 4, "gpu-a17"), lambda e, **f: None, node_root=tmp_path
     )  # first allocation
     saver.save(6, {"replicated": {"w": torch.ones(8)}})
     saver.wait_idle()
