@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -24,14 +23,11 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from resilience import parent_death
-from resilience.contract import fork_protocol
+from resilience.contract import fork_protocol, slots
 from resilience.contract.run_dir import RunDir
 from launcher.errors import ConfigError
 
 logger = logging.getLogger(__name__)
-
-_SLOT = re.compile(r"[A-Za-z0-9_-]{1,64}")
-"""A slot name, as the supervisor makes them: a child's log is always in the run's log dir."""
 
 
 class Processes:
@@ -123,7 +119,7 @@ class Processes:
                 if "out" in message or "forked" in message:  # a forked child has its log from its start
                     child = str(message.get("out", message.get("forked")))
                     text = str(message.get("line", "")).encode()
-                    self._write(logs, child if _SLOT.fullmatch(child) else slot, text)
+                    self._write(logs, child if slots.NAME.fullmatch(child) else slot, text)
                 if "out" not in message:
                     try:
                         self.on_reply(slot, message)

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from resilience.contract import run_secret
+from resilience.contract import run_secret, slots
 
 MAX_HELLO = 256
 """A hello is one short line; a longer one is not a rank's."""
@@ -27,7 +27,6 @@ MAX_PENDING = 256
 rank proves it within milliseconds, so a flood of silent connections cannot keep one out)."""
 HELLO_TIMEOUT_S = 10.0
 """An unproven connection is closed after this long."""
-_SLOT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _STEP = re.compile(r"[0-9]{0,20}")
 GREETING = "sres-liveness"
 
@@ -160,7 +159,7 @@ class LivenessServer:
             return
         line = pending.buffer.split(b"\n", 1)[0]
         parts = line.decode("ascii", errors="replace").split(" ")
-        if len(parts) != 3 or not _SLOT.fullmatch(parts[0]) or not _STEP.fullmatch(parts[1]):
+        if len(parts) != 3 or not slots.NAME.fullmatch(parts[0]) or not _STEP.fullmatch(parts[1]):
             self._drop(conn, "not a hello")
             return
         slot, step, answer = parts
