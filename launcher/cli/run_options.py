@@ -110,4 +110,4 @@ def _argument(f: Field[Any], spec: Option) -> dict[str, Any]:
     base = str(f.type).removesuffix(" | None")
     if base in _TYPES:
         keywords["type"] = _TYPES[base]
-    return keywords | CUSTOM.get(spec.cli or "", {})
+    return keywords | (CUSTOM[spec.cli] if spec.cli else {})  # a misspelt name fails every parser build
