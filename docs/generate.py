@@ -4,8 +4,8 @@
     python docs/generate.py --check  # exit 1 naming each page that differs from what it would write
 
 ``cli.md`` walks ``launcher.cli.parser.build_parser()``; ``events.md`` is
-``launcher/observability/event_types.py``; ``environment.md`` is ``launcher/run/environment.py``'s
-``VARIABLES`` and the variables ``resilience/contract/rank_env.py`` gives each rank;
+``launcher/observability/event_types.py``; ``environment.md`` is ``launcher/run/options.py``'s
+declarations (``environment.VARIABLES``) and the variables ``rank_env.py`` gives each rank;
 ``modules.md`` is every module's docstring (``docs/generate_modules.py``, read without importing);
 ``faults.md`` is ``resilience/contract/injections.py``'s ``FAULT_KINDS``.
 ``tests/unit/test_reference_docs.py`` fails when a page is stale. The output depends on
@@ -298,7 +298,7 @@ def environment_page() -> str:
             f"docs/generate.py: say how a variable of kind {sorted(unknown)} is read (KIND_TEXT)"
         )
     sres_rows = [
-        (code(v.name), code(v.option) if v.option else "", KIND_TEXT[v.kind], cell(v.description))
+        (code(v.name), code(v.option or ""), KIND_TEXT[v.kind], cell(v.description), code(v.rank or ""))
         for v in environment.VARIABLES
     ]
     return (
@@ -314,9 +314,9 @@ def environment_page() -> str:
                 "",
                 "Each stands for its option (`--preempt-signal` -> `SRES_PREEMPT_SIGNAL`) and is that "
                 "option's default: sbatch scripts export them, and `srun --auto-resume` passes no option "
-                "at all. An option on the command line wins.",
+                "at all. An option on the command line wins; ranks get it in the `RankEnv` field named.",
                 "",
-                *table(("variable", "option", "read as", "meaning"), sres_rows),
+                *table(("variable", "option", "read as", "meaning", "ranks get it in"), sres_rows),
                 "## Given to each rank by the supervisor",
                 "",
                 "Set by the supervisor for every rank process it starts (with `LOCAL_RANK`), read back "

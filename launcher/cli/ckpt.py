@@ -40,28 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--persistent-dir", help="persistent checkpoint tier (shared filesystem); off by default")
-    p.add_argument(
-        "--persist-every",
-        type=int,
-        default=None,
-        metavar="K",
-        help="write every K-th commit to --persistent-dir (default 10 when it is given)",
-    )
-    p.add_argument(
-        "--job-id",
-        help="files the RAM/persistent tiers under this id; a new run with the same id "
-        "restores from them (default: SLURM_JOB_ID, else derived from --log-dir)",
-    )
-    p.add_argument(
-        "--ram-every",
-        type=int,
-        default=None,
-        metavar="N",
-        help="RAM and neighbour tiers every N-th step (default 1: every commit)",
-    )
-    p.add_argument("--tier-config", type=Path, help="YAML file of tier settings (flags win)")
-    p.add_argument("--no-tiers", action="store_true", help="no checkpoint tiers at all (peers' memory only)")
+    """The tier flags alone (kept for code outside the project; ``sres run`` adds them with every
+    other option from their declarations)."""
+    from launcher.cli import run_options
+
+    run_options.add_supervision_options(p, lambda spec: spec.rank == "tiers")
 
 
 def tier_config(args: argparse.Namespace, log_dir: Path) -> TierConfig | None:

@@ -1,65 +1,14 @@
-"""The elastic flags of ``sres run`` (``launcher.run.configs.elastic_config`` reads them) and the
-commands that resize a running job: ``sres resize RUN --nodes N``, ``sres grow RUN --by K``,
-``sres shrink RUN --by K``, ``sres status RUN``."""
+"""The commands that resize a running job: ``sres resize RUN --nodes N``, ``sres grow RUN --by K``,
+``sres shrink RUN --by K``, ``sres status RUN``. The elastic flags of ``sres run`` are declared
+with the other run options (``launcher.run.options``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from launcher.cli.arg_types import finite_float
 from launcher.errors import ConfigError
 from launcher.supervisor import control
-from resilience.contract.elastic_config import ON_NO_SPARE, ElasticConfig
-from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    d = ElasticConfig()
-    g = p.add_argument_group(
-        "elastic (the world shrinks and grows; off unless --min-nodes or --max-nodes differ from --nodes)"
-    )
-    g.add_argument("--min-nodes", type=int, help="the world never shrinks below this (default: --nodes)")
-    g.add_argument("--max-nodes", type=int, help="the world never grows above this (default: --nodes)")
-    g.add_argument(
-        "--on-no-spare",
-        choices=ON_NO_SPARE,
-        help="a node lost with no spare: shrink the world (default when --min-nodes < --nodes), wait for "
-        "a node up to --resize-timeout, requeue (Slurm), or fail",
-    )
-    g.add_argument("--resize-step", type=int, metavar="K", help="the world changes by multiples of K nodes")
-    g.add_argument("--resize-sizes", metavar="N,N,...", help="the only node counts allowed, e.g. 2,4,8")
-    g.add_argument(
-        "--grow-snooze",
-        type=finite_float,
-        metavar="S",
-        help=f"no growth into free capacity within S s of a restart or resize (default {d.grow_snooze_s:g})",
-    )
-    g.add_argument(
-        "--resize-timeout",
-        type=finite_float,
-        metavar="S",
-        help=f"how long 'wait' holds for a node before requeue/failure (default {d.resize_timeout_s:g})",
-    )
-    g.add_argument(
-        "--drain-grace",
-        type=finite_float,
-        metavar="S",
-        help=f"how long ranks may take to reach a step boundary for a resize (default {d.drain_grace_s:g})",
-    )
-    g.add_argument(
-        "--batch-policy",
-        choices=BATCH_POLICIES,
-        help="a world that does not divide the global batch: use the closest one it divides, or fail "
-        "(default keep-closest; resilience.ElasticSampler)",
-    )
-    g.add_argument(
-        "--lr-scaling", choices=LR_SCALINGS, help="LR scale for a changed global batch (default linear)"
-    )
-    g.add_argument(
-        "--elastic-config", type=Path, help="YAML file of these settings (ElasticConfig keys; flags win)"
-    )
 
 
 # --- resizing a running job -------------------------------------------------------------------------

@@ -12,26 +12,16 @@ from pathlib import Path
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.straggler import StragglerConfig
-from launcher.run.request import RunOptions, RunRequest, flag
+from launcher.run.options import RunOptions, passed_on
+from launcher.run.request import RunRequest, flag
 from launcher.supervisor.config import RunConfig
 from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 from resilience.contract.injections import Injection
 from resilience.contract.run_dir import RunDir
 from resilience.tiers import TierConfig, TierConfigError, default_job_id
 
-ELASTIC_KEYS = {
-    "min_nodes": "min_nodes",
-    "max_nodes": "max_nodes",
-    "on_no_spare": "on_no_spare",
-    "resize_step": "resize_step",
-    "resize_sizes": "resize_sizes",
-    "grow_snooze": "grow_snooze_s",
-    "resize_timeout": "resize_timeout_s",
-    "drain_grace": "drain_grace_s",
-    "batch_policy": "batch_policy",
-    "lr_scaling": "lr_scaling",
-}
-"""Option -> its ElasticConfig key."""
+ELASTIC_KEYS = passed_on("elastic")
+"""Option -> its ElasticConfig key, as the options declare."""
 
 
 def log_dir_for(request: RunRequest, environ: Mapping[str, str], now: float) -> Path:
@@ -74,7 +64,10 @@ def run_config(
     environ: Mapping[str, str],
     restart_count: int | None = None,
 ) -> RunConfig:
-    """Everything the supervisor needs, validated (``RunConfig`` refuses what does not hold).
+    """Everything the supervisor needs, validated (``RunConfig`` refuses what does not hold). The
+    options declared with a ``config`` field go there as they are; the rest are read by hand, here
+    (a value derived: ``fork_server``, the injections, the tiers' settings that depend on each
+    other) or by ``supervise`` (what the placement takes: the capacity options).
     ``restart_count``: the runs of this job before this one; None: Slurm's count (a local run's: 0)."""
     o = request.options
     if restart_count is None:
@@ -84,28 +77,16 @@ def run_config(
         nodes=request.nodes,
         procs_per_node=request.procs_per_node,
         spares=request.spares,
-        standby=o.standby,
         fork_server=not o.no_fork_server,
         injections=injected,
         log_dir=log_dir,
-        backend=o.backend,
-        hang_timeout_s=o.hang_timeout,
-        reform_timeout_s=o.reform_timeout,
         max_restarts=request.max_restarts,
-        replication_factor=o.replication_factor,
-        copy_pace=o.copy_pace,
-        node_fault_after=o.node_fault_after,
-        max_requeues=o.max_requeues,
-        max_timeout_requeues=o.max_timeout_requeues,
         restart_count=restart_count,
         timeout_requeues=timeout_requeues(log_dir, restart_count),
-        preempt_signal=o.preempt_signal,
         tiers=tier_config(o, log_dir, environ),
         elastic=elastic_config(o),
-        metrics_port=o.metrics_port,
-        metrics_addr=o.metrics_addr,
-        metrics_textfile=o.metrics_textfile,
         straggler=straggler_config(o),
+        **{key: getattr(o, name) for name, key in passed_on("").items()},
     )
 
 
@@ -146,7 +127,8 @@ def elastic_config(options: RunOptions) -> ElasticConfig:
 
 def straggler_config(options: RunOptions) -> StragglerConfig:
     try:
-        return StragglerConfig(options.straggler_factor, options.straggler_steps, options.straggler_action)
+        given = {key: getattr(options, name) for name, key in passed_on("straggler").items()}
+        return StragglerConfig(**given)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

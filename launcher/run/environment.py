@@ -2,7 +2,8 @@
 
 Every option of ``sres run`` and ``sres srun`` may also come from ``SRES_<OPTION>``
 (``--preempt-signal`` -> ``SRES_PREEMPT_SIGNAL``): sbatch scripts export them, and
-``srun --auto-resume`` (the SPANK plugin) passes no sres option at all. The parser
+``srun --auto-resume`` (the SPANK plugin) passes no sres option at all. The table is made from
+the options' declarations (``launcher.run.options``), never listed again here. The parser
 (``launcher.cli``: its defaults are :func:`defaults`), ``ResilientExecutor`` (:func:`values`, under
 the parameters given) and the signal latch, which runs before torch is imported, all read them
 through :data:`VARIABLES` and :func:`variable`, so none can read a different variable. Imported
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from launcher.run.option_spec import declared, flag, kind
+from launcher.run.options import RunOptions
 
 PREFIX = "SRES_"
 
@@ -52,11 +56,13 @@ class Variable:
     option: str | None
     description: str
     kind: str = "value"
+    rank: str | None = None
+    """The ``RankEnv`` field that carries the option on to every rank; None: the supervisor's alone."""
 
     @property
     def dest(self) -> str | None:
         """The option's name in Python (``--preempt-signal`` -> ``preempt_signal``): argparse's
-        ``dest`` and the field of ``launcher.run.request.RunOptions``."""
+        ``dest`` and the field of ``launcher.run.options.RunOptions``."""
         return self.option.removeprefix("--").replace("-", "_") if self.option else None
 
     def read(self, text: str) -> str | bool | list[str]:
@@ -68,56 +74,18 @@ class Variable:
         return text
 
 
-def _of(option: str, description: str, kind: str = "value") -> Variable:
-    return Variable(variable(option), option, description, kind)
+def _declared() -> tuple[Variable, ...]:
+    flags = ((flag(f.name), spec, kind(f.type)) for f, spec in declared(RunOptions))
+    return tuple(Variable(variable(o), o, spec.doc, how, spec.rank) for o, spec, how in flags)
 
 
 VARIABLES: tuple[Variable, ...] = (
-    _of("--inject", "faults to inject, SPEC;SPEC (--inject on the command line replaces them)", "list"),
-    _of("--log-dir", "where events.jsonl and rank logs go"),
-    _of("--standby", "warm standby processes per node"),
-    _of("--backend", "torch.distributed backend: gloo or nccl"),
-    _of("--no-fork-server", "start every rank cold, without a fork server (1/true/yes)", "switch"),
-    _of("--hang-timeout", "seconds without heartbeat before a rank is declared hung"),
-    _of("--reform-timeout", "seconds to wait for every rank of a new generation"),
-    _of("--replication-factor", "copies of each sharded state shard"),
-    _of("--copy-pace", "share of the recent step time each buddy copy is spread over (0: at once)"),
-    _of("--node-fault-after", "process faults on one node after which the node is drained and replaced"),
-    _of("--max-requeues", "requeues of the whole job allowed ('none': Slurm's MaxBatchRequeue only)"),
-    _of("--max-timeout-requeues", "requeues at the job's time limit allowed, counted apart"),
-    _of("--preempt-signal", "signal that means 'save and requeue'; held from the process's first moment"),
-    _of("--metrics-port", "serve live metrics on this port (0: a free one)"),
-    _of("--metrics-addr", "address the metrics endpoint binds"),
-    _of("--metrics-textfile", "also write the metrics to this file"),
-    _of("--straggler-factor", "a rank this many times the median step time is slow"),
-    _of("--straggler-steps", "...for this many steps in a row"),
-    _of("--straggler-action", "what a straggler causes: none (report it) or replace"),
-    _of("--no-grow", "never add nodes (1/true/yes)", "switch"),
-    _of("--grow-by", "how the run gains a node: satellite or expansion"),
-    _of("--all-satellites", "every node that holds ranks is a satellite (1/true/yes)", "switch"),
-    _of("--lend-partition", "the partition satellites are submitted to"),
-    _of("--repair-after", "local runs: a drained simulated node is healthy again after this many seconds"),
-    _of("--persistent-dir", "persistent checkpoint tier (shared filesystem)"),
-    _of("--persist-every", "write every K-th commit to the persistent tier"),
-    _of("--job-id", "the id the RAM and persistent tiers are filed under"),
-    _of("--ram-every", "RAM and neighbour tiers every N-th step"),
-    _of("--tier-config", "YAML file of tier settings"),
-    _of("--no-tiers", "no checkpoint tiers at all (1/true/yes)", "switch"),
-    _of("--min-nodes", "the world never shrinks below this"),
-    _of("--max-nodes", "the world never grows above this"),
-    _of("--on-no-spare", "a node lost with no spare: shrink, wait, requeue or fail"),
-    _of("--resize-step", "the world changes by multiples of K nodes"),
-    _of("--resize-sizes", "the only node counts allowed, e.g. 2,4,8"),
-    _of("--grow-snooze", "no growth within S s of a restart or resize"),
-    _of("--resize-timeout", "how long 'wait' holds for a node"),
-    _of("--drain-grace", "how long ranks may take to reach a step boundary for a resize"),
-    _of("--batch-policy", "a world that does not divide the global batch: keep-closest or fail"),
-    _of("--lr-scaling", "LR scale for a changed global batch"),
-    _of("--elastic-config", "YAML file of the elastic settings"),
+    *_declared(),
     Variable("SRES_SLURM_BACKEND", None, "Slurm client driver of the sres process: auto, cli or pyslurm"),
 )
-"""Every ``SRES_*`` variable ``sres run``/``sres srun`` reads, one line each (a unit test keeps the
-options equal to the parser's); what ranks get from the supervisor is ``RankEnv``'s."""
+"""Every ``SRES_*`` variable ``sres run``/``sres srun`` reads: one per declared ``RunOptions`` field
+(its flag, its doc line, read by its type's kind), then those no option stands for; what ranks
+get from the supervisor is ``RankEnv``'s."""
 
 
 def values(environ: Mapping[str, str]) -> dict[str, str | bool | list[str]]:

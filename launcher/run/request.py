@@ -18,94 +18,17 @@ the standard library and torch-free launcher modules only.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from launcher.errors import ConfigError
+from launcher.run.option_spec import flag
+from launcher.run.options import RunOptions
+from launcher.run.typed_fields import read_fields
+
+__all__ = ["MAX_COUNT", "RunOptions", "RunRequest", "flag", "preempt_signal_in"]
 
 LAUNCHERS = ("local", "slurm")
-BACKENDS = ("gloo", "nccl")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How a run is supervised: one field per option of ``sres run`` and ``sres srun`` (by its
-    Python name: ``--hang-timeout`` -> ``hang_timeout``) and per option variable of
-    :mod:`launcher.run.environment`, with the command line's defaults (unit tests keep the
-    three, and these defaults and ``RunConfig``'s and ``StragglerConfig``'s, equal: written out
-    here, since the latch imports this module before torch). Units are the flags': seconds, counts.
-    """
-
-    # faults, recovery, timing
-    inject: tuple[str, ...] = ()
-    """Faults to inject, ``--inject`` specs (resilience/agent/faults.py)."""
-    log_dir: Path | None = None
-    """None: ``sres-runs/job-<id>`` in a Slurm job, else ``sres-runs/run-<time>``."""
-    standby: int = 0
-    no_fork_server: bool = False
-    backend: str = "gloo"
-    hang_timeout: float = 30.0
-    reform_timeout: float = 60.0
-    replication_factor: int = 2
-    copy_pace: float = 0.5
-    node_fault_after: int = 2
-    # requeues (Slurm batch jobs)
-    max_requeues: int | None = 3
-    """None: no cap of ours (Slurm's MaxBatchRequeue still applies)."""
-    max_timeout_requeues: int | None = None
-    """None: requeues at the time limit count with the others."""
-    preempt_signal: str = "USR2"
-    # watching
-    metrics_port: int | None = None
-    metrics_addr: str = "127.0.0.1"
-    metrics_textfile: Path | None = None
-    straggler_factor: float = 1.5
-    straggler_steps: int = 20
-    straggler_action: str = "none"
-    # capacity: where a Slurm run's nodes come from beyond its allocation
-    no_grow: bool = False
-    grow_by: str = "satellite"
-    all_satellites: bool = False
-    lend_partition: str | None = None
-    repair_after: float | None = None
-    """Local runs only: a drained simulated node is healthy again this many seconds later."""
-    # checkpoint tiers
-    persistent_dir: str | None = None
-    persist_every: int | None = None
-    job_id: str | None = None
-    ram_every: int | None = None
-    tier_config: Path | None = None
-    no_tiers: bool = False
-    # elastic (None: ElasticConfig's default, or the YAML file's)
-    min_nodes: int | None = None
-    max_nodes: int | None = None
-    on_no_spare: str | None = None
-    resize_step: int | None = None
-    resize_sizes: str | None = None
-    grow_snooze: float | None = None
-    resize_timeout: float | None = None
-    drain_grace: float | None = None
-    batch_policy: str | None = None
-    lr_scaling: str | None = None
-    elastic_config: Path | None = None
-
-    def __post_init__(self) -> None:
-        _read_fields(self, flag)
-        for name, choices in _choices().items():
-            value = getattr(self, name)
-            if value is not None and value not in choices:
-                raise ConfigError(f"{flag(name)} {value!r}: one of {', '.join(choices)}")
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> RunOptions:
-        """Options from name -> value (text, as the environment gives it, or Python values)."""
-        unknown = sorted(set(values) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ConfigError(f"unknown option {flag(unknown[0])}")
-        return cls(**values)
 
 
 MAX_COUNT = 100_000
@@ -137,7 +60,7 @@ class RunRequest:
     options: RunOptions = field(default_factory=RunOptions)
 
     def __post_init__(self) -> None:
-        _read_fields(self, str)
+        read_fields(self, str)
         if not isinstance(self.options, RunOptions):
             raise ConfigError(f"options: {self.options!r} is not a RunOptions")
         if self.launcher not in LAUNCHERS:
@@ -180,94 +103,7 @@ def preempt_signal_in(text: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def flag(name: str) -> str:
-    """An option's flag from its Python name: ``hang_timeout`` -> ``--hang-timeout``."""
-    return "--" + name.replace("_", "-")
-
-
-def _choices() -> dict[str, tuple[str, ...]]:
-    """Option -> its allowed values, from the modules that own them (imported here, not at the
-    top: the elastic ones import torch, and the latch imports this module before torch)."""
-    from launcher.observability.straggler import ACTIONS
-    from launcher.slurm.satellites import GROW_BY
-    from resilience.contract.elastic_config import BATCH_POLICIES, LR_SCALINGS, ON_NO_SPARE
-
-    return {
-        "backend": BACKENDS,
-        "grow_by": GROW_BY,
-        "straggler_action": ACTIONS,
-        "on_no_spare": ON_NO_SPARE,
-        "batch_policy": BATCH_POLICIES,
-        "lr_scaling": LR_SCALINGS,
-    }
-
-
 def _path_text(value: object) -> str:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{value!r} cannot be written as JSON")
-
-
-# --- reading a value as its field's type -------------------------------------------------------
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise TypeError
-    return int(value)
-
-
-def _number(value: Any) -> float:
-    """A finite number: nan compares false with every bound, so a nan timeout or factor would
-    turn its check off without a word."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError
-    return number
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise TypeError
-    return str(value)
-
-
-def _switch(value: Any) -> bool:
-    return value.lower() in ("1", "true", "yes") if isinstance(value, str) else bool(value)
-
-
-def _texts(value: Any) -> tuple[str, ...]:
-    return tuple(_text(item) for item in ([value] if isinstance(value, str) else value))
-
-
-_READERS: dict[str, tuple[Callable[[Any], Any], str]] = {
-    "int": (_count, "a whole number"),
-    "float": (_number, "a number"),
-    "str": (_text, "text"),
-    "bool": (_switch, "true or false"),
-    "Path": (Path, "a path"),
-    "tuple[str, ...]": (_texts, "a list of text"),
-}
-"""A field's annotation -> how a value is read as that type, and what the type is called."""
-
-
-def _read(annotation: str, value: Any) -> Any:
-    base = annotation.removesuffix(" | None")
-    if base != annotation and (value is None or (base == "int" and str(value).lower() == "none")):
-        return None  # 'none': no cap, as --max-requeues none
-    return _READERS[base][0](value)
-
-
-def _read_fields(obj: object, name_of: Callable[[str], str]) -> None:
-    """Each field of ``obj`` read as its annotation's type, in place (frozen: before anyone sees it)."""
-    for f in fields(obj):  # type: ignore[arg-type]
-        if f.type.removesuffix(" | None") not in _READERS:
-            continue
-        value = getattr(obj, f.name)
-        try:
-            object.__setattr__(obj, f.name, _read(str(f.type), value))
-        except (TypeError, ValueError):
-            what = _READERS[f.type.removesuffix(" | None")][1]
-            raise ConfigError(f"{name_of(f.name)}: {value!r} is not {what}") from None

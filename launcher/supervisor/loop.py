@@ -25,6 +25,7 @@ from typing import TextIO
 from launcher.errors import SresError
 from launcher.observability import event_types, metrics
 from launcher.run import signal_latch
+from launcher.run.options import rank_fields
 from launcher.observability.events import INTERRUPTED, EventLog
 from launcher.placement import ForkHosts, Placement, RankProcesses
 from launcher.placement.forks import ForkingProcesses
@@ -300,18 +301,14 @@ class Supervisor:
             slot=slot,
             node=node,
             local_rank=local,
-            backend=c.backend,
             injections=c.injections,
             heartbeat_s=c.heartbeat_s,
-            reform_timeout_s=c.reform_timeout_s,
-            replication_factor=c.replication_factor,
-            copy_pace=c.copy_pace,
             liveness_port=self.liveness.port,
             run_secret=self.liveness.secret,
-            preempt_signal=c.preempt_signal,
             log_dir=str(Path(c.log_dir).resolve()),
             tiers=c.tiers,
             elastic=c.elastic,
+            **{name: getattr(c, name) for name in rank_fields()},  # the options ranks get as they are
         )
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
