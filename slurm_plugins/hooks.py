@@ -238,10 +238,10 @@ def _clean_job(hook: HookEnv, log: HealthLog, timeout_s: float = health_config.B
 
 
 def _slurm_view(hook: HookEnv, log: HealthLog, timeout_s: float):
-    from launcher.slurm.client import SlurmClient
+    from launcher.slurm.client import SlurmClient, driver_named
 
     try:
-        client = SlurmClient.create(hook.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=timeout_s)
+        client = SlurmClient.create(driver_named(hook.env), timeout_s=timeout_s)
         return client, client.node(hook.node)
     except SlurmError as err:
         log.event("slurm", status="error", detail=str(err))

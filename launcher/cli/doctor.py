@@ -19,7 +19,7 @@ from pathlib import Path
 
 from launcher.cli.arg_types import finite_float
 from launcher.errors import SlurmError
-from launcher.slurm.client import SlurmClient
+from launcher.slurm.client import SlurmClient, driver_named
 
 
 class Severity(str, Enum):
@@ -97,7 +97,7 @@ def check_slurm(client_factory: Callable[[], SlurmClient], needed: bool) -> list
         findings.append(
             Finding("slurmctld", missing, f"not reachable: {err}", "check SLURM_CONF and that slurmctld runs")
         )
-    findings.append(Finding("backend", Severity.OK, f"{client.choice.name} ({client.choice.why})"))
+    findings.append(Finding("slurm driver", Severity.OK, f"{client.choice.name} ({client.choice.why})"))
     try:
         findings.append(growth_finding(*client.growth_methods()))
     except SlurmError as err:
@@ -175,7 +175,7 @@ def render(findings: list[Finding]) -> str:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor",
-        help="check this machine: Slurm, backend, torch, /dev/shm, SPANK plugin",
+        help="check this machine: Slurm, its client driver, torch, /dev/shm, SPANK plugin",
         description="Report what this machine has for resilient training and how to fix what is missing. "
         "Exits 1 when something needed is missing.",
     )
@@ -185,10 +185,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="treat Slurm as needed (it is by default only inside an allocation)",
     )
     p.add_argument(
-        "--backend",
+        "--slurm-driver",
+        "--backend",  # the old spelling: "backend" is torch.distributed's (sres run --backend)
+        dest="driver",
         choices=["auto", "cli", "pyslurm"],
-        default="auto",
-        help="Slurm client backend (default: pyslurm if it matches the cluster, else cli)",
+        default=None,
+        help="Slurm client driver (default: $SRES_SLURM_DRIVER, else pyslurm if it matches the cluster, "
+        "else cli)",
     )
     p.add_argument(
         "--timeout", type=finite_float, default=10.0, help="seconds per Slurm command (default 10)"
@@ -198,9 +201,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     needed = args.slurm or bool(os.environ.get("SLURM_JOB_ID"))
-    findings = run_checks(
-        os.environ, needed, lambda: SlurmClient.create(args.backend, timeout_s=args.timeout)
-    )
+    driver = args.driver or driver_named(os.environ)
+    findings = run_checks(os.environ, needed, lambda: SlurmClient.create(driver, timeout_s=args.timeout))
     print(render(findings))
     failed = [f for f in findings if f.status is Severity.FAIL]
     if failed:

@@ -81,7 +81,8 @@ def _declared() -> tuple[Variable, ...]:
 
 VARIABLES: tuple[Variable, ...] = (
     *_declared(),
-    Variable("SRES_SLURM_BACKEND", None, "Slurm client driver of the sres process: auto, cli or pyslurm"),
+    Variable("SRES_SLURM_DRIVER", None, "Slurm client driver of the sres process: auto, cli or pyslurm"),
+    Variable("SRES_SLURM_BACKEND", None, "the old name of `SRES_SLURM_DRIVER`, read when that is unset"),
 )
 """Every ``SRES_*`` variable ``sres run``/``sres srun`` reads: one per declared ``RunOptions`` field
 (its flag, its doc line, read by its type's kind), then those no option stands for; what ranks

@@ -1,16 +1,15 @@
 """SlurmClient: every interaction of this project with Slurm goes through here.
 
-The client holds the policy (our drain-reason prefix, never undraining an admin's drain,
-the job-expansion sequence and its 22.05 quirks, reboots as ``scontrol reboot ASAP
-nextstate=RESUME``, a batch host never shrunk away); a *driver* holds the mechanism. Two
-drivers share one typed interface: pyslurm when it was built for the cluster's Slurm, else
-the command line (the user-facing spelling is still ``--backend``/``SRES_SLURM_BACKEND``;
-``SlurmClient.create("auto")`` chooses). The driver interface (:class:`SlurmDriver`) is a handful
-of primitives (nodes, jobs, node states, reboot, job updates, requeue, submit, expansion,
-cancel, a step); every client operation is built from them, so both drivers share the policy
-and pass the same contract tests (tests/cluster/).
-Tests of Slurm behaviour run against the real local cluster (tests/support/slurm_cluster.py), never
-against a mocked driver.
+The client holds the policy (our drain-reason prefix, never undraining an admin's drain, the job-
+expansion sequence and its 22.05 quirks, reboots as ``scontrol reboot ASAP nextstate=RESUME``, a
+batch host never shrunk away); a *driver* holds the mechanism. Two drivers share one typed
+interface: pyslurm when it was built for the cluster's Slurm, else the command line (``sres doctor
+--slurm-driver``, ``SRES_SLURM_DRIVER``; ``--backend`` and ``SRES_SLURM_BACKEND`` are their old
+spellings, still read; ``SlurmClient.create("auto")`` chooses). The driver interface
+(:class:`SlurmDriver`) is a handful of primitives (nodes, jobs, node states, reboot, job updates,
+requeue, submit, expansion, cancel, a step); every client operation is built from them, so both
+drivers share the policy and pass the same contract tests (tests/cluster/). Tests of Slurm behaviour
+run against the real local cluster (tests/support/slurm_cluster.py), never against a mocked driver.
 """
 
 from __future__ import annotations
@@ -340,6 +339,12 @@ def _fmt(version: tuple[int, int] | None) -> str:
     return f"{version[0]}.{version[1]:02d}" if version else "unknown"
 
 
+def driver_named(env: Mapping[str, str]) -> str:
+    """The driver ``env`` asks for: ``SRES_SLURM_DRIVER``, else the old ``SRES_SLURM_BACKEND``
+    (scripts and admins' hook environments set it before the rename), else ``auto``."""
+    return env.get("SRES_SLURM_DRIVER") or env.get("SRES_SLURM_BACKEND") or "auto"
+
+
 def default_client() -> SlurmClient:
-    """The client for this process: driver from ``SRES_SLURM_BACKEND`` (default auto)."""
-    return SlurmClient.create(os.environ.get("SRES_SLURM_BACKEND", "auto"))
+    """The client for this process, with the driver its environment names."""
+    return SlurmClient.create(driver_named(os.environ))

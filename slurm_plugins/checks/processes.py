@@ -203,12 +203,10 @@ def kill_job_processes(
 def _slurm_records(ctx: CheckContext) -> Callable[[str], JobRecord | None]:
     """Slurm's record of each job asked about, once per job, from its typed fields."""
     from launcher.errors import SlurmError
-    from launcher.slurm.client import SlurmClient
+    from launcher.slurm.client import SlurmClient, driver_named
     from launcher.slurm.types import FINISHED_JOB_STATES
 
-    client = SlurmClient.create(
-        ctx.env.get("SRES_SLURM_BACKEND", "auto"), timeout_s=ctx.config.budget.slurm_s
-    )
+    client = SlurmClient.create(driver_named(ctx.env), timeout_s=ctx.config.budget.slurm_s)
     cache: dict[str, JobRecord | None] = {}
 
     def record(job: str) -> JobRecord | None:
