@@ -316,7 +316,7 @@ class ResilientExecutor(core.Executor):
                 procs_per_node=shape["tasks_per_node"],
                 spares=shape["spares"],
                 max_restarts=shape["max_restarts"],
-                launcher="slurm" if self.cluster == "slurm" else "local",
+                placement="srun" if self.cluster == "slurm" else "local",
                 options=RunOptions.from_values(values),
             )
         except ConfigError as err:

@@ -26,20 +26,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run_request(args: argparse.Namespace, environ: Mapping[str, str]) -> RunRequest:
-    """``sres run``'s request; ``--launcher auto``: Slurm inside an allocation, else local."""
+    """``sres run``'s request; ``--placement auto``: srun steps inside an allocation, else local."""
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    launcher = args.launcher
-    if launcher == "auto":
-        launcher = "slurm" if environ.get("SLURM_JOB_ID") else "local"
+    placement = args.placement
+    if placement == "auto":
+        placement = "srun" if environ.get("SLURM_JOB_ID") else "local"
     return RunRequest(
         command=tuple(command),
         nodes=args.nodes,
         procs_per_node=args.procs_per_node,
         spares=args.spares,
         max_restarts=args.max_restarts,
-        launcher=launcher,
+        placement=placement,
         step_args=tuple(args.srun_arg),
         options=run_options.options_from_args(args, environ),
     )
@@ -63,7 +63,7 @@ def srun_request(
         procs_per_node=srun.procs_per_node,
         spares=spares,
         max_restarts=srun.retries,
-        launcher="slurm",
+        placement="srun",
         step_args=srun.step_args,
         partition=srun.partition,
         options=options,
@@ -118,18 +118,20 @@ def _add_run_command(sub: argparse._SubParsersAction) -> None:
         help="warm spare nodes: processes started and waiting, torch imported, to take a lost node's ranks",
     )
     p.add_argument(
-        "--launcher",
-        choices=["auto", "local", "slurm"],
+        "--placement",
+        "--launcher",  # the old spelling, whose "slurm" is "srun"
+        dest="placement",
+        choices=["auto", "local", "srun", "slurm"],
         default="auto",
         help="where ranks run: simulated nodes on this machine, or srun steps of the Slurm job "
-        "(default: slurm inside an allocation, else local)",
+        "(default: srun inside an allocation, else local)",
     )
     p.add_argument(
         "--srun-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="with --launcher slurm: an option for every rank's srun step (repeatable), "
+        help="with --placement srun: an option for every rank's srun step (repeatable), "
         "e.g. --gpus-per-task=1",
     )
     max_restarts = RunRequest.__dataclass_fields__["max_restarts"].default

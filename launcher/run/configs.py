@@ -30,7 +30,7 @@ def log_dir_for(request: RunRequest, environ: Mapping[str, str], now: float) -> 
     if request.options.log_dir is not None:
         return request.options.log_dir
     job_id = environ.get("SLURM_JOB_ID")
-    if request.launcher == "slurm" and job_id:
+    if request.placement == "srun" and job_id:
         return Path(f"sres-runs/job-{job_id}")
     return Path(time.strftime("sres-runs/run-%Y%m%d-%H%M%S", time.localtime(now)))
 

@@ -28,7 +28,8 @@ from launcher.run.typed_fields import read_fields
 
 __all__ = ["MAX_COUNT", "RunOptions", "RunRequest", "flag", "preempt_signal_in"]
 
-LAUNCHERS = ("local", "slurm")
+PLACEMENTS = ("local", "srun")
+"""Where ranks run (:mod:`launcher.placement`): simulated nodes here, or srun steps of the job."""
 
 
 MAX_COUNT = 100_000
@@ -50,26 +51,28 @@ class RunRequest:
     """Warm spare nodes: processes started and waiting to take a lost node's ranks."""
     max_restarts: int = 10
     """Faults after which the run gives up."""
-    launcher: str = "local"
-    """Where ranks run: ``local`` (simulated nodes on this machine) or ``slurm`` (srun steps of
+    placement: str = "local"
+    """Where ranks run: ``local`` (simulated nodes on this machine) or ``srun`` (srun steps of
     the Slurm job this process runs in)."""
     step_args: tuple[str, ...] = ()
-    """With ``slurm``: options for every rank's srun step (``--gpus-per-task=1``)."""
+    """With ``srun``: options for every rank's srun step (``--gpus-per-task=1``)."""
     partition: str | None = None
-    """With ``slurm``: the steps' partition (srun's ``-p``)."""
+    """With ``srun``: the steps' partition (srun's ``-p``)."""
     options: RunOptions = field(default_factory=RunOptions)
 
     def __post_init__(self) -> None:
         read_fields(self, str)
         if not isinstance(self.options, RunOptions):
             raise ConfigError(f"options: {self.options!r} is not a RunOptions")
-        if self.launcher not in LAUNCHERS:
-            raise ConfigError(f"launcher {self.launcher!r}: one of {', '.join(LAUNCHERS)}")
+        if self.placement == "slurm":  # the old spelling (--launcher slurm)
+            object.__setattr__(self, "placement", "srun")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
         for name in ("nodes", "procs_per_node", "spares"):
             if getattr(self, name) > MAX_COUNT:
                 raise ConfigError(f"{flag(name)} {getattr(self, name)}: more than {MAX_COUNT} (a typo?)")
         repair = self.options.repair_after
-        if repair is not None and (self.launcher == "slurm" or repair < 0):
+        if repair is not None and (self.placement == "srun" or repair < 0):
             raise ConfigError(
                 "--repair-after S (S >= 0) simulates repairs of local nodes; on Slurm, resume the node"
             )
@@ -87,6 +90,8 @@ class RunRequest:
         """The request :meth:`to_json` wrote, validated again."""
         try:
             data = json.loads(text)
+            if "launcher" in data:  # a request written before the field was named for what it picks
+                data["placement"] = data.pop("launcher")
             options = RunOptions(**data.pop("options", {}))
             return cls(**data, options=options)
         except (ValueError, TypeError, AttributeError) as err:  # a ConfigError passes: it says more

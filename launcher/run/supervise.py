@@ -87,7 +87,7 @@ def _placement(
     rerun: LocalRerun | None,
 ) -> tuple[Placement, LivenessServer | None, str]:
     """Where ranks run (the placement, its liveness server if any) and that place in words."""
-    if request.launcher == "slurm":
+    if request.placement == "srun":
         placement, liveness = _srun_placement(request, config.log_dir, environ, job_hosts)
         hosts = ", ".join(placement.hosts[: request.nodes + request.spares])
         return placement, liveness, f"job {placement.job_id} ({hosts})"

@@ -66,10 +66,10 @@ def test_values_are_read_as_their_field_s_type():
         (lambda: RunOptions(backend="mpi"), "--backend 'mpi': one of gloo, nccl"),
         (lambda: RunOptions(on_no_spare="pray"), "--on-no-spare 'pray': one of"),
         (lambda: RunOptions.from_values({"hang_timout": 3}), "unknown option --hang-timout"),
-        (lambda: RunRequest(("x",), 1, launcher="pbs"), "launcher 'pbs': one of local, slurm"),
+        (lambda: RunRequest(("x",), 1, placement="pbs"), "placement 'pbs': one of local, srun"),
         (lambda: RunRequest(("x",), "two"), "nodes: 'two' is not a whole number"),
         (
-            lambda: RunRequest(("x",), 1, launcher="slurm", options=RunOptions(repair_after=1)),
+            lambda: RunRequest(("x",), 1, placement="srun", options=RunOptions(repair_after=1)),
             "--repair-after S",
         ),
         (lambda: RunRequest(("x",), 1, options=RunOptions(repair_after=-1)), "--repair-after S"),
@@ -105,9 +105,9 @@ def test_the_latch_reads_the_signal_without_validating():
 def test_sres_run_makes_a_request():
     args = parsed("run", "--nodes", "2", "--spares", "1", "--srun-arg=-c2", "--hang-timeout", "5", "--", "x")
     request = run_command.run_request(args, {"SLURM_JOB_ID": "7"})
-    assert (request.command, request.nodes, request.spares, request.launcher) == (("x",), 2, 1, "slurm")
+    assert (request.command, request.nodes, request.spares, request.placement) == (("x",), 2, 1, "srun")
     assert request.step_args == ("-c2",) and request.options.hang_timeout == 5.0
-    assert run_command.run_request(args, CLEAN).launcher == "local"
+    assert run_command.run_request(args, CLEAN).placement == "local"
 
 
 def test_inject_comes_from_the_environment_unless_the_command_line_gives_it():
@@ -122,7 +122,7 @@ def test_sres_srun_takes_its_shape_from_srun_and_the_allocation():
     argv = ["srun", *run_command.split_srun_argv(["--auto-resume=2", "--no-grow", "-N", "3", "-c", "4", "x"])]
     args = parsed(*argv)
     request = run_command.srun_request(args, parse_srun(args.srun_args[1:]), 4, CLEAN)
-    assert (request.nodes, request.spares, request.max_restarts, request.launcher) == (3, 1, 2, "slurm")
+    assert (request.nodes, request.spares, request.max_restarts, request.placement) == (3, 1, 2, "srun")
     assert request.step_args == ("-c", "4") and request.options.no_grow
     args = parsed("srun", "--all-satellites", "--", "x")
     with pytest.raises(ConfigError, match="--all-satellites needs -N"):
@@ -142,9 +142,9 @@ def test_srun_split_keeps_help_and_the_command_s_own_options():
 
 
 def test_the_log_dir_defaults_to_the_job_s_or_the_time():
-    request = RunRequest(("x",), 1, launcher="slurm")
+    request = RunRequest(("x",), 1, placement="srun")
     assert configs.log_dir_for(request, {"SLURM_JOB_ID": "42"}, 0.0) == Path("sres-runs/job-42")
-    local = dataclasses.replace(request, launcher="local")
+    local = dataclasses.replace(request, placement="local")
     assert str(configs.log_dir_for(local, {"SLURM_JOB_ID": "42"}, 0.0)).startswith("sres-runs/run-19")
     given = RunRequest(("x",), 1, options=RunOptions(log_dir="mine"))
     assert configs.log_dir_for(given, {}, 0.0) == Path("mine")

@@ -36,7 +36,7 @@ def test_a_local_job_runs_the_shape_and_options_given(tmp_path):
     ex.update_parameters(inject=["node:1:step=8"], hang_timeout=3, no_tiers=True, min_nodes=2)
     request = job_request(ex)
     assert (request.nodes, request.spares, request.procs_per_node, request.max_restarts) == (3, 1, 2, 5)
-    assert (request.launcher, request.command, request.step_args) == ("local", (), ())
+    assert (request.placement, request.command, request.step_args) == ("local", (), ())
     o = request.options
     assert (o.inject, o.hang_timeout, o.no_tiers, o.min_nodes) == (("node:1:step=8",), 3.0, True, 2)
     # requeues as submitit's: max_num_timeout (3) at the time limit, preemptions uncapped
@@ -47,7 +47,7 @@ def test_a_slurm_job_asks_for_nodes_and_spares_and_requeues_as_submitit_does(tmp
     ex = ResilientExecutor(folder=tmp_path / "%j", cluster="slurm", max_num_timeout=2)
     ex.update_parameters(nodes=2, spares=1, timeout_min=30, preempt_signal="SIGTERM")
     request = job_request(ex)
-    assert (request.launcher, request.nodes, request.spares, request.max_restarts) == ("slurm", 2, 1, 3)
+    assert (request.placement, request.nodes, request.spares, request.max_restarts) == ("srun", 2, 1, 3)
     assert (request.options.max_timeout_requeues, request.options.max_requeues) == (2, None)
     script = ex._executor._make_submission_file_text(ex._executor._submitit_command_str, "id")
     assert "#SBATCH --nodes=3\n" in script and "#SBATCH --signal=B:TERM@120\n" in script
