@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -156,6 +156,13 @@ class StoreCore:
     def add(self, key: str, amount: int = 1) -> int:
         return self.raw.add(key, amount)
 
+    def numbered(self, counter: str, key: str, make: Callable[[int], Message]) -> int:
+        """Put the message ``make`` builds with the next number of ``counter`` (a request's id,
+        which its answers name, so an answer to an older request is never taken for this one)."""
+        number = self.add(counter)
+        self.put(key, make(number))
+        return number
+
     def first_int(self, key: str, proposal: int) -> int:
         """The first number any client proposed for ``key`` (this one's when it was first)."""
         return int(self.raw.compare_set(key, "", str(proposal)))
@@ -166,3 +173,10 @@ class StoreCore:
             return False
         self.raw.delete_key(key)
         return True
+
+
+class Channel:
+    """Base of the store's channels: each holds the core and never the raw store."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core

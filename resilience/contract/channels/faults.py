@@ -6,14 +6,11 @@ the supervisor, which alone can perform them.
 from __future__ import annotations
 
 from resilience.contract import keys
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class FaultChannel:
+class FaultChannel(Channel):
     """Once-only firing rests on the store's atomic counter: exactly one caller sees 1."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def first_to_fire(self, index: int, suffix: str = "") -> bool:
         """Whether this call is the first for injection ``index`` (each fires once per run)."""

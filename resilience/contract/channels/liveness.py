@@ -9,14 +9,11 @@ from dataclasses import replace
 
 from resilience.contract import keys
 from resilience.contract.messages import Report
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class LivenessChannel:
+class LivenessChannel(Channel):
     """Ranks write; the supervisor reads (the heartbeat counter tells it a slot is alive)."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def mark_ready(self, slot: str, at: float) -> None:
         """Set once by a warm rank waiting for a plan, with the time it was (not when we looked)."""

@@ -13,14 +13,11 @@ import torch.distributed as dist
 
 from resilience.contract import keys
 from resilience.contract.messages import Plan
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class PlanChannel:
+class PlanChannel(Channel):
     """Only the supervisor writes plans, shutdown and pauses; ranks read them."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def publish(self, plan: Plan) -> None:
         self._core.put(keys.plan(plan.generation), plan)

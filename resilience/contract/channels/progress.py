@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from resilience.contract import keys
 from resilience.contract.messages import BatchInfo, RecentSteps, RecoveryInfo, RunStats
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class ProgressChannel:
+class ProgressChannel(Channel):
     """Facts about training that outlive the rank that wrote them (the store is the supervisor's)."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def set_step(self, step: int) -> None:
         self._core.put_int(keys.PROGRESS, step)

@@ -8,14 +8,11 @@ from collections.abc import Iterable
 
 from resilience.contract import keys
 from resilience.contract.messages import RequeueNotice
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class RequeueChannel:
+class RequeueChannel(Channel):
     """The supervisor waits only for the slots that said they have hooks."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def mark_hooked(self, slot: str) -> None:
         """Rank: this process runs hooks before a requeue; the supervisor waits for its answer."""
@@ -26,9 +23,9 @@ class RequeueChannel:
 
     def announce(self, cause: str, timeout_s: float) -> int:
         """Supervisor: the job is about to be requeued; returns the notice's id."""
-        notice = self._core.add(keys.REQUEUE_SEQ)
-        self._core.put(keys.REQUEUE_NOTICE, RequeueNotice(notice, cause, timeout_s))
-        return notice
+        return self._core.numbered(
+            keys.REQUEUE_SEQ, keys.REQUEUE_NOTICE, lambda notice: RequeueNotice(notice, cause, timeout_s)
+        )
 
     def notice(self) -> RequeueNotice | None:
         return self._core.get(keys.REQUEUE_NOTICE, RequeueNotice)
@@ -43,11 +40,8 @@ class RequeueChannel:
         return {slot: error for slot, error in answers.items() if error is not None}
 
 
-class ProducerChannel:
+class ProducerChannel(Channel):
     """A node's batch producer runs only while one of its ranks reads batches from a cache."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def want(self, node: int) -> None:
         """Rank: this node's ranks read batches from a cache; the supervisor keeps its producer running."""

@@ -9,14 +9,11 @@ from collections.abc import Iterable
 
 from resilience.contract import keys
 from resilience.contract.messages import RankEvent
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel, StoreCore
 
 
-class EventChannel:
+class EventChannel(Channel):
     """Ranks push; the supervisor's :class:`~resilience.contract.rank_events.RankEvents` reads."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def push(self, event: str, **fields: object) -> None:
         """An event from a rank for the supervisor's events.jsonl (ranks may run where the log
@@ -25,11 +22,12 @@ class EventChannel:
         self._core.put(keys.rank_event(index), RankEvent(event, dict(fields), time.time()))
 
 
-class SignalChannel:
+class SignalChannel(Channel):
     """Signals only a rank receives, kept where the supervisor polls."""
 
     def __init__(self, core: StoreCore, events: EventChannel) -> None:
-        self._core, self._events = core, events
+        super().__init__(core)
+        self._events = events
 
     def mark_preempted(self, by: str) -> None:
         self._core.put_text(keys.PREEMPT, by)

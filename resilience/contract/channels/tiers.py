@@ -8,14 +8,11 @@ from collections.abc import Iterable
 
 from resilience.contract import keys
 from resilience.contract.messages import FlushDone, FlushRequest
-from resilience.contract.store_core import StoreCore
+from resilience.contract.store_core import Channel
 
 
-class TierChannel:
+class TierChannel(Channel):
     """A flush is numbered, so a rank answers the request it saw, never a newer one."""
-
-    def __init__(self, core: StoreCore) -> None:
-        self._core = core
 
     def publish_address(self, slot: str, address: str) -> None:
         """host:port of a rank process's neighbour-copy server (resilience.tiers.transport)."""
@@ -26,9 +23,9 @@ class TierChannel:
 
     def request_flush(self, step: int | None, timeout_s: float) -> int:
         """Supervisor: ask every rank to persist now; returns the request's id."""
-        request = self._core.add(keys.FLUSH_SEQ)
-        self._core.put(keys.FLUSH_REQUEST, FlushRequest(request, step, timeout_s))
-        return request
+        return self._core.numbered(
+            keys.FLUSH_SEQ, keys.FLUSH_REQUEST, lambda request: FlushRequest(request, step, timeout_s)
+        )
 
     def flush_request(self) -> FlushRequest | None:
         return self._core.get(keys.FLUSH_REQUEST, FlushRequest)
