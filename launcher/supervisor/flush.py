@@ -50,8 +50,8 @@ def _round(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
 ) -> list[FlushDone] | None:
-    request = store.request_flush(step, max(1.0, deadline - clock()))
-    while (answers := store.flush_answers(request, ranks)) is None:
+    request = store.tiers.request_flush(step, max(1.0, deadline - clock()))
+    while (answers := store.tiers.flush_answers(request, ranks)) is None:
         if clock() > deadline:
             return None
         sleep(0.05)
@@ -64,12 +64,12 @@ def run_requeue_hooks(
     """Announce the requeue and wait for every rank that registered a hook (``ctx.on_requeue``) to
     run them; what went wrong, in words ("" when every hook ran). Ranks without hooks are not
     waited for; a hook that does not answer within ``timeout_s`` is left behind."""
-    hooked = store.requeue_hooked(slots)
+    hooked = store.requeue.hooked(slots)
     if not hooked:
         return ""
-    notice = store.announce_requeue(cause, timeout_s)
+    notice = store.requeue.announce(cause, timeout_s)
     deadline = clocks.clock() + timeout_s
-    while len(answers := store.requeue_answers(notice, hooked)) < len(hooked) and clocks.clock() < deadline:
+    while len(answers := store.requeue.answers(notice, hooked)) < len(hooked) and clocks.clock() < deadline:
         clocks.sleep(0.05)
     late = sorted(set(hooked) - set(answers))
     errors = sorted({f"{slot}: {error}" for slot, error in answers.items() if error})

@@ -106,7 +106,7 @@ class Hands:
             replaced=replaced,
             reason=reason,
         )
-        self.store.publish_plan(plan)
+        self.store.plans.publish(plan)
         b.plan, b.changed_at = plan, self.clocks.clock()
         self.processes.echo(members[0])
         self.events.emit(
@@ -122,7 +122,7 @@ class Hands:
         self.say(f"released {host} ({why}{f', job {job} cancelled' if job else ''})")
 
     def progress(self) -> int:
-        progress = self.store.progress()
+        progress = self.store.progress.step()
         return -1 if progress is None else progress
 
     def jobs(self, nodes: Iterable[int]) -> dict[str, str]:

@@ -196,7 +196,7 @@ class Supervisor:
             if previous is not None:
                 signal.signal(getattr(signal, c.preempt_signal_name), previous)
             self.control.close()
-            self.store.shut_down()
+            self.store.plans.shut_down()
             self.producers.stop()  # they never leave by themselves
             self.processes.stop_all(timeout_s=30.0)  # fork servers first told to stop forking
             self.executor.after_stop()
@@ -242,7 +242,7 @@ class Supervisor:
             self.sleep(TICK_S)
 
     def _progress(self) -> int | None:
-        return self.store.progress()
+        return self.store.progress.step()
 
     def tick(self) -> Outcome | None:
         """Observe and perform what the policy decides; when that killed a process (a hang, an

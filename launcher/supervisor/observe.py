@@ -191,7 +191,7 @@ class Observer:
         """Once seen, a generation's first step is kept: the store is asked until then, and only
         when ``--standby`` waits for it."""
         if generation not in self._first_steps and self.config.standby:
-            t = self.store.first_step_t(generation)
+            t = self.store.progress.first_step_t(generation)
             if t is not None:
                 self._first_steps[generation] = t
         return self._first_steps.get(generation)
@@ -200,12 +200,12 @@ class Observer:
         # One counter per generation says how many reports exist: read them only when it moves.
         if generation != self._reports_seen[1]:
             self._reports = {}
-        count = self.store.reports_written(generation)
+        count = self.store.liveness.reports_written(generation)
         if (count, generation) != self._reports_seen:
             for slot in members.values():
                 if (
                     slot not in self._reports
-                    and (report := self.store.report_of(generation, slot)) is not None
+                    and (report := self.store.liveness.report_of(generation, slot)) is not None
                 ):
                     self._reports[slot] = report
             self._reports_seen = (count, generation)
@@ -229,17 +229,17 @@ class Observer:
             return []
         self._next_heartbeat_check = now + self.config.heartbeat_s / 2
         self._read_steps(generation, members)
-        if self.preempted is None and self.store.preempted():
+        if self.preempted is None and self.store.signals.preempted():
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]
         for slot in alive:
-            value = self.store.heartbeats(slot)
+            value = self.store.liveness.heartbeats(slot)
             watch = self._watched[slot]
             if value != watch.heartbeat:
                 watch.heartbeat, watch.heartbeat_changed = value, now
             if watch.ready_t is None and value > 0:
-                watch.ready_t = self.store.ready_at(slot)
+                watch.ready_t = self.store.liveness.ready_at(slot)
         member_slots = set(members.values())
         return silent_slots(
             {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},
@@ -253,11 +253,11 @@ class Observer:
     def _read_reclaims(self) -> None:
         """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the
         heartbeats, not every tick, as a grace time is tens of seconds."""
-        count = self.store.reclaims()
+        count = self.store.signals.reclaims()
         if count != self._reclaims_seen:
             self._reclaims_seen = count
             live = [s for s in self.slots if self._watch(s).alive]
-            self._reclaimed |= {self.slots[s].info.node for s in self.store.reclaimed_slots(live)}
+            self._reclaimed |= {self.slots[s].info.node for s in self.store.signals.reclaimed_slots(live)}
 
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
         if now < self._next_lend_look:
@@ -268,16 +268,16 @@ class Observer:
         return self.supply.lendable()
 
     def _child_kill_request(self) -> bool:
-        return self.store.take_child_kill()
+        return self.store.faults.take_child_kill()
 
     def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
         """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""
-        count = self.store.node_kill_requests()
+        count = self.store.faults.node_kill_requests()
         if count == self._node_kills_seen:
             return ()
         self._node_kills_seen = count
         nodes = sorted({self.slots[s].info.node for s in members.values()} - dead_nodes)
-        return tuple(node for node in nodes if self.store.take_node_kill(node))
+        return tuple(node for node in nodes if self.store.faults.take_node_kill(node))
 
 
 def silent_slots(

@@ -54,7 +54,7 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
         f"{a.why}: requeueing the job (restart {c.restart_count + 1}"
         + (f"; {used + 1} of at most {cap} under {flag})" if cap is not None else ")")
     )
-    h.store.shut_down()
+    h.store.plans.shut_down()
     for slot in h.books.slots:  # what they held is saved: a rank still starting up must not delay the end
         h.processes.kill(slot)
     try:
@@ -111,7 +111,9 @@ def _with_late_errors(h: Hands, decided: tuple[Report, ...]) -> tuple[Report, ..
     generation = b.current_plan.generation
     deadline = h.clocks.clock() + LATE_ERRORS_S
     while True:
-        reports = {slot: h.store.report_of(generation, slot) for slot in b.current_plan.members.values()}
+        reports = {
+            slot: h.store.liveness.report_of(generation, slot) for slot in b.current_plan.members.values()
+        }
         running = [s for s, r in reports.items() if r is None and h.processes.poll(s) is None]
         if not running or h.clocks.clock() >= deadline:
             break

@@ -78,7 +78,7 @@ def add_nodes(h: Hands, a: act.AddNodes) -> None:
 
 def pause(h: Hands, a: act.Pause) -> None:
     b = h.books
-    h.store.request_pause(b.current_plan.generation, b.current_resize.why)
+    h.store.plans.request_pause(b.current_plan.generation, b.current_resize.why)
     b.resize = dataclasses.replace(b.current_resize, pausing_since=h.clocks.clock())
 
 

@@ -1,7 +1,7 @@
 """The batch producers: one process per node whose ranks read a ``resilience.BatchCache``.
 
 A producer is not a rank: no plan names it and its death is no fault. It is started when a
-rank of its node asks (``RunStore.want_batch_producer``: ``resilience.run(train, batches=...)``),
+rank of its node asks (``RunStore.producers.want``: ``resilience.run(train, batches=...)``),
 started again when it dies (a ``batch-producer`` event says so; the ranks meanwhile make
 what they need themselves) and stopped when its node leaves the run or the run ends. It runs
 the training command like a rank, in slot ``n<node>b``.
@@ -46,7 +46,7 @@ class BatchProducers:
         nodes = set(nodes)
         for node in [n for n in self.running if n not in nodes]:
             self.processes.kill(self.running.pop(node))  # its node left the run
-        for node in self.store.batch_producers_wanted(sorted(nodes)):
+        for node in self.store.producers.wanted(sorted(nodes)):
             slot = self.running.get(node)
             code = self.processes.poll(slot) if slot is not None else None
             if slot is not None and code is None:

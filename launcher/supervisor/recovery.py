@@ -67,8 +67,8 @@ class RecoveryWatch:
         G's first step is done."""
         if not self.pending and not self.resizes:
             return
-        first_step_t = self.store.first_step_t(generation)
-        info = self.store.recovery(generation) if first_step_t is not None else None
+        first_step_t = self.store.progress.first_step_t(generation)
+        info = self.store.progress.recovery(generation) if first_step_t is not None else None
         if first_step_t is None or info is None:
             return
         self._emit_resizes(generation, first_step_t, info)
@@ -101,7 +101,7 @@ class RecoveryWatch:
         self.pending = []
 
     def _emit_resizes(self, generation: int, first_step_t: float, info: RecoveryInfo) -> None:
-        batch = self.store.batch(generation)
+        batch = self.store.progress.batch(generation)
         sizes = dict.fromkeys(("accumulation", "global_batch", "lr_scale"))
         if batch is not None:
             sizes = {
@@ -143,15 +143,15 @@ class RecoveryWatch:
 
     def _reports_t(self, generation: int) -> list[float]:
         """When each rank reported leaving ``generation``."""
-        reports = (self.store.report_of(generation, slot) for slot in self.slots())
+        reports = (self.store.liveness.report_of(generation, slot) for slot in self.slots())
         return [r.t for r in reports if r is not None]
 
     def finished(self, end_t: float) -> dict[str, Any]:
         """Fields of the ``finished`` event: steps done, wall time, goodput (the share of the
         wall time that became steps) and the account of that time by cause."""
-        progress, stats = self.store.progress(), self.store.stats()
+        progress, stats = self.store.progress.step(), self.store.progress.stats()
         steps = progress + 1 if progress is not None else 0
-        first_step_t = self.store.first_step_t(1)
+        first_step_t = self.store.progress.first_step_t(1)
         median = stats.median_step_s if stats is not None else None
         records = step_reports.read_file(self.events.path.parent)
         causes = goodput.account(self.events.events, end_t, steps, median, first_step_t, records)

@@ -57,7 +57,7 @@ class StepReports:
         reports: dict[int, dict[int, float]] = {}
         steps: list[RankStep] = []
         for rank, slot in members.items():
-            recent = self.store.recent_steps(generation, slot)
+            recent = self.store.progress.recent_steps(generation, slot)
             new = (
                 [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
             )

@@ -139,7 +139,7 @@ class CommitPipeline:
 
     def before_step(self, step: int) -> None:
         assert self.plan is not None
-        if self._resizable and self.store.pause_before(self.plan.generation, step):
+        if self._resizable and self.store.plans.pause_before(self.plan.generation, step):
             raise Paused(step)
         self._timer.step_started()
         self._inject(
@@ -204,15 +204,15 @@ class CommitPipeline:
             self.step_times.append(step_s)
         self._commits_this_generation += 1
         if self.rank == 0:
-            self.store.set_progress(step)
+            self.store.progress.set_step(step)
             if self._commits_this_generation == 1:
                 batch = ctx.batch
                 if batch is not None:
-                    self.store.publish_batch(
+                    self.store.progress.publish_batch(
                         plan.generation,
                         BatchInfo(batch.global_batch, batch.accumulation, batch.lr_scale, batch.kept),
                     )
-                self.store.mark_first_step(plan.generation, time.time())
+                self.store.progress.mark_first_step(plan.generation, time.time())
 
     def committed(self, step: int, ctx: Context, changed: list[str]) -> None:
         """Step ``step`` is over (the next starts, or the loop ended): what its commit protects
@@ -287,7 +287,7 @@ class CommitPipeline:
                 ", ".join(repr(n) for n in new),
                 step,
             )
-            self.store.push_event("changed-after-commit", rank=self.rank, step=step, names=new)
+            self.store.events.push("changed-after-commit", rank=self.rank, step=step, names=new)
 
     def _capture_states(
         self, step: int, states: dict[str, dict[str, Any]], reuse: dict[str, Snapshot | None]

@@ -74,7 +74,7 @@ class SlowNode:
     def before_step(self, base_compute_s: Callable[[], float | None]) -> None:
         if not self.armed:
             return
-        if self.delay_s is None and (factor := self.store.slow_factor(self.node)) is not None:
+        if self.delay_s is None and (factor := self.store.faults.slow_factor(self.node)) is not None:
             self.delay_s = (factor - 1) * (base_compute_s() or 0.01)
         if self.delay_s:
             time.sleep(self.delay_s)
@@ -89,29 +89,29 @@ def fire(
     generation: int | None = None,
 ) -> None:
     """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
-    if not store.first_to_fire(injection.index, f"/{rank}" if injection.kind == "kill-all" else ""):
+    if not store.faults.first_to_fire(injection.index, f"/{rank}" if injection.kind == "kill-all" else ""):
         return
     if injection.kind == "kill-all":
         # Die together: no rank is lost (and no survivor released) before all got here. A rank
         # that another fault killed on its way never comes: once its loss ends the generation,
         # who got here dies now (found by the soak: they waited, past the release grace).
-        store.arrive(injection.index)
+        store.faults.arrive(injection.index)
         deadline = time.monotonic() + 60
-        while store.arrived(injection.index) < world_size and time.monotonic() < deadline:
-            if generation is not None and store.has_plan(generation + 1):
+        while store.faults.arrived(injection.index) < world_size and time.monotonic() < deadline:
+            if generation is not None and store.plans.has(generation + 1):
                 break
             time.sleep(0.005)
     effect = FAULT_KINDS[injection.kind].effect
     if effect == "kill-spare":  # the supervisor's to do
-        store.request_child_kill(injection.spec)
+        store.faults.request_child_kill(injection.spec)
         return
     if effect == "slow":  # the node is slow from now on, for every rank it runs
         assert injection.factor is not None, "parse() gives every slow spec its factor"
-        store.mark_slow(node, injection.factor)
+        store.faults.mark_slow(node, injection.factor)
         return
     if effect == "kill-node":
         # A node dies as a whole: the supervisor SIGKILLs every process of it.
-        store.request_node_kill(node, injection.spec)
+        store.faults.request_node_kill(node, injection.spec)
         time.sleep(3600)
     perform(injection)
 

@@ -31,7 +31,7 @@ def form(plan: Plan, rank: int, env: RankEnv, store: RunStore, watch: Generation
     sockets = GroupSockets()
     watch.enter(plan.generation, env.backend, sockets, [])
     timeout = timedelta(seconds=env.reform_timeout_s)
-    group_store = store.group_store(plan.generation)
+    group_store = store.plans.group_store(plan.generation)
     with sockets:
         state_group = join_groups(group_store, rank, plan.world_size, env.backend, timeout)
     watch.enter(plan.generation, env.backend, sockets, [_get_default_group(), state_group])

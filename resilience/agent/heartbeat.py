@@ -148,16 +148,16 @@ class Heartbeat:
             try:
                 now = time.monotonic()
                 if now >= next_beat:
-                    self.store.beat(self.slot)
+                    self.store.liveness.beat(self.slot)
                     next_beat = now + self.period_s
                 if self.preempted.is_set():
-                    self.store.mark_preempted(self.slot)
+                    self.store.signals.mark_preempted(self.slot)
                     self.preempted.clear()
                 if self.reclaimed.is_set():
-                    self.store.report_reclaimed(self.slot)
+                    self.store.signals.report_reclaimed(self.slot)
                     self.reclaimed.clear()
                 generation = self.watch.generation
-                if generation and self.store.has_plan(generation + 1):
+                if generation and self.store.plans.has(generation + 1):
                     if self.watch.release_now():
                         log.info("generation %d ended: released this rank", generation)
                 if self.watch.stuck_for() > self.RELEASE_GRACE_S:

@@ -112,12 +112,12 @@ class Agent:
         # collector's way, so that the collection at each teardown scans only new objects
         # (measured: 0.2-0.3 s per collection without this, on the recovery path).
         gc.freeze()
-        self.store.mark_ready(self.env.slot, time.time())  # warm: a growing world may take it now
+        self.store.liveness.mark_ready(self.env.slot, time.time())  # warm: a growing world may take it now
         generation = 0
         try:
             while True:
                 self._enter(RankState.WAITING)
-                plan = self.store.wait_plan(self.env.slot, generation)
+                plan = self.store.plans.wait_for(self.env.slot, generation)
                 if plan is None:
                     return  # shutdown: a spare that was never needed, or the run ended
                 generation = plan.generation
@@ -134,8 +134,8 @@ class Agent:
         start, a cold replacement): its peers wait for it now, and its first step pays the
         first-use costs (0.9 s) as a warm-up would. Only a spare or a standby, which nothing waits
         for yet, warms up: a job whose function needs no optimizer never pays them."""
-        generation = self.store.newest_generation()
-        plan = self.store.plan(generation) if generation else None
+        generation = self.store.plans.newest()
+        plan = self.store.plans.get(generation) if generation else None
         return plan is not None and plan.rank_of(self.env.slot) is not None
 
     def on_requeue(self, hook: RequeueHook) -> None:
@@ -145,9 +145,9 @@ class Agent:
         """For a ``BatchCache`` registered by ``train``: its node's cache, whose producer the
         supervisor keeps running from the first ask on."""
         if self._batches:
-            self.store.want_batch_producer(self.env.node)
+            self.store.producers.want(self.env.node)
         root, job = node_cache(self.env)
-        return BatchLink(root, job, self._batches, self.store.push_event)
+        return BatchLink(root, job, self._batches, self.store.events.push)
 
     def _enter(self, state: RankState) -> None:
         log.debug("rank process %s: %s -> %s", self.env.slot, self.state.value, state.value)
@@ -169,7 +169,7 @@ class Agent:
         """Run ``train`` in this generation; True when training finished everywhere."""
         local_rank = self._take_rank(plan)
         self._enter(RankState.JOINING)
-        if not self.store.join(plan):
+        if not self.store.plans.join(plan):
             return False  # a later fault superseded this generation: go to the newest plan
         failure: Report | None = None
         try:
@@ -185,7 +185,7 @@ class Agent:
             self._teardown()
             return False
         if self.rank == 0 and self.commits.step_times:
-            self.store.publish_stats(RunStats(statistics.median(self.commits.step_times)))
+            self.store.progress.publish_stats(RunStats(statistics.median(self.commits.step_times)))
         self.commits.publish_times()  # before "done": the supervisor's account reads every step
         self._report(Report("done", self.rank, digest=digest))
         self._teardown()
@@ -303,7 +303,7 @@ class Agent:
     def _report(self, report: Report) -> None:
         assert self.plan is not None, "only a process that took a rank reports"
         try:
-            self.store.report(self.plan.generation, self.env.slot, report)
+            self.store.liveness.report(self.plan.generation, self.env.slot, report)
         except Exception as err:  # noqa: BLE001 - the supervisor still sees the process state
             log.warning("could not report %s to the supervisor: %s", report.kind, err)
 

@@ -207,13 +207,13 @@ def _publish(
     """Rank 0 tells the supervisor how the generation recovered (its ``recovered`` event)."""
     inexact = tiered.inexact if tiered is not None else recovery.inexact
     if inexact:
-        scene.store.push_event(
+        scene.store.events.push(
             "inexact",
             step=recovery.step,
             ranks=list(inexact),
             why="their random streams and data positions of that step were lost",
         )
-    scene.store.publish_recovery(
+    scene.store.progress.publish_recovery(
         scene.plan.generation,
         RecoveryInfo(
             step=recovery.step,

@@ -1,7 +1,7 @@
 """``ctx.on_requeue``: what a rank runs when the supervisor is about to requeue the job.
 
 At a time limit or a preemption the supervisor persists the newest commit, then announces the
-requeue (:meth:`RunStore.announce_requeue <resilience.contract.run_store.RunStore.announce_requeue>`)
+requeue (:meth:`RequeueChannel.announce <resilience.contract.channels.requeue.RequeueChannel.announce>`)
 and waits for every rank that registered a hook to answer before the job ends. The hooks run on
 a thread of this process, not the main thread, which may be blocked in a collective: between two
 bytecodes of ``train``, as a signal handler would run. What they are for is what cannot be in a
@@ -50,9 +50,9 @@ class RequeueHooks:
             self._hooks.append(hook)
             if self._thread is None:
                 self.store = self.store.clone()  # the thread's own connection
-                notice = self.store.requeue_notice()
+                notice = self.store.requeue.notice()
                 self._seen = notice.id if notice is not None else 0  # an earlier run's, in a reused store
-                self.store.mark_requeue_hooked(self.slot)
+                self.store.requeue.mark_hooked(self.slot)
                 self._thread = threading.Thread(target=self._watch, name="sres-requeue-hooks", daemon=True)
                 self._thread.start()
 
@@ -60,11 +60,11 @@ class RequeueHooks:
         stop = threading.Event()
         while not stop.wait(self.POLL_S):
             try:
-                notice = self.store.requeue_notice()
+                notice = self.store.requeue.notice()
                 if notice is None or notice.id <= self._seen:
                     continue
                 self._seen = notice.id
-                self.store.answer_requeue(notice.id, self.slot, self.run_hooks(notice.cause))
+                self.store.requeue.answer(notice.id, self.slot, self.run_hooks(notice.cause))
             except Exception as err:  # noqa: BLE001 - the store is gone: the run ended
                 log.debug("requeue hooks: %s", err)
                 return

@@ -93,7 +93,7 @@ class StepTimer:
         """Best effort: timing is never worth failing a step or a teardown for."""
         if self.recent and self._since_report:
             try:
-                self.store.publish_steps(self.generation, self.slot, RecentSteps(tuple(self.recent)))
+                self.store.progress.publish_steps(self.generation, self.slot, RecentSteps(tuple(self.recent)))
             except (RuntimeError, OSError):  # the store is going away with the run
                 return
             self._since_report = 0

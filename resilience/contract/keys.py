@@ -1,5 +1,5 @@
-"""The names of a run's store keys. Only :mod:`resilience.contract.run_store` reads this module:
-everyone else goes through its typed accessors, so no two processes can spell a key differently.
+"""The names of a run's store keys. Only the store's channels (:mod:`resilience.contract.channels`)
+read this module: everyone else goes through them, so no two processes can spell a key differently.
 
 Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 

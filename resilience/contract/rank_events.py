@@ -1,7 +1,7 @@
 """The supervisor's reader of the events ranks push through the store, in order.
 
 Ranks may run where the log folder is not, so each event goes to the store
-(:meth:`~resilience.contract.run_store.RunStore.push_event`) and the supervisor copies it into
+(:meth:`~resilience.contract.channels.signals.EventChannel.push`) and the supervisor copies it into
 events.jsonl. Anyone who reaches the store's port can write there too: a record that does not
 decode, or lacks the run's MAC, is skipped with its reason, never a crash.
 """
@@ -29,7 +29,7 @@ class RankEvents:
     """
 
     def __init__(self, store: RunStore, clock: Callable[[], float] = time.monotonic) -> None:
-        self.raw, self.clock = store.raw, clock
+        self._core, self.clock = store.core, clock
         self.seen = 0
         self._hole_since: float | None = None
         self.dropped: list[str] = []
@@ -39,17 +39,17 @@ class RankEvents:
         """The events written since the last call; with ``writers_gone`` (every rank process
         has ended) holes are skipped at once."""
         out = []
-        count = self.raw.add(keys.RANK_EVENTS, 0)
+        count = self._core.count(keys.RANK_EVENTS)
         while self.seen < count:
             key = keys.rank_event(self.seen + 1)
-            if not self.raw.check([key]):
+            if not self._core.exists(key):
                 now = self.clock()
                 self._hole_since = now if self._hole_since is None else self._hole_since
                 if now - self._hole_since < HOLE_SKIP_S and not writers_gone:
                     break  # still being written, probably
             else:
                 try:
-                    out.append(RankEvent.decode(self.raw.get(key)))
+                    out.append(self._core.strict(key, RankEvent))
                 except (ValueError, TypeError, KeyError, AttributeError) as err:  # anyone may write the store
                     why = f"{type(err).__name__}: {err}"
                     self.dropped.append(f"record {self.seen + 1} does not decode: {why}")

@@ -53,7 +53,7 @@ class TierAgent:
             self.server = NeighbourServer(
                 neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, secret, host
             ).start()
-            store.publish_tier_address(slot, self.server.address)
+            store.tiers.publish_address(slot, self.server.address)
         self.saver = TierSaver(config, TierPlace(-1, 0, self.ram_node), self.emit)
         self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
 
@@ -77,7 +77,7 @@ class TierAgent:
     def emit(self, event: str, **fields: Any) -> None:
         try:
             with self._lock:
-                self.store.push_event(event, **{"rank": self.rank(), **fields})
+                self.store.events.push(event, **{"rank": self.rank(), **fields})
         except Exception as err:  # noqa: BLE001 - the store is gone: the run is ending
             log.warning("tier event %s not delivered: %s (%s)", event, fields, err)
 
@@ -100,7 +100,7 @@ class TierAgent:
         for slot in on_target:
             if slot not in self._addresses:
                 with self._lock:
-                    address = self.store.tier_address(slot)
+                    address = self.store.tiers.address(slot)
                 if address is None:
                     continue
                 self._addresses[slot] = address

@@ -42,7 +42,7 @@ class FlushWatcher:
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                request = self.store.flush_request()
+                request = self.store.tiers.flush_request()
                 if request is None or request.id <= self.seen or self.rank() < 0:
                     continue
                 self.seen = request.id
@@ -50,7 +50,7 @@ class FlushWatcher:
                     step, why = self.saver.flush_hold(request.timeout_s)
                 else:
                     step, why = self.saver.flush_persistent(request.step, request.timeout_s)
-                self.store.answer_flush(request.id, self.rank(), FlushDone(step, why))
+                self.store.tiers.answer_flush(request.id, self.rank(), FlushDone(step, why))
             except Exception as err:  # noqa: BLE001 - the store is gone: the run ended
                 log.debug("flush watcher: %s", err)
                 return

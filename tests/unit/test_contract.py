@@ -79,29 +79,38 @@ def test_a_report_from_an_older_writer_gets_the_defaults():
 def test_the_store_accessors_carry_each_message_whole():
     store = RunStore(dist.HashStore())
     plan = SAMPLES[m.Plan]
-    store.publish_plan(plan)
-    assert store.plan(3) == plan and store.plan(4) is None and store.has_plan(3)
-    written = store.report(3, "n0p0", SAMPLES[m.Report])
-    assert written.seq == 1 and store.report_of(3, "n0p0") == written and store.reports_written(3) == 1
-    store.publish_recovery(3, SAMPLES[m.RecoveryInfo])
-    store.publish_batch(3, SAMPLES[m.BatchInfo])
-    store.publish_stats(SAMPLES[m.RunStats])
-    store.publish_steps(3, "n0p0", SAMPLES[m.RecentSteps])
-    assert (store.recovery(3), store.batch(3), store.stats(), store.recent_steps(3, "n0p0")) == (
+    store.plans.publish(plan)
+    assert store.plans.get(3) == plan and store.plans.get(4) is None and store.plans.has(3)
+    written = store.liveness.report(3, "n0p0", SAMPLES[m.Report])
+    assert (
+        written.seq == 1
+        and store.liveness.report_of(3, "n0p0") == written
+        and store.liveness.reports_written(3) == 1
+    )
+    store.progress.publish_recovery(3, SAMPLES[m.RecoveryInfo])
+    store.progress.publish_batch(3, SAMPLES[m.BatchInfo])
+    store.progress.publish_stats(SAMPLES[m.RunStats])
+    store.progress.publish_steps(3, "n0p0", SAMPLES[m.RecentSteps])
+    assert (
+        store.progress.recovery(3),
+        store.progress.batch(3),
+        store.progress.stats(),
+        store.progress.recent_steps(3, "n0p0"),
+    ) == (
         SAMPLES[m.RecoveryInfo],
         SAMPLES[m.BatchInfo],
         SAMPLES[m.RunStats],
         SAMPLES[m.RecentSteps],
     )
-    assert store.progress() is None
-    store.set_progress(41)
-    assert store.progress() == 41
-    request = store.request_flush(None, 30.0)
-    assert store.flush_request() == m.FlushRequest(request, None, 30.0)
-    assert store.flush_answers(request, [0, 1]) is None
+    assert store.progress.step() is None
+    store.progress.set_step(41)
+    assert store.progress.step() == 41
+    request = store.tiers.request_flush(None, 30.0)
+    assert store.tiers.flush_request() == m.FlushRequest(request, None, 30.0)
+    assert store.tiers.flush_answers(request, [0, 1]) is None
     for rank in (0, 1):
-        store.answer_flush(request, rank, m.FlushDone(40))
-    assert store.flush_answers(request, [0, 1]) == [m.FlushDone(40), m.FlushDone(40)]
+        store.tiers.answer_flush(request, rank, m.FlushDone(40))
+    assert store.tiers.flush_answers(request, [0, 1]) == [m.FlushDone(40), m.FlushDone(40)]
 
 
 @pytest.mark.local  # sleeps 0.3 s so the ranks wait
@@ -118,26 +127,26 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     got: dict[str, tuple[m.Plan | None, float, bool]] = {}
 
     def rank(store: RunStore, slot: str) -> None:
-        seen = store.wait_plan(slot, 0)
+        seen = store.plans.wait_for(slot, 0)
         at = time.monotonic()
-        got[slot] = (seen, at, store.join(seen))
+        got[slot] = (seen, at, store.plans.join(seen))
 
     threads = [threading.Thread(target=rank, args=(s, slot)) for s, slot in zip(ranks, "ab")]
     for t in threads:
         t.start()
     time.sleep(0.3)
     published = time.monotonic()
-    server.publish_plan(plan)
+    server.plans.publish(plan)
     for t in threads:
         t.join(timeout=10)
     assert all(got[s][0] == plan and got[s][2] for s in "ab")
     assert max(got[s][1] for s in "ab") - published < 0.5
     spare = RunStore.connect("127.0.0.1", server.port, secret)
     ended = threading.Thread(
-        target=lambda: got.setdefault("spare", (spare.wait_plan("c", 1, poll_s=0.05), 0, 0))
+        target=lambda: got.setdefault("spare", (spare.plans.wait_for("c", 1, poll_s=0.05), 0, 0))
     )
     ended.start()
-    server.shut_down()
+    server.plans.shut_down()
     ended.join(timeout=10)
     assert got["spare"][0] is None
 
@@ -153,12 +162,12 @@ def test_a_value_written_without_the_runs_secret_reads_as_absent_and_is_noted():
     under.set(keys.node_kill(0), "node:0")
     under.add(keys.NODE_KILLS, 1)
     under.set(keys.PROGRESS, "99999")
-    assert store.plan(1) is None and not store.has_plan(1)
-    assert not store.preempted() and not store.take_node_kill(0)
-    assert store.progress() is None
+    assert store.plans.get(1) is None and not store.plans.has(1)
+    assert not store.signals.preempted() and not store.faults.take_node_kill(0)
+    assert store.progress.step() is None
     assert set(store.forged) == {keys.plan(1), keys.PREEMPT, keys.node_kill(0), keys.PROGRESS}
     under.set(f"{keys.pg_prefix(1)}/0", b"10.0.0.9:1234")  # where torch's rendezvous looks for rank 0
     with pytest.raises(ForgedValue):
-        store.group_store(1).get("0")
-    store.publish_plan(plan)  # the run's own value, over the forged one
-    assert store.plan(1) == plan
+        store.plans.group_store(1).get("0")
+    store.plans.publish(plan)  # the run's own value, over the forged one
+    assert store.plans.get(1) == plan

@@ -1,7 +1,8 @@
 """Every event the code writes is declared in launcher/observability/event_types.py.
 
 An ast walk over launcher/ and resilience/ (nothing runs): each ``emit("name", ...)`` and
-``push_event("name", ...)`` names a declared event, with declared fields. The writer checks the
+``store.events.push("name", ...)`` (a rank's, through the store's event channel; ``push_event`` where
+it is passed on) names a declared event, with declared fields. The writer checks the
 same at run time (the tests that run real supervisors go through it), for the fields spread
 from a mapping that no reading of the source can see.
 """
@@ -18,6 +19,8 @@ from launcher.observability.events import EventLog, read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 EMITTERS = ("emit", "push_event")
+EVENT_CHANNELS = ("events", "_events")
+"""Receivers of ``.push(...)`` that are the store's event channel (``store.events``, ``self._events``)."""
 FORWARDERS = {
     ("launcher/supervisor/loop.py", "event.event"): "the ranks' events, declared where each rank writes it",
     ("resilience/tiers/agent.py", "event"): "TierAgent.emit: the tiers' events with the rank added",
@@ -32,9 +35,17 @@ def _calls() -> list[tuple[str, int, ast.Call]]:
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
                     name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-                    if name in EMITTERS and node.args:
+                    if (name in EMITTERS or _pushed_to_channel(node.func)) and node.args:
                         found.append((str(path.relative_to(ROOT)), node.lineno, node))
     return found
+
+
+def _pushed_to_channel(func: ast.Attribute | ast.Name) -> bool:
+    if not (isinstance(func, ast.Attribute) and func.attr == "push"):
+        return False
+    receiver = func.value
+    name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+    return name in EVENT_CHANNELS
 
 
 def _literal_fields(call: ast.Call) -> set[str]:

@@ -84,7 +84,7 @@ def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
         "from resilience.contract.run_store import RunStore\n"
         "store = RunStore(dist.HashStore())\n"
         "from resilience.contract.messages import Plan\n"
-        "store.publish_plan(Plan(2, 1, {0: 'the next generation'}, {}, 1))\n"
+        "store.plans.publish(Plan(2, 1, {0: 'the next generation'}, {}, 1))\n"
         "from resilience.contract.injections import parse\n"
         "faults.fire(parse(['kill-all:step=3'])[0], store, 0, 0, 4, generation=1)\n"
     )

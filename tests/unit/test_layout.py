@@ -161,6 +161,26 @@ def test_the_store_is_used_only_through_the_contract():
     assert raw == {}
 
 
+ENCODINGS = {"float", "int", "str", "repr", "bytes", "encode", "decode", "dumps", "loads"}
+
+
+def test_only_the_store_core_encodes_or_calls_the_raw_store():
+    """The channels name keys and messages; how a value becomes bytes is StoreCore's alone, so a
+    writer and its reader (two processes) cannot encode one value two ways."""
+    found = []
+    for name, path in _modules().items():
+        if not name.startswith("resilience.contract.channels"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = node.func if isinstance(node, ast.Call) else None
+            called_name = getattr(called, "attr", getattr(called, "id", None))
+            if isinstance(node, ast.Attribute) and node.attr in {"raw", "under"} or called_name in ENCODINGS:
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+            elif isinstance(node, ast.Import | ast.ImportFrom) and "json" in ast.unparse(node):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
 def test_the_contract_imports_none_of_the_code_it_describes():
     """Both sides import the contract; it imports neither. Its errors are resilience.errors',
     which the contract may import: a leaf of exception classes (next rule), shared by all."""

@@ -20,18 +20,18 @@ class Clock:
 def test_a_hole_left_by_a_killed_writer_is_skipped_after_a_while_and_later_events_still_come():
     store, clock = RunStore(dist.HashStore()), Clock()
     reader = RankEvents(store, clock)
-    store.push_event("checkpoint-saved", step=1)
+    store.events.push("checkpoint-saved", step=1)
     store.raw.add(keys.RANK_EVENTS, 1)  # a rank reserved an index and was SIGKILLed before writing
-    store.push_event("restored", step=1)
+    store.events.push("restored", step=1)
     assert [e.event for e in reader.pop()] == ["checkpoint-saved"]
     clock.now += HOLE_SKIP_S / 2
     assert reader.pop() == []  # perhaps still being written
     clock.now += HOLE_SKIP_S
     assert [e.event for e in reader.pop()] == ["restored"]
-    store.push_event("checkpoint-saved", step=2)
+    store.events.push("checkpoint-saved", step=2)
     assert [e.fields["step"] for e in reader.pop()] == [2]
     store.raw.add(keys.RANK_EVENTS, 1)  # another killed writer, then the run ends
-    store.push_event("checkpoint-saved", step=3)
+    store.events.push("checkpoint-saved", step=3)
     assert [e.fields["step"] for e in reader.pop(writers_gone=True)] == [3]  # nothing is left to wait for
 
 
@@ -39,7 +39,7 @@ def test_a_hole_that_gets_filled_in_time_keeps_the_order():
     store, clock = RunStore(dist.HashStore()), Clock()
     reader = RankEvents(store, clock)
     index = store.raw.add(keys.RANK_EVENTS, 1)
-    store.push_event("second")
+    store.events.push("second")
     assert reader.pop() == []
     store.raw.set(keys.rank_event(index), '{"event": "first"}')
     assert [e.event for e in reader.pop()] == ["first", "second"]
@@ -51,6 +51,6 @@ def test_a_record_that_does_not_decode_is_skipped_with_its_reason_and_the_next_s
     reader = RankEvents(store, clock)
     for raw in (b"\xff\xfe", b"[1, 2]", b'{"event": 7}', b'{"t": 1.0}', b'{"event": "x", "t": "soon"}'):
         store.raw.set(keys.rank_event(store.raw.add(keys.RANK_EVENTS, 1)), raw)
-    store.push_event("checkpoint-saved", step=4)
+    store.events.push("checkpoint-saved", step=4)
     assert [e.fields["step"] for e in reader.pop()] == [4]
     assert len(reader.dropped) == 5 and all("does not decode" in why for why in reader.dropped)

@@ -61,10 +61,12 @@ def test_bad_settings_are_refused(bad):
 
 
 class _Steps:
-    """A store holding each (generation, slot)'s recent steps."""
+    """A store holding each (generation, slot)'s recent steps: its progress channel is all
+    StepReports reads."""
 
     def __init__(self) -> None:
         self.records: dict[tuple[int, str], list[StepRecord]] = {}
+        self.progress = self
 
     def add(self, generation: int, slot: str, step: int) -> None:
         self.records.setdefault((generation, slot), []).append(StepRecord(step, 0.1, 0.2, 100.0 + step, 0.0))

@@ -134,10 +134,10 @@ class Script:
         """Every member of the newest plan reports done."""
         store = self.supervisor.store
         g = self.supervisor.books.current_plan.generation
-        plan = store.plan(g)
+        plan = store.plans.get(g)
         assert plan is not None, f"plan {g} is not in the store"
         for rank, slot in plan.members.items():
-            store.report(g, slot, Report("done", rank))
+            store.liveness.report(g, slot, Report("done", rank))
 
 
 def run(
@@ -231,11 +231,11 @@ def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path: Path) -> None:
 
     def store_beats() -> None:
         for n in (0, 2):
-            script.supervisor.store.beat(f"n{n}p0")
+            script.supervisor.store.liveness.beat(f"n{n}p0")
 
     for tick in range(1, 400):  # ranks 0 and 2 beat; rank 1 beat once, then froze
         script.at(tick, store_beats)
-    script.at(1, lambda: script.supervisor.store.beat("n1p0"))
+    script.at(1, lambda: script.supervisor.store.liveness.beat("n1p0"))
     script.at(600, script.finish_generation)
     outcome, events = run(tmp_path, placement, script, hang_timeout_s=3.0)
     assert outcome.ok
@@ -250,8 +250,8 @@ def test_an_exception_with_collateral_reports_names_the_raising_rank(tmp_path: P
 
     def reports() -> None:
         store = script.supervisor.store
-        store.report(1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
-        store.report(1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
+        store.liveness.report(1, "n0p0", Report("error", 0, message="peer gone", collateral=True))
+        store.liveness.report(1, "n2p0", Report("error", 2, message="ValueError: bad batch"))
 
     script.at(3, reports)
     script.at(10, script.finish_generation)
@@ -270,7 +270,7 @@ def test_the_same_exception_at_the_same_step_after_a_recovery_fails_the_run(tmp_
     def raise_at(step: int) -> Callable[[], None]:
         def report() -> None:
             store, g = script.supervisor.store, script.supervisor.books.current_plan.generation
-            store.report(
+            store.liveness.report(
                 g,
                 "n1p0",
                 Report(
@@ -321,7 +321,7 @@ def test_a_failed_run_names_every_rank_that_raised_not_only_the_first_to_report(
     def raising(rank: int) -> Callable[[], None]:
         def report() -> None:
             message = f"RuntimeError: Failed on purpose: {rank}"
-            script.supervisor.store.report(
+            script.supervisor.store.liveness.report(
                 1, f"n{rank}p0", Report("error", rank, message=message, traceback=message)
             )
 
@@ -366,8 +366,8 @@ def test_a_node_lent_by_slurm_joins_once_its_process_is_warm(tmp_path: Path) -> 
 
     def warm_up_n3p0() -> None:
         store = script.supervisor.store
-        store.beat("n3p0")
-        store.mark_ready("n3p0", 1000 + 160 * 0.02)
+        store.liveness.beat("n3p0")
+        store.liveness.mark_ready("n3p0", 1000 + 160 * 0.02)
 
     script.at(160, warm_up_n3p0)  # Slurm is first asked for idle nodes 3 s in (tick 150)
     script.at(290, script.finish_generation)  # before n3p0's one heartbeat is 3 s old (a hang)
@@ -387,14 +387,14 @@ def test_a_standby_is_ready_by_its_own_clock_not_by_when_the_supervisor_looks(tm
     started: dict[str, float] = {}
 
     def first_step() -> None:
-        script.supervisor.store.mark_first_step(1, script.now)
+        script.supervisor.store.progress.mark_first_step(1, script.now)
 
     def warm_up_standbys() -> None:
         store = script.supervisor.store
         for slot, _node in placement.spawned[3:]:
             started.setdefault(slot, script.now)
-            store.beat(slot)
-            store.mark_ready(slot, script.now - 0.5)  # warm long before this look
+            store.liveness.beat(slot)
+            store.liveness.mark_ready(slot, script.now - 0.5)  # warm long before this look
 
     script.at(5, first_step)
     script.at(100, warm_up_standbys)

@@ -1,0 +1,46 @@
+"""Fault injection's coordination (tests, the demo, chaos): each injection fires once per run,
+ranks meet before a fault that needs them all, and node, child and slow faults are asked of
+the supervisor, which alone can perform them.
+"""
+
+from __future__ import annotations
+
+from resilience.contract import keys
+from resilience.contract.store_core import Channel
+
+
+class FaultChannel(Channel):
+    """Once-only firing rests on the store's atomic counter: exactly one caller sees 1."""
+
+    def first_to_fire(self, index: int, suffix: str = "") -> bool:
+        """Whether this call is the first for injection ``index`` (each fires once per run)."""
+        return self._core.add(keys.fired(index) + suffix) == 1
+
+    def arrive(self, index: int) -> None:
+        self._core.add(keys.fired(index) + "/arrived")
+
+    def arrived(self, index: int) -> int:
+        return self._core.count(keys.fired(index) + "/arrived")
+
+    def request_node_kill(self, node: int, spec: str) -> None:
+        self._core.put_text(keys.node_kill(node), spec)
+        self._core.add(keys.NODE_KILLS)
+
+    def node_kill_requests(self) -> int:
+        return self._core.count(keys.NODE_KILLS)
+
+    def take_node_kill(self, node: int) -> bool:
+        """Supervisor: whether node N was asked to be killed (the request is consumed)."""
+        return self._core.take(keys.node_kill(node))
+
+    def request_child_kill(self, spec: str) -> None:
+        self._core.put_text(keys.CHILD_KILL, spec)
+
+    def take_child_kill(self) -> bool:
+        return self._core.take(keys.CHILD_KILL)
+
+    def mark_slow(self, node: int, factor: float) -> None:
+        self._core.put_float(keys.slow(node), factor)
+
+    def slow_factor(self, node: int) -> float | None:
+        return self._core.get_float(keys.slow(node))

@@ -1,0 +1,50 @@
+"""How far the run got and how each generation started: rank 0 (and each rank's step timer)
+writes, the supervisor reads for its events, goodput and straggler reports.
+"""
+
+from __future__ import annotations
+
+from resilience.contract import keys
+from resilience.contract.messages import BatchInfo, RecentSteps, RecoveryInfo, RunStats
+from resilience.contract.store_core import Channel
+
+
+class ProgressChannel(Channel):
+    """Facts about training that outlive the rank that wrote them (the store is the supervisor's)."""
+
+    def set_step(self, step: int) -> None:
+        self._core.put_int(keys.PROGRESS, step)
+
+    def step(self) -> int | None:
+        """The newest committed step; None before the first."""
+        return self._core.get_int(keys.PROGRESS)
+
+    def mark_first_step(self, generation: int, t: float) -> None:
+        self._core.put_float(keys.first_step(generation), t)
+
+    def first_step_t(self, generation: int) -> float | None:
+        return self._core.get_float(keys.first_step(generation))
+
+    def publish_recovery(self, generation: int, info: RecoveryInfo) -> None:
+        self._core.put(keys.recovery(generation), info)
+
+    def recovery(self, generation: int) -> RecoveryInfo | None:
+        return self._core.get(keys.recovery(generation), RecoveryInfo)
+
+    def publish_batch(self, generation: int, batch: BatchInfo) -> None:
+        self._core.put(keys.batch(generation), batch)
+
+    def batch(self, generation: int) -> BatchInfo | None:
+        return self._core.get(keys.batch(generation), BatchInfo)
+
+    def publish_stats(self, stats: RunStats) -> None:
+        self._core.put(keys.STATS, stats)
+
+    def stats(self) -> RunStats | None:
+        return self._core.get(keys.STATS, RunStats)
+
+    def publish_steps(self, generation: int, slot: str, steps: RecentSteps) -> None:
+        self._core.put(keys.compute(generation, slot), steps)
+
+    def recent_steps(self, generation: int, slot: str) -> RecentSteps | None:
+        return self._core.get(keys.compute(generation, slot), RecentSteps)
