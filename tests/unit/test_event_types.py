@@ -19,7 +19,7 @@ from launcher.observability.events import EventLog, read_events
 ROOT = Path(__file__).resolve().parents[2]
 EMITTERS = ("emit", "push_event")
 FORWARDERS = {
-    ("launcher/supervisor/loop.py", "event.event"): "the ranks' events, declared where each rank writes it",
+    ("launcher/supervisor/relay.py", "event.event"): "the ranks' events, declared where each rank writes it",
     ("resilience/tiers/agent.py", "event"): "TierAgent.emit: the tiers' events with the rank added",
 }
 """Call sites whose event name is not a literal: they pass on an event written elsewhere."""

@@ -16,10 +16,12 @@ import pytest
 
 from launcher.observability.events import read_events
 from launcher.placement import NewNode, NodeEvidence
-from launcher.supervisor import RunConfig, Supervisor, loop, policy
-from launcher.supervisor.actions import Action, OpenFault, UseIdleNode
-from launcher.supervisor.books import Outcome
-from launcher.supervisor.view import Observation, RunState
+from launcher.supervisor import RunConfig, Supervisor, loop
+from launcher.supervisor.policy import decisions
+from launcher.supervisor.policy.decisions import Decision
+from launcher.supervisor.policy.actions import OpenFault, UseIdleNode
+from launcher.supervisor.perform.books import Outcome
+from launcher.supervisor.observe.view import Observation, RunState
 from resilience.contract.elastic_config import ElasticConfig
 from resilience.contract.messages import Report
 
@@ -342,11 +344,13 @@ def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(
     the fault open ends the run with a "failed" event instead of spinning."""
     calls: list[float] = []
 
-    def stuck(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    def stuck(now: float, obs: Observation, state: RunState, config: RunConfig) -> Decision:
         if not state.started:
-            return policy.decide(now, obs, state, config)
+            return decisions.decide(now, obs, state, config)
         calls.append(now)
-        return [UseIdleNode()] if state.fault is not None else [OpenFault(now, {1: "kill"})]
+        if state.fault is not None:
+            return Decision((UseIdleNode(),), "replacing")
+        return Decision((OpenFault(now, {1: "kill"}),), "new fault")
 
     monkeypatch.setattr(loop, "decide", stuck)
     placement, script = FakePlacement(), Script()

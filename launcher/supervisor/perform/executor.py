@@ -1,11 +1,11 @@
 """Performs the policy's actions: processes through the placement, Slurm through it, events.
 
-The executor owns the run's mutable books (:class:`~launcher.supervisor.books.Books`) and
-hands each action to its performer (``perform_faults``, ``perform_nodes``, ``perform_resize``,
-``perform_end``: one function per action). It is also the one place an observation's facts
+The executor owns the run's mutable books (:class:`~launcher.supervisor.perform.books.Books`) and
+hands each action to its performer (the modules beside it: ``faults``, ``nodes``, ``resizing``,
+``end``: one function per action). It is also the one place an observation's facts
 enter the books (:meth:`Executor.note`); the policy's input is built from them by the pure
-:func:`~launcher.supervisor.books.run_state`. A performer returns an
-:class:`~launcher.supervisor.books.Outcome` when the run ends.
+:func:`~launcher.supervisor.perform.books.run_state`. A performer returns an
+:class:`~launcher.supervisor.perform.books.Outcome` when the run ends.
 """
 
 from __future__ import annotations
@@ -13,42 +13,42 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from launcher.supervisor import actions as act
-from launcher.supervisor import perform_end, perform_faults, perform_nodes, perform_resize
-from launcher.supervisor.books import Books, Outcome, run_state
-from launcher.supervisor.hands import Hands
-from launcher.supervisor.observe import SlotState
-from launcher.supervisor.resize import node_slots
-from launcher.supervisor.view import Observation, RunState
+from launcher.supervisor.policy import actions as act
+from launcher.supervisor.perform import end, faults, nodes, resizing
+from launcher.supervisor.perform.books import Books, Outcome, run_state
+from launcher.supervisor.perform.hands import Hands
+from launcher.supervisor.observe.observer import SlotState
+from launcher.supervisor.policy.resize import node_slots
+from launcher.supervisor.observe.view import Observation, RunState
 
 PERFORMERS: dict[type, Callable[[Hands, Any], Outcome | None]] = {
-    act.KillSlot: perform_faults.kill_slot,
-    act.KillNode: perform_faults.kill_node,
-    act.DropSpare: perform_faults.drop_spare,
-    act.HoldForCulprit: perform_faults.hold,
-    act.OpenFault: perform_faults.open_fault,
-    act.Drain: perform_faults.drain,
-    act.Release: perform_faults.release,
-    act.NoteStraggler: perform_faults.note_straggler,
-    act.WaitForNode: perform_faults.wait_for_node,
-    act.Launch: perform_nodes.launch,
-    act.Publish: perform_nodes.publish,
-    act.UseIdleNode: perform_nodes.use_idle_node,
-    act.AcquireNode: perform_nodes.acquire_node,
-    act.RefillSpare: perform_nodes.refill_spare,
-    act.StartStandby: perform_nodes.start_standby,
-    act.Answer: perform_resize.answer,
-    act.ReportStatus: perform_resize.report_status,
-    act.BeginResize: perform_resize.begin_resize,
-    act.AddNodes: perform_resize.add_nodes,
-    act.Pause: perform_resize.pause,
-    act.AbandonResize: perform_resize.abandon_resize,
-    act.Resize: perform_resize.resize,
-    act.Requeue: perform_end.requeue,
-    act.Finish: perform_end.finish,
-    act.Fail: perform_end.fail,
+    act.KillSlot: faults.kill_slot,
+    act.KillNode: faults.kill_node,
+    act.DropSpare: faults.drop_spare,
+    act.HoldForCulprit: faults.hold,
+    act.OpenFault: faults.open_fault,
+    act.Drain: faults.drain,
+    act.Release: faults.release,
+    act.NoteStraggler: faults.note_straggler,
+    act.WaitForNode: faults.wait_for_node,
+    act.Launch: nodes.launch,
+    act.Publish: nodes.publish,
+    act.UseIdleNode: nodes.use_idle_node,
+    act.AcquireNode: nodes.acquire_node,
+    act.RefillSpare: nodes.refill_spare,
+    act.StartStandby: nodes.start_standby,
+    act.Answer: resizing.answer,
+    act.ReportStatus: resizing.report_status,
+    act.BeginResize: resizing.begin_resize,
+    act.AddNodes: resizing.add_nodes,
+    act.Pause: resizing.pause,
+    act.AbandonResize: resizing.abandon_resize,
+    act.Resize: resizing.resize,
+    act.Requeue: end.requeue,
+    act.Finish: end.finish,
+    act.Fail: end.fail,
 }
-"""Each action's performer: a new action is one line here and one function in a ``perform_*`` module."""
+"""Each action's performer: a new action is one line here and one function in a performer module."""
 
 
 class Executor:
@@ -81,9 +81,10 @@ class Executor:
                 )
 
     def view(self, obs: Observation) -> RunState:
-        """The policy's input (see :func:`~launcher.supervisor.books.run_state`)."""
-        nodes = {st.info.node for st in self.books.slots.values()}
-        hosts = {node: self.hands.names.host(node) for node in nodes}
+        """The policy's input (see :func:`~launcher.supervisor.perform.books.run_state`)."""
+        hosts = {
+            node: self.hands.names.host(node) for node in {st.info.node for st in self.books.slots.values()}
+        }
         return run_state(self.books, obs, self.hands.config, hosts, self.hands.job.requeueable)
 
     def spare_slots(self) -> set[str]:
@@ -91,13 +92,13 @@ class Executor:
         return {slot for node in self.books.spare_nodes for slot in node_slots(node, ppn)}
 
     def status(self) -> dict[str, object]:
-        return perform_resize.status(self.hands)
+        return resizing.status(self.hands)
 
     def fail(self, reason: str) -> Outcome:
-        return perform_end.fail(self.hands, act.Fail(reason))
+        return end.fail(self.hands, act.Fail(reason))
 
     def after_stop(self) -> None:
-        perform_end.after_stop(self.hands)
+        end.after_stop(self.hands)
 
     def say(self, text: str) -> None:
         self.hands.say(text)
