@@ -267,7 +267,9 @@ def test_a_reclaimed_node_is_no_fault_of_the_node():
 @pytest.mark.parametrize("name", CASES)
 def test_elastic_policy(name):
     obs, st, cfg, expected = CASES[name]
-    assert decide(NOW, obs, st, cfg).actions == tuple(expected)
+    decision = decide(NOW, obs, st, cfg)
+    assert decision.actions == tuple(expected)
+    assert decision.waits == any(isinstance(a, WaitForNode) for a in expected)  # the loop asks no more
 
 
 @pytest.mark.parametrize(

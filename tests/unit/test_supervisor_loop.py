@@ -407,3 +407,23 @@ def test_a_standby_is_ready_by_its_own_clock_not_by_when_the_supervisor_looks(tm
     ready = [e for e in events if e["event"] == "standby-ready"]
     assert len(ready) == 3, events
     assert all(e["seconds"] < 100 * 0.02 - 0.4 for e in ready), ready
+
+
+def test_the_loop_walks_its_tickers_in_order_after_each_tick(tmp_path: Path) -> None:
+    """A background service is one more Ticker in the list: the loop gives it each tick's time,
+    after the decisions and after the services before it, and knows nothing else of it."""
+    placement, script = FakePlacement(), Script()
+    seen: list[float] = []
+
+    class Probe:
+        def tick(self, now: float) -> None:
+            seen.append(now)
+
+    script.at(1, lambda: script.supervisor.tickers.append(Probe()))
+    script.at(10, script.finish_generation)
+    outcome, _ = run(tmp_path, placement, script)
+    assert outcome.ok
+    names = [type(t).__name__ for t in script.supervisor.tickers]
+    assert names == ["RecoveryWatch", "BatchProducers", "RankEventRelay", "Probe"]
+    assert len(seen) >= 8 and seen == sorted(seen)
+    assert seen[1] - seen[0] == pytest.approx(loop.TICK_S)
