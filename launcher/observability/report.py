@@ -19,7 +19,7 @@ from launcher.observability import goodput
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.timeline import Event, Timeline
-from launcher.supervisor import step_reports
+from launcher.supervisor.observe import step_reports
 from resilience.contract.run_dir import RunDir
 
 

@@ -1,21 +1,21 @@
-"""The supervisor: one per job, never a rank. observe -> policy (pure) -> executor.
+"""The supervisor: one per job, never a rank. observe -> policy (pure) -> perform, by folder.
 
-``config`` (RunConfig), ``observe`` (what was seen, one immutable Observation per tick),
-``view`` (the policy's frozen input: the observation and the run's state, built purely from
-the books), ``policy`` (``decide(now, observation, state, config) -> actions``, with
-``fault_policy``, ``replace_policy``, ``resize`` and ``requeue_policy``), ``actions`` (one frozen
-dataclass each), ``executor`` (performs them through the placement: ``books``, ``hands`` and the
-``perform_*`` modules), ``recovery`` (recovery times, goodput), ``flush`` (persist now, before a
-requeue), ``loop`` (the Supervisor).
+``observe/`` reads the world into the frozen view (``observer``, ``view``, ``step_reports``,
+``recovery_watch``); ``policy/`` decides on it, purely (``decisions.decide(now, observation,
+state, config) -> Decision``, with ``classify``, ``replace``, ``resize``, ``requeue`` and the
+``actions`` it returns); ``perform/`` carries the actions out (``executor``, its ``books`` and
+``hands``, one performer module per kind of action, ``flush``, ``producers``). Beside them:
+``config`` (RunConfig), ``control`` (``sres resize/grow/shrink/status``), ``relay`` (the ranks'
+events), ``tickers`` (the background services' protocol) and ``loop`` (the Supervisor).
 """
 
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.books import Outcome
+from launcher.supervisor.perform.books import Outcome
 from launcher.supervisor.loop import Supervisor
-from launcher.supervisor.observe import silent_slots
-from launcher.supervisor.fault_policy import await_culprit, node_verdict
-from launcher.supervisor.policy import decide
-from launcher.supervisor.replace_policy import replace
+from launcher.supervisor.observe.observer import silent_slots
+from launcher.supervisor.policy.classify import await_culprit, node_verdict
+from launcher.supervisor.policy.decisions import decide
+from launcher.supervisor.policy.replace import replace
 
 __all__ = [
     "RunConfig",

@@ -22,6 +22,7 @@ from typing import Any
 
 from launcher.errors import ControlError, Unreachable
 from launcher.privileges import call_as
+from launcher.supervisor.observe.view import Request
 from resilience.contract.own_file import read_own
 from resilience.contract.run_dir import CONTROL_ADDRESS, CONTROL_TOKEN, RunDir
 from resilience.private_paths import NotPrivate, check_private
@@ -34,22 +35,6 @@ OPS = ("status", "resize", "grow", "shrink")
 ANSWER_TIMEOUT_S = 30.0
 MAX_REQUEST = 4096
 """A request is one short JSON line; the rest of a longer one is not read."""
-
-
-@dataclass(frozen=True)
-class Request:
-    id: int
-    op: str
-    nodes: int | None = None
-    by: int | None = None
-
-    def target(self, current: int) -> int:
-        """The node count this request asks for, given the current one."""
-        if self.op == "resize":
-            assert self.nodes is not None, "a resize names its count (checked when received)"
-            return self.nodes
-        assert self.by is not None, "a grow or shrink names its count (checked when received)"
-        return current + (self.by if self.op == "grow" else -self.by)
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """The per-job supervisor: hosts the store, spawns ranks and spares, and runs the loop
-observe -> decide -> perform.
+observe -> decide -> perform, then walks its tickers.
 
 It is never a rank, so losing rank 0 loses neither the store nor the decisions. A fault is
 seen from the supervisor's own watch (a process exit, at once; a silent heartbeat, after the
 hang timeout; a rank's report), never from a collective timeout. What to do about it is
-decided by :func:`~launcher.supervisor.policy.decide` (pure) and carried out by the
-:class:`~launcher.supervisor.executor.Executor`. While a fault is open the tick decides again, at
-most ``decision_limit()`` times (``MAX_DECISIONS_PER_TICK`` plus one per node, else
-``DecisionLoopError``), so that one fault is settled in one tick when the world allows.
+decided by :func:`~launcher.supervisor.policy.decisions.decide` (pure) and carried out by the
+:class:`~launcher.supervisor.perform.executor.Executor`. While a fault is open the tick decides
+again, at most ``decision_limit()`` times (``MAX_DECISIONS_PER_TICK`` plus one per node, else
+``DecisionLoopError``), so that one fault is settled in one tick when the world allows. The
+background services (recovery times, batch producers, fork servers, the ranks' events, live
+metrics) come after, each a :class:`~launcher.supervisor.tickers.Ticker`: the loop knows their
+order, not what each one reads.
 """
 
 from __future__ import annotations
@@ -23,28 +26,28 @@ from types import FrameType
 from typing import TextIO
 
 from launcher.errors import SresError
-from launcher.observability import event_types, metrics
+from launcher.observability import metrics
 from launcher.run import signal_latch
 from launcher.run.options import rank_fields
 from launcher.observability.events import INTERRUPTED, EventLog
 from launcher.placement import ForkHosts, Placement, RankProcesses
 from launcher.placement.forks import ForkingProcesses
 from launcher.placement.local import LocalPlacement
-from launcher.supervisor.actions import WaitForNode
-from launcher.supervisor.books import Books, Outcome
+from launcher.supervisor.perform.books import Books, Outcome
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import ControlServer
-from launcher.supervisor.executor import Executor
-from launcher.supervisor.flush import flush_persistent
-from launcher.supervisor.hands import Clocks, Hands
-from launcher.supervisor.observe import Observer, SlotState
-from launcher.supervisor.policy import decide
-from launcher.supervisor.producers import BatchProducers
-from launcher.supervisor.recovery import RecoveryWatch
-from launcher.supervisor.step_reports import StepLog
-from launcher.supervisor.view import Observation
-from resilience.contract.messages import Plan, RankEvent
-from resilience.contract.rank_events import RankEvents
+from launcher.supervisor.perform.executor import Executor
+from launcher.supervisor.perform.flush import flush_persistent
+from launcher.supervisor.perform.hands import Clocks, Hands
+from launcher.supervisor.observe.observer import Observer, SlotState
+from launcher.supervisor.policy.decisions import decide
+from launcher.supervisor.perform.producers import BatchProducers
+from launcher.supervisor.observe.recovery_watch import RecoveryWatch
+from launcher.supervisor.observe.step_reports import StepLog
+from launcher.supervisor.observe.view import Observation
+from launcher.supervisor.relay import RankEventRelay
+from launcher.supervisor.tickers import ForkServers, LiveMetrics, Ticker
+from resilience.contract.messages import Plan
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 from resilience.contract import run_secret
@@ -52,22 +55,16 @@ from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv
 
 TICK_S = 0.02
-METRICS_PERIOD_S = 1.0
-"""How often live metrics read the step counter (and rewrite the textfile)."""
 MAX_DECISIONS_PER_TICK = 16
 """How many times one tick may ask the policy, plus one per node of the run. An open fault is
 re-decided after each step that changes the facts: each source of
-:data:`~launcher.supervisor.replace_policy.REPLACEMENT_ORDER` is tried once, and a source that serves
-adds a node (at most one per node lost) or ends the fault. More decisions are a bug of ours."""
+:data:`~launcher.supervisor.policy.replace.REPLACEMENT_ORDER` is tried once, and a source that
+serves adds a node (at most one per node lost) or ends the fault. More decisions are a bug of ours."""
 
 
 class DecisionLoopError(RuntimeError):
     """The policy was asked more often in one tick than :func:`decision_limit` allows: its
     actions kept a fault open without ending it (a bug of the supervisor's, never the user's)."""
-
-
-MAX_DROPPED_EVENTS = 100
-"""``dropped-input`` events written at most per run: a flood of bad input must not fill the disk."""
 
 
 def decision_limit(nodes: int) -> int:
@@ -94,7 +91,13 @@ class Supervisor:
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(RunDir(Path(config.log_dir)).events, wall)
         self.store = RunStore.host(self.liveness.secret)
-        self.recovery = RecoveryWatch(self.store, self.events, lambda: list(self.books.slots), self._say)
+        self.recovery = RecoveryWatch(
+            self.store,
+            self.events,
+            lambda: list(self.books.slots),
+            lambda: self.books.current_plan.generation,
+            self._say,
+        )
         self.control = ControlServer(Path(config.log_dir))
         self.books = Books.for_run(config)
         self.processes = self._processes()
@@ -112,16 +115,35 @@ class Supervisor:
             requests=self.control.take,
         )
         self.step_log = StepLog(Path(config.log_dir))
-        self.producers = BatchProducers(self.store, p, p, config.command, self._rank_env, self.events, clock)
-        self._rank_events = RankEvents(self.store)
-        self._warned: set[str] = set()
-        self._dropped = 0
+        self.producers = BatchProducers(
+            self.store, p, p, config.command, self._rank_env, self.events, self._member_nodes
+        )
+        self.relay = RankEventRelay(self.store, self.liveness, self.events, self._say)
         self.metrics = metrics.start(
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )
-        self._next_metrics = 0.0
-        self._stepped = False
-        """The run made its first step: fork servers start then (before, they would slow the ranks' start)."""
+        self.tickers = self._tickers()
+
+    def _tickers(self) -> list[Ticker]:
+        """The background services, walked in this order after each tick's decisions."""
+        tickers: list[Ticker] = [self.recovery, self.producers]
+        if isinstance(self.processes, ForkingProcesses):
+            tickers.append(ForkServers(self.processes, self._machine_nodes, self._progress))
+        tickers.append(self.relay)
+        if self.metrics is not None:
+            tickers.append(
+                LiveMetrics(self.metrics, self._progress, lambda: self.observer.step_reports.scores)
+            )
+        return tickers
+
+    def _member_nodes(self) -> set[int]:
+        """The nodes holding ranks of the current plan."""
+        return {self.books.slots[s].info.node for s in self.books.current_plan.members.values()}
+
+    def _machine_nodes(self) -> set[int]:
+        """The nodes whose machine needs a fork server: members, spares, nodes joining a resize."""
+        joining = self.books.resize.joining if self.books.resize is not None else ()
+        return self._member_nodes() | {*self.books.spare_nodes, *joining}
 
     def _processes(self) -> RankProcesses:
         """Rank processes forked from a warm server per machine where the placement can run one."""
@@ -200,7 +222,7 @@ class Supervisor:
             self.producers.stop()  # they never leave by themselves
             self.processes.stop_all(timeout_s=30.0)  # fork servers first told to stop forking
             self.executor.after_stop()
-            self._collect_rank_events(writers_gone=True)
+            self.relay.copy(writers_gone=True)
             self.liveness.close()
             if self.metrics is not None:
                 self.metrics.update(self._progress())
@@ -227,18 +249,9 @@ class Supervisor:
             outcome = self.tick()
             if outcome is not None:
                 return outcome
-            plan = self.books.current_plan
-            self.recovery.check(plan.generation)
-            nodes = {self.books.slots[s].info.node for s in plan.members.values()}
-            self.producers.tick(nodes)
-            if isinstance(self.processes, ForkingProcesses):
-                self._stepped = self._stepped or self._progress() is not None
-                joining = self.books.resize.joining if self.books.resize is not None else ()
-                self.processes.tick(nodes | {*self.books.spare_nodes, *joining}, started=self._stepped)
-            self._collect_rank_events()
-            if self.metrics is not None and self.clock() >= self._next_metrics:
-                self._next_metrics = self.clock() + METRICS_PERIOD_S
-                self.metrics.update(self._progress(), self.observer.step_reports.scores)
+            now = self.clock()
+            for ticker in self.tickers:
+                ticker.tick(now)
             self.sleep(TICK_S)
 
     def _progress(self) -> int | None:
@@ -277,15 +290,15 @@ class Supervisor:
         :func:`decision_limit` times."""
         limit = decision_limit(len({st.info.node for st in self.books.slots.values()}))
         for _ in range(limit):
-            actions = decide(now, obs, self.executor.view(obs), self.config)
+            decision = decide(now, obs, self.executor.view(obs), self.config)
             obs = dataclasses.replace(obs, requests=())  # answered once
-            if not actions:
+            if not decision.actions:
                 return None
-            for action in actions:
+            for action in decision.actions:
                 outcome = self.executor.perform(action)
                 if outcome is not None:
                     return outcome
-            if self.books.fault is None or any(isinstance(a, WaitForNode) for a in actions):
+            if self.books.fault is None or decision.waits:
                 return None
         raise DecisionLoopError(
             f"the policy was asked {limit} times in one tick and the fault is still open: {self.books.fault}"
@@ -312,50 +325,11 @@ class Supervisor:
         )
         return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
-    def _collect_rank_events(self, writers_gone: bool = False) -> None:
-        """Copy the ranks' events (tier saves, restores, refused checkpoints) into events.jsonl.
-
-        The store is open to anyone who reaches its port, so a record is input, not a fact: one
-        that does not decode, is not a rank's event type or lacks its fields is left out with a
-        ``dropped-input`` event (one warning line per channel), never a crash."""
-        events = self._rank_events.pop(writers_gone)
-        dropped = [("rank-event", why) for why in self._rank_events.dropped]
-        self._rank_events.dropped.clear()
-        dropped += [("liveness", why) for why in self.liveness.take_dropped()]
-        while self.store.forged:
-            dropped.append(
-                ("store", f"{self.store.forged.popleft()!r} holds a value written without the run's secret")
-            )
-        for event in events:
-            try:
-                self._copy_rank_event(event)
-            except (KeyError, TypeError, ValueError) as err:
-                dropped.append(("rank-event", f"{event.event!r} refused: {type(err).__name__}: {err}"))
-        for channel, why in dropped:
-            self._dropped += 1
-            if self._dropped <= MAX_DROPPED_EVENTS:
-                self.events.emit("dropped-input", channel=channel, why=why[:300])
-            if channel not in self._warned:  # once per channel: the events have every one
-                self._warned.add(channel)
-                self._say(
-                    f"warning: {channel} input refused: {why[:300]} (every refusal: dropped-input events)"
-                )
-
-    def _copy_rank_event(self, event: RankEvent) -> None:
-        declared = event_types.BY_NAME.get(event.event)
-        if declared is None or declared.source != event_types.RANK:
-            raise ValueError("not an event a rank sends")
-        line = _warning(event)
-        self.events.emit(event.event, **event.fields, t=event.t)  # TypeError: a field not declared
-        if line is not None and line not in self._warned:
-            self._warned.add(line)
-            self._say(line)
-
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).
 
         Returns that step once it is complete on every rank, or None (no persistent tier, or
-        see :func:`launcher.supervisor.flush.flush_persistent`). Callable from any thread.
+        see :func:`launcher.supervisor.perform.flush.flush_persistent`). Callable from any thread.
         """
         if self.config.tiers is None or not self.config.tiers.persistent_dir or self.books.plan is None:
             return None
@@ -365,21 +339,3 @@ class Supervisor:
 
     def _say(self, text: str) -> None:
         self.executor.say(text)
-
-
-def _warning(event: RankEvent) -> str | None:
-    """The line a rank event that weakens the run's promise is also said with (once)."""
-    record = event.fields
-    if event.event == "inexact":
-        return (
-            f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} "
-            f"without their own random streams and data positions of that step ({record['why']}): "
-            f"this run is no longer bitwise what a fault-free run gives"
-        )
-    if event.event == "changed-after-commit":
-        return (
-            f"warning: {', '.join(record['names'])} changed after the commit block (step {record['step']}): "
-            f"taken again at the next step; a fault landing in between would miss it: move it into "
-            f"`with ctx.commit():`"
-        )
-    return None

@@ -62,7 +62,7 @@ class RunDir:
 
     @property
     def step_times(self) -> Path:
-        """Appended by the supervisor (launcher/supervisor/step_reports.py) as the ranks' step
+        """Appended by the supervisor (launcher/supervisor/observe/step_reports.py) as the ranks' step
         times arrive: stragglers, the checkpoint goodput cause, the report's heatmap."""
         return self.path / STEP_TIMES
 

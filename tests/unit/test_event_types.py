@@ -22,7 +22,7 @@ EMITTERS = ("emit", "push_event")
 EVENT_CHANNELS = ("events", "_events")
 """Receivers of ``.push(...)`` that are the store's event channel (``store.events``, ``self._events``)."""
 FORWARDERS = {
-    ("launcher/supervisor/loop.py", "event.event"): "the ranks' events, declared where each rank writes it",
+    ("launcher/supervisor/relay.py", "event.event"): "the ranks' events, declared where each rank writes it",
     ("resilience/tiers/agent.py", "event"): "TierAgent.emit: the tiers' events with the rank added",
 }
 """Call sites whose event name is not a literal: they pass on an event written elsewhere."""

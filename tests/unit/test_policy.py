@@ -9,7 +9,7 @@ import pytest
 from launcher.observability.straggler import Straggler, StragglerConfig
 from launcher.placement import NodeEvidence
 from launcher.supervisor import RunConfig, decide
-from launcher.supervisor.actions import (
+from launcher.supervisor.policy.actions import (
     AcquireNode,
     Drain,
     DropSpare,
@@ -26,9 +26,10 @@ from launcher.supervisor.actions import (
     StartStandby,
     UseIdleNode,
 )
-from launcher.supervisor.fault_policy import error_at
-from launcher.supervisor.replace_policy import REPLACEMENT_ORDER, serving_source
-from launcher.supervisor.view import ErrorAt, FaultState, Observation, RunState
+from launcher.supervisor.policy.classify import error_at
+from launcher.supervisor.policy.decisions import Decision
+from launcher.supervisor.policy.replace import REPLACEMENT_ORDER, serving_source
+from launcher.supervisor.observe.view import ErrorAt, FaultState, Observation, RunState
 from resilience.contract.messages import Report, SlotInfo
 
 # Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
@@ -468,7 +469,7 @@ CASES = {
 
 @pytest.mark.parametrize("obs, st, config, expected", CASES.values(), ids=CASES.keys())
 def test_policy_table(obs, st, config, expected):
-    assert decide(NOW, obs, st, config) == expected
+    assert decide(NOW, obs, st, config).actions == tuple(expected)
 
 
 def test_every_replacement_source_serves_in_some_case_of_the_tables():
@@ -494,11 +495,11 @@ def test_two_lost_nodes_need_two_spares():
         dead_nodes=frozenset({0, 1}),
         fault=fault({0: "node", 1: "node"}),
     )
-    assert decide(NOW, Observation(), st, CONFIG) == [UseIdleNode()]
+    assert decide(NOW, Observation(), st, CONFIG) == Decision((UseIdleNode(),), "replacing")
     st = RunState(**{**st.__dict__, "spare_nodes": (2, 3)})
-    assert decide(NOW, Observation(), st, CONFIG) == [
-        Publish({0: "n2p0", 1: "n3p0"}, {0: "spare", 1: "spare"}, "fault", (), (2, 3))
-    ]
+    assert decide(NOW, Observation(), st, CONFIG).actions == (
+        Publish({0: "n2p0", 1: "n3p0"}, {0: "spare", 1: "spare"}, "fault", (), (2, 3)),
+    )
 
 
 def test_only_a_ranks_own_error_inside_the_step_loop_has_a_place():
@@ -512,9 +513,11 @@ def test_only_a_ranks_own_error_inside_the_step_loop_has_a_place():
 def test_a_multi_line_message_is_named_by_its_first_line():
     message = "ValueError: bad batch\nshape (3, 4)"
     seen = frozenset({ErrorAt("ValueError", message, 5)})
-    *_, fail = decide(
+    decision = decide(
         NOW, Observation(reports={"n1p0": raised(1, message=message)}), state(errors_seen=seen), CONFIG
     )
+    *_, fail = decision.actions
+    assert decision.why == "new fault" and isinstance(fail, Fail)
     assert (
         fail.reason.startswith("rank 1 raised ValueError: bad batch at step 5 again")
         and "\n" not in fail.reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
-from launcher.supervisor.step_reports import StepReports
+from launcher.supervisor.observe.step_reports import StepReports
 from resilience.contract.messages import RecentSteps, StepRecord
 
 

@@ -17,10 +17,12 @@ import pytest
 from launcher.observability.events import read_events
 from launcher.observability.timeline import Timeline
 from launcher.placement import NewNode, NodeEvidence
-from launcher.supervisor import RunConfig, Supervisor, loop, policy
-from launcher.supervisor.actions import Action, OpenFault, UseIdleNode
-from launcher.supervisor.books import Outcome
-from launcher.supervisor.view import Observation, RunState
+from launcher.supervisor import RunConfig, Supervisor, loop
+from launcher.supervisor.policy import decisions
+from launcher.supervisor.policy.decisions import Decision
+from launcher.supervisor.policy.actions import OpenFault, UseIdleNode
+from launcher.supervisor.perform.books import Outcome
+from launcher.supervisor.observe.view import Observation, RunState
 from resilience.contract.elastic_config import ElasticConfig
 from resilience.contract.messages import Report
 
@@ -343,11 +345,13 @@ def test_a_policy_that_keeps_a_fault_open_stops_the_tick_with_an_internal_error(
     the fault open ends the run with a "failed" event instead of spinning."""
     calls: list[float] = []
 
-    def stuck(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+    def stuck(now: float, obs: Observation, state: RunState, config: RunConfig) -> Decision:
         if not state.started:
-            return policy.decide(now, obs, state, config)
+            return decisions.decide(now, obs, state, config)
         calls.append(now)
-        return [UseIdleNode()] if state.fault is not None else [OpenFault(now, {1: "kill"})]
+        if state.fault is not None:
+            return Decision((UseIdleNode(),), "replacing")
+        return Decision((OpenFault(now, {1: "kill"}),), "new fault")
 
     monkeypatch.setattr(loop, "decide", stuck)
     placement, script = FakePlacement(), Script()
@@ -404,3 +408,23 @@ def test_a_standby_is_ready_by_its_own_clock_not_by_when_the_supervisor_looks(tm
     ready = [e for e in events if e["event"] == "standby-ready"]
     assert len(ready) == 3, events
     assert all(e["seconds"] < 100 * 0.02 - 0.4 for e in ready), ready
+
+
+def test_the_loop_walks_its_tickers_in_order_after_each_tick(tmp_path: Path) -> None:
+    """A background service is one more Ticker in the list: the loop gives it each tick's time,
+    after the decisions and after the services before it, and knows nothing else of it."""
+    placement, script = FakePlacement(), Script()
+    seen: list[float] = []
+
+    class Probe:
+        def tick(self, now: float) -> None:
+            seen.append(now)
+
+    script.at(1, lambda: script.supervisor.tickers.append(Probe()))
+    script.at(10, script.finish_generation)
+    outcome, _ = run(tmp_path, placement, script)
+    assert outcome.ok
+    names = [type(t).__name__ for t in script.supervisor.tickers]
+    assert names == ["RecoveryWatch", "BatchProducers", "RankEventRelay", "Probe"]
+    assert len(seen) >= 8 and seen == sorted(seen)
+    assert seen[1] - seen[0] == pytest.approx(loop.TICK_S)

@@ -7,10 +7,10 @@ import copy
 from pathlib import Path
 
 from launcher.supervisor import RunConfig, decide
-from launcher.supervisor.actions import Launch
-from launcher.supervisor.books import Books, run_state
-from launcher.supervisor.observe import SlotState
-from launcher.supervisor.view import FaultState, Observation, RunState
+from launcher.supervisor.policy.actions import Launch
+from launcher.supervisor.perform.books import Books, run_state
+from launcher.supervisor.observe.observer import SlotState
+from launcher.supervisor.observe.view import FaultState, Observation, RunState
 from resilience.contract.messages import Plan, SlotInfo
 
 CONFIG = RunConfig(command=("train",), nodes=2, spares=1, log_dir=Path("/nonexistent"), standby=1)
@@ -83,7 +83,9 @@ def test_before_plan_1_the_view_says_not_started_and_the_policy_starts_the_run()
     view = run_state(Books.for_run(CONFIG), Observation(), CONFIG, {}, requeueable=False)
     assert not view.started and view.members == {} and not view.settled
     config = RunConfig(command=("train",), nodes=2, procs_per_node=2, spares=1, log_dir=Path("/nonexistent"))
-    assert decide(0.0, Observation(), RunState(members={}, slots={}, hosts={}, started=False), config) == [
+    decision = decide(0.0, Observation(), RunState(members={}, slots={}, hosts={}, started=False), config)
+    assert decision.why == "start"
+    assert list(decision.actions) == [
         Launch(
             spawn=(
                 ("n0p0", 0, 0),

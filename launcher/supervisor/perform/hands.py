@@ -1,6 +1,6 @@
 """What performing an action may touch, in one frozen place: :class:`Hands`.
 
-The performers (``perform_*`` modules) are plain functions ``(hands, action)``; they share the
+The performers (the modules of ``perform/``) are plain functions ``(hands, action)``; they share the
 few effects that several of them need (start a process, publish a plan, give a node back, say
 a line) through these methods rather than through a common base class. The placement is there
 by capability (processes, node names, nodes leaving, new nodes, the job): a performer uses
@@ -16,11 +16,11 @@ from typing import TextIO
 
 from launcher.observability.events import EventLog
 from launcher.placement import JobControl, NewNode, NodeExits, NodeNames, NodeSupply, RankProcesses
-from launcher.supervisor.books import Books
+from launcher.supervisor.perform.books import Books
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.observe import SlotState
-from launcher.supervisor.recovery import RecoveryWatch
-from launcher.supervisor.resize import node_slots
+from launcher.supervisor.observe.observer import SlotState
+from launcher.supervisor.observe.recovery_watch import RecoveryWatch
+from launcher.supervisor.policy.resize import node_slots
 from resilience.contract.messages import Plan, SlotInfo
 from resilience.contract.run_store import RunStore
 

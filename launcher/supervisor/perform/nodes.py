@@ -1,8 +1,8 @@
 """Performing the actions that start processes and publish plans: the run's start, spares,
 standbys, nodes from Slurm, and the next generation after a fault.
 
-Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
-:class:`~launcher.supervisor.hands.Hands`; what to do was decided by the policy.
+Each function performs one action (:mod:`launcher.supervisor.policy.actions`) with the run's
+:class:`~launcher.supervisor.perform.hands.Hands`; what to do was decided by the policy.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from launcher.placement import NewNode
-from launcher.supervisor import actions as act
-from launcher.supervisor.hands import Hands
+from launcher.supervisor.policy import actions as act
+from launcher.supervisor.perform.hands import Hands
 from resilience.contract.messages import SlotInfo
 
 REFILL_PERIOD_S = 3.0

@@ -6,7 +6,7 @@ its time-limit requeues, while one preempted by the scheduler was not at fault.
 
 from __future__ import annotations
 
-from launcher.supervisor.actions import Action, Fail, Requeue
+from launcher.supervisor.policy.actions import Action, Fail, Requeue
 from launcher.supervisor.config import RunConfig
 
 

@@ -1,7 +1,7 @@
 """Performing a fault's actions: kills, the fault's record, drains and node releases.
 
-Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
-:class:`~launcher.supervisor.hands.Hands`; what to do was decided by the policy.
+Each function performs one action (:mod:`launcher.supervisor.policy.actions`) with the run's
+:class:`~launcher.supervisor.perform.hands.Hands`; what to do was decided by the policy.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 
 from launcher.errors import SresError
-from launcher.supervisor import actions as act
-from launcher.supervisor.hands import Hands
-from launcher.supervisor.fault_policy import error_at
-from launcher.supervisor.view import FaultState
+from launcher.supervisor.policy import actions as act
+from launcher.supervisor.perform.hands import Hands
+from launcher.supervisor.policy.classify import error_at
+from launcher.supervisor.observe.view import FaultState
 from resilience.contract.messages import Report
 
 

@@ -1,24 +1,27 @@
-"""The supervisor's decisions, as pure functions: observation + state -> actions.
+"""The supervisor's decisions, as pure functions: observation + state -> a :class:`Decision`.
 
 :func:`decide` is the one entry point; it takes ``now``, what was just seen and a frozen
-view of the run (:mod:`launcher.supervisor.view`), and returns the actions for the executor.
+view of the run (:mod:`launcher.supervisor.observe.view`), and returns the actions for the
+executor with the reason they were chosen (torchft's quorum returns its why the same way): the
+loop learns from it whether to ask again, a test whether the right rule answered.
 While a fault is being handled it is called again after each action that changes the facts (a
 node added, a source found empty), so each call only looks at the state, never at the world.
 
 The rules are split by what they decide: a fault's classification
-(:mod:`~launcher.supervisor.fault_policy`), where lost ranks go
-(:mod:`~launcher.supervisor.replace_policy`, its order is data: ``REPLACEMENT_ORDER``),
-resizes (:mod:`~launcher.supervisor.resize`, ``GROWTH_ORDER``) and requeues
-(:mod:`~launcher.supervisor.requeue_policy`); this module puts them in order. Policy modules
-import only the view, the actions, the configs, the contract's messages and the errors
-(``tests/unit/test_layout.py``).
+(:mod:`~launcher.supervisor.policy.classify`), where lost ranks go
+(:mod:`~launcher.supervisor.policy.replace`, its order is data: ``REPLACEMENT_ORDER``),
+resizes (:mod:`~launcher.supervisor.policy.resize`, ``GROWTH_ORDER``) and requeues
+(:mod:`~launcher.supervisor.policy.requeue`); this module puts them in order. What they may
+import is the folder's rule (:mod:`launcher.supervisor.policy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from launcher.supervisor.actions import (
+from launcher.supervisor.policy.actions import (
     Action,
     Drain,
     DropSpare,
@@ -31,27 +34,67 @@ from launcher.supervisor.actions import (
     NoteStraggler,
     RefillSpare,
     StartStandby,
+    WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.fault_policy import INJECTED_NODE_LOSS, SPARE_PROCESS_DIED, await_culprit, open_fault
-from launcher.supervisor.replace_policy import replace_lost
-from launcher.supervisor.requeue_policy import requeue_or_fail, signal_cause
-from launcher.supervisor.resize import advance, node_slots, on_capacity, on_requests
-from launcher.supervisor.view import Observation, RunState, Straggler
+from launcher.supervisor.policy.classify import (
+    INJECTED_NODE_LOSS,
+    SPARE_PROCESS_DIED,
+    await_culprit,
+    open_fault,
+)
+from launcher.supervisor.policy.replace import replace_lost
+from launcher.supervisor.policy.requeue import requeue_or_fail, signal_cause
+from launcher.supervisor.policy.resize import advance, node_slots, on_capacity, on_requests
+from launcher.supervisor.observe.view import Observation, RunState, Straggler
 
 
-def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
+Why = Literal[
+    "start",
+    "replacing",
+    "preempted",
+    "unrecoverable",
+    "refused",
+    "culprit awaited",
+    "new fault",
+    "done",
+    "running",
+]
+"""Which rule of :func:`decide` answered: the run's start, an open fault's replacement, a
+requeue signal, a failure the ranks reported, a wait for a fault's culprit, a fault opened, the
+run's end, or a run going on (which may decide nothing)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One call's actions, in the order they are performed, and which rule chose them."""
+
+    actions: tuple[Action, ...]
+    why: Why
+
+    @property
+    def waits(self) -> bool:
+        """An open fault waits for a node (``--min-nodes``): asking again this tick changes nothing."""
+        return any(isinstance(a, WaitForNode) for a in self.actions)
+
+
+def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> Decision:
     """The actions for this tick. Pure. Control requests are answered whatever else happens."""
     if not state.started:
-        return [launch(config)]
+        return _decision("start", [launch(config)])
     answers = on_requests(obs.requests, state, config)
     if state.fault is not None:
-        return answers + replace_lost(now, state, config)
+        return _decision("replacing", answers, replace_lost(now, state, config))
     kills = _kills(obs, state, config)
     ending = _fault_or_end(now, obs, state, config)
     if ending is not None:
-        return kills + ending + answers
-    return kills + _running(now, obs, state, config, busy=bool(kills)) + answers
+        why, actions = ending
+        return _decision(why, kills, actions, answers)
+    return _decision("running", kills, _running(now, obs, state, config, busy=bool(kills)), answers)
+
+
+def _decision(why: Why, *parts: Sequence[Action]) -> Decision:
+    return Decision(tuple(a for part in parts for a in part), why)
 
 
 def _kills(obs: Observation, state: RunState, config: RunConfig) -> list[Action]:
@@ -67,26 +110,30 @@ def _kills(obs: Observation, state: RunState, config: RunConfig) -> list[Action]
     return actions
 
 
-def _fault_or_end(now: float, obs: Observation, state: RunState, config: RunConfig) -> list[Action] | None:
+def _fault_or_end(
+    now: float, obs: Observation, state: RunState, config: RunConfig
+) -> tuple[Why, list[Action]] | None:
     """A requeue signal, a failure, a fault (or a wait for its culprit), or the run's end; None
     while the run goes on."""
     if obs.preempted:
         if signal_cause(obs.time_left_s, obs.time_limit_s) == "time-limit":
             why = f"time limit in {obs.time_left_s:.0f} s"
-            return [requeue_or_fail(why, config, save=True, cause="time-limit")]
-        return [requeue_or_fail(obs.preempted, config, save=True, cause="preemption")]
+            return "preempted", [requeue_or_fail(why, config, save=True, cause="time-limit")]
+        return "preempted", [requeue_or_fail(obs.preempted, config, save=True, cause="preemption")]
     if obs.unrecoverable is not None:
-        return [Fail(f"the state could not be recovered from peers: {obs.unrecoverable.message}")]
-    if obs.refused is not None:
-        return [Fail(f"rank {obs.refused.rank}: {obs.refused.message}")]
-    if await_culprit(obs.lost, obs.errors, state.collateral_since, now):
-        return [HoldForCulprit(state.collateral_since if state.collateral_since is not None else now)]
-    if obs.lost or obs.errors:
-        return open_fault(obs, state, config)
-    if obs.all_done(state.members):
-        return [
-            Finish(tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items())))
+        return "unrecoverable", [
+            Fail(f"the state could not be recovered from peers: {obs.unrecoverable.message}")
         ]
+    if obs.refused is not None:
+        return "refused", [Fail(f"rank {obs.refused.rank}: {obs.refused.message}")]
+    if await_culprit(obs.lost, obs.errors, state.collateral_since, now):
+        since = state.collateral_since if state.collateral_since is not None else now
+        return "culprit awaited", [HoldForCulprit(since)]
+    if obs.lost or obs.errors:
+        return "new fault", open_fault(obs, state, config)
+    if obs.all_done(state.members):
+        digests = tuple((rank, obs.reports[slot].digest) for rank, slot in sorted(state.members.items()))
+        return "done", [Finish(digests)]
     return None
 
 

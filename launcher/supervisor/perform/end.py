@@ -1,8 +1,8 @@
 """Performing the end of a run: requeue, finish, fail; and what a finished run leaves behind.
 
-Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
-:class:`~launcher.supervisor.hands.Hands` and returns the run's
-:class:`~launcher.supervisor.books.Outcome`.
+Each function performs one action (:mod:`launcher.supervisor.policy.actions`) with the run's
+:class:`~launcher.supervisor.perform.hands.Hands` and returns the run's
+:class:`~launcher.supervisor.perform.books.Outcome`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import os
 
 from launcher.errors import SresError
 from launcher.observability.events import summary
-from launcher.supervisor import actions as act
-from launcher.supervisor.books import Outcome
-from launcher.supervisor.flush import run_requeue_hooks
-from launcher.supervisor.hands import Hands
-from launcher.supervisor.fault_policy import error_at, own_errors
-from launcher.supervisor.requeue_policy import requeues_counted
+from launcher.supervisor.policy import actions as act
+from launcher.supervisor.perform.books import Outcome
+from launcher.supervisor.perform.flush import run_requeue_hooks
+from launcher.supervisor.perform.hands import Hands
+from launcher.supervisor.policy.classify import error_at, own_errors
+from launcher.supervisor.policy.requeue import requeues_counted
 from resilience import tiers
 from resilience.contract.messages import Report
 

@@ -4,9 +4,10 @@
 Everything the policy reads arrives through this module (the policy modules import only it,
 the actions, the configs, the contract's messages and the errors: ``tests/unit/test_layout.py``).
 It also names the value types an observation is made of, defined where they are produced: a
-placement's :class:`NodeEvidence`, a :class:`Straggler` of the detector, a control
-:class:`Request`. The view is built from the executor's books by
-:func:`launcher.supervisor.books.run_state` (pure); the Observer builds the observation.
+placement's :class:`NodeEvidence`, a :class:`Straggler` of the detector. A control
+:class:`Request` is defined here, not in the control server that receives it: the view stays
+free of sockets and threads. The view is built from the executor's books by
+:func:`launcher.supervisor.perform.books.run_state` (pure); the Observer builds the observation.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 
 from launcher.observability.straggler import Straggler
 from launcher.placement import NodeEvidence
-from launcher.supervisor.control import Request
 from resilience.contract.messages import Report, SlotInfo, StepRecord
 
 __all__ = [
@@ -30,6 +30,24 @@ __all__ = [
     "RunState",
     "Straggler",
 ]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A control request (``sres resize/grow/shrink/status``) as the control server checked it."""
+
+    id: int
+    op: str
+    nodes: int | None = None
+    by: int | None = None
+
+    def target(self, current: int) -> int:
+        """The node count this request asks for, given the current one."""
+        if self.op == "resize":
+            assert self.nodes is not None, "a resize names its count (checked when received)"
+            return self.nodes
+        assert self.by is not None, "a grow or shrink names its count (checked when received)"
+        return current + (self.by if self.op == "grow" else -self.by)
 
 
 @dataclass(frozen=True)

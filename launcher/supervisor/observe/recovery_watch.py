@@ -1,7 +1,9 @@
 """How long each recovery took, and the run's goodput: read back from the ranks' store keys.
 
 Rank 0 records when a generation formed, when its state arrived and when its first step
-completed; the faults that led to that generation then get one ``recovered`` event each.
+completed; the faults that led to that generation then get one ``recovered`` event each. The
+loop ticks it (a :class:`~launcher.supervisor.tickers.Ticker`): it looks at the current
+generation, which it is told by the callable it was built with.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from launcher.observability import goodput
 from launcher.observability.events import EventLog
-from launcher.supervisor import step_reports
+from launcher.supervisor.observe import step_reports
 from resilience.contract.messages import RecoveryInfo
 from resilience.contract.run_store import RunStore
 
@@ -42,9 +44,10 @@ class RecoveryWatch:
         store: RunStore,
         events: EventLog,
         slots: Callable[[], Iterable[str]],
+        generation: Callable[[], int],
         say: Callable[[str], None],
     ) -> None:
-        self.store, self.events, self.slots, self.say = store, events, slots, say
+        self.store, self.events, self.slots, self.generation, self.say = store, events, slots, generation, say
         self.pending: list[PendingFault] = []
         self.resizes: list[PendingResize] = []
 
@@ -61,6 +64,9 @@ class RecoveryWatch:
         jobs: dict[str, str] | None = None,
     ) -> None:
         self.resizes.append(PendingResize(from_world, to_world, why, t, generation, jobs))
+
+    def tick(self, now: float) -> None:
+        self.check(self.generation())
 
     def check(self, generation: int) -> None:
         """Emit ``recovered`` for the pending faults and ``resize`` for a resize once generation

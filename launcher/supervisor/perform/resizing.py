@@ -1,19 +1,19 @@
 """Performing the elastic actions: control requests answered, and the steps of a resize
 (begin, start nodes, pause, abandon, publish the new size).
 
-Each function performs one action (:mod:`launcher.supervisor.actions`) with the run's
-:class:`~launcher.supervisor.hands.Hands`; what to do was decided by the policy
-(:mod:`launcher.supervisor.resize`).
+Each function performs one action (:mod:`launcher.supervisor.policy.actions`) with the run's
+:class:`~launcher.supervisor.perform.hands.Hands`; what to do was decided by the policy
+(:mod:`launcher.supervisor.policy.resize`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from launcher.supervisor import actions as act
-from launcher.supervisor.hands import Hands, take_node
-from launcher.supervisor.resize import node_slots
-from launcher.supervisor.view import ResizeState
+from launcher.supervisor.policy import actions as act
+from launcher.supervisor.perform.hands import Hands, take_node
+from launcher.supervisor.policy.resize import node_slots
+from launcher.supervisor.observe.view import ResizeState
 
 
 def answer(h: Hands, a: act.Answer) -> None:

@@ -4,7 +4,8 @@ A producer is not a rank: no plan names it and its death is no fault. It is star
 rank of its node asks (``RunStore.producers.want``: ``resilience.run(train, batches=...)``),
 started again when it dies (a ``batch-producer`` event says so; the ranks meanwhile make
 what they need themselves) and stopped when its node leaves the run or the run ends. It runs
-the training command like a rank, in slot ``n<node>b``.
+the training command like a rank, in slot ``n<node>b``. The loop ticks it (a
+:class:`~launcher.supervisor.tickers.Ticker`) with the nodes it is given a callable for.
 """
 
 from __future__ import annotations
@@ -29,21 +30,20 @@ class BatchProducers:
         command: Iterable[str],
         env: Callable[[str, int, int], dict[str, str]],
         events: EventLog,
-        clock: Callable[[], float],
+        nodes: Callable[[], Iterable[int]],
     ) -> None:
         self.store, self.processes, self.names, self.events = store, processes, names, events
-        self.command, self.env, self.clock = list(command), env, clock
+        self.command, self.env, self.nodes = list(command), env, nodes
         self.running: dict[int, str] = {}
         """node -> the slot of its producer, started and not stopped."""
         self._next = 0.0
 
-    def tick(self, nodes: Iterable[int]) -> None:
-        """Keep a producer on each of ``nodes`` (those holding ranks now) whose ranks asked for one."""
-        now = self.clock()
+    def tick(self, now: float) -> None:
+        """Keep a producer on each node holding ranks now whose ranks asked for one (``nodes``)."""
         if now < self._next:
             return
         self._next = now + CHECK_S
-        nodes = set(nodes)
+        nodes = set(self.nodes())
         for node in [n for n in self.running if n not in nodes]:
             self.processes.kill(self.running.pop(node))  # its node left the run
         for node in self.store.producers.wanted(sorted(nodes)):

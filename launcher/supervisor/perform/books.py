@@ -6,7 +6,7 @@ Only the executor and its performers change the books; the policy sees them froz
 builder: :func:`run_state` reads no store, emits no event and changes no book, so the same
 books and observation give the same view however often it is built in a tick. What must be
 read from the world (readiness, a generation's first step) arrives as
-:class:`~launcher.supervisor.view.Observation` fields.
+:class:`~launcher.supervisor.observe.view.Observation` fields.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from launcher.observability.timeline import Event
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.observe import SlotState
-from launcher.supervisor.view import ErrorAt, FaultState, Observation, ResizeState, RunState
+from launcher.supervisor.observe.observer import SlotState
+from launcher.supervisor.observe.view import ErrorAt, FaultState, Observation, ResizeState, RunState
 from resilience.contract.messages import Plan, Report
 
 

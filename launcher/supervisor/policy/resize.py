@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from launcher.supervisor.actions import (
+from launcher.supervisor.policy.actions import (
     AbandonResize,
     Action,
     AddNodes,
@@ -27,7 +27,7 @@ from launcher.supervisor.actions import (
     Resize,
 )
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.view import Observation, Request, ResizeState, RunState
+from launcher.supervisor.observe.view import Observation, Request, ResizeState, RunState
 from resilience.contract.messages import SlotInfo
 
 GROWTH_ORDER: tuple[str, ...] = ("simulated", "idle-node", "new-node")
@@ -35,7 +35,7 @@ GROWTH_ORDER: tuple[str, ...] = ("simulated", "idle-node", "new-node")
 a simulated node (a placement that numbers its nodes freely: a local run grows on request), a
 healthy node the job holds and no rank uses, a node the scheduler adds (a satellite or job
 expansion, as ``--grow-by`` says). A lost node's ranks go by
-:data:`~launcher.supervisor.replace_policy.REPLACEMENT_ORDER` instead, which has no simulated
+:data:`~launcher.supervisor.policy.replace.REPLACEMENT_ORDER` instead, which has no simulated
 node: a local run without a spare shrinks, waits, requeues or fails as a full cluster would."""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.errors import ConfigError
-from launcher.supervisor.actions import (
+from launcher.supervisor.policy.actions import (
     AcquireNode,
     Action,
     Drain,
@@ -25,10 +25,10 @@ from launcher.supervisor.actions import (
     WaitForNode,
 )
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.fault_policy import RECLAIMED
-from launcher.supervisor.requeue_policy import requeue_or_fail
-from launcher.supervisor.resize import shrink_after_loss
-from launcher.supervisor.view import RunState
+from launcher.supervisor.policy.classify import RECLAIMED
+from launcher.supervisor.policy.requeue import requeue_or_fail
+from launcher.supervisor.policy.resize import shrink_after_loss
+from launcher.supervisor.observe.view import RunState
 from resilience.contract.messages import SlotInfo
 
 REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "shrink", "wait", "requeue", "fail")

@@ -3,16 +3,16 @@
 :func:`open_fault` turns what an observation lost (processes, a rank's exception) into the
 fault's record and the nodes to kill; :func:`node_verdict` judges a node from the evidence its
 placement gathered; :func:`await_culprit` holds a fault that so far is only collateral
-errors. Where the lost ranks then go is :mod:`launcher.supervisor.replace_policy`.
+errors. Where the lost ranks then go is :mod:`launcher.supervisor.policy.replace`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from launcher.supervisor.actions import Action, Fail, KillNode, OpenFault
+from launcher.supervisor.policy.actions import Action, Fail, KillNode, OpenFault
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.view import ErrorAt, NodeEvidence, Observation, RunState
+from launcher.supervisor.observe.view import ErrorAt, NodeEvidence, Observation, RunState
 from resilience.contract.messages import STUCK_EXIT, Report
 
 INJECTED_NODE_LOSS = "node lost (injected fault)"

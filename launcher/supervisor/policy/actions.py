@@ -1,7 +1,7 @@
 """What the supervisor can do: one small frozen dataclass per action.
 
-The policy (:mod:`launcher.supervisor.policy`) returns a list of these; the executor
-(:mod:`launcher.supervisor.executor`) performs them. A new capability (shrink, grow, a node
+The policy (:mod:`launcher.supervisor.policy.decisions`) returns a list of these; the executor
+(:mod:`launcher.supervisor.perform.executor`) performs them. A new capability (shrink, grow, a node
 from a satellite job) is a new action here, a rule in the policy and a handler in the
 executor, never a new path through the loop.
 """

@@ -4,7 +4,7 @@ part), and kept in ``step_times.jsonl`` (the loop's writer).
 Each rank publishes its recent steps (:mod:`resilience.agent.step_timer`); the Observer reads
 them about twice a second with :class:`StepReports`, which hands the steps it has not seen to
 the :class:`~launcher.observability.straggler.StragglerDetector` of the generation and returns
-them in the observation (:attr:`~launcher.supervisor.view.Observation.steps`); the loop then
+them in the observation (:attr:`~launcher.supervisor.observe.view.Observation.steps`); the loop then
 appends them to ``<log dir>/step_times.jsonl`` with :class:`StepLog` (one line per rank and
 step: what the run report's heatmap draws). Reading the world never writes a file.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
-from launcher.supervisor.view import RankStep
+from launcher.supervisor.observe.view import RankStep
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 

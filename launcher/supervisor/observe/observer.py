@@ -1,5 +1,5 @@
 """What the supervisor sees each tick, as one immutable
-:class:`~launcher.supervisor.view.Observation`.
+:class:`~launcher.supervisor.observe.view.Observation`.
 
 The :class:`Observer` reads the world (process exits through the placement, heartbeats,
 readiness, first steps, step times, reports and requests on the store, node evidence from
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from launcher.observability.straggler import Straggler
 from launcher.placement import JobControl, NodeInspector, NodeSupply, RankProcesses
 from launcher.supervisor.config import RunConfig
-from launcher.supervisor.control import Request
-from launcher.supervisor.step_reports import StepReports
-from launcher.supervisor.view import Observation, RankStep
+from launcher.supervisor.observe.step_reports import StepReports
+from launcher.supervisor.observe.view import Observation, RankStep, Request
 from resilience.contract.messages import Report, SlotInfo
 from resilience.contract.run_store import RunStore
 

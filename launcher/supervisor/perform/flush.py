@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from launcher.observability.events import EventLog
-from launcher.supervisor.hands import Clocks
+from launcher.supervisor.perform.hands import Clocks
 from resilience.contract.messages import FlushDone
 from resilience.contract.run_store import RunStore
 from resilience.tiers.registry import PERSISTENT
