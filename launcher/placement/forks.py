@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from launcher.observability.events import EventLog
 from launcher.placement import ForkHosts, Placement
 from resilience.contract import fork_protocol
+from resilience.contract import slots
 
 KILLED = -9
 """A forked rank's exit code when its server died before reporting it (it died with its server)."""
@@ -199,7 +200,7 @@ class ForkingProcesses:
                 )
 
     def _start(self, machine: str, node: int, how: str, code: int | None) -> None:
-        slot = fork_protocol.server_slot(node)
+        slot = slots.fork_server_slot(node)
         with self._lock:  # the ranks an earlier server of this slot forked died with it
             for rank_slot in [s for s, by in self._forked.items() if by == slot and s not in self._exits]:
                 self._exits[rank_slot] = KILLED

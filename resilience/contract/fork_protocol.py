@@ -24,11 +24,6 @@ MARK = b"\x1esres-fork "
 """Starts every reply line: a record separator no training log begins a line with."""
 
 
-def server_slot(node: int) -> str:
-    """The slot of the fork server started for ``node``'s machine (never a rank's: those end in a number)."""
-    return f"n{node}f"
-
-
 def encode(message: dict[str, Any]) -> bytes:
     """One request or reply line."""
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"

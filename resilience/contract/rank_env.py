@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resilience.contract import run_secret
-from resilience.contract.fork_protocol import server_slot
 from resilience.contract.injections import Injection, parse_env
 from resilience.contract.elastic_config import ELASTIC_ENV, ElasticConfig
 from resilience.errors import ElasticConfigError, OptionError, RankEnvError
 from resilience.contract.tier_config import TIERS_ENV, TierConfig
+from resilience.contract import slots
 
 HEARTBEAT_S = 0.5
 """How often a rank bumps its heartbeat; the supervisor's hang timeout must exceed two."""
@@ -148,12 +148,12 @@ class RankEnv:
     @property
     def batch_producer(self) -> bool:
         """This process is its node's batch producer (``resilience.run(train, batches=...)``), not a rank."""
-        return self.slot == batch_producer_slot(self.node)
+        return self.slot == slots.producer_slot(self.node)
 
     @property
     def fork_server(self) -> bool:
         """This process is its machine's fork server: it imports the script, then forks ranks."""
-        return self.slot == server_slot(self.node)
+        return self.slot == slots.fork_server_slot(self.node)
 
     @property
     def preempt_signal_name(self) -> str:
@@ -197,11 +197,6 @@ class RankEnv:
         if "elastic" in options:
             values["elastic"] = elastic_option(options["elastic"], values["elastic"])
         return cls(**values)
-
-
-def batch_producer_slot(node: int) -> str:
-    """The slot of node ``node``'s batch producer (never a rank's: ranks' slots end in a number)."""
-    return f"n{node}b"
 
 
 def elastic_option(option: Any, configured: ElasticConfig | None) -> ElasticConfig:

@@ -280,6 +280,7 @@ POLICY_MAY_IMPORT = {
     "resilience.contract.elastic_config",
     "resilience.contract.tier_config",
     "resilience.contract.injections",
+    "resilience.contract.slots",
 }
 
 

@@ -13,6 +13,7 @@ from launcher.placement import NewNode
 from launcher.supervisor.policy import actions as act
 from launcher.supervisor.perform.hands import Hands
 from resilience.contract.messages import SlotInfo
+from resilience.contract import slots
 
 REFILL_PERIOD_S = 3.0
 """How often a job short of spares asks its placement for a node that came back."""
@@ -53,7 +54,7 @@ def refill_spare(h: Hands, a: act.RefillSpare) -> None:
 def start_standby(h: Hands, a: act.StartStandby) -> None:
     b = h.books
     b.standbys_started += 1
-    slot = f"n{a.node}s{b.standbys_started}"
+    slot = slots.standby_slot(a.node, b.standbys_started)
     h.spawn(slot, a.node, 0)  # its local rank is the one it takes over (Publish.promoted)
     b.standby.add(slot)
 

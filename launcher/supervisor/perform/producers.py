@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from launcher.observability.events import EventLog
 from launcher.placement import NodeNames, RankProcesses
-from resilience.contract.rank_env import batch_producer_slot
+from resilience.contract import slots
 from resilience.contract.run_store import RunStore
 
 CHECK_S = 0.2
@@ -54,7 +54,7 @@ class BatchProducers:
             self._start(node, "started" if slot is None else "restarted", code)
 
     def _start(self, node: int, how: str, code: int | None) -> None:
-        slot = batch_producer_slot(node)
+        slot = slots.producer_slot(node)
         self.processes.spawn(slot, node, self.command, self.env(slot, node, 0))
         self.running[node] = slot
         self.events.emit(

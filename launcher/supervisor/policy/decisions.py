@@ -47,6 +47,7 @@ from launcher.supervisor.policy.replace import replace_lost
 from launcher.supervisor.policy.requeue import requeue_or_fail, signal_cause
 from launcher.supervisor.policy.resize import advance, node_slots, on_capacity, on_requests
 from launcher.supervisor.observe.view import Observation, RunState, Straggler
+from resilience.contract import slots
 
 
 Why = Literal[
@@ -158,11 +159,15 @@ def launch(config: RunConfig) -> Launch:
     first ``nodes`` nodes (rank = node * procs_per_node + local rank)."""
     ppn = config.procs_per_node
     spawn = tuple(
-        (f"n{node}p{local}", node, local)
+        (slots.rank_slot(node, local), node, local)
         for node in range(config.nodes + config.spares)
         for local in range(ppn)
     )
-    members = {node * ppn + local: f"n{node}p{local}" for node in range(config.nodes) for local in range(ppn)}
+    members = {
+        node * ppn + local: slots.rank_slot(node, local)
+        for node in range(config.nodes)
+        for local in range(ppn)
+    }
     return Launch(spawn, members)
 
 

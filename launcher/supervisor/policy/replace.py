@@ -30,6 +30,7 @@ from launcher.supervisor.policy.requeue import requeue_or_fail
 from launcher.supervisor.policy.resize import shrink_after_loss
 from launcher.supervisor.observe.view import RunState
 from resilience.contract.messages import SlotInfo
+from resilience.contract import slots
 
 REPLACEMENT_ORDER: tuple[str, ...] = ("spare", "idle-node", "new-node", "shrink", "wait", "requeue", "fail")
 """Where the ranks of a lost node go, cheapest first: a warm spare of the run, a healthy node
@@ -71,8 +72,8 @@ def _use_spares(now: float, state: RunState, config: RunConfig, homeless: list[i
         {r: state.node_of(r) in homeless for r in fault.lost},
         set(homeless),
         state.spare_nodes,
-        spare_slot=lambda node, local: f"n{node}p{local}",
-        respawn_slot=lambda node, local: f"n{node}p{local}r{next(respawned)}",
+        spare_slot=slots.rank_slot,
+        respawn_slot=lambda node, local: slots.respawn_slot(node, local, next(respawned)),
         standby=warm_first,
     )
     return [

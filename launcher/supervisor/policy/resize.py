@@ -29,6 +29,7 @@ from launcher.supervisor.policy.actions import (
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe.view import Observation, Request, ResizeState, RunState
 from resilience.contract.messages import SlotInfo
+from resilience.contract import slots
 
 GROWTH_ORDER: tuple[str, ...] = ("simulated", "idle-node", "new-node")
 """Where the nodes of a growing world come from, for each node the first source that has one:
@@ -46,7 +47,7 @@ def renumber(members: Mapping[int, str], keep: set[str], new_slots: Sequence[str
 
 
 def node_slots(node: int, procs_per_node: int) -> list[str]:
-    return [f"n{node}p{local}" for local in range(procs_per_node)]
+    return [slots.rank_slot(node, local) for local in range(procs_per_node)]
 
 
 def add_nodes(slots: Mapping[str, SlotInfo], count: int) -> AddNodes:
