@@ -32,12 +32,12 @@ def run(
     makes the source of a ``resilience.BatchCache``; each node then gets a producer process
     that runs this script, calls it and fills the cache ahead of the ranks.
     """
-    from resilience.agent.loop import Agent
+    from resilience.agent.rank_loop import Agent
 
     env = RankEnv.from_environ(os.environ, **options)
     if env is not None and env.fork_server:
         from resilience import fork_server
-        from resilience.agent.loop import warm_up
+        from resilience.agent.rank_loop import warm_up
 
         fork_server.serve(warm_up)  # returns in a forked rank, whose environment is its own
         env = RankEnv.from_environ(os.environ, **options)

@@ -1,7 +1,7 @@
 """The entry points Slurm runs: ``Prolog=``, ``Epilog=``, ``HealthCheckProgram=``.
 
 Each one reads Slurm's environment, runs the configured checks under the runner's budget,
-logs one JSON line per check, decides (pure, :mod:`slurm_plugins.actions`) and acts through
+logs one JSON line per check, decides (pure, :mod:`slurm_plugins.health_actions`) and acts through
 SlurmClient. Exit codes follow Slurm's meaning: the prolog and epilog exit non-zero only when
 a check failed (do not run jobs here; Slurm then requeues the job elsewhere, see
 ``nohold_on_prolog_fail``); the health-check program always exits 0, its effect is the drain.
@@ -30,7 +30,7 @@ from pathlib import Path
 from launcher.errors import PrivilegeError, SlurmError
 from launcher.privileges import call_as
 from slurm_plugins import health_config
-from slurm_plugins.actions import Decision, Kind, decide, perform
+from slurm_plugins.health_actions import Kind, NodeDecision, decide, perform
 from slurm_plugins.checks import CheckContext, CheckResult, enabled_checks
 from slurm_plugins.checks.processes import kill_job_processes
 from slurm_plugins.deep import deep_checks
@@ -187,7 +187,7 @@ def _config_error(kind: str, hook: HookEnv, err: HealthConfigError, verify: bool
         client, node = _slurm_view(hook, log, health_config.Budget.slurm_s)
         reason = f"sres: config: {err.key or err.problem}"[:200]
         if node is None or not node.drained or node.drained_by_us:
-            _act(Decision(Kind.DRAIN, reason), client, hook, log)
+            _act(NodeDecision(Kind.DRAIN, reason), client, hook, log)
         return 1
     finally:
         log.close()
@@ -248,7 +248,7 @@ def _slurm_view(hook: HookEnv, log: HealthLog, timeout_s: float):
         return None, None
 
 
-def _act(decision: Decision, client, hook: HookEnv, log: HealthLog) -> None:
+def _act(decision: NodeDecision, client, hook: HookEnv, log: HealthLog) -> None:
     if decision.kind is Kind.NONE or client is None:
         log.event("action", action=decision.kind.value, reason=decision.reason, why=decision.why)
         return

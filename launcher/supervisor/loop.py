@@ -37,7 +37,7 @@ from launcher.supervisor.perform.books import Books, Outcome
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import ControlServer
 from launcher.supervisor.perform.executor import Executor
-from launcher.supervisor.perform.flush import flush_persistent
+from launcher.supervisor.perform.persist_now import flush_persistent
 from launcher.supervisor.perform.hands import Clocks, Hands
 from launcher.supervisor.observe.observer import Observer, SlotState
 from launcher.supervisor.policy.decisions import decide
@@ -329,7 +329,7 @@ class Supervisor:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).
 
         Returns that step once it is complete on every rank, or None (no persistent tier, or
-        see :func:`launcher.supervisor.perform.flush.flush_persistent`). Callable from any thread.
+        see :func:`launcher.supervisor.perform.persist_now.flush_persistent`). Callable from any thread.
         """
         if self.config.tiers is None or not self.config.tiers.persistent_dir or self.books.plan is None:
             return None

@@ -7,7 +7,7 @@ live state and are joined before the next commit changes it; then the buddy copi
 the snapshot and are joined at the end of the next step. The pipeline owns what it needs: the
 process's store, kept snapshots and tiers (given once), this generation's plan, rank and state
 group (given by :meth:`CommitPipeline.take` and :meth:`CommitPipeline.enter`), and its own
-background copies, step timer and step times; the agent (:mod:`resilience.agent.loop`) holds one.
+background copies, step timer and step times; the agent (:mod:`resilience.agent.rank_loop`) holds one.
 """
 
 from __future__ import annotations

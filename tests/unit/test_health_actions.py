@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_plugins.actions import Kind, decide, failure_reason
+from slurm_plugins.health_actions import Kind, decide, failure_reason
 from slurm_plugins.checks.base import CheckResult, Fault, Status, fail, ok
 from slurm_plugins.health_config import Actions
 from launcher.slurm.types import Node

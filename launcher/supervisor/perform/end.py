@@ -13,7 +13,7 @@ from launcher.errors import SresError
 from launcher.observability.events import summary
 from launcher.supervisor.policy import actions as act
 from launcher.supervisor.perform.books import Outcome
-from launcher.supervisor.perform.flush import run_requeue_hooks
+from launcher.supervisor.perform.persist_now import run_requeue_hooks
 from launcher.supervisor.perform.hands import Hands
 from launcher.supervisor.policy.classify import error_at, own_errors
 from launcher.supervisor.policy.requeue import requeues_counted

@@ -28,7 +28,7 @@ class Kind(str, Enum):
 
 
 @dataclass(frozen=True)
-class Decision:
+class NodeDecision:
     kind: Kind
     reason: str = ""
     why: str = ""
@@ -44,7 +44,9 @@ def failure_reason(results: Sequence[CheckResult]) -> str:
     return text[: MAX_REASON - len(more)] + more
 
 
-def decide(results: Sequence[CheckResult], node: Node | None, actions: Actions, may_resume: bool) -> Decision:
+def decide(
+    results: Sequence[CheckResult], node: Node | None, actions: Actions, may_resume: bool
+) -> NodeDecision:
     """The action for one node after its checks ran (pure).
 
     ``node`` is Slurm's view (None if Slurm could not be asked: then a failure still drains);
@@ -53,25 +55,25 @@ def decide(results: Sequence[CheckResult], node: Node | None, actions: Actions, 
     failed = [r for r in results if r.failed]
     if failed:
         if node is not None and node.drained and not node.drained_by_us:
-            return Decision(
+            return NodeDecision(
                 Kind.NONE, why=f"drained by someone else ({node.reason or 'no reason'}): left alone"
             )
         reason = failure_reason(results)
         if node is not None and node.drained_by_us and node.reason == reason:
-            return Decision(Kind.NONE, why="already drained for this reason")
+            return NodeDecision(Kind.NONE, why="already drained for this reason")
         persistent = any(r.fault is Fault.PERSISTENT for r in failed)
         action = actions.persistent if persistent else actions.transient
-        return Decision(Kind.REBOOT if action == "reboot" else Kind.DRAIN, reason)
+        return NodeDecision(Kind.REBOOT if action == "reboot" else Kind.DRAIN, reason)
     if node is not None and node.drained_by_us:
         if "REBOOT_REQUESTED" in node.flags or "REBOOT_ISSUED" in node.flags:
-            return Decision(Kind.NONE, why="reboot pending: Slurm resumes it after the boot")
+            return NodeDecision(Kind.NONE, why="reboot pending: Slurm resumes it after the boot")
         if may_resume:
-            return Decision(Kind.RESUME, why=f"all checks pass; was: {node.reason}")
-        return Decision(Kind.NONE, why="drained by sres: the health-check program resumes it")
-    return Decision(Kind.NONE, why="healthy")
+            return NodeDecision(Kind.RESUME, why=f"all checks pass; was: {node.reason}")
+        return NodeDecision(Kind.NONE, why="drained by sres: the health-check program resumes it")
+    return NodeDecision(Kind.NONE, why="healthy")
 
 
-def perform(decision: Decision, client: SlurmClient, node: str) -> list[str]:
+def perform(decision: NodeDecision, client: SlurmClient, node: str) -> list[str]:
     """Carry out a decision; return the nodes acted on."""
     if decision.kind is Kind.DRAIN:
         client.drain([node], decision.reason)
