@@ -171,6 +171,9 @@ def test_a_job_claimed_in_an_environment_is_nobodys_leftover(hooked, tmp_path_fa
     here = {"SLURMD_NODENAME": "n3", "SLURM_CLUSTER_NAME": hooked.cluster.cluster_name}
     spoofs = []
     with two_users(tmp_path_factory.mktemp("users")) as (_, attacker):
+        # The batch script is under the cluster's spool, in pytest's 0700 tmp dir: without this the
+        # user's job failed at its execve, and the test passed only when a poll caught it RUNNING.
+        reopened = opened_for_traverse([hooked.cluster.directory / "spool"])
         try:
             for job in ("31337", finished):
                 spoofs.append(attacker.popen(["sleep", "120"], env=attacker.env(SLURM_JOB_ID=job, **here)))
@@ -190,6 +193,8 @@ def test_a_job_claimed_in_an_environment_is_nobodys_leftover(hooked, tmp_path_fa
             for spoof in spoofs:
                 spoof.kill()
                 spoof.wait()
+            for path, mode in reversed(reopened):
+                os.chmod(path, mode)
 
 
 def test_the_epilog_cleans_a_users_ram_tier_as_that_user(hooked, tmp_path_factory):
