@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from launcher.observability.goodput_strategies import Ladder
-from launcher.observability.timeline import timeline
+from launcher.observability.timeline import Timeline, timeline
 
 FROM_THE_SCHEDULER = frozenset({"satellite", "expansion"})
 """``node-added.how`` of a node Slurm gave after the fault (an idle node of a local run is simulated)."""
@@ -88,9 +88,7 @@ def _rung_of(faults: list[str], hows: set[str]) -> str | None:
 
 def steady_overhead(events: Iterable[dict[str, Any]]) -> float | None:
     """Commit blocking over useful step time, from the runs' ``finished`` accounts."""
-    accounts = [
-        e["goodput_by_cause"] for e in timeline(list(events)).of("finished") if e.get("goodput_by_cause")
-    ]
+    accounts = [e["goodput_by_cause"] for e in Timeline(events).of("finished") if e.get("goodput_by_cause")]
     blocked = sum(a.get("checkpoint", 0.0) for a in accounts)
     useful = sum(a.get("productive", 0.0) for a in accounts)
     return blocked / (useful + blocked) if accounts and useful + blocked > 0 else None

@@ -68,7 +68,3 @@ class RunStore:
     @property
     def raw(self) -> dist.Store:
         return self.core.raw
-
-    @property
-    def under(self) -> dist.Store:
-        return self.core.under

@@ -18,8 +18,6 @@ Slot = NewType("Slot", str)
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What any slot name matches: no ``/`` or ``.``, so that a name is safe as a file name."""
 
-_NODE = re.compile(r"n(\d+)[pbfs]")
-
 
 def rank_slot(node: int, local: int) -> Slot:
     """The ``local``-th rank process of node ``node`` as first started (a spare node's too)."""
@@ -45,9 +43,3 @@ def producer_slot(node: int) -> Slot:
 def fork_server_slot(node: int) -> Slot:
     """Node ``node``'s fork server (resilience.fork_server): never a rank."""
     return Slot(f"n{node}f")
-
-
-def node_of(slot: str) -> int | None:
-    """The node a slot was made for; None for a name no function here makes."""
-    match = _NODE.match(slot)
-    return int(match.group(1)) if match else None
