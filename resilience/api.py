@@ -17,6 +17,7 @@ import torch.distributed as dist
 from resilience.context import Context
 from resilience.contract.rank_env import RankEnv
 from resilience.data.batch_source import BatchSource
+from resilience.process_name import name_process
 from resilience.rank_place import RankPlace
 
 
@@ -39,8 +40,11 @@ def run(
         from resilience import fork_server
         from resilience.agent.rank_loop import warm_up
 
+        name_process(env.slot)
         fork_server.serve(warm_up)  # returns in a forked rank, whose environment is its own
         env = RankEnv.from_environ(os.environ, **options)
+    if env is not None:
+        name_process(env.slot)
     if env is None:
         _run_plain(train, options.get("backend"))
         return

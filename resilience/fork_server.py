@@ -217,7 +217,8 @@ def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -
         signal.signal(signum, handler)
     os.close(read)
     for child in server.children.values():
-        os.close(child.out)
+        if child.out >= 0:  # a child whose pipe ended, not reaped yet, has none
+            os.close(child.out)
     server.selector.close()
     os.close(server.replies)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -144,7 +144,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
                 "forked",
                 "int",
                 "how many of its processes its fork server forks (the rest start cold, each with a "
-                "`fork-fallback` event; all cold before the run's first step)",
+                "`fork-fallback` event)",
                 optional=True,
             ),
             Field("returned", "bool", "true: drained earlier and healthy again", optional=True),
@@ -314,7 +314,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
     ),
     EventType(
         "fork-server",
-        "A machine's fork server was started (the run made its first step), started again (it died) "
+        "A machine's fork server was started (its first rank was asked for), started again (it died) "
         "or is ready to fork ranks.",
         SUPERVISOR,
         (

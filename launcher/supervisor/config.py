@@ -28,8 +28,8 @@ class RunConfig:
     node is taken over by one, with its imports and warm-up already paid (a cold start of
     Python and torch costs seconds; taking over, a re-formation)."""
     fork_server: bool = True
-    """Rank processes started after the run's first step are forked from their machine's fork
-    server (the script imported once, first-use costs paid) rather than started cold."""
+    """Rank processes are forked from their machine's fork server (the script imported once,
+    first-use costs paid) rather than started cold, from the run's first start on."""
     injections: tuple[Injection, ...] = ()
     log_dir: Path = Path("sres-logs")
     backend: str = rank_env.BACKEND

@@ -128,7 +128,7 @@ class Supervisor:
         """The background services, walked in this order after each tick's decisions."""
         tickers: list[Ticker] = [self.recovery, self.producers]
         if isinstance(self.processes, ForkingProcesses):
-            tickers.append(ForkServers(self.processes, self._machine_nodes, self._progress))
+            tickers.append(ForkServers(self.processes, self._machine_nodes))
         tickers.append(self.relay)
         if self.metrics is not None:
             tickers.append(

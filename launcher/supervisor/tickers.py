@@ -26,21 +26,14 @@ class Ticker(Protocol):
 
 
 class ForkServers:
-    """Keeps a fork server on each machine the run uses, once it made its first step (before,
-    starting them would slow the ranks' own start)."""
+    """Keeps a fork server on each machine the run uses (started again when one dies, stopped
+    when its machine leaves)."""
 
-    def __init__(
-        self,
-        processes: ForkingProcesses,
-        nodes: Callable[[], Iterable[int]],
-        progress: Callable[[], int | None],
-    ) -> None:
-        self.processes, self.nodes, self.progress = processes, nodes, progress
-        self.stepped = False
+    def __init__(self, processes: ForkingProcesses, nodes: Callable[[], Iterable[int]]) -> None:
+        self.processes, self.nodes = processes, nodes
 
     def tick(self, now: float) -> None:
-        self.stepped = self.stepped or self.progress() is not None
-        self.processes.tick(self.nodes(), started=self.stepped)
+        self.processes.tick(self.nodes())
 
 
 class LiveMetrics:

@@ -327,17 +327,21 @@ class Agent:
 def warm_up() -> None:
     """Pay the first-use costs (lazy imports behind the optimizer and autograd, allocator
     growth) now, while nothing waits for this process: a warm spare that pays them after it
-    is given a rank makes every survivor wait in DDP's first broadcast (measured: 1.1 s)."""
+    is given a rank makes every survivor wait in DDP's first broadcast (measured: 1.1 s).
+    The global random state is left as it was: a rank forked from a server that warmed up must
+    draw what a rank started cold draws (a script seeded at import, its model built in ``train``)."""
     import torch
 
-    model = torch.nn.Linear(8, 8)
-    opt = torch.optim.AdamW(model.parameters())
-    model(torch.randn(2, 8)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    states = snapshot.materialize(snapshot.capture({"model": model.state_dict(), "opt": opt.state_dict()}, 0))
-    model.load_state_dict(states["model"])
-    opt.load_state_dict(states["opt"])
+    with torch.random.fork_rng(devices=[]):
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.AdamW(model.parameters())
+        model(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        state = {"model": model.state_dict(), "opt": opt.state_dict()}
+        states = snapshot.materialize(snapshot.capture(state, 0))
+        model.load_state_dict(states["model"])
+        opt.load_state_dict(states["opt"])
 
 
 def _failed_at(ctx: Context | None) -> int | None:

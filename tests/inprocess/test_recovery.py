@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from launcher.run.leftovers import processes_with_env
-from tests.support.sres_runs import sres_run, when_event
+from tests.support.sres_runs import slot_pids, sres_run, when_event
 
 
 @pytest.mark.parametrize(
@@ -155,8 +154,7 @@ def test_a_killed_rank_is_taken_over_by_its_nodes_warm_standby(tmp_path, referen
         while progress.read_text().count("\n") == lines and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.3)  # 0.3 s into the step's 1.5 s of compute: no commit near
-        mine = set(processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}"))
-        (pid,) = mine & set(processes_with_env("SRES_SLOT=n2p0"))
+        (pid,) = slot_pids(log_dir, "n2p0")
         os.kill(pid, signal.SIGKILL)
 
     watcher = when_event(

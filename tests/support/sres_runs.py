@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.observability.events import read_events
+from resilience.process_name import name_of, names
 from tests.support.slurm_cluster import pid_alive, processes_with_env
 
 STEPS = 14
@@ -133,11 +134,23 @@ def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> thread
     return thread
 
 
+def slot_pids(log_dir: Path, slot: str, wait_s: float = 10.0) -> set[int]:
+    """The run's live processes of ``slot`` (a rank, a standby, a fork server), wherever they run
+    on this machine (a Slurm test cluster's nodes are this machine too), by the name each gives
+    itself (:mod:`resilience.process_name`: a forked rank's environment is its server's).
+    Waits up to ``wait_s`` for one that is still starting."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        ours = processes_with_env(f"SRES_LOG_DIR={Path(log_dir).resolve()}")
+        pids = {pid for pid in ours if name_of(pid) == names(slot)}
+        if pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
 def kill_slot(log_dir: Path, slot: str) -> None:
-    """SIGKILL the run's process of ``slot`` (a rank, a standby, a fork server), wherever it runs
-    on this machine (a Slurm test cluster's nodes are this machine too)."""
-    ours = set(processes_with_env(f"SRES_LOG_DIR={Path(log_dir).resolve()}"))
-    pids = ours & set(processes_with_env(f"SRES_SLOT={slot}"))
+    """SIGKILL the run's process of ``slot``."""
+    pids = slot_pids(log_dir, slot)
     assert pids, f"no process of slot {slot}"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)

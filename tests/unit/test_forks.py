@@ -75,11 +75,9 @@ def kinds(events: EventLog) -> list[tuple]:
     return [(e["event"], e.get("how") or e.get("why")) for e in events.events]
 
 
-def test_no_server_before_the_first_step_then_one_per_machine(tmp_path: Path) -> None:
+def test_one_server_per_machine(tmp_path: Path) -> None:
     forks, machines, events = forking(tmp_path)
-    forks.tick([0, 1, 2], started=False)
-    assert forks.servers == {}
-    forks.tick([0, 1, 2], started=True)
+    forks.tick([0, 1, 2])
     assert sorted(s.slot for s in forks.servers.values()) == ["n0f", "n2f"]
     assert kinds(events) == [("fork-server", "started")] * 2
 
@@ -87,13 +85,13 @@ def test_no_server_before_the_first_step_then_one_per_machine(tmp_path: Path) ->
 def test_a_rank_waits_for_its_warming_server_and_is_forked_once_it_is_ready(tmp_path: Path) -> None:
     now = [10.0]
     forks, machines, events = forking(tmp_path, now)
-    forks.tick([0, 1], started=True)
+    forks.tick([0, 1])
     now[0] = 11.5
     assert forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"}) is True
     assert forks.poll("n1p0r1") is None and machines.cold == [] and machines.sent["n0f"] == []
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.5})
-    forks.tick([0, 1], started=True)
+    forks.tick([0, 1])
     assert machines.sent["n0f"] == [{"fork": "n1p0r1", "env": {"SLOT": "n1p0r1", "HOST": "gpu0"}}]
     assert events.events[-1]["how"] == "ready" and events.events[-1]["seconds"] == 1.5
     assert forks.spawn("n1p0r2", 1, ["train"], {"SLOT": "n1p0r2"}) is True
@@ -106,31 +104,32 @@ def test_a_rank_waits_for_its_warming_server_and_is_forked_once_it_is_ready(tmp_
     assert not any(e["event"] == "fork-fallback" for e in events.events)
 
 
-def test_a_new_machine_gets_its_server_with_its_first_rank_once_the_run_has_started(tmp_path: Path) -> None:
-    """A satellite's or an expansion's ranks: the first one starts the machine's server, and
-    they all wait for it (one import, then forks) instead of each starting cold."""
+def test_a_machine_gets_its_server_with_its_first_rank(tmp_path: Path) -> None:
+    """At the run's start as for a satellite's or an expansion's ranks: the first one starts the
+    machine's server, and they all wait for it (one import, then forks) instead of each starting
+    cold."""
     forks, machines, events = forking(tmp_path)
-    assert forks.spawn("n2p0", 2, ["train"], {"SLOT": "n2p0"}) is False  # before the first step: cold
-    forks.tick([0], started=True)
+    assert forks.spawn("n0p0", 0, ["train"], {"SLOT": "n0p0"}) is True  # the run's first rank
+    forks.tick([0])
     assert forks.spawn("n4p0", 4, ["train"], {"SLOT": "n4p0"}) is True
     assert forks.spawn("n5p0", 5, ["train"], {"SLOT": "n5p0"}) is True  # the same machine, gpu2
     assert [(e["event"], e["node"], e["how"]) for e in events.events] == [
         ("fork-server", 0, "started"),
         ("fork-server", 4, "started"),
     ]
-    assert machines.cold == ["n2p0"]
-    forks.tick([0], started=True)  # not in a plan yet (a resize's joining node): kept for its ranks
+    assert machines.cold == []
+    forks.tick([0])  # not in a plan yet (a resize's joining node): kept for its ranks
     assert machines.rc["n4f"] is None
     assert machines.on_reply is not None
     machines.on_reply("n4f", {"ready": 2.0})
-    forks.tick([0, 4, 5], started=True)
+    forks.tick([0, 4, 5])
     assert [m["fork"] for m in machines.sent["n4f"]] == ["n4p0", "n5p0"]
 
 
 def test_a_rank_waits_for_a_server_at_most_wait_s_then_starts_cold(tmp_path: Path) -> None:
     now = [0.0]
     forks, machines, events = forking(tmp_path, now)
-    forks.tick([0], started=True)
+    forks.tick([0])
     forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
     now[0] = 29.0
     assert forks.poll("n0p0r1") is None and machines.cold == []
@@ -141,13 +140,13 @@ def test_a_rank_waits_for_a_server_at_most_wait_s_then_starts_cold(tmp_path: Pat
 
 def test_a_waiting_rank_starts_cold_when_its_server_dies_and_never_when_killed(tmp_path: Path) -> None:
     forks, machines, events = forking(tmp_path)
-    forks.tick([0], started=True)
+    forks.tick([0])
     forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
     forks.spawn("n1p0r1", 1, ["train"], {"SLOT": "n1p0r1"})
     forks.kill("n1p0r1")
     assert forks.poll("n1p0r1") == KILLED
     machines.rc["n0f"] = 1
-    forks.tick([0], started=True)
+    forks.tick([0])
     assert machines.cold == ["n0p0r1"] and events.events[-2]["why"] == "its fork server exited with 1"
     assert events.events[-1]["how"] == "restarted"
     # a server started again is not waited for: what killed the last one may kill it too
@@ -157,7 +156,7 @@ def test_a_waiting_rank_starts_cold_when_its_server_dies_and_never_when_killed(t
 
 def test_a_dead_server_takes_its_ranks_and_is_started_again(tmp_path: Path) -> None:
     forks, machines, events = forking(tmp_path)
-    forks.tick([0], started=True)
+    forks.tick([0])
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.0})
     assert forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"}) is True
@@ -165,14 +164,14 @@ def test_a_dead_server_takes_its_ranks_and_is_started_again(tmp_path: Path) -> N
     assert forks.poll("n0p0r1") == KILLED  # it died with its server
     assert forks.spawn("n0p0r2", 0, ["train"], {"SLOT": "n0p0r2"}) is False
     assert events.events[-1]["why"] == "its fork server exited with -9"
-    forks.tick([0], started=True)
+    forks.tick([0])
     assert events.events[-1]["how"] == "restarted" and events.events[-1]["exit_code"] == -9
     assert forks.poll("n0p0r1") == KILLED  # still dead under the new server of the same slot
 
 
 def test_a_rank_seen_lost_by_liveness_is_dead_before_its_server_says_so(tmp_path: Path) -> None:
     forks, machines, _ = forking(tmp_path)
-    forks.tick([0], started=True)
+    forks.tick([0])
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.0})
     forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
@@ -182,7 +181,7 @@ def test_a_rank_seen_lost_by_liveness_is_dead_before_its_server_says_so(tmp_path
 
 def test_a_refused_fork_is_a_dead_process_and_the_server_is_not_asked_again(tmp_path: Path) -> None:
     forks, machines, events = forking(tmp_path)
-    forks.tick([0], started=True)
+    forks.tick([0])
     assert machines.on_reply is not None
     machines.on_reply("n0f", {"ready": 1.0})
     forks.spawn("n0p0r1", 0, ["train"], {"SLOT": "n0p0r1"})
@@ -194,6 +193,6 @@ def test_a_refused_fork_is_a_dead_process_and_the_server_is_not_asked_again(tmp_
 
 def test_a_machine_that_left_the_run_loses_its_server(tmp_path: Path) -> None:
     forks, machines, _ = forking(tmp_path)
-    forks.tick([0, 2], started=True)
-    forks.tick([0], started=True)
+    forks.tick([0, 2])
+    forks.tick([0])
     assert [s.slot for s in forks.servers.values()] == ["n0f"] and machines.rc["n2f"] == -9
