@@ -7,8 +7,8 @@ Two measures, each from ``sres run`` of the MLP example on 3 simulated nodes:
              over a killed rank (``--standby 1``, ranks 1 and 2 killed mid-run).
   recovery   a killed rank with no standby: the ``recovered`` seconds, from the fault to the
              first step after it (ranks 1 and 2 killed mid-run, one at a time).
-"forked" is the default; "cold" is ``--no-fork-server``. The kills come late enough (step 60 of
-0.1 s steps) for the fork server, started after the first step, to be warm.
+"forked" is the default; "cold" is ``--no-fork-server``. The kills come at step 60 of 0.1 s
+steps. (What forking saves at the run's start: ``benchmarks/start_up.py``.)
 
     python benchmarks/fork_server.py [--repeat 3]
 """

@@ -270,6 +270,10 @@ def _reap(server: _Server) -> None:
         child = server.children.pop(pid, None)
         if child is None:
             continue
+        try:  # what the rank started in its own group (its data loader's workers) dies with it
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # none left
         _drain(server, child)  # what it printed last comes before its exit
         server.send({"exit": child.slot, "code": _returncode(status)})
 

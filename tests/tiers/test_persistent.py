@@ -121,9 +121,9 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
         assert step is not None and step >= 5, read_events(tmp_path / "first" / "events.jsonl")[-3:]
         assert step in complete_steps(persistent, "flushjob")
         assert flush_s < 30
-    finally:
-        for slot in list(supervisor.slots):
-            supervisor.placement.kill(slot)  # preempted: every process dies
+    finally:  # preempted: every process dies (the ranks with the fork server that forked them)
+        for slot in list(supervisor.placement.processes.procs):
+            supervisor.placement.kill(slot)
         runner.join(60)
     events = read_events(tmp_path / "first" / "events.jsonl")
     assert [e["step"] for e in events if e["event"] == "flushed"] == [step]
