@@ -60,9 +60,14 @@ class GenerationWatch:
         with self._lock:
             self._released_at = None
 
-    def release_now(self) -> bool:
+    def release_now(self, generation: int) -> bool:
+        """Release the main thread from ``generation``, if it is still in it. The generation is
+        checked under the lock: the heartbeat read it before asking the store for a newer plan,
+        and the main thread may have entered that newer one meanwhile; releasing then shut the
+        new generation's sockets down during its formation (CI: gloo's connectFullMesh failed
+        with "Connection closed by peer" in the generation after a resize or a replacement)."""
         with self._lock:
-            if self._released_at is not None or self._sockets is None:
+            if self.generation != generation or self._released_at is not None or self._sockets is None:
                 return False
             self._released_at = time.monotonic()
             release(self._backend, self._sockets, self._groups)
@@ -105,6 +110,8 @@ class Heartbeat:
         supervisor_link: socket.socket | None = None,
     ) -> None:
         self.store = store.clone()
+        self.main_store = store
+        """The main thread's connection: a release wakes it from a wait in the ended rendezvous."""
         self.supervisor_link = supervisor_link
         """This process's liveness connection: the supervisor's end closes when it dies."""
         self.period_s = period_s
@@ -158,8 +165,10 @@ class Heartbeat:
                     self.reclaimed.clear()
                 generation = self.watch.generation
                 if generation and self.store.plans.has(generation + 1):
-                    if self.watch.release_now():
+                    if self.watch.release_now(generation):
                         log.info("generation %d ended: released this rank", generation)
+                    if self.watch.released():
+                        self.store.plans.end_group_waits(generation, self.main_store.plans)
                 if self.watch.stuck_for() > self.RELEASE_GRACE_S:
                     sys.stderr.write(
                         f"sres: rank stuck in ended generation {generation} for "

@@ -314,7 +314,7 @@ class Agent:
         group that user objects (DDP) still reference keeps its connections open after
         ``destroy_process_group``, and a peer blocked in a collective with us would wait.
         """
-        self._watch.release_now()  # peers blocked on us fail now, not at a timeout
+        self._watch.release_now(self._watch.generation)  # peers blocked on us fail now, not at a timeout
         self.commits.leave()
         self._watch.leave()
         self.commits.forget_generation()

@@ -32,6 +32,8 @@ from resilience.errors import ForgedValue
 
 TAG = 32
 _HELD: list["SignedStore"] = []
+ENDED = b"\0sres: this key's generation ended"
+"""What :meth:`SignedStore.end_waits` sets a waited-for key to: its reader raises at once."""
 
 
 class SignedStore(dist.Store):
@@ -39,6 +41,8 @@ class SignedStore(dist.Store):
         super().__init__()
         self.under, self._key = under, bytes.fromhex(secret)
         self._secret = secret
+        self.waiting: tuple[str, ...] = ()
+        """The keys this connection's thread is blocked on now (its ``wait``)."""
 
     def _tagged(self, key: str, value: Any) -> bytes:
         data = value.encode() if isinstance(value, str) else bytes(value)
@@ -55,7 +59,10 @@ class SignedStore(dist.Store):
         self.under.set(key, self._tagged(key, value))  # type: ignore[arg-type]  # stubs: str; bytes work
 
     def get(self, key: str) -> bytes:
-        return self._checked(key, bytes(self.under.get(key)))
+        value = self._checked(key, bytes(self.under.get(key)))
+        if value == ENDED:
+            raise dist.DistStoreError(f"store key {key!r}: its generation ended while it was awaited")
+        return value
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
         old = self._tagged(key, expected) if len(expected) else b""
@@ -66,10 +73,27 @@ class SignedStore(dist.Store):
         return self.under.add(key, amount)
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
-        if timeout is None:
-            self.under.wait(keys)
-        else:
-            self.under.wait(keys, timeout)
+        self.waiting = tuple(keys)
+        try:
+            if timeout is None:
+                self.under.wait(keys)
+            else:
+                self.under.wait(keys, timeout)
+        finally:
+            self.waiting = ()
+
+    def end_waits(self, prefix: str, of: "SignedStore") -> int:
+        """Wake ``of``'s thread (another connection's) from a wait on keys under ``prefix``: each
+        such key is set to :data:`ENDED`, which its reader refuses. A generation's process groups
+        rendezvous under a prefix of their own, and torch waits on that store with the
+        generation's whole timeout, which the release of an ended generation (shutting its
+        sockets down) does not reach: the rank stayed in the ended generation past the grace
+        and exited to be restarted, and the ranks waiting on it did too (CI, a loaded 2-core
+        machine: 3 such exits after one gloo connectFullMesh failure). Returns the keys set."""
+        keys = [key for key in of.waiting if key.startswith(prefix)]
+        for key in keys:
+            self.set(key, ENDED)
+        return len(keys)
 
     def check(self, keys: list[str]) -> bool:
         return self.under.check(keys)

@@ -70,6 +70,13 @@ class StoreCore:
         twin.raw, twin.forged, twin._forged_seen = raw, self.forged, self._forged_seen
         return twin
 
+    def end_waits(self, prefix: str, of: "StoreCore") -> int:
+        """Wake ``of``'s thread from a wait on keys under ``prefix`` (:meth:`SignedStore.end_waits`);
+        0 on an unsigned store (tests' plain stores: nothing to wake through)."""
+        if isinstance(self.raw, SignedStore) and isinstance(of.raw, SignedStore):
+            return self.raw.end_waits(prefix, of.raw)
+        return 0
+
     def prefixed(self, prefix: str) -> dist.Store:
         """A store for torch's own keys (a process group's rendezvous), signed like ours."""
         return dist.PrefixStore(prefix, self.raw)

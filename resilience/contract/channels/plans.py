@@ -72,6 +72,11 @@ class PlanChannel(Channel):
         """The store that generation G's process groups rendezvous on (torch's own keys)."""
         return self._core.prefixed(keys.pg_prefix(generation))
 
+    def end_group_waits(self, generation: int, of: "PlanChannel") -> int:
+        """Wake ``of``'s thread (the main thread's connection; this one is another thread's) from
+        a wait in generation ``generation``'s rendezvous, which a newer plan ended."""
+        return self._core.end_waits(keys.pg_prefix(generation), of._core)
+
     def shut_down(self) -> None:
         self._core.flag(keys.SHUTDOWN)
 
