@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,15 +135,29 @@ def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> thread
     return thread
 
 
+def slot_of(pid: int) -> str | None:
+    """The slot of one of the run's processes: its environment's ``SRES_SLOT``, except for a rank
+    forked from a fork server, whose environment is its server's (``n<node>f``: a fork execs
+    nothing) and whose name says its slot (:mod:`resilience.process_name`). A cold process still
+    importing has not named itself yet; its environment is its own from the start."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    slot = next((e[len(b"SRES_SLOT=") :].decode() for e in environ if e.startswith(b"SRES_SLOT=")), None)
+    if slot is not None and re.fullmatch(r"n\d+f", slot):  # a fork server, or a rank it forked
+        return name_of(pid)
+    return slot
+
+
 def slot_pids(log_dir: Path, slot: str, wait_s: float = 10.0) -> set[int]:
     """The run's live processes of ``slot`` (a rank, a standby, a fork server), wherever they run
-    on this machine (a Slurm test cluster's nodes are this machine too), by the name each gives
-    itself (:mod:`resilience.process_name`: a forked rank's environment is its server's).
-    Waits up to ``wait_s`` for one that is still starting."""
+    on this machine (a Slurm test cluster's nodes are this machine too). Waits up to ``wait_s``
+    for one that is still starting."""
     deadline = time.monotonic() + wait_s
     while True:
         ours = processes_with_env(f"SRES_LOG_DIR={Path(log_dir).resolve()}")
-        pids = {pid for pid in ours if name_of(pid) == names(slot)}
+        pids = {pid for pid in ours if slot_of(pid) in (slot, names(slot))}
         if pids or time.monotonic() > deadline:
             return pids
         time.sleep(0.05)

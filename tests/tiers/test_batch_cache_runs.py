@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from resilience.elastic import coverage
-from resilience.process_name import name_of
 from tests.support.slurm_cluster import processes_with_env
-from tests.support.sres_runs import when_event
+from tests.support.sres_runs import slot_of, when_event
 from tests.support.tier_runs import dump, sres_tiers
 
 DATA = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "4")
@@ -125,10 +124,9 @@ def test_four_ranks_of_a_node_map_one_copy_of_their_batches(tmp_path, ram_root):
 
 
 def slot_pids(log_dir: Path, slot_prefix: str) -> list[int]:
-    """The run's processes whose slot starts with ``slot_prefix``, by the name each gives itself
-    (a forked rank's environment is its fork server's)."""
+    """The run's processes whose slot starts with ``slot_prefix``."""
     ours = processes_with_env(f"SRES_LOG_DIR={log_dir.resolve()}")
-    return [pid for pid in ours if (name_of(pid) or "").startswith(slot_prefix)]
+    return [pid for pid in ours if (slot_of(pid) or "").startswith(slot_prefix)]
 
 
 def _mapped_kb(pid: int, under: str) -> tuple[int, int]:
