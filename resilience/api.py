@@ -43,11 +43,10 @@ def run(
         name_process(env.slot)
         fork_server.serve(warm_up)  # returns in a forked rank, whose environment is its own
         env = RankEnv.from_environ(os.environ, **options)
-    if env is not None:
-        name_process(env.slot)
     if env is None:
         _run_plain(train, options.get("backend"))
         return
+    name_process(env.slot)
     if env.batch_producer:
         from resilience.data import producer
 
