@@ -48,6 +48,11 @@ class NotInAllocation(SlurmError):
     """An operation that needs a Slurm job was called outside one."""
 
 
+class ShrinkRefused(SlurmError):
+    """Slurm would not drop nodes from a running job, and will not on a retry (22.05 without
+    slurmdbd resizes a job's node list once)."""
+
+
 class SlurmCommandError(SlurmError):
     """A Slurm command exited non-zero or ran past its timeout.
 

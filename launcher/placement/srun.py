@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from launcher.errors import ConfigError, SlurmError, SresError
+from launcher.errors import ConfigError, ShrinkRefused, SlurmError, SresError
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.processes import Processes
 from launcher.slurm import discovery as node_discovery
@@ -121,6 +121,9 @@ class SrunPlacement:
         self.probe = probe
         self._used: set[int] = set()
         self._retired: set[int] = set()
+        self._shrink_refused = False
+        """Slurm refused a shrink once: without slurmdbd 22.05 resizes a job once, and every
+        later try blocked the supervisor's loop 5 s (mid-recovery) before failing the same way."""
         if grow_by not in GROW_BY:
             raise ConfigError(f"--grow-by {grow_by}: one of {', '.join(GROW_BY)}")
         self.grow_by = grow_by
@@ -248,11 +251,15 @@ class SrunPlacement:
         if node in self._satellite_of:
             self.release(node, why)  # a satellite goes with its node; the job itself keeps its shape
             return
+        if self._shrink_refused:
+            return  # Slurm drops a dead node of a --no-kill job by itself once it declares it down
         keep = [h for i, h in enumerate(self.hosts) if i not in self._retired]
         try:
             self.client.shrink(self.job_id, [h for h in self.client.job(self.job_id).nodes if h in keep])
+        except ShrinkRefused as err:
+            self._shrink_refused = True
+            log.info("job %s keeps %s (no more shrinks tried): %s", self.job_id, name, err)
         except SresError as err:
-            # Slurm drops a dead node of a --no-kill job by itself once it declares it down.
             log.info("job %s keeps %s for now: %s", self.job_id, name, err)
 
     def idle_node(self) -> NewNode | None:

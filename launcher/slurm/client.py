@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from launcher.slurm import hostlist
-from launcher.errors import ConfigError, SlurmCommandError, SlurmError
+from launcher.errors import ConfigError, ShrinkRefused, SlurmCommandError, SlurmError
 from launcher.slurm.command_driver import DEFAULT_TIMEOUT_S, CliDriver, CommandLine, Runner
 from launcher.slurm.pyslurm_driver import PyslurmDriver, pyslurm_version, slurm_major_minor
 from launcher.slurm.types import REASON_PREFIX, Job, JobOwner, Node
@@ -239,7 +239,7 @@ class SlurmClient:
         except SlurmCommandError as err:
             if self.job(job_id).nodes != job.nodes:
                 raise
-            raise SlurmError(
+            raise ShrinkRefused(
                 f"Slurm refused to shrink job {job_id} "
                 f"({err.stderr.splitlines()[-1] if err.stderr else err}); "
                 "without slurmdbd, Slurm 22.05 resizes a job's node list only once"

@@ -83,7 +83,8 @@ def test_node_losses_in_one_job_with_spares_consumed_and_returned(cluster, tmp_p
     assert len(faults) == losses and all(e["why"] == "slurmd not responding" for e in faults), faults
     returned = [e for e in job.of("node-added") if e["how"] == "idle" and e.get("returned")]
     assert len(returned) >= losses - 2, returned
-    assert all(e["how"] in ("spare", "idle") for e in job.of("replaced"))
+    replaced = job.of("replaced")
+    assert all(e["how"] in ("spare", "idle") for e in replaced), (replaced, job.of("fault"))
     states = cluster.node_states()
     assert not [n for n, s in states.items() if "DRAIN" in s or "DOWN" in s], states  # every node resumed
     assert not cluster.queue(), cluster.queue()  # no job or step of the run left
