@@ -18,7 +18,7 @@ from pathlib import Path
 
 from resilience.errors import NotPrivate
 
-__all__ = ["NotPrivate", "check_private", "private_dir"]
+__all__ = ["NotPrivate", "check_private", "open_own_dir", "private_dir"]
 
 
 def check_private(path: Path, uid: int | None = None) -> Path:
@@ -52,14 +52,35 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def _open_dir(path: Path) -> int:
+def open_own_dir(path: Path, dir_fd: int | None = None) -> int:
+    """A descriptor of directory ``path`` (its last part opened in ``dir_fd`` when given) when
+    it is this user's and no one else may write it; raises :class:`NotPrivate` naming why not.
+
+    What is read through the descriptor (``/proc/self/fd/N/...``) is what was checked: a
+    library that reopens files by path (DCP unpickles ``.metadata``) cannot be handed another
+    user's file by a rename between the check and the read, and no one else can create or
+    rename anything inside. The caller closes it."""
+    path = Path(path)
+    fd = _open_dir(path, dir_fd)
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        mode = _check_owner(path, fd, os.geteuid())
+        if mode & 0o022:
+            raise NotPrivate(f"{path} is writable by others (mode {mode:04o}): not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_dir(path: Path, dir_fd: int | None = None) -> int:
+    name = path.name if dir_fd is not None else path
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
         raise NotPrivate(f"{path} does not exist") from None
     except OSError as err:
         try:
-            link = stat.S_ISLNK(os.lstat(path).st_mode)
+            link = stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
         except OSError:
             link = False
         if link:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from resilience.own_python import own_module
+
 
 def bus_bandwidth(nbytes: int, seconds_per_op: float, world: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s (pure)."""
@@ -82,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         _rank(args.rank, args.world, args.port, args.mib, args.seconds, args.backend)
         return 0
     base = [
-        sys.executable,
-        "-m",
-        "slurm_plugins.allreduce_bench",
+        *own_module("slurm_plugins.allreduce_bench"),
         "--world",
         str(args.world),
         "--port",

@@ -13,11 +13,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
 from slurm_plugins.checks.base import Check, CheckContext, CheckResult, Fault, fail, ok, skipped
+from resilience.own_python import own_module
 
 MIB = 1 << 20
 
@@ -66,9 +66,7 @@ def allreduce(ctx: CheckContext) -> list[CheckResult]:
     if world < 2:
         return [skipped("allreduce", "fewer than 2 GPUs and allreduce_cpu_procs < 2")]
     argv = [
-        sys.executable,
-        "-m",
-        "slurm_plugins.allreduce_bench",
+        *own_module("slurm_plugins.allreduce_bench"),
         "--world",
         str(world),
         "--port",

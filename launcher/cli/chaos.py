@@ -26,6 +26,7 @@ from launcher.observability.timeline import Event, Timeline
 from launcher.run.leftovers import pid_alive, processes_with_env
 from resilience.agent import fault_schedule
 from resilience.contract.run_dir import RunDir
+from resilience.own_python import own_module
 from resilience.tiers.layout import job_ram_dir
 
 REPAIR_AFTER_S = 0.0
@@ -120,9 +121,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ):  # a run of its own each: the chaos run must not resume from the reference's checkpoints
             extra = [*extra, "--persistent-dir", str(Path(persistent) / name)]
         argv = [
-            sys.executable,
-            "-m",
-            "launcher.cli",
+            *own_module("launcher.cli"),
             "run",
             "--log-dir",
             str(log_dir),

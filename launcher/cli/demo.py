@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launcher.observability.events import read_events
 from resilience.contract.run_dir import RunDir
+from resilience.own_python import own_module
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,7 @@ class DemoConfig:
 
 def _train_command(c: DemoConfig, out: Path) -> tuple[str, ...]:
     return (
-        sys.executable,
-        "-m",
-        "resilience.examples.train_mlp",
+        *own_module("resilience.examples.train_mlp"),
         "--steps",
         str(c.steps),
         "--width",

@@ -192,6 +192,7 @@ class CliDriver:
                 "--nodes=1",
                 "--ntasks=1",
                 f"--nodelist={node}",
+                "--chdir=/",  # never the caller's directory (or /tmp): see resilience.own_python
                 "--quiet",
                 *argv,
             ],

@@ -20,9 +20,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.errors import ConfigError, SlurmError, Unreachable
+from launcher.errors import ConfigError, ControlError, SlurmCommandError, SlurmError, Unreachable
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.types import JobOwner
+from resilience.own_python import own_module
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,14 @@ def send(client: SlurmClient, job_id: str, argv: list[str], here: Callable[[str,
     except Unreachable:
         pass
     command = [argv[0], str(log_dir), *argv[1:]]
-    sys.stdout.write(
-        client.run_step(job_id, job.batch_host, [sys.executable, "-m", "launcher.cli", *command])
-    )
+    try:
+        sys.stdout.write(client.run_step(job_id, job.batch_host, own_module("launcher.cli", *command)))
+    except SlurmCommandError as err:  # the step's own one-line error, not srun's "exit code 1" after it
+        said = [line for line in err.stderr.splitlines() if line.startswith("sres: error: ")]
+        if not said:
+            raise
+        why = said[-1].removeprefix("sres: error: ")
+        raise ControlError(f"{why} (asked as a step of the job on {job.batch_host})") from None
     return 0
 
 

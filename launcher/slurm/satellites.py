@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from launcher.errors import ConfigError, SlurmError
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.types import Job
 from resilience.contract.run_dir import RunDir
+from resilience.own_python import own_module
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +127,14 @@ class Satellites:
 
     def _submit(self, exclude: list[str]) -> str | None:
         watcher = shlex.join(
-            [
-                sys.executable,
-                "-m",
-                "launcher.slurm.satellite_watch",
-                self.main_job,
-                "--period",
-                str(WATCH_PERIOD_S),
-            ]
+            own_module("launcher.slurm.satellite_watch", self.main_job, "--period", str(WATCH_PERIOD_S))
         )
         args = [
             "--nodes=1",
             "--ntasks=1",
             "--exclusive",
             "--no-requeue",
+            "--chdir=/",  # the watcher is sres's own module: see resilience.own_python
             f"--job-name={satellite_name(self.main_job)}",
             f"--output={RunDir(self.log_dir.resolve()).satellite_output('%j')}",
             f"--wrap=exec {watcher}",

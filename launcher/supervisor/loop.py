@@ -72,6 +72,13 @@ def decision_limit(nodes: int) -> int:
     return MAX_DECISIONS_PER_TICK + nodes
 
 
+def _run_store(secret: str) -> tuple[str, RunStore]:
+    """This incarnation's store, its values signed under a key of its own: a value copied from
+    an earlier run of the same log dir (same secret) is refused (``run_secret.store_key``)."""
+    nonce = run_secret.new_challenge()
+    return nonce, RunStore.host(run_secret.store_key(secret, nonce))
+
+
 class Supervisor:
     def __init__(
         self,
@@ -90,7 +97,7 @@ class Supervisor:
         )
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(RunDir(Path(config.log_dir)).events, wall)
-        self.store = RunStore.host(self.liveness.secret)
+        self.store_nonce, self.store = _run_store(self.liveness.secret)
         self.recovery = RecoveryWatch(
             self.store,
             self.events,
@@ -311,6 +318,7 @@ class Supervisor:
         rank = RankEnv(
             store_host=self.placement.store_host,
             store_port=self.store.port,
+            store_nonce=self.store_nonce,
             slot=slot,
             node=node,
             local_rank=local,

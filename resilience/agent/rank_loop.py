@@ -31,7 +31,7 @@ from resilience.agent.kept import Kept
 from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
 from resilience.context import Context, dtensors_loaded
-from resilience.contract import liveness
+from resilience.contract import liveness, run_secret
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
@@ -53,7 +53,8 @@ class Agent:
         self.env = env
         self._batches = batches
         """``resilience.run(train, batches=...)``: a batch cache of this node has a producer."""
-        self.store = RunStore.connect(env.store_host, env.store_port, env.run_secret)
+        key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""
+        self.store = RunStore.connect(env.store_host, env.store_port, key)
         self._liveness = (
             liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
             if env.liveness_port

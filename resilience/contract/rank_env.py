@@ -40,6 +40,7 @@ BACKEND = "gloo"
 _VARS = {
     "store_host": "SRES_STORE_HOST",
     "store_port": "SRES_STORE_PORT",
+    "store_nonce": "SRES_STORE_NONCE",
     "slot": "SRES_SLOT",
     "node": "SRES_NODE",
     "local_rank": "SRES_LOCAL_RANK",
@@ -83,6 +84,8 @@ class RankEnv:
     """Port of the supervisor's TCPStore."""
     slot: str
     """This process's slot (``n<node>p<local>``, ``r<k>``, ``n<node>s<k>``): who it is to the supervisor."""
+    store_nonce: str = ""
+    """This supervisor incarnation's: with the secret, the store's key (``run_secret.store_key``)."""
     node: int = 0
     """The node's number in the run."""
     local_rank: int = 0
@@ -248,6 +251,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
     return dict(
         store_host=env.get(v["store_host"], "127.0.0.1"),
         store_port=int(env[v["store_port"]]),
+        store_nonce=env.get(v["store_nonce"], ""),
         slot=env[v["slot"]],
         node=int(env.get(v["node"], "0")),
         local_rank=int(env.get(v["local_rank"], "0")),

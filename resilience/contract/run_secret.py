@@ -72,6 +72,15 @@ def proof(secret: str, challenge: str, *parts: str) -> str:
     return hmac.new(bytes.fromhex(secret), message, hashlib.sha256).hexdigest()
 
 
+def store_key(secret: str, nonce: str) -> str:
+    """The key the run's store values are signed under for one incarnation of the supervisor
+    (``nonce``: fresh at each start, in the ranks' environment). The secret outlives a requeue
+    (the log dir keeps it), so a value signed under it alone stayed valid in the next run of the
+    same log dir: a ``plan/2`` copied from one run into the next made it form the first one's
+    membership."""
+    return proof(secret, nonce, "store")
+
+
 def verify(secret: str, challenge: str, answer: str, *parts: str) -> bool:
     """Whether ``answer`` is :func:`proof` of ``parts`` (in constant time)."""
     return hmac.compare_digest(proof(secret, challenge, *parts), answer)

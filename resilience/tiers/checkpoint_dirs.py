@@ -61,24 +61,55 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str, where: Path) -> "Manifest":
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_not_finite, parse_float=_finite)
             if data.get("format") != FORMAT:
                 raise CheckpointInvalid(f"{where}: unknown manifest format {data.get('format')!r}")
-            files = {name: FileEntry(int(e["size"]), str(e["checksum"])) for name, e in data["files"].items()}
-            return cls(
+            files = {
+                str(n): FileEntry(_count(e["size"]), str(e["checksum"])) for n, e in data["files"].items()
+            }
+            manifest = cls(
                 job_id=str(data["job_id"]),
-                step=int(data["step"]),
-                world_size=int(data["world_size"]),
+                step=_count(data["step"]),
+                world_size=_count(data["world_size"]),
                 rank=int(data["rank"]),
                 files=files,
                 layout=dict(data.get("layout", {})),
                 created=float(data.get("created", 0.0)),
-                shared={str(k): int(v) for k, v in data.get("shared", {}).items()},
+                shared={str(k): _count(v) for k, v in data.get("shared", {}).items()},
             )
         except CheckpointInvalid:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
             raise CheckpointInvalid(f"{where}: manifest unreadable ({type(err).__name__}: {err})") from None
+        if not 1 <= manifest.world_size <= MAX_WORLD or not -1 <= manifest.rank < manifest.world_size:
+            raise CheckpointInvalid(
+                f"{where}: manifest unreadable (rank {manifest.rank} of world size {manifest.world_size})"
+            )
+        if any(owner >= manifest.world_size for owner in manifest.shared.values()):
+            raise CheckpointInvalid(f"{where}: manifest unreadable (a shared file's rank is not a rank)")
+        return manifest
+
+
+MAX_WORLD = 1 << 24
+"""More ranks than any machine has: a manifest that says so is not one of ours."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _not_finite(text: str) -> float:
+    raise ValueError(f"{text} is not a number a manifest holds")
+
+
+def _count(value: object) -> int:
+    """A non-negative whole number as written (``3``, never ``3.5``, ``true`` or ``-1``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -118,12 +149,14 @@ def read_manifest(
     listed file is missing or has another size."""
     where = Path(path) / name
     try:
-        text = _read_regular(where)
+        text = _read_own_regular(where)
     except FileNotFoundError:
         raise CheckpointInvalid(f"{where}: no manifest (checkpoint incomplete)") from None
     except OSError as err:
-        raise CheckpointInvalid(f"{where}: unreadable ({err})") from None
+        raise CheckpointInvalid(f"{where}: unreadable ({err.strerror or err})") from None
     manifest = Manifest.from_json(text, where)
+    if name == MANIFEST and not manifest.files:
+        raise CheckpointInvalid(f"{where}: lists no state file (not a checkpoint)")
     if job_id is not None and manifest.job_id != job_id:
         raise OtherJob(f"{where}: belongs to job {manifest.job_id}, not {job_id}")
     if world_size is not None and manifest.world_size != world_size:
@@ -141,11 +174,25 @@ def read_manifest(
     return manifest
 
 
-def _read_regular(where: Path) -> str:
-    """A manifest's text. Opened without waiting (a FIFO planted under the name must not hang
-    the reader, the epilog least of all) and read only when it is a regular file."""
-    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+MAX_MANIFEST_BYTES = 16 << 20
+"""Far above any manifest written (a few KiB at most): a bigger file is not one."""
+
+
+def _read_own_regular(where: Path) -> str:
+    """A manifest's text, read only when it is a regular file of this user's (opened without
+    waiting and without following a link: a FIFO planted under the name must not hang the
+    reader, the epilog least of all). A manifest decides what a resume loads and what a prune
+    deletes: one another user planted in a shared directory must count for nothing."""
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        return f.read().decode(errors="replace")
+        if st.st_uid != os.geteuid():
+            raise CheckpointInvalid(
+                f"{where}: written by uid {st.st_uid}, not by this user: not read (only the user's "
+                "own checkpoints count)"
+            )
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, not a manifest")
+        return f.read(MAX_MANIFEST_BYTES).decode(errors="replace")

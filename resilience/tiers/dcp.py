@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from torch.futures import Future
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
+from resilience.private_paths import NotPrivate, open_own_dir, private_dir
 from resilience.state.snapshot import checksum, matches
 from resilience.tiers import manifest as mf
 from resilience.tiers import tier_file
@@ -75,10 +77,14 @@ class TieredStorageWriter(FileSystemWriter):
         if not locations:
             raise ValueError("TieredStorageWriter needs the RAM tier or a persistent directory")
         self.step, self.job_id = step, job_id
-        self.targets = [mf.step_dir(root, step) for _, root in locations]
+        self.paths = [mf.step_dir(root, step) for _, root in locations]
+        """Where the copies are; written through :attr:`targets`, their held descriptors."""
         self._sync = sync_files
-        for target in self.targets:
-            target.mkdir(parents=True, exist_ok=True)
+        self.targets = []
+        for path in self.paths:
+            private_dir(path.parent)
+            private_dir(path)
+            self.targets.append(_held(self, open_own_dir(path)))
         super().__init__(self.targets[0], sync_files=sync_files, **kwargs)
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
@@ -130,9 +136,63 @@ def _file_words(path: Path) -> torch.Tensor:
     return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
+def _held(owner: object, fd: int) -> Path:
+    """The path that reads and writes through ``fd``, closed when ``owner`` goes."""
+    weakref.finalize(owner, os.close, fd)
+    return Path(f"/proc/self/fd/{fd}")
+
+
+def open_step(root: Path, step: int) -> int:
+    """A descriptor of the step's directory when it and ``root`` are this user's and closed to
+    others (see :func:`resilience.private_paths.open_own_dir`); raises CheckpointInvalid. DCP
+    unpickles ``.metadata``: handed a path, torch would reopen it after our checks, and in a
+    directory another user can write, a rename in between ran their code as this user."""
+    path = mf.step_dir(root, step)
+    try:
+        root_fd = open_own_dir(Path(root))
+    except NotPrivate as err:
+        raise _refusal(Path(root), err) from None
+    try:
+        return open_own_dir(path, dir_fd=root_fd)
+    except NotPrivate as err:
+        raise _refusal(path, err) from None
+    finally:
+        os.close(root_fd)
+
+
+def _refusal(path: Path, err: NotPrivate) -> mf.CheckpointInvalid:
+    try:
+        uid = os.lstat(path).st_uid
+    except OSError:
+        uid = os.geteuid()
+    if uid != os.geteuid():
+        return mf.CheckpointInvalid(
+            f"{path}: written by uid {uid}, not by this user: not read (only the user's own "
+            "checkpoints are loaded)"
+        )
+    return mf.CheckpointInvalid(str(err))
+
+
 def verify_dcp_checkpoint(path: Path, job_id: str | None = None) -> mf.Manifest:
     """Check a DCP checkpoint directory: its manifest, every rank's manifest, every checksum.
-    Raises CheckpointInvalid naming the bad file."""
+    Raises CheckpointInvalid naming the bad file. The directory is read through a held
+    descriptor (:func:`open_step`), so what is checked is what DCP loads after."""
+    path = Path(path)
+    fd = open_step(path.parent, int(path.name[5:]))
+    try:
+        return _verify_held(Path(f"/proc/self/fd/{fd}"), path, job_id)
+    finally:
+        os.close(fd)
+
+
+def _verify_held(held: Path, path: Path, job_id: str | None) -> mf.Manifest:
+    try:
+        return _verify(held, job_id)
+    except mf.CheckpointInvalid as err:
+        raise type(err)(str(err).replace(str(held), str(path))) from None
+
+
+def _verify(path: Path, job_id: str | None) -> mf.Manifest:
     top = mf.read_manifest(path, job_id)
     for item in Path(path).iterdir():  # DCP's .metadata is a pickle: nothing of another user's is read
         tier_file.check_writer(item, item.lstat().st_uid)
@@ -165,22 +225,24 @@ class TieredStorageReader(FileSystemReader):
             for s in [step] if step is not None else mf.steps_in(root):
                 path = mf.step_dir(root, s)
                 try:
-                    verify_dcp_checkpoint(path, job_id)
+                    fd = open_step(root, s)
+                    held = _held(self, fd)
+                    _verify_held(held, path, job_id)
                 except mf.CheckpointInvalid as err:
                     self.refused.append((tier, path, str(err)))
                     log.warning("%s tier: refused %s", tier, err)
                     if on_refused is not None:
                         on_refused(tier, path, str(err))
                     continue
-                candidates.append((s, -order, tier, path))
+                candidates.append((s, -order, tier, path, held))
                 break  # the newest valid copy of this tier
         if not candidates:
             why = "; ".join(f"{t}: {e}" for t, _, e in self.refused) or "no checkpoint found"
             raise mf.CheckpointInvalid(f"no valid DCP checkpoint of job {job_id}: {why}")
         # Newest step wins (a RAM tier re-written after a wipe may be older); cheapest tier on a tie.
-        s, _, tier, path = max(candidates)
+        s, _, tier, self.path_shown, held = max(candidates)
         self.tier, self.step = tier, s
-        super().__init__(path, **kwargs)
+        super().__init__(held, **kwargs)  # DCP reads the directory that was verified
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         super().reset(None)

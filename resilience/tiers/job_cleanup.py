@@ -236,12 +236,14 @@ class _Dir:
 
 
 def _read_regular(name: str, dir_fd: int) -> str | None:
-    """A small regular file's text; None for anything else (a link, a FIFO, a device)."""
+    """A small regular file of this user's: its text; None for anything else (a link, a FIFO, a
+    device, another user's file)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             return None
         return f.read(_SMALL).decode(errors="replace")

@@ -63,7 +63,7 @@ def write(
     final = rank_dir(root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    private_step_dir(tmp)
     try:
         files = {}
         for kind, snap in snaps.items():
@@ -79,6 +79,15 @@ def write(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def private_step_dir(tmp: Path) -> None:
+    """Make a rank's temporary directory and its step's, mode 0700 (the root's with the umask):
+    a checkpoint is the user's alone by default, whatever the umask (022 left every step of a
+    shared persistent directory readable by all), and no one else can plant a file beside its
+    files. Inside a 0700 directory the files' own modes do not matter."""
+    tmp.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp.mkdir(mode=0o700)
 
 
 def publish_dir(tmp: Path, final: Path, fsync: bool = False) -> None:
@@ -193,7 +202,7 @@ def copy_checkpoint(
     final = rank_dir(dst_root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    private_step_dir(tmp)
     try:
         try:
             manifest = read_manifest(src) if share else None

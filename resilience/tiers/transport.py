@@ -55,7 +55,7 @@ def _staged(final: Path) -> Iterator[Path]:
     removed when it fails: a copy cut off half-way is never taken for a checkpoint."""
     tmp = final.with_name(f"{final.name}.in-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    mf.private_step_dir(tmp)
     try:
         yield tmp
         mf.publish_dir(tmp, final)

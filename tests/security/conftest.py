@@ -57,13 +57,17 @@ def clean(victim: User) -> None:
     marker(victim).unlink(missing_ok=True)
 
 
-def victim_run(victim: User, *args: str, name: str, train_args: tuple[str, ...] = ()) -> Run:
-    """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own.
-    ``name``: the log dir's, one per test (a watcher started before the run must not read an
-    earlier test's events)."""
-    log_dir, persistent = victim.home / name, victim.home / f"{name}.persistent"
-    for path in (log_dir, persistent):  # a run of its own: nothing of an earlier test's
-        shutil.rmtree(path, ignore_errors=True)
+def victim_run(
+    victim: User, *args: str, name: str, train_args: tuple[str, ...] = (), persistent: Path | None = None
+) -> Run:
+    """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own
+    (or ``persistent``, kept as it is). ``name``: the log dir's, one per test (a watcher started
+    before the run must not read an earlier test's events)."""
+    log_dir = victim.home / name
+    shutil.rmtree(log_dir, ignore_errors=True)  # a run of its own: nothing of an earlier test's
+    if persistent is None:
+        persistent = victim.home / f"{name}.persistent"
+        shutil.rmtree(persistent, ignore_errors=True)
     tier_args = ("--job-id", JOB, "--persistent-dir", str(persistent), "--persist-every", "4")
     cmd = sres_command(
         log_dir, 2, (*tier_args, *args), "resilience.examples.train_mlp", STEPS, train_args, 5, 30

@@ -9,11 +9,15 @@ test's on loopback, which records whatever reaches it: nothing must.
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,13 +70,14 @@ def slurm_for_users(cluster):
         path.chmod(mode)
 
 
-def attacker_job(cluster, attacker: User, comment: str) -> str:
+def job_of(cluster, user: User, comment: str) -> str:
+    """A running job of ``user``'s (root submits it as them) with ``comment``."""
     client = SlurmClient.create("cli", env=cluster.env())
     job_id = client.submit(
         [
-            f"--uid={attacker.name}",
-            f"--gid={attacker.name}",
-            f"--chdir={attacker.home}",
+            f"--uid={user.name}",
+            f"--gid={user.name}",
+            f"--chdir={user.home}",
             "--output=/dev/null",
             f"--comment={comment}",
             "--wrap=sleep 300",
@@ -83,7 +88,7 @@ def attacker_job(cluster, attacker: User, comment: str) -> str:
         assert time.monotonic() < deadline, client.job(job_id)
         time.sleep(0.3)
     owner = client.job_owner(job_id)
-    assert owner.user_id == attacker.uid, owner
+    assert owner.user_id == user.uid, owner
     return job_id
 
 
@@ -133,12 +138,12 @@ def test_a_comment_that_spells_another_owner_changes_nothing(slurm_for_users, us
     cluster = slurm_for_users
     victim, attacker = users
     victim_run = plant_run_dir(victim, "run", listener.port, token="victims-token")
-    spelled = attacker_job(cluster, attacker, f"sres-run={victim_run} UserId={victim.name}({victim.uid})")
+    spelled = job_of(cluster, attacker, f"sres-run={victim_run} UserId={victim.name}({victim.uid})")
     as_victim = sres_as(victim, cluster, "status", "--job", spelled)
     assert as_victim.returncode != 0
     assert f"belongs to {attacker.name}({attacker.uid})" in as_victim.stderr, as_victim.stderr
 
-    plain = attacker_job(cluster, attacker, f"sres-run={victim_run}")
+    plain = job_of(cluster, attacker, f"sres-run={victim_run}")
     as_root = sres_as(None, cluster, "status", "--job", plain)
     assert as_root.returncode != 0
     assert "only the run's user may control it" in as_root.stderr, as_root.stderr
@@ -157,10 +162,65 @@ def test_a_linked_token_is_not_read_and_nothing_goes_off_loopback(slurm_for_user
     secret.write_text("ROOT-ONLY-SECRET")
     secret.chmod(0o600)
     run_dir = plant_run_dir(attacker, "run", listener.port, link_to=str(secret))
-    job = attacker_job(cluster, attacker, f"sres-run={run_dir}")
+    job = job_of(cluster, attacker, f"sres-run={run_dir}")
 
     as_root = sres_as(None, cluster, "status", "--job", job)
     assert as_root.returncode != 0
     assert "control.token" in as_root.stderr and "Traceback" not in as_root.stderr, as_root.stderr
     time.sleep(0.5)
     assert listener.received == []
+
+
+PLANT_PACKAGE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+
+    here, marker, victim_uid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    for package in ("launcher", "launcher/cli"):
+        (here / package).mkdir()
+        (here / package / "__init__.py").write_text(
+            f"import os\\nif os.getuid() == {victim_uid}: open({marker!r}, 'w').close()\\n"
+        )
+    """
+)
+
+
+def test_a_package_planted_where_the_user_stands_never_runs_in_the_jobs_step(
+    slurm_for_users, users, tmp_path
+):
+    """``sres status --job J`` from a directory another user can write (a project's shared
+    space): when the control port does not answer from here, the command runs again as a step
+    of the job, which ran ``python -m launcher.cli`` in that directory, so the attacker's
+    ``launcher/`` came first on the path and ran as the victim. The step now runs in ``/`` and
+    without the working directory on its path."""
+    cluster = slurm_for_users
+    victim, attacker = users
+    with socket.socket() as probe:  # a port no one listens on: the fallback step is taken
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    run = plant_run_dir(victim, "fallback", closed, token="victims-token")
+    job = job_of(cluster, victim, f"sres-run={run}")  # the victim's own job
+    shared = Path(tempfile.mkdtemp(prefix="sres-project-"))
+    shared.chmod(0o777)
+    marker = Path("/tmp") / f"sres-pwned-step-{victim.uid}"
+    marker.unlink(missing_ok=True)
+    try:
+        planted = attacker.python(PLANT_PACKAGE, str(shared), str(marker), str(victim.uid))
+        assert planted.returncode == 0, planted.stderr
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "sres"), "status", "--job", job],
+            env=victim.env(SLURM_CONF=str(cluster.conf_path)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=shared,
+            user=victim.uid,
+            group=victim.gid,
+            extra_groups=[],
+        )
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert not marker.exists(), "the planted package ran as the victim"
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "does not answer" in done.stdout + done.stderr, (done.stdout, done.stderr)  # the step ran

@@ -111,7 +111,7 @@ def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram
     try:
         probe = supervisor.store.clone()
         deadline = time.monotonic() + 120
-        while (probe.progress.step() or -1) < 5:
+        while (probe.progress.step() or -1) < 6:  # the newest commit may be a step behind progress
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(0.1)
         assert not complete_steps(persistent, "flushjob")  # persist_every=0: nothing yet

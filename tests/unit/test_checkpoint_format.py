@@ -174,3 +174,44 @@ def test_an_old_format_file_that_would_run_code_runs_nothing(tmp_path):
     with pytest.raises(mf.CheckpointInvalid, match=r"older sres .*names (io|builtins)\.open"):
         tier_file.read(tmp_path / "replicated.bin", copy=False)
     assert not ran.exists()
+
+
+GOOD_MANIFEST = {
+    "format": 1,
+    "job_id": "J",
+    "step": 3,
+    "world_size": 2,
+    "rank": 1,
+    "files": {"replicated.bin": {"size": 8, "checksum": "0"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("world_size", "Infinity"),
+        ("world_size", "NaN"),
+        ("world_size", "1e999"),
+        ("world_size", "0"),
+        ("world_size", "2.5"),
+        ("world_size", "true"),
+        ("step", "-1"),
+        ("rank", "2"),
+        ("files", "{}"),
+        ("files", '{"replicated.bin": {"size": -8, "checksum": "0"}}'),
+        ("created", "Infinity"),
+        ("shared", '{"replicated.bin": 7}'),
+    ],
+)
+def test_a_manifest_that_no_run_writes_is_refused_in_one_line(tmp_path, field, value):
+    """A manifest decides what a resume loads and what a prune deletes: counts are whole,
+    finite and in range, and a checkpoint lists at least one file (an empty one "restored"
+    0 bytes and ended an untrained model)."""
+    text = json.dumps({**GOOD_MANIFEST, field: "@"}).replace('"@"', value)
+    (tmp_path / mf.MANIFEST).write_text(text)
+    with pytest.raises(mf.CheckpointInvalid) as refused:
+        mf.read_manifest(tmp_path)
+    assert len(str(refused.value).splitlines()) == 1 and str(tmp_path) in str(refused.value)
+    (tmp_path / mf.MANIFEST).write_text(json.dumps(GOOD_MANIFEST))
+    (tmp_path / "replicated.bin").write_bytes(bytes(8))
+    assert mf.read_manifest(tmp_path).world_size == 2  # the same manifest, well formed, is read

@@ -171,3 +171,18 @@ def test_a_value_written_without_the_runs_secret_reads_as_absent_and_is_noted():
         store.plans.group_store(1).get("0")
     store.plans.publish(plan)  # the run's own value, over the forged one
     assert store.plans.get(1) == plan
+
+
+def test_a_value_signed_in_an_earlier_run_of_the_same_log_dir_is_refused():
+    """A requeued job keeps its secret (the log dir holds it); each supervisor start signs under
+    a fresh nonce, so a plan copied from the first run's store into the next one's (replay by
+    anyone who read it there) reads as absent: the second run never forms the first's world."""
+    secret = run_secret.new_secret()
+    first_under, second_under = dist.HashStore(), dist.HashStore()
+    first = RunStore(first_under, run_secret.store_key(secret, run_secret.new_challenge()))
+    second = RunStore(second_under, run_secret.store_key(secret, run_secret.new_challenge()))
+    plan = m.Plan(2, 2, {0: "a", 1: "b"}, {"a": m.SlotInfo(0, 0), "b": m.SlotInfo(1, 0)}, 1)
+    first.plans.publish(plan)
+    second_under.set(keys.plan(2), first_under.get(keys.plan(2)))  # the signed bytes, copied
+    assert first.plans.get(2) == plan
+    assert second.plans.get(2) is None and set(second.forged) == {keys.plan(2)}
