@@ -27,6 +27,7 @@ from launcher.run.request import RunRequest
 from launcher.slurm.client import SlurmClient
 from launcher.supervisor import Outcome, RunConfig, Supervisor
 from resilience.contract.run_dir import RunDir
+from resilience.open_files import raise_open_files_limit
 
 if TYPE_CHECKING:
     from launcher.placement import Placement
@@ -47,6 +48,7 @@ def supervise(
     asked (``sres srun`` counts them for its default shape); asked here otherwise. ``rerun``: a
     local run's requeue (its exit code) and time limit, when its parent runs it again."""
     environ = os.environ if environ is None else environ
+    raise_open_files_limit()  # the ranks it starts inherit it
     log_dir = configs.private_log_dir(configs.log_dir_for(request, environ, time.time()))
     restart_count = rerun.restart_count if rerun is not None else None
     config = configs.run_config(request, log_dir, _injections(request, log_dir), environ, restart_count)

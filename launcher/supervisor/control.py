@@ -9,6 +9,7 @@ and the answer goes back as one JSON line.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import os
@@ -16,6 +17,7 @@ import queue
 import secrets
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from launcher.errors import ControlError, Unreachable
 from launcher.privileges import call_as
 from launcher.supervisor.observe.view import Request
 from resilience.contract.own_file import read_own
+from resilience.contract.unproven import UnprovenConnections
 from resilience.contract.run_dir import CONTROL_ADDRESS, CONTROL_TOKEN, RunDir
 from resilience.private_paths import NotPrivate, check_private
 
@@ -35,6 +38,11 @@ OPS = ("status", "resize", "grow", "shrink")
 ANSWER_TIMEOUT_S = 30.0
 MAX_REQUEST = 4096
 """A request is one short JSON line; the rest of a longer one is not read."""
+MAX_UNPROVEN = 32
+REQUEST_DEADLINE_S = 5.0
+"""A connection sends its request line, with the token, within this long of its accept (the
+client sends it at once); until then it is one of at most :data:`MAX_UNPROVEN`
+(:mod:`resilience.contract.unproven`)."""
 
 
 @dataclass
@@ -57,6 +65,7 @@ class ControlServer:
         self._pending: dict[int, _Pending] = {}
         self._next = 0
         self._lock = threading.Lock()
+        self.unproven = UnprovenConnections(MAX_UNPROVEN, REQUEST_DEADLINE_S)
         token_path = self.files.control_token
         token_path.unlink(missing_ok=True)
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -93,27 +102,42 @@ class ControlServer:
         while True:
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
+            except OSError as err:
+                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.05)  # out of descriptors for now: the budget frees some
+                    continue
                 return  # closed
+            self.unproven.admit(conn)
             threading.Thread(target=self._one, args=(conn,), daemon=True, name="sres-control-conn").start()
 
     def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(ANSWER_TIMEOUT_S)
-            try:
-                request = json.loads(conn.makefile("rb").readline(MAX_REQUEST) or b"{}")
-                if not isinstance(request, dict):
-                    raise ValueError("not a JSON object")
-                reply = self._handle(request)
-            except (OSError, ValueError, TypeError) as err:  # from anyone on the host: input, not a crash
-                reply = {"ok": False, "message": f"bad request: {err}"}
-            try:
-                conn.sendall((json.dumps(reply) + "\n").encode())
-            except OSError:
-                pass
+        try:
+            with conn:
+                self._answer(conn)
+        finally:
+            self.unproven.forget(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            request = json.loads(conn.makefile("rb").readline(MAX_REQUEST) or b"{}")
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+            if self._proves(request):
+                self.unproven.proved(conn)
+                conn.settimeout(ANSWER_TIMEOUT_S)
+            reply = self._handle(request)
+        except (OSError, ValueError, TypeError) as err:  # from anyone on the host: input, not a crash
+            reply = {"ok": False, "message": f"bad request: {err}"}
+        try:
+            conn.sendall((json.dumps(reply) + "\n").encode())
+        except OSError:
+            pass
+
+    def _proves(self, msg: dict[str, Any]) -> bool:
+        return hmac.compare_digest(str(msg.get("token", "")), self.token)
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if not hmac.compare_digest(str(msg.get("token", "")), self.token):
+        if not self._proves(msg):
             return {
                 "ok": False,
                 "message": "refused: wrong token for this run (only the run's user may control it)",

@@ -35,6 +35,7 @@ from resilience.contract import liveness, run_secret
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
+from resilience.open_files import raise_open_files_limit
 from resilience.ddp import deterministic_by_default
 from resilience.errors import RegistrationError, Unrecoverable
 from resilience.rank_place import RankPlace, place_of, torch_variables
@@ -51,6 +52,7 @@ class Agent:
 
     def __init__(self, env: RankEnv, batches: bool = False) -> None:
         self.env = env
+        raise_open_files_limit()  # gloo's listener accepts anyone: room before EMFILE ends the rank
         self._batches = batches
         """``resilience.run(train, batches=...)``: a batch cache of this node has a producer."""
         key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""

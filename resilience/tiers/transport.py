@@ -25,6 +25,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from resilience.contract import run_secret
+from resilience.contract.unproven import UnprovenConnections
 from resilience.tiers import manifest as mf
 from resilience.tiers.layout import prune
 
@@ -76,8 +78,12 @@ GREETING = b"sres-neighbour"
 MAX_HEADER = 1 << 16
 """A header names the files of one rank's directory; a longer line is not a rank's."""
 MAX_FILES = 4096
+MAX_UNPROVEN = 32
+"""Connections that have not proved the secret yet; past it the oldest is cut
+(:mod:`resilience.contract.unproven`)."""
 MAX_CONNECTIONS = 16
-"""Copies received at once; past it a connection is closed unread (a rank sends one at a time)."""
+"""Copies received at once (a rank sends one at a time); a proven sender past it waits up to
+:data:`HELLO_TIMEOUT_S`, then is refused."""
 HELLO_TIMEOUT_S = 10.0
 """A sender proves the run's secret within this long, or is cut off."""
 
@@ -147,6 +153,8 @@ class NeighbourServer:
         self._thread = threading.Thread(target=self._serve, name="sres-neighbour-server", daemon=True)
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        """Copies under way (proven senders only)."""
+        self.unproven = UnprovenConnections(MAX_UNPROVEN, HELLO_TIMEOUT_S)
         self.refused: list[str] = []
         """Why connections were refused (the latest 100), for tests and the log."""
 
@@ -169,12 +177,12 @@ class NeighbourServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
+            except OSError as err:
+                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.05)  # out of descriptors for now: the budget frees some
+                    continue
                 return
-            if not self._slots.acquire(blocking=False):
-                self._refuse("too many connections at once")
-                conn.close()
-                continue
+            self.unproven.admit(conn)
             threading.Thread(
                 target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True
             ).start()
@@ -190,15 +198,23 @@ class NeighbourServer:
         except Exception as err:  # noqa: BLE001 - the sender sees the missing "ok"
             self._refuse(str(err) or type(err).__name__)
         finally:
-            self._slots.release()
+            self.unproven.forget(conn)
 
     def _receive(self, conn: socket.socket) -> None:
         challenge = run_secret.new_challenge()
-        conn.settimeout(HELLO_TIMEOUT_S)
         conn.sendall(GREETING + b" " + challenge.encode() + b"\n")
         reader = conn.makefile("rb")
         header = _checked_header(reader.readline(MAX_HEADER + 1), self.secret, challenge, self.job_id)
+        self.unproven.proved(conn)
         conn.settimeout(None)
+        if not self._slots.acquire(timeout=HELLO_TIMEOUT_S):
+            raise ValueError(f"more than {MAX_CONNECTIONS} copies at once")
+        try:
+            self._store(conn, reader, header)
+        finally:
+            self._slots.release()
+
+    def _store(self, conn: socket.socket, reader: Any, header: dict[str, Any]) -> None:
         owner, step = header["owner"], header["step"]
         view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
         with _staged(mf.rank_dir(self.root, step, owner)) as tmp:

@@ -58,11 +58,17 @@ def clean(victim: User) -> None:
 
 
 def victim_run(
-    victim: User, *args: str, name: str, train_args: tuple[str, ...] = (), persistent: Path | None = None
+    victim: User,
+    *args: str,
+    name: str,
+    train_args: tuple[str, ...] = (),
+    persistent: Path | None = None,
+    open_files: int | None = None,
 ) -> Run:
     """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own
     (or ``persistent``, kept as it is). ``name``: the log dir's, one per test (a watcher started
-    before the run must not read an earlier test's events)."""
+    before the run must not read an earlier test's events). ``open_files``: the soft limit the
+    victim's shell starts it with (a login's is often 1,024)."""
     log_dir = victim.home / name
     shutil.rmtree(log_dir, ignore_errors=True)  # a run of its own: nothing of an earlier test's
     if persistent is None:
@@ -72,6 +78,8 @@ def victim_run(
     cmd = sres_command(
         log_dir, 2, (*tier_args, *args), "resilience.examples.train_mlp", STEPS, train_args, 5, 30
     )
+    if open_files is not None:
+        cmd = ["sh", "-c", f'ulimit -Sn {open_files} && exec "$@"', "sh", *cmd]
     proc = victim.run(cmd, timeout=240)
     return Run(proc.returncode, proc.stdout, proc.stderr, log_dir)
 

@@ -11,6 +11,7 @@ a live rank. The run must end with its fault-free bits, with no fault, no requeu
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -91,3 +92,73 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
     by_channel = {c: [e for e in dropped if e["channel"] == c] for c in ("store", "rank-event", "liveness")}
     assert len(by_channel["rank-event"]) == 3 and len(by_channel["liveness"]) == 2, dropped
     assert {e["why"].split("'")[1] for e in by_channel["store"]} >= {"inject-node/0", "preempt"}, dropped
+
+
+FLOOD = textwrap.dedent(
+    """
+    import json, resource, socket, sys, time
+    from pathlib import Path
+    from tests.support.attacker import listening
+
+    victim_uid, per_port, stop = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16), hard))  # any user may
+    held, opened = [], {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the victim's ports as they come up, each topped up
+        for host, port in listening(victim_uid):
+            for _ in range(per_port - opened.get(port, 0)):
+                try:
+                    held.append(socket.create_connection((host, port), timeout=0.5))
+                    opened[port] = opened.get(port, 0) + 1
+                except OSError:
+                    break  # its backlog is full (a server that accepts slower): the next round
+        if len(opened) >= 6 and all(n >= per_port for n in opened.values()):
+            break
+    print(json.dumps(opened), flush=True)
+    while not stop.exists():  # held, silent, until the victim's run has been asked for its status
+        time.sleep(0.1)
+    """
+)
+
+
+def test_idle_connections_to_every_port_of_the_run_end_nothing(victim, attacker, victim_reference, tmp_path):
+    """Finding 4: about 1,100 idle connections to a rank's gloo port aborted both ranks
+    (``accept: Too many open files``); to the control port, the supervisor died of ``EMFILE``.
+    The attacker (its soft limit raised, as any user may) opens 1,100 to every port of the
+    victim's it sees; the run ends with its fault-free bits, and the victim's ``sres status``
+    answers in the middle of the flood."""
+    log_dir = victim.home / "flood"
+    stop = tmp_path / "stop"
+    tmp_path.chmod(0o755)
+    outcome: dict = {}
+
+    def attack() -> None:
+        flood = attacker.popen([sys.executable, "-c", FLOOD, str(victim.uid), "1100", str(stop)])
+        try:
+            assert flood.stdout is not None
+            outcome["opened"] = json.loads(flood.stdout.readline() or "{}")
+            sres = str(Path(sys.executable).parent / "sres")
+            status = victim.run([sres, "status", str(log_dir)], timeout=60)
+            outcome["status"] = (status.returncode, status.stdout + status.stderr)
+        except Exception as err:  # noqa: BLE001 - shown by the assertions below
+            outcome["error"] = repr(err)
+        finally:
+            stop.touch()
+            flood.communicate(timeout=60)
+
+    def control_port() -> None:  # root reads the victim's private log dir; the attacker floods all
+        outcome["control"] = json.loads((log_dir / "control.json").read_text())["port"]
+        attack()
+
+    watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", control_port)  # all up
+    run = victim_run(victim, name="flood", train_args=("--sleep-s", "1.0"), open_files=1024)
+    watcher.join(timeout=120)
+    assert "error" not in outcome, outcome
+    opened = {int(port): n for port, n in outcome["opened"].items()}
+    assert opened.get(outcome["control"], 0) >= 500, opened  # the control port was flooded
+    assert len([n for n in opened.values() if n >= 1000]) >= 3, opened  # and the others
+    assert outcome["status"][0] == 0, outcome["status"]
+    assert run.returncode == 0, run.stderr
+    assert run.digests() == victim_reference
+    assert not run.of("fault") and len(run.of("finished")) == 1, run.events

@@ -10,12 +10,24 @@ from pathlib import Path
 
 
 def listening(uid: int) -> Iterator[tuple[str, int]]:
-    """Every listening IPv4 TCP socket of ``uid``: ``/proc/net/tcp`` shows them to all."""
+    """Every listening TCP socket of ``uid``, IPv4 and IPv6 (``/proc/net/tcp*`` show them to
+    all; torch's store and gloo listen on IPv6's any-address)."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
         if f[3] == "0A" and int(f[7]) == uid:
             ip, port = f[1].split(":")
             yield ".".join(str(int(ip[i : i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16)
+    try:
+        lines = Path("/proc/net/tcp6").read_text().splitlines()[1:]
+    except OSError:
+        return  # no IPv6 here
+    for line in lines:
+        f = line.split()
+        if f[3] == "0A" and int(f[7]) == uid:
+            ip, port = f[1].split(":")
+            words = [ip[i : i + 8] for i in range(0, 32, 8)]  # each a little-endian 32-bit word
+            packed = b"".join(bytes.fromhex(w)[::-1] for w in words)
+            yield ("::1" if packed == bytes(16) else socket.inet_ntop(socket.AF_INET6, packed)), int(port, 16)
 
 
 def greeting(uid: int, prefix: bytes, timeout_s: float = 3.0) -> list[tuple[str, int]]:
