@@ -172,10 +172,10 @@ class Agent:
         """Run ``train`` in this generation; True when training finished everywhere."""
         local_rank = self._take_rank(plan)
         self._enter(RankState.JOINING)
-        if not self.store.plans.join(plan):
-            return False  # a later fault superseded this generation: go to the newest plan
         failure: Report | None = None
         try:
+            if not self.store.plans.join(plan, self.env.reform_timeout_s):
+                return False  # a later fault superseded this generation: go to the newest plan
             digest = self._train_generation(plan, local_rank, train)
         except Paused:
             failure = self._leave_at_boundary()

@@ -17,6 +17,11 @@ from resilience.contract.run_store import RunStore
 
 HOLE_SKIP_S = 2.0
 """How long a reserved but unwritten event may hold up the ones after it."""
+MAX_GAP = 4096
+"""Holes in a row past which the counter is taken as moved by someone else: the run's writers
+reserve one index each at a time, so a longer run of empty indices is no writer's. The counter
+is an unsigned ``add`` anyone who reaches the store can make; ``add(rank-events, 1e12)`` once
+left ``sres run`` checking a trillion keys after training had finished."""
 
 
 class RankEvents:
@@ -32,6 +37,7 @@ class RankEvents:
         self._core, self.clock = store.core, clock
         self.seen = 0
         self._hole_since: float | None = None
+        self._gap = 0  # holes skipped in a row
         self.dropped: list[str] = []
         """Why each record that did not decode was skipped (the caller empties it)."""
 
@@ -46,13 +52,22 @@ class RankEvents:
                 now = self.clock()
                 self._hole_since = now if self._hole_since is None else self._hole_since
                 if now - self._hole_since < HOLE_SKIP_S and not writers_gone:
-                    break  # still being written, probably
-            else:
-                try:
-                    out.append(self._core.strict(key, RankEvent))
-                except (ValueError, TypeError, KeyError, AttributeError) as err:  # anyone may write the store
-                    why = f"{type(err).__name__}: {err}"
-                    self.dropped.append(f"record {self.seen + 1} does not decode: {why}")
-            self._hole_since = None
+                    break  # still being written, probably (holes in a row share one wait)
+                self._gap += 1
+                if self._gap > MAX_GAP and count - MAX_GAP > self.seen + 1:
+                    self.dropped.append(
+                        f"records {self.seen + 1}..{count - MAX_GAP} were never written: the counter "
+                        "was moved past them (not by the run's ranks)"
+                    )
+                    self.seen, self._gap = count - MAX_GAP, 0  # the newest indices may hold records
+                    continue
+                self.seen += 1
+                continue
+            self._gap, self._hole_since = 0, None
+            try:
+                out.append(self._core.strict(key, RankEvent))
+            except (ValueError, TypeError, KeyError, AttributeError) as err:  # anyone may write the store
+                why = f"{type(err).__name__}: {err}"
+                self.dropped.append(f"record {self.seen + 1} does not decode: {why}")
             self.seen += 1
         return out

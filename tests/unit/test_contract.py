@@ -129,7 +129,7 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     def rank(store: RunStore, slot: str) -> None:
         seen = store.plans.wait_for(slot, 0)
         at = time.monotonic()
-        got[slot] = (seen, at, store.plans.join(seen))
+        got[slot] = (seen, at, store.plans.join(seen, 30.0))
 
     threads = [threading.Thread(target=rank, args=(s, slot)) for s, slot in zip(ranks, "ab")]
     for t in threads:
@@ -186,3 +186,21 @@ def test_a_value_signed_in_an_earlier_run_of_the_same_log_dir_is_refused():
     second_under.set(keys.plan(2), first_under.get(keys.plan(2)))  # the signed bytes, copied
     assert first.plans.get(2) == plan
     assert second.plans.get(2) is None and set(second.forged) == {keys.plan(2)}
+
+
+def test_a_heartbeat_another_user_writes_or_replays_never_reads_as_newer():
+    """A heartbeat was a counter, and bumping it hid a real hang for 150 s. It is a signed time
+    now, and the supervisor counts a beat only when it is newer than the last it saw: a forged
+    value reads as none, a replayed older one is not newer."""
+    under = dist.HashStore()
+    store = RunStore(under, run_secret.new_secret())
+    key = keys.heartbeat("n0p0")
+    store.liveness.beat("n0p0")
+    first, first_bytes = store.liveness.heartbeats("n0p0"), under.get(key)
+    store.liveness.beat("n0p0")
+    second = store.liveness.heartbeats("n0p0")
+    assert 0 < first < second
+    under.set(key, first_bytes)  # replayed
+    assert store.liveness.heartbeats("n0p0") == first < second
+    under.set(key, str(second + 10**12))  # a bigger number without the run's MAC
+    assert store.liveness.heartbeats("n0p0") == 0

@@ -54,3 +54,17 @@ def test_a_record_that_does_not_decode_is_skipped_with_its_reason_and_the_next_s
     store.events.push("checkpoint-saved", step=4)
     assert [e.fields["step"] for e in reader.pop()] == [4]
     assert len(reader.dropped) == 5 and all("does not decode" in why for why in reader.dropped)
+
+
+def test_a_counter_moved_far_past_the_records_is_passed_over_at_once_and_later_events_come():
+    """Another user's ``add(rank-events, 10**12)`` once left the reader checking a trillion
+    empty indices after training had finished. Past a gap no writer makes, it jumps."""
+    store, clock = RunStore(dist.HashStore()), Clock()
+    reader = RankEvents(store, clock)
+    store.events.push("checkpoint-saved", step=1)
+    store.raw.add(keys.RANK_EVENTS, 10**12)
+    store.events.push("checkpoint-saved", step=2)  # a rank's next event, after the bump
+    assert [e.fields["step"] for e in reader.pop(writers_gone=True)] == [1, 2]
+    assert len(reader.dropped) == 1 and "never written" in reader.dropped[0]
+    store.events.push("checkpoint-saved", step=3)
+    assert [e.fields["step"] for e in reader.pop()] == [3]

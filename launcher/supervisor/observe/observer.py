@@ -235,7 +235,7 @@ class Observer:
         for slot in alive:
             value = self.store.liveness.heartbeats(slot)
             watch = self._watched[slot]
-            if value != watch.heartbeat:
+            if value > watch.heartbeat:  # only a newer beat (a replayed one is not)
                 watch.heartbeat, watch.heartbeat_changed = value, now
             if watch.ready_t is None and value > 0:
                 watch.ready_t = self.store.liveness.ready_at(slot)

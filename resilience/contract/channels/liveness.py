@@ -23,10 +23,14 @@ class LivenessChannel(Channel):
         return self._core.get_float(keys.ready(slot))
 
     def beat(self, slot: str) -> None:
-        self._core.add(keys.heartbeat(slot))
+        """A signed value that only grows (this node's clock), not a counter: anyone who reaches
+        the store can ``add`` to a counter, and bumping one hid a real hang for 150 s. A forged
+        value reads as absent, and one replayed from earlier is not larger."""
+        self._core.put_int(keys.heartbeat(slot), time.time_ns())
 
     def heartbeats(self, slot: str) -> int:
-        return self._core.count(keys.heartbeat(slot))
+        """The slot's newest beat (0 before its first); a larger value than before means alive."""
+        return self._core.get_int(keys.heartbeat(slot)) or 0
 
     def report(self, generation: int, slot: str, rep: Report) -> Report:
         """Record a rank's report with its order among this generation's reports (the first

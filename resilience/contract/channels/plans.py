@@ -54,17 +54,26 @@ class PlanChannel(Channel):
                 return None
             time.sleep(poll_s)
 
-    def join(self, plan: Plan, poll_s: float = 0.005) -> bool:
-        """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it.
+    def join(self, plan: Plan, timeout_s: float, poll_s: float = 0.005) -> bool:
+        """Wait until every member of ``plan`` has joined; False if a newer plan supersedes it;
+        TimeoutError after ``timeout_s`` (the rank reports it, and the supervisor recovers).
 
         ``init_process_group`` would block until its timeout for a member that will never come
         (it died after the plan was made); this barrier notices the newer plan instead, so a
-        fault during re-formation costs one poll, not a timeout.
+        fault during re-formation costs one poll, not a timeout. The count is an unsigned
+        counter anyone who reaches the store can move: a negative ``add`` once held a
+        re-formation forever, hence the deadline (a count pushed up early only hands the wait
+        to torch's rendezvous, which is signed).
         """
         self._core.add(keys.join(plan.generation))
+        deadline = time.monotonic() + timeout_s
         while self._core.count(keys.join(plan.generation)) < plan.world_size:
             if self.has(plan.generation + 1) or self.is_shut_down():
                 return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"generation {plan.generation}: not every rank joined within {timeout_s:g} s"
+                )
             time.sleep(poll_s)
         return True
 
