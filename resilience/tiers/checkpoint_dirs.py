@@ -85,6 +85,8 @@ class Manifest:
             raise CheckpointInvalid(
                 f"{where}: manifest unreadable (rank {manifest.rank} of world size {manifest.world_size})"
             )
+        if not all(_plain_name(name) for name in manifest.files):
+            raise CheckpointInvalid(f"{where}: manifest unreadable (a file name that is a path)")
         if any(owner >= manifest.world_size for owner in manifest.shared.values()):
             raise CheckpointInvalid(f"{where}: manifest unreadable (a shared file's rank is not a rank)")
         return manifest
@@ -92,6 +94,12 @@ class Manifest:
 
 MAX_WORLD = 1 << 24
 """More ranks than any machine has: a manifest that says so is not one of ours."""
+
+
+def _plain_name(name: str) -> bool:
+    """A file of the checkpoint's own directory: ``../../etc/shadow`` in a planted manifest once
+    sent ``sres ckpt verify``, run by root, reading outside it."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 def _finite(text: str) -> float:

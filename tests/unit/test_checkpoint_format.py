@@ -201,6 +201,8 @@ GOOD_MANIFEST = {
         ("files", '{"replicated.bin": {"size": -8, "checksum": "0"}}'),
         ("created", "Infinity"),
         ("shared", '{"replicated.bin": 7}'),
+        ("files", '{"../../../../etc/shadow": {"size": 8, "checksum": "0"}}'),
+        ("files", '{"..": {"size": 8, "checksum": "0"}}'),
     ],
 )
 def test_a_manifest_that_no_run_writes_is_refused_in_one_line(tmp_path, field, value):
