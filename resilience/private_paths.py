@@ -18,7 +18,7 @@ from pathlib import Path
 
 from resilience.errors import NotPrivate
 
-__all__ = ["NotPrivate", "check_private", "open_own_dir", "private_dir"]
+__all__ = ["NotPrivate", "check_ancestors", "check_private", "open_own_dir", "private_dir"]
 
 
 def check_private(path: Path, uid: int | None = None) -> Path:
@@ -50,6 +50,30 @@ def private_dir(path: Path) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def check_ancestors(path: Path, uid: int | None = None) -> None:
+    """Raise :class:`NotPrivate` when another user controls a directory above ``path``: one of
+    another user's (root's excepted), or one anyone may write without the sticky bit (``/tmp``
+    and ``/dev/shm`` have it). Such a user could rename the directory below it away and put a
+    link of theirs in its place; checking ``path`` alone once let another user swap a run's log
+    dir and append to the user's own files through a link. A group-writable directory is the
+    admins' and the group's decision, and is accepted."""
+    uid = os.geteuid() if uid is None else uid
+    lexical, real = Path(os.path.abspath(path)).parents, Path(os.path.realpath(path)).parents
+    for parent in dict.fromkeys([*lexical, *real]):  # where a link leads is checked too
+        try:
+            st = os.lstat(parent)
+        except FileNotFoundError:
+            continue  # created later, by us
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (uid, 0):
+                raise NotPrivate(f"{parent} is a link of uid {st.st_uid}'s: it decides where {path} is")
+            continue  # the user's or root's own link
+        if st.st_uid not in (uid, 0):
+            raise NotPrivate(f"{parent} belongs to uid {st.st_uid}, who could swap what is below it")
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+            raise NotPrivate(f"{parent} is writable by everyone without the sticky bit")
 
 
 def open_own_dir(path: Path, dir_fd: int | None = None) -> int:

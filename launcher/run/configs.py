@@ -38,9 +38,10 @@ def log_dir_for(request: RunRequest, environ: Mapping[str, str], now: float) -> 
 def private_log_dir(path: Path) -> Path:
     """The log dir, created mode 0700 or adopted only when it is the user's own directory: it
     holds the command line, the control token and the ranks' output."""
-    from resilience.private_paths import NotPrivate, private_dir
+    from resilience.private_paths import NotPrivate, check_ancestors, private_dir
 
     try:
+        check_ancestors(path)
         return private_dir(path)
     except NotPrivate as err:
         raise ConfigError(f"log dir: {err}; a run's log dir must be the user's own") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -239,3 +240,26 @@ def test_a_dcp_checkpoint_another_user_wrote_in_a_shared_directory_is_not_read(v
     assert f"written by uid {attacker.uid}, not by this user" in out.stdout, out.stdout
     assert len(out.stdout.strip().splitlines()) == 1
     assert not marker(victim).exists(), "the planted DCP metadata was unpickled"
+
+
+def test_a_log_dir_below_a_directory_the_attacker_controls_is_refused_in_one_line(victim, attacker):
+    """Finding 8: only the log dir itself was checked; from a directory above it that they
+    controlled, another user swapped the run dir for a link and appended 90 lines to one of the
+    victim's own files through it. Such a log dir is refused before anything is written."""
+    shared = Path(tempfile.mkdtemp(prefix="sres-scratch-"))
+    os.chmod(shared, 0o1777)  # a scratch space as /tmp is: anyone creates, no one renames another's
+    try:
+        made = attacker.python(
+            "import os, sys; os.mkdir(sys.argv[1], 0o777); os.chmod(sys.argv[1], 0o777)",
+            str(shared / "project"),
+        )
+        assert made.returncode == 0, made.stderr
+        sres = str(Path(sys.executable).parent / "sres")
+        log_dir = shared / "project" / "run"
+        argv = [sres, "run", "--nodes", "1", "--launcher", "local", "--log-dir", str(log_dir), "--", "true"]
+        done = victim.run(argv)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("sres: error: log dir: ") and f"belongs to uid {attacker.uid}" in line, line

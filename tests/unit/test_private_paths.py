@@ -93,3 +93,31 @@ def test_a_checkpoint_file_another_user_wrote_is_refused_in_one_line_before_unpi
     ) as err:
         mf.load(path, m)
     assert "\n" not in str(err.value)
+
+
+@as_root
+def test_a_log_dir_below_a_directory_another_user_controls_is_refused(tmp_path):
+    """Checking the log dir alone once let another user who controlled a directory above it
+    swap the run dir for a link (and append to the user's own files through it)."""
+    from resilience.private_paths import check_ancestors
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(NotPrivate, match=f"belongs to uid {NOBODY}"):
+        check_ancestors(theirs / "mine" / "run")
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    os.chmod(open_to_all, 0o777)
+    with pytest.raises(NotPrivate, match="writable by everyone without the sticky bit"):
+        check_ancestors(open_to_all / "run")
+    os.chmod(open_to_all, 0o1777)  # /tmp's way: no one may rename another's entry
+    check_ancestors(open_to_all / "run")
+    group = tmp_path / "group"
+    group.mkdir()
+    os.chmod(group, 0o2775)  # a project's group directory: the group's decision
+    check_ancestors(group / "run")
+    link = tmp_path / "link"
+    link.symlink_to(theirs)
+    with pytest.raises(NotPrivate, match=f"belongs to uid {NOBODY}"):
+        check_ancestors(link / "run")  # where the user's own link leads is checked too
