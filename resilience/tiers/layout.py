@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -31,6 +32,8 @@ from resilience.contract import run_secret
 from resilience.contract.tier_config import TierConfig, check_job_id
 from resilience.private_paths import NotPrivate, private_dir
 from resilience.tiers import checkpoint_dirs as dirs
+
+log = logging.getLogger("resilience")
 
 RAM_ROOT_ENV = "SRES_RAM_ROOT"
 DEFAULT_RAM_ROOT = "/dev/shm/sres-{uid}"
@@ -121,13 +124,22 @@ def neighbour_node(node: int, nodes: list[int]) -> int | None:
     return ordered[(ordered.index(node) + 1) % len(ordered)]
 
 
-def record_job_config(config: TierConfig, root: Path | None = None) -> None:
-    """Note the persistent directory in the job's RAM dir, for ``job_cleanup``."""
+def record_job_config(config: TierConfig, root: Path | None = None) -> bool:
+    """Note the persistent directory in the job's RAM dir, for ``job_cleanup``; False when the
+    RAM filesystem refused (full: any user can fill a shared ``/dev/shm``). That once ended
+    every rank at its start; now the RAM tier's saves fail and say so, and training goes on
+    (the epilog then keeps what it cannot judge)."""
     path = job_ram_dir(config.job_id, root)
-    path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{JOB_CONFIG}.{os.getpid()}"
-    tmp.write_text(config.to_json())
-    os.rename(tmp, path / JOB_CONFIG)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(config.to_json())
+        os.rename(tmp, path / JOB_CONFIG)
+        return True
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        log.warning("cannot note the job's tier settings in %s: %s", path, err)
+        return False
 
 
 # --- listing and retention ------------------------------------------------------------------------

@@ -81,6 +81,32 @@ def test_unusable_persistent_dir_warns_training_goes_on_and_saves_resume(
     assert not list(small_mount.rglob("*.tmp-*")), "a failed save leaves no debris"
 
 
+def test_a_full_ram_filesystem_is_a_warning_and_the_run_stays_bitwise(tmp_path, small_mount, tiers_reference):
+    """Issue 48, finding 8: any user can fill a shared ``/dev/shm``; a full one ended every rank
+    at its start (``ENOSPC`` noting the job's tier settings). Now each RAM-tier save says it
+    failed and the run ends with the bits of its undisturbed run."""
+    try:
+        _mount(small_mount, "size=64k")
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        pytest.fail(f"cannot mount a tmpfs (tests run as root): {err}", pytrace=False)
+    _fill(small_mount)
+    run = sres_tiers(tmp_path, small_mount, job="reference")
+    assert run.returncode == 0, dump(run)
+    assert run.digests() == tiers_reference
+    warnings = [e for e in run.of("tier-warning") if e["tier"] == "ram"]
+    assert warnings and all("No space" in e["error"] for e in warnings), dump(run)
+
+
+def _fill(path: Path) -> None:
+    """Every byte of a filesystem taken, as another user's files would take it."""
+    with open(path / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
 def test_flush_persistent_now_then_restart_with_another_world_size(tmp_path, ram_root, monkeypatch):
     """The preemption hook: persist the newest commit now; a requeued job on 4 ranks restores it
     (resharding the sharded optimizer from 2 ranks)."""
