@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
+from resilience.contract import settings_yaml
+
 from slurm_plugins.errors import HealthConfigError
 
 DEFAULT_PATH = Path("/etc/sres/health.yaml")
@@ -200,7 +202,7 @@ def load(path: Path, required: bool = True) -> HealthConfig:
 
 def read_raw(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return settings_yaml.load_file(path) or {}
     except OSError as err:
         raise HealthConfigError(str(path), "", f"cannot read ({err.strerror})") from None
     except UnicodeDecodeError:

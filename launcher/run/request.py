@@ -35,6 +35,9 @@ PLACEMENTS = ("local", "srun")
 MAX_COUNT = 100_000
 """Nodes, ranks per node or spares beyond any cluster: a count this large is a typo, and one of
 ten digits would have the supervisor build a plan of billions of slots before anything ran."""
+MAX_LOCAL_PROCESSES = 512
+"""Ranks a local run may start on one machine: each is a process importing torch; 100,000
+"nodes" once started a run that would have forked until the machine gave out."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,13 @@ class RunRequest:
         for name in ("nodes", "procs_per_node", "spares"):
             if getattr(self, name) > MAX_COUNT:
                 raise ConfigError(f"{flag(name)} {getattr(self, name)}: more than {MAX_COUNT} (a typo?)")
+        processes = (self.nodes + self.spares) * self.procs_per_node
+        if self.placement == "local" and processes > MAX_LOCAL_PROCESSES:
+            raise ConfigError(
+                f"--nodes {self.nodes} x --procs-per-node {self.procs_per_node} (spares included): a "
+                f"local run starts every rank on this machine; at most {MAX_LOCAL_PROCESSES} "
+                "(run under Slurm with --launcher srun for more)"
+            )
         repair = self.options.repair_after
         if repair is not None and (self.placement == "srun" or repair < 0):
             raise ConfigError(

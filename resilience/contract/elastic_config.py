@@ -166,10 +166,12 @@ class ElasticConfig:
     def from_yaml(cls, path: str | Path) -> "ElasticConfig":
         import yaml
 
+        from resilience.contract import settings_yaml
+
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = settings_yaml.load_file(Path(path)) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise ElasticConfigError(f"--elastic-config {path}: {err}") from None
+            raise ElasticConfigError(f"--elastic-config {path}: {' '.join(str(err).split())}") from None
         if not isinstance(data, dict):
             raise ElasticConfigError(f"--elastic-config {path}: expected a mapping of keys")
         return cls.from_mapping(data, f"--elastic-config {path}")

@@ -140,3 +140,29 @@ def test_a_training_command_that_does_not_exist_is_one_line(tmp_path):
     assert errors == [
         "sres: error: cannot start /nonexistent/python: No such file or directory (the training command)"
     ]
+
+
+BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{k}: &{k} [{', '.join([f'*{p}'] * 9)}]\n" for p, k in zip("abcdefgh", "bcdefghi"))
+    + "keep_ram: *i\n"
+)
+
+
+@pytest.mark.parametrize("flag", ["--tier-config", "--elastic-config"])
+def test_a_yaml_alias_bomb_in_a_settings_file_is_one_short_line(tmp_path, capsys, flag):
+    """Nine lines of nested aliases are a billion entries: they were expanded and printed whole
+    into the error. Settings take plain values; an alias is refused where it stands."""
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(BOMB)
+    assert main(run_args(tmp_path, flag, str(settings))) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("sres: error: ") and "alias" in line and len(line) < 400, line
+
+
+def test_a_local_run_of_more_ranks_than_one_machine_holds_is_refused(tmp_path, capsys):
+    """``--nodes 100000`` on the local launcher started a run that would fork 100,000 ranks."""
+    assert main(run_args(tmp_path, "--nodes", "100000")) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("sres: error: --nodes 100000 x --procs-per-node 1") and "at most 512" in line
+    assert not (tmp_path / "logs").exists()  # refused before anything was made
