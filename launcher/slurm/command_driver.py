@@ -289,8 +289,15 @@ def job_owner_from_squeue(data: Mapping, job_id: str) -> JobOwner:
         user_id = record.get("user_id")
         if not isinstance(user_id, int) or isinstance(user_id, bool):
             raise SlurmError(f"squeue --json gives job {job_id} no numeric user_id: its owner is unknown")
+        end = record.get("end_time")
+        end = end.get("number") if isinstance(end, dict) and end.get("set", True) else end
         return JobOwner(
-            job_id, user_id, str(state).upper(), str(record.get("batch_host") or ""), str(comment)
+            job_id,
+            user_id,
+            str(state).upper(),
+            str(record.get("batch_host") or ""),
+            str(comment),
+            float(end) if isinstance(end, (int, float)) and not isinstance(end, bool) and end > 0 else None,
         )
     raise SlurmError(f"Slurm knows no job {job_id}")
 

@@ -89,6 +89,7 @@ class PyslurmDriver:
             str(record.get("job_state") or "UNKNOWN").upper(),
             str(record.get("batch_host") or ""),
             str(record.get("comment") or ""),
+            _end_time(record.get("end_time")),
         )
 
     def set_node_state(self, nodes: Sequence[str], state: str, reason: str | None = None) -> None:
@@ -183,3 +184,9 @@ def _job_from_pyslurm(record: dict) -> Job:
 
 def _seconds(value: object, unit: int) -> float | None:
     return float(value) * unit if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _end_time(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value)

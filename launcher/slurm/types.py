@@ -123,6 +123,8 @@ class JobOwner:
     state: str
     batch_host: str
     comment: str
+    end_time: float | None = None
+    """When it ended (Unix seconds), or is expected to; None where Slurm did not say."""
 
     @property
     def running(self) -> bool:

@@ -21,6 +21,7 @@ Where several slurmd share a host (the test cluster) ``SLURMD_NODENAME`` and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -32,7 +33,12 @@ from pathlib import Path
 from slurm_plugins.checks.base import CheckContext, CheckResult, Fault, fail, ok
 
 _PROC = Path("/proc")
-_CGROUP_JOB = re.compile(r"/job_(\d+)(?:/|$)")
+_CGROUP_JOB = re.compile(
+    r"^/(?:slurm[^/]*/uid_\d+|system\.slice/(?:[^/]+/)*slurmstepd\.scope)/job_(\d+)(?:/|$)"
+)
+"""Slurm's own hierarchies only (v1 ``/slurm[_node]/uid_U/job_J``, v2 ``.../slurmstepd.scope/job_J``):
+a user may create cgroups in a subtree delegated to them, and one named ``job_31337`` got the
+node drained."""
 _STEPD = re.compile(rb"^slurmstepd: \[(\d+)[._\]]")
 
 
@@ -49,6 +55,8 @@ class ProcessInfo:
     stepd_job: str | None = None
     """Set when this process is a root ``slurmstepd`` of that job."""
     env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    started_at: float = 0.0
+    """When the kernel started it (Unix seconds): no user can set it."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,16 @@ class JobProcess:
 
 @dataclass(frozen=True)
 class JobRecord:
-    """Slurm's word on a job: whose it is and whether it is over."""
+    """Slurm's word on a job: whose it is, whether it is over, and when it ended."""
 
     user_id: int
     finished: bool
+    ended_at: float | None = None
+    """Unix seconds; None where Slurm did not say."""
+
+
+START_SLACK_S = 2.0
+"""Clocks read apart (the kernel's boot time, Slurm's end time in whole seconds)."""
 
 
 def parse_environ(raw: bytes) -> dict[str, str]:
@@ -137,6 +151,8 @@ def job_of(
     known = record(claim) if claim is not None else None
     if claim is None or known is None or known.user_id != info.uid:
         return None, False  # an unconfirmed claim: nobody's job
+    if known.ended_at is not None and info.started_at > known.ended_at + START_SLACK_S:
+        return None, False  # started after its job ended: a claim (users drained nodes so)
     return claim, known.finished
 
 
@@ -213,7 +229,8 @@ def _slurm_records(ctx: CheckContext) -> Callable[[str], JobRecord | None]:
         if job not in cache:
             try:
                 owner = client.job_owner(job)
-                cache[job] = JobRecord(owner.user_id, owner.state in FINISHED_JOB_STATES)
+                finished = owner.state in FINISHED_JOB_STATES
+                cache[job] = JobRecord(owner.user_id, finished, owner.end_time if finished else None)
             except SlurmError:
                 cache[job] = None  # Slurm no longer knows the job (or never did)
         return cache[job]
@@ -238,9 +255,18 @@ def _read(entry: Path) -> ProcessInfo | None:
             cgroup_job=cgroup_job((entry / "cgroup").read_text()),
             stepd_job=stepd_job(cmdline, uid),
             env=env,
+            started_at=_boot_time() + int(stat[19]) / os.sysconf("SC_CLK_TCK"),
         )
     except (OSError, IndexError, ValueError):
         return None  # it exited while we read it
+
+
+@functools.cache
+def _boot_time() -> float:
+    for line in (_PROC / "stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _signal(pid: int, sig: int) -> bool:

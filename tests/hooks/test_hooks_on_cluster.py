@@ -163,8 +163,8 @@ def test_check_reports_a_process_left_over_from_a_finished_job(hooked):
 
 def test_a_job_claimed_in_an_environment_is_nobodys_leftover(hooked, tmp_path_factory):
     """A user's ``env SLURM_JOB_ID=...``: a job Slurm never had, another user's finished job,
-    inside the user's own running job or outside any: no leftover, and the health-check
-    program drains nothing."""
+    the user's own finished job from a process started after it ended, inside the user's own
+    running job or outside any: no leftover, and the health-check program drains nothing."""
     client = SlurmClient.create("cli", env=hooked.cluster.env())
     finished = client.submit(["-N1", "-w", "n3", "--output=/dev/null", "--wrap", "true"])  # root's
     wait_job(client, finished, lambda j: j.finished, timeout=60)
@@ -175,7 +175,14 @@ def test_a_job_claimed_in_an_environment_is_nobodys_leftover(hooked, tmp_path_fa
         # user's job failed at its execve, and the test passed only when a poll caught it RUNNING.
         reopened = opened_for_traverse([hooked.cluster.directory / "spool"])
         try:
-            for job in ("31337", finished):
+            theirs = client.submit(
+                [f"--uid={attacker.name}", f"--gid={attacker.name}", f"--chdir={attacker.home}", "-N1",
+                 "-w", "n3", "--output=/dev/null", "--wrap", "true"]
+            )  # fmt: skip
+            wait_job(client, theirs, lambda j: j.finished, timeout=60)
+            time.sleep(3)  # past Slurm's whole-second end time
+            # their own finished job, claimed by a process started after it ended (issue 48)
+            for job in ("31337", finished, theirs):
                 spoofs.append(attacker.popen(["sleep", "120"], env=attacker.env(SLURM_JOB_ID=job, **here)))
             own = client.submit(
                 [f"--uid={attacker.name}", f"--gid={attacker.name}", f"--chdir={attacker.home}", "-N1",

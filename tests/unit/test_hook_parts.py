@@ -45,6 +45,9 @@ def test_cgroups_and_step_daemons_name_jobs_users_cannot():
     assert cgroup_job("12:pids:/slurm/uid_1000/job_7/step_batch\n1:name=systemd:/user.slice\n") == "7"
     assert cgroup_job("0::/user.slice/user-1000.slice/session-3.scope\n") is None
     assert cgroup_job("0::/system.slice/job_runner.service\n") is None
+    # a cgroup a user made in the subtree delegated to them, named like a job's
+    assert cgroup_job("0::/user.slice/user-1001.slice/user@1001.service/job_31337/x\n") is None
+    assert cgroup_job("0::/slurm_n1/uid_0/job_9/step_0\n") == "9"  # several slurmd on one host
     assert stepd_job(b"slurmstepd: [41.0]\x00", 0) == "41"
     assert (
         stepd_job(b"slurmstepd: [41.extern]", 0) == "41" and stepd_job(b"slurmstepd: [41.batch]", 0) == "41"
@@ -79,6 +82,18 @@ def test_whose_a_process_is_comes_from_what_its_user_cannot_forge():
     assert (
         judged(hidden) == ("6", True) and judged(stepd) == (None, False) and judged(epilog) == (None, False)
     )
+
+
+def test_a_process_started_after_its_claimed_job_ended_is_not_that_jobs_leftover():
+    """A user's process outside any job, claiming one of that user's own finished jobs in its
+    environment, once got the node drained by the prolog. Started after the job ended (the
+    kernel's start time against Slurm's end time), it is no leftover of it."""
+    records = {"6": JobRecord(USER, finished=True, ended_at=1000.0)}
+    late = ProcessInfo(20, 1, USER, "sleep", env={"SLURM_JOB_ID": "6"}, started_at=1100.0)
+    left = ProcessInfo(21, 1, USER, "sleep", env={"SLURM_JOB_ID": "6"}, started_at=900.0)
+    table = _table(late, left)
+    assert job_of(late, table, None, None, records.get) == (None, False)
+    assert job_of(left, table, None, None, records.get) == ("6", True)
 
 
 def test_wrapper_pins_config_path_and_environment():
