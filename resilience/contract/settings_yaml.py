@@ -1,9 +1,10 @@
 """Reading a settings file a user wrote (tier settings, elastic bounds, the health checks) as
-YAML: plain data only, no aliases, a bounded size.
+YAML: plain data, a bounded size, a bounded expansion.
 
-``yaml.safe_load`` runs no code, but it does expand aliases: a few lines of nested ``*a``
-references (the "billion laughs") become billions of entries, and a wrong-typed value was then
-printed whole into the one-line error. Settings never need an alias.
+``yaml.safe_load`` runs no code, but aliases make a few lines stand for billions of values (the
+"billion laughs": nested ``*a`` references), and a wrong-typed value was then printed whole
+into the one-line error. Aliases are fine where they stay small (``yaml.safe_dump`` writes one
+for every object it meets twice), so what is bounded is the data as it expands.
 """
 
 from __future__ import annotations
@@ -15,21 +16,16 @@ import yaml
 
 MAX_BYTES = 1 << 20
 """Far above any settings file: a bigger one is not one."""
-
-
-class _NoAliases(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types here
-    def compose_node(self, parent: Any, index: Any) -> Any:  # PyYAML's hook
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(
-                None, None, "an alias (*name): settings take plain values", mark
-            )
-        return super().compose_node(parent, index)
+MAX_VALUES = 100_000
+"""Values the data may expand to, aliases followed: settings hold tens."""
 
 
 def load_text(text: str) -> Any:
-    """The data of YAML ``text``; raises ``yaml.YAMLError`` for an alias or bad YAML."""
-    return yaml.load(text, Loader=_NoAliases)  # a SafeLoader that also refuses aliases
+    """The data of YAML ``text``; raises ``yaml.YAMLError`` for bad YAML or data that expands
+    past :data:`MAX_VALUES`."""
+    data = yaml.safe_load(text)
+    _count(data, [MAX_VALUES])
+    return data
 
 
 def load_file(path: Path) -> Any:
@@ -40,3 +36,16 @@ def load_file(path: Path) -> Any:
     if len(raw) > MAX_BYTES:
         raise OSError(f"larger than {MAX_BYTES} bytes: not a settings file")
     return load_text(raw.decode())
+
+
+def _count(value: Any, left: list[int]) -> None:
+    left[0] -= 1
+    if left[0] < 0:
+        raise yaml.YAMLError(f"the data expands to more than {MAX_VALUES} values (aliases of aliases?)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _count(key, left)
+            _count(item, left)
+    elif isinstance(value, list):
+        for item in value:
+            _count(item, left)
