@@ -46,6 +46,28 @@ its children have (at once with none), as it would have died of them; waiting fo
 SIGKILL instead held a released satellite's node for 30 s."""
 
 
+EARLY: list[int] = []
+"""Signals a forked rank got before it set its own handlers (:func:`early_signals`)."""
+
+
+def _remember(signum: int, _frame: object) -> None:
+    EARLY.append(signum)
+
+
+def early_signals() -> list[int]:
+    """The signals of :data:`RELAYED` that this forked rank received between its fork and now,
+    oldest first; from now on they act as they did before the fork (the caller sets its own).
+    Slurm's ``--signal`` reaches every process of a step: one that came before the rank set
+    its preemption handler killed it (the default action), and the flush that preemption
+    asks for then waited its whole minute for a rank that was gone."""
+    got = list(EARLY)
+    EARLY.clear()
+    for signum in RELAYED:
+        if signal.getsignal(signum) is _remember:
+            signal.signal(signum, signal.SIG_DFL)
+    return got
+
+
 @dataclass
 class _Child:
     slot: str
@@ -213,8 +235,8 @@ def _become_child(server: _Server, write: int, read: int, env: dict[str, str]) -
     its output on its own pipe, no stdin, nothing of the server's channel, its rank's environment."""
     os.setsid()
     parent_death.ask(signal.SIGKILL)
-    for signum, handler in server.handlers.items():
-        signal.signal(signum, handler)
+    for signum, handler in server.handlers.items():  # ending ones as before; the rest kept for it
+        signal.signal(signum, handler if signum in ENDING else _remember)
     os.close(read)
     for child in server.children.values():
         if child.out >= 0:  # a child whose pipe ended, not reaped yet, has none

@@ -31,6 +31,7 @@ from resilience.agent.kept import Kept
 from resilience.agent.requeue_hooks import RequeueHook, RequeueHooks
 from resilience.agent.states import RankState
 from resilience.context import Context, dtensors_loaded
+from resilience import fork_server
 from resilience.contract import liveness, run_secret
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
@@ -167,6 +168,10 @@ class Agent:
                 signal.signal(getattr(signal, name), lambda *_, event=event: event.set())
             except ValueError:  # not the main thread
                 log.warning("cannot catch %s here: it reaches this rank unannounced", name)
+        for signum in fork_server.early_signals():  # came between the fork and now
+            name = signal.Signals(signum).name
+            if name in relays:
+                relays[name].set()
 
     def _one_generation(self, plan: Plan, train: Callable[[Context], None]) -> bool:
         """Run ``train`` in this generation; True when training finished everywhere."""
