@@ -36,6 +36,13 @@ def private_dir(path: Path) -> Path:
     """Create ``path`` mode 0700 (its missing parents with the user's umask), or adopt it when it
     is already this user's own directory, tightening its mode to 0700. Raises
     :class:`NotPrivate` for a link, a non-directory or another user's directory."""
+    os.close(open_private_dir(path))
+    return Path(path)
+
+
+def open_private_dir(path: Path) -> int:
+    """:func:`private_dir`, and a descriptor of it for the caller to read and write through
+    (and close): what was made private is what is used, with no second open by path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -47,9 +54,10 @@ def private_dir(path: Path) -> Path:
         mode = _check_owner(path, fd, os.geteuid())
         if mode & 0o077:
             os.fchmod(fd, 0o700)
-    finally:
+    except BaseException:
         os.close(fd)
-    return path
+        raise
+    return fd
 
 
 def check_ancestors(path: Path, uid: int | None = None) -> None:

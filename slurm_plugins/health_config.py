@@ -204,7 +204,7 @@ def read_raw(path: Path) -> Any:
     try:
         return settings_yaml.load_file(path) or {}
     except OSError as err:
-        raise HealthConfigError(str(path), "", f"cannot read ({err.strerror})") from None
+        raise HealthConfigError(str(path), "", f"cannot read ({err.strerror or err})") from None
     except UnicodeDecodeError:
         raise HealthConfigError(str(path), "", "not UTF-8 text") from None
     except yaml.YAMLError as err:

@@ -4,7 +4,8 @@ the project calls them).
 ``ls`` lists the checkpoints of a tier directory (step, world size, size, complete or not);
 ``verify`` checks every checksum of every rank, says "ok" for a step only when every rank's
 copy is good, and exits 1 naming each bad file, or in one line when the directory holds no
-checkpoint at all.
+checkpoint at all. A step written by ``TieredStorageWriter`` (DCP's files beside the step's
+manifests, no ``rank-R`` directories: the tier's ``dcp`` directory) is checked as DCP loads it.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def _verify_step(root: Path, step: int) -> bool:
     """Every rank's copy of ``step`` checked, each bad one named; "ok" only when all are good
     and every rank of the world is there."""
     ranks = mf.ranks_in(root, step)
+    if not ranks and (mf.step_dir(root, step) / mf.MANIFEST).exists():
+        return _verify_dcp_step(root, step)
     worlds, bad = set(), 0
     for rank in ranks:
         path = mf.rank_dir(root, step, rank)
@@ -154,4 +157,16 @@ def _verify_step(root: Path, step: int) -> bool:
     if bad:
         return False
     print(f"ok  step {step}: {len(ranks)} rank(s), every checksum matches")
+    return True
+
+
+def _verify_dcp_step(root: Path, step: int) -> bool:
+    from resilience.tiers.dcp import verify_dcp_checkpoint
+
+    try:
+        top = verify_dcp_checkpoint(mf.step_dir(root, step))
+    except mf.CheckpointInvalid as err:
+        print(f"BAD step {step} (DCP): {err}", file=sys.stderr)
+        return False
+    print(f"ok  step {step} (DCP): {top.world_size} rank(s), every checksum matches")
     return True

@@ -9,7 +9,6 @@ and the answer goes back as one JSON line.
 
 from __future__ import annotations
 
-import errno
 import hmac
 import json
 import os
@@ -17,7 +16,6 @@ import queue
 import secrets
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,15 +97,7 @@ class ControlServer:
         self.files.control_address.unlink(missing_ok=True)
 
     def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError as err:
-                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    time.sleep(0.05)  # out of descriptors for now: the budget frees some
-                    continue
-                return  # closed
-            self.unproven.admit(conn)
+        while (conn := self.unproven.accept(self._sock)) is not None:
             threading.Thread(target=self._one, args=(conn,), daemon=True, name="sres-control-conn").start()
 
     def _one(self, conn: socket.socket) -> None:

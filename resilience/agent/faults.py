@@ -14,6 +14,7 @@ replays step S after recovery does not fault again.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -260,5 +261,10 @@ def perform(injection: Injection) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif effect == "sigstop":
         os.kill(os.getpid(), signal.SIGSTOP)
+    elif effect == "hold-gil":
+        print(f"sres: injected {injection.spec}: pause() holding the GIL", file=sys.stderr, flush=True)
+        libc = ctypes.PyDLL(None)  # a PyDLL's calls keep the GIL: no other thread of ours runs
+        while True:
+            libc.pause()
     elif effect == "raise":
         raise InjectedFault(f"injected fault {injection.spec}")

@@ -164,14 +164,12 @@ class ElasticConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ElasticConfig":
-        import yaml
-
-        from resilience.contract import settings_yaml
+        from resilience.contract import settings_yaml  # YAML only where a file is read
 
         try:
-            data = settings_yaml.load_file(Path(path)) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise ElasticConfigError(f"--elastic-config {path}: {' '.join(str(err).split())}") from None
+            data = settings_yaml.read(Path(path)) or {}
+        except settings_yaml.Unreadable as err:
+            raise ElasticConfigError(f"--elastic-config {path}: {err}") from None
         if not isinstance(data, dict):
             raise ElasticConfigError(f"--elastic-config {path}: expected a mapping of keys")
         return cls.from_mapping(data, f"--elastic-config {path}")

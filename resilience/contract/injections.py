@@ -20,6 +20,7 @@ Where = Literal["step", "commit", "copy", "capture", "transfer"]
 Effect = Literal[
     "sigkill",
     "sigstop",
+    "hold-gil",
     "raise",
     "stall",
     "slow",
@@ -171,6 +172,15 @@ _KINDS = (
         options=("factor=F",),
     ),
     FaultKind("free-disk", "rank", "step", "free-disk", "remove fill-disk's file again", random="never"),
+    FaultKind(
+        "hang-gil",
+        "rank",
+        "step",
+        "hold-gil",
+        "rank R blocks in a C call that holds the GIL (a stuck extension): no progress, no heartbeat; "
+        "its log gets every thread's stack before the supervisor kills it",
+        random="never",
+    ),
 )
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in _KINDS}
 """Every fault kind, by name: the one place a kind is declared."""

@@ -38,6 +38,19 @@ def load_file(path: Path) -> Any:
     return load_text(raw.decode())
 
 
+class Unreadable(ValueError):
+    """A settings file that cannot be read as YAML data, said in one line."""
+
+
+def read(path: Path) -> Any:
+    """:func:`load_file`, with every way it fails as :class:`Unreadable` in one line (PyYAML's
+    messages span lines: the problem, then where)."""
+    try:
+        return load_file(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise Unreadable(" ".join(str(err).split())) from None
+
+
 def _count(value: Any, left: list[int]) -> None:
     left[0] -= 1
     if left[0] < 0:

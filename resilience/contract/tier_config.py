@@ -123,20 +123,13 @@ its type before a bound is compared with it."""
 
 
 def _yaml_settings(path: Path) -> dict[str, Any]:
-    import yaml
-
-    from resilience.contract import settings_yaml
+    from resilience.contract import settings_yaml  # YAML only where a file is read
 
     try:
-        data = settings_yaml.load_file(Path(path)) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise TierConfigError(f"{path}: cannot read the tier settings ({_one_line(err)})") from None
+        data = settings_yaml.read(Path(path)) or {}
+    except settings_yaml.Unreadable as err:
+        raise TierConfigError(f"{path}: cannot read the tier settings ({err})") from None
     data = data.get("tiers", data) if isinstance(data, dict) else data
     if not isinstance(data, dict):
         raise TierConfigError(f"{path}: expected a mapping of tier settings")
     return data
-
-
-def _one_line(err: BaseException) -> str:
-    """PyYAML's messages span lines (the problem, then where): one line for the user."""
-    return " ".join(str(err).split())

@@ -14,10 +14,14 @@ ends. The liveness server does the same in its selector loop.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
 from collections.abc import Callable
+
+
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class UnprovenConnections:
@@ -43,11 +47,23 @@ class UnprovenConnections:
             self._since[conn] = now
             conn.settimeout(self.deadline_s)  # a silent one ends by itself too
 
-    def left_s(self, conn: socket.socket) -> float:
-        """Seconds this connection has left to prove itself (0 when it is no longer unproven)."""
-        with self._lock:
-            since = self._since.get(conn)
-        return 0.0 if since is None else max(0.0, self.deadline_s - (self.clock() - since))
+    def accept(
+        self, server: socket.socket, sleep: Callable[[float], None] = time.sleep
+    ) -> socket.socket | None:
+        """The listening socket's next connection, admitted; None once the socket is closed.
+
+        Out of descriptors (``EMFILE``, ...) is waited out rather than ending the server: the
+        budget cuts the oldest unproven connections, which frees them."""
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError as err:
+                if err.errno in _OUT_OF_DESCRIPTORS:
+                    sleep(0.05)
+                    continue
+                return None  # closed: the server stops
+            self.admit(conn)
+            return conn
 
     def proved(self, conn: socket.socket) -> None:
         """It proved the secret: it no longer counts, and is never cut."""

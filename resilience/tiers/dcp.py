@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch.futures import Future
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-from resilience.private_paths import NotPrivate, open_own_dir, private_dir
+from resilience.private_paths import NotPrivate, open_own_dir, open_private_dir, private_dir
 from resilience.state.snapshot import checksum, matches
 from resilience.tiers import manifest as mf
 from resilience.tiers import tier_file
@@ -83,8 +83,7 @@ class TieredStorageWriter(FileSystemWriter):
         self.targets = []
         for path in self.paths:
             private_dir(path.parent)
-            private_dir(path)
-            self.targets.append(_held(self, open_own_dir(path)))
+            self.targets.append(_held(self, open_private_dir(path)))
         super().__init__(self.targets[0], sync_files=sync_files, **kwargs)
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:

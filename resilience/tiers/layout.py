@@ -124,22 +124,20 @@ def neighbour_node(node: int, nodes: list[int]) -> int | None:
     return ordered[(ordered.index(node) + 1) % len(ordered)]
 
 
-def record_job_config(config: TierConfig, root: Path | None = None) -> bool:
-    """Note the persistent directory in the job's RAM dir, for ``job_cleanup``; False when the
-    RAM filesystem refused (full: any user can fill a shared ``/dev/shm``). That once ended
-    every rank at its start; now the RAM tier's saves fail and say so, and training goes on
-    (the epilog then keeps what it cannot judge)."""
+def record_job_config(config: TierConfig, root: Path | None = None) -> None:
+    """Note the persistent directory in the job's RAM dir, for ``job_cleanup``. A RAM filesystem
+    that refuses (full: any user can fill a shared ``/dev/shm``) once ended every rank at its
+    start; now it is a warning, the RAM tier's saves fail and say so, and training goes on (the
+    epilog then keeps what it cannot judge)."""
     path = job_ram_dir(config.job_id, root)
     tmp = path / f".{JOB_CONFIG}.{os.getpid()}"
     try:
         path.mkdir(parents=True, exist_ok=True)
         tmp.write_text(config.to_json())
         os.rename(tmp, path / JOB_CONFIG)
-        return True
     except OSError as err:
         tmp.unlink(missing_ok=True)
         log.warning("cannot note the job's tier settings in %s: %s", path, err)
-        return False
 
 
 # --- listing and retention ------------------------------------------------------------------------

@@ -25,7 +25,6 @@ import os
 import shutil
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,15 +173,7 @@ class NeighbourServer:
             pass
 
     def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError as err:
-                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    time.sleep(0.05)  # out of descriptors for now: the budget frees some
-                    continue
-                return
-            self.unproven.admit(conn)
+        while not self._stop.is_set() and (conn := self.unproven.accept(self._sock)) is not None:
             threading.Thread(
                 target=self._handle, args=(conn,), name="sres-neighbour-recv", daemon=True
             ).start()

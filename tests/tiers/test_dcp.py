@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 
+from launcher.cli.parser import main
 from resilience.tiers import manifest as mf
 from resilience.tiers import TieredStorageReader, TieredStorageWriter
 
@@ -99,9 +100,11 @@ def test_round_trip_and_load_on_another_world_size(tmp_path, asynchronous):
     _spawn(_load_worker, 3, str(tmp_path), "ram")  # resharded by DCP onto 3 ranks
 
 
-def test_corrupt_ram_copy_falls_back_to_persistent_and_says_why(tmp_path):
+def test_corrupt_ram_copy_falls_back_to_persistent_and_says_why(tmp_path, capsys):
     _spawn(_save_worker, 2, str(tmp_path), False)
     ram = tmp_path / "ram" / "job-dcpjob" / "dcp" / "step-00000007"
+    assert main(["ckpt", "verify", str(ram.parent)]) == 0
+    assert "ok  step 7 (DCP): 2 rank(s)" in capsys.readouterr().out
     victim = next(p for p in ram.iterdir() if p.suffix == ".distcp")
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -111,6 +114,8 @@ def test_corrupt_ram_copy_falls_back_to_persistent_and_says_why(tmp_path):
     )
     assert reader.tier == "persistent"
     assert any(victim.name in why and "checksum" in why for _, _, why in reader.refused)
+    assert main(["ckpt", "verify", str(ram.parent)]) == 1  # what a user checks by hand says so too
+    assert f"BAD step 7 (DCP): {victim}: checksum mismatch" in capsys.readouterr().err
     _spawn(_load_worker, 1, str(tmp_path), "persistent")
 
 

@@ -3,6 +3,7 @@ late one goes at the next accept, a proven one never does."""
 
 from __future__ import annotations
 
+import errno
 import socket
 
 import pytest
@@ -42,13 +43,36 @@ def test_a_connection_past_its_deadline_is_cut_at_the_next_accept():
     slow, fresh = _pair(), _pair()
     budget.admit(slow[0])
     now[0] = 6.0
-    assert budget.left_s(slow[0]) == 0.0
     budget.admit(fresh[0])
     assert _cut(slow[1]) and not _cut(fresh[1])
-    assert budget.left_s(fresh[0]) == pytest.approx(5.0)
+    assert len(budget) == 1 and budget.cut == 1
 
 
 @pytest.mark.parametrize(("limit", "deadline"), [(0, 1.0), (1, 0.0), (1, float("nan"))])
 def test_a_budget_without_room_or_time_is_refused(limit, deadline):
     with pytest.raises(ValueError):
         UnprovenConnections(limit, deadline)
+
+
+class _Listening:
+    """A listening socket out of descriptors ``busy`` times, then with one connection, then closed."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy, self.pair = busy, _pair()
+
+    def accept(self):
+        if self.busy:
+            self.busy -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        if self.pair is None:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        conn, self.pair = self.pair[0], None
+        return conn, ("127.0.0.1", 0)
+
+
+def test_accept_waits_out_descriptor_exhaustion_admits_and_ends_when_closed():
+    budget, waits = UnprovenConnections(4, 5.0), []
+    server = _Listening(busy=3)
+    conn = budget.accept(server, sleep=waits.append)
+    assert conn is not None and len(budget) == 1 and waits == [0.05] * 3
+    assert budget.accept(server, sleep=waits.append) is None
