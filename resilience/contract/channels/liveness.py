@@ -23,10 +23,12 @@ class LivenessChannel(Channel):
         return self._core.get_float(keys.ready(slot))
 
     def beat(self, slot: str) -> None:
-        """A signed value that only grows (this node's clock), not a counter: anyone who reaches
-        the store can ``add`` to a counter, and bumping one hid a real hang for 150 s. A forged
-        value reads as absent, and one replayed from earlier is not larger."""
-        self._core.put_int(keys.heartbeat(slot), time.time_ns())
+        """A signed value that only grows, not a counter: anyone who reaches the store can
+        ``add`` to a counter, and bumping one hid a real hang for 150 s. A forged value reads as
+        absent, and one replayed from earlier is not larger. The monotonic clock, not the wall
+        clock: only one process ever writes a slot's key, and a wall clock stepped back (NTP)
+        would make every beat of the node older than its last for as long as the step."""
+        self._core.put_int(keys.heartbeat(slot), time.monotonic_ns())
 
     def heartbeats(self, slot: str) -> int:
         """The slot's newest beat (0 before its first); a larger value than before means alive."""
