@@ -62,6 +62,11 @@ class InjectSpecError(ResilienceError, ValueError):
     """An ``--inject`` spec that cannot be parsed; the message names the spec."""
 
 
+class SettingsUnreadable(ResilienceError, ValueError):
+    """A settings file that cannot be read as YAML data (:mod:`resilience.contract.settings_yaml`),
+    said in one line."""
+
+
 class ForgedValue(ResilienceError, ValueError):
     """A store value without the run's MAC: written by someone who does not know the run's
     secret (``resilience.contract.signed_store``). Read as absent, reported, never trusted."""

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from typing import Any
 
 SUPERVISOR = "supervisor"
 RANK = "rank"
@@ -38,3 +41,28 @@ COMMON: tuple[Field, ...] = (
 
 
 RANK_FIELD = Field("rank", "int", "the rank that wrote it")
+
+
+def value_matches(value: Any, type_: str) -> bool:
+    """Whether a JSON value read back is of a :attr:`Field.type`: what readers of the log
+    compute with (``sres report`` subtracts times) must not meet a string, a list or a
+    non-finite number that a corrupt or hand-edited line put there."""
+    if type_.endswith(" | None"):
+        return value is None or value_matches(value, type_.removesuffix(" | None"))
+    if (inner := re.fullmatch(r"list\[(.+)\]", type_)) is not None:
+        return isinstance(value, (list, tuple)) and all(value_matches(v, inner[1]) for v in value)
+    if (inner := re.fullmatch(r"dict\[str, (.+)\]", type_)) is not None:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and value_matches(v, inner[1]) for k, v in value.items()
+        )
+    if type_ == "bool":
+        return isinstance(value, bool)
+    if type_ == "str":
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    if type_ == "int":
+        return isinstance(value, int)
+    if type_ == "float":
+        return True
+    raise ValueError(f"an event field type no reader knows: {type_!r}")

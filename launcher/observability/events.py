@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import ConfigError
+from launcher.observability.event_schema import value_matches
 from launcher.observability.event_types import COMMON, EVENT_TYPES
 from launcher.observability.timeline import Event, Timeline, timeline
 
@@ -30,6 +31,11 @@ _DECLARED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     for e in EVENT_TYPES
 }
 """Event name -> (every field it may have, the fields it must be given): the writer's check."""
+_TYPES: dict[str, dict[str, str]] = {
+    e.name: {f.name: f.type for f in (*COMMON, *e.fields)} for e in EVENT_TYPES
+}
+"""Event name -> field -> its declared type: checked by the writer and by every reader."""
+_COMMON_TYPES = {f.name: f.type for f in COMMON}
 
 
 class EventLog:
@@ -70,6 +76,26 @@ def _check(event: str, fields: dict[str, Any]) -> None:
         raise TypeError(f"events.jsonl: {event!r} has no field {', '.join(sorted(unknown))} (event_types.py)")
     if missing := required - fields.keys():
         raise TypeError(f"events.jsonl: {event!r} lacks {', '.join(sorted(missing))} (event_types.py)")
+    if wrong := mistyped({"event": event, **fields}):
+        raise TypeError(f"events.jsonl: {wrong} (event_types.py)")
+
+
+def mistyped(record: dict[str, Any]) -> str | None:
+    """The first field of ``record`` whose value is not of its declared type, said for a user;
+    None when every one is. An event name no table declares (a newer writer's) has only the
+    common fields checked."""
+    types = _TYPES.get(record["event"], _COMMON_TYPES)
+    for name in record.keys() & types.keys():
+        if not value_matches(record[name], types[name]):
+            return (
+                f"field {name!r} of a {record['event']!r} event is {_shown(record[name])}, not {types[name]}"
+            )
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 _ASK = ": is this a run's events.jsonl?"
@@ -82,6 +108,8 @@ def read_events(path: Path) -> Timeline:
     for number, record in records:
         if not isinstance(record.get("event"), str):
             raise ConfigError(f"{path}:{number}: not an event (no event name){_ASK}")
+        if wrong := mistyped(record):
+            raise ConfigError(f"{path}:{number}: {wrong} (a corrupt log?)")
     return Timeline(record for _, record in records)
 
 

@@ -89,7 +89,6 @@ class RunOptions:
         doc="seconds without heartbeat before a rank is declared hung",
         help="seconds without heartbeat before a rank is declared hung (default {default:g})",
         config="hang_timeout_s",
-        rank="hang_timeout_s",
     )
     reform_timeout: float = option(
         60.0,

@@ -93,11 +93,6 @@ class Heartbeat:
     gone (its end of the liveness connection closed) the process exits at once. Between beats the
     thread polls for a newer plan: when one appears while this process still runs the old
     generation, it releases the main thread (see :mod:`resilience.agent.abort`).
-
-    Each beat also re-arms faulthandler's watchdog (a C thread, which needs no GIL) to
-    ``dump_after_s``: a process whose beats stop writes every thread's stack to its log
-    ("Timeout (0:00:04.500000)!") just before the supervisor kills it as hung, so a hang says
-    where it was. A training script's own ``faulthandler.dump_traceback_later`` is replaced.
     """
 
     POLL_S = 0.1
@@ -113,7 +108,6 @@ class Heartbeat:
         period_s: float,
         watch: GenerationWatch,
         supervisor_link: socket.socket | None = None,
-        dump_after_s: float | None = None,
     ) -> None:
         self.store = store.clone()
         self.main_store = store
@@ -126,8 +120,6 @@ class Heartbeat:
         self.preempted = threading.Event()
         self.reclaimed = threading.Event()
         self.slot = slot
-        self.dump_after_s = dump_after_s
-        """Seconds without a beat after which this process dumps its stacks (None: never)."""
         self._thread = threading.Thread(target=self._beat, name="sres-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -138,17 +130,6 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        if self.dump_after_s is not None:
-            faulthandler.cancel_dump_traceback_later()
-
-    def _arm_dump(self) -> None:
-        if self.dump_after_s is None:
-            return
-        try:
-            faulthandler.dump_traceback_later(self.dump_after_s, file=sys.stderr)
-        except (ValueError, RuntimeError, AttributeError, OSError) as err:  # a stderr without a file
-            log.warning("no stack dump of a hang in this process: %s", err)
-            self.dump_after_s = None
 
     def _watch_supervisor(self) -> None:
         """Exit when the supervisor's end of the liveness connection closes: it sends nothing after
@@ -175,7 +156,6 @@ class Heartbeat:
                 now = time.monotonic()
                 if now >= next_beat:
                     self.store.liveness.beat(self.slot)
-                    self._arm_dump()
                     next_beat = now + self.period_s
                 if self.preempted.is_set():
                     self.store.signals.mark_preempted(self.slot)

@@ -73,14 +73,7 @@ class Agent:
         self.state_group: dist.ProcessGroup | None = None
         self._live: Context | None = None
         self._watch = GenerationWatch()
-        self._heartbeat = Heartbeat(
-            self.store,
-            env.slot,
-            env.heartbeat_s,
-            self._watch,
-            self._liveness,
-            dump_after_s=env.hang_timeout_s - env.heartbeat_s,  # dumped before the kill at hang_timeout_s
-        )
+        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self._requeue_hooks = RequeueHooks(self.store, env.slot)
         self.tiers = TierAgent.create(
             env.tiers,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from resilience.errors import ElasticConfigError
+from resilience.errors import ElasticConfigError, SettingsUnreadable
 
 BATCH_POLICIES = ("keep-closest", "fail")
 """What a world that does not divide the global batch does (``resilience.elastic.batch_plan``)."""
@@ -168,7 +168,7 @@ class ElasticConfig:
 
         try:
             data = settings_yaml.read(Path(path)) or {}
-        except settings_yaml.Unreadable as err:
+        except SettingsUnreadable as err:
             raise ElasticConfigError(f"--elastic-config {path}: {err}") from None
         if not isinstance(data, dict):
             raise ElasticConfigError(f"--elastic-config {path}: expected a mapping of keys")

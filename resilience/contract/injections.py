@@ -177,8 +177,8 @@ _KINDS = (
         "rank",
         "step",
         "hold-gil",
-        "rank R blocks in a C call that holds the GIL (a stuck extension): no progress, no heartbeat; "
-        "its log gets every thread's stack before the supervisor kills it",
+        "rank R blocks in a C call that holds the GIL (a stuck extension): no progress, and its "
+        "heartbeat thread cannot run either",
         random="never",
     ),
 )

@@ -22,8 +22,6 @@ from resilience.contract import slots
 
 HEARTBEAT_S = 0.5
 """How often a rank bumps its heartbeat; the supervisor's hang timeout must exceed two."""
-HANG_TIMEOUT_S = 30.0
-"""The supervisor's default hang timeout; a rank dumps its threads' stacks just before it."""
 REFORM_TIMEOUT_S = 60.0
 """How long a new generation waits for every member while forming its process group."""
 COLLECTIVE_TIMEOUT_S = 600.0
@@ -50,7 +48,6 @@ _VARS = {
     "backend": "SRES_BACKEND",
     "injections": "SRES_INJECT",
     "heartbeat_s": "SRES_HEARTBEAT_S",
-    "hang_timeout_s": "SRES_HANG_TIMEOUT_S",
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
     "replication_factor": "SRES_REPLICATION_FACTOR",
     "copy_pace": "SRES_COPY_PACE",
@@ -99,8 +96,6 @@ class RankEnv:
     injections: tuple[Injection, ...] = ()
     """Faults to inject (``--inject`` specs, separated by ``;``)."""
     heartbeat_s: float = HEARTBEAT_S
-    hang_timeout_s: float = HANG_TIMEOUT_S
-    """After this long without a heartbeat the supervisor kills the rank as hung."""
     reform_timeout_s: float = REFORM_TIMEOUT_S
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
     replication_factor: int = REPLICATION_FACTOR
@@ -141,8 +136,6 @@ class RankEnv:
             raise RankEnvError(f"backend {self.backend!r}: gloo or nccl")
         if min(self.heartbeat_s, self.reform_timeout_s, self.collective_timeout_s) <= 0:
             raise RankEnvError("heartbeat_s, reform_timeout_s and collective_timeout_s must be positive")
-        if not self.hang_timeout_s > self.heartbeat_s:
-            raise RankEnvError(f"hang_timeout_s {self.hang_timeout_s}: must exceed heartbeat_s")
         if self.liveness_port and not run_secret.is_secret(self.run_secret):
             raise RankEnvError(
                 f"{_VARS['run_secret']} is missing or malformed: this process was not started by sres"
@@ -266,7 +259,6 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         backend=env.get(v["backend"], BACKEND),
         injections=parse_env(env.get(v["injections"])),
         heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
-        hang_timeout_s=float(env.get(v["hang_timeout_s"], HANG_TIMEOUT_S)),
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         copy_pace=float(env.get(v["copy_pace"], COPY_PACE)),

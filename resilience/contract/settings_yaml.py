@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from resilience.errors import SettingsUnreadable
+
 MAX_BYTES = 1 << 20
 """Far above any settings file: a bigger one is not one."""
 MAX_VALUES = 100_000
@@ -38,17 +40,13 @@ def load_file(path: Path) -> Any:
     return load_text(raw.decode())
 
 
-class Unreadable(ValueError):
-    """A settings file that cannot be read as YAML data, said in one line."""
-
-
 def read(path: Path) -> Any:
-    """:func:`load_file`, with every way it fails as :class:`Unreadable` in one line (PyYAML's
+    """:func:`load_file`, with every way it fails as one line (PyYAML's
     messages span lines: the problem, then where)."""
     try:
         return load_file(path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise Unreadable(" ".join(str(err).split())) from None
+        raise SettingsUnreadable(" ".join(str(err).split())) from None
 
 
 def _count(value: Any, left: list[int]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from resilience.errors import TierConfigError
+from resilience.errors import SettingsUnreadable, TierConfigError
 
 TIERS_ENV = "SRES_TIERS"
 
@@ -127,7 +127,7 @@ def _yaml_settings(path: Path) -> dict[str, Any]:
 
     try:
         data = settings_yaml.read(Path(path)) or {}
-    except settings_yaml.Unreadable as err:
+    except SettingsUnreadable as err:
         raise TierConfigError(f"{path}: cannot read the tier settings ({err})") from None
     data = data.get("tiers", data) if isinstance(data, dict) else data
     if not isinstance(data, dict):

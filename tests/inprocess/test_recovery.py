@@ -46,19 +46,19 @@ def test_each_fault_kind_ends_bitwise_identical(tmp_path, reference, spec, sourc
     assert "run finished: 14 steps, 1 fault(s)" in run.stderr
 
 
-def test_a_rank_stuck_holding_the_gil_is_killed_as_hung_after_writing_where_it_was(tmp_path, reference):
-    """A C call that never returns and keeps the GIL stops the heartbeat thread as well: the
-    supervisor kills the rank as hung, its state comes from peers, and its log says where every
-    thread was (faulthandler's watchdog needs no GIL) and the supervisor's line says where to look."""
+def test_a_rank_stuck_holding_the_gil_is_killed_as_hung(tmp_path, reference):
+    """A C call that never returns and keeps the GIL stops the heartbeat thread as well (unlike a
+    wait in a collective, which lets it go): the supervisor kills the rank as hung, and its state
+    comes from peers."""
     run = sres_run(tmp_path, "--inject", "hang-gil:rank=1:step=5")
     assert run.returncode == 0, run.stderr
     assert run.digests() == reference
     (fault,) = run.of("fault")
     assert (fault["kind"], fault["rank"]) == ("hang", 1)
-    line = next(x for x in run.stderr.splitlines() if "fault: hang of rank 1" in x)
-    log = (tmp_path / "run" / line.rsplit(": ", 1)[1]).read_text()
-    dump = log[log.index("Timeout (") :]
-    assert "most recent call first" in dump and "faults.py" in dump and " in perform" in dump, dump
+    assert (
+        "sres: injected hang-gil:rank=1:step=5: pause() holding the GIL"
+        in (tmp_path / "run" / "ranks" / "n1p0.log").read_text()
+    )
 
 
 def test_rank0_loss_then_node_loss_during_the_recovery(tmp_path, reference):

@@ -86,10 +86,9 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
             t=a.t,
             **({"why": why} if why else {}),
         )
-        stacks = f"; its threads' stacks: ranks/{plan.members[rank]}.log" if how == "hang" else ""
         h.say(
             f"fault: {how} of rank {rank} (node {h.names.host(node)}"
-            f"{': ' + why if why else ''}) at step {progress + 1}{stacks}"
+            f"{': ' + why if why else ''}) at step {progress + 1}"
         )
     if a.culprit is not None:
         _record_culprit(h, a, a.culprit, progress, generation)
