@@ -9,6 +9,7 @@ otherwise) and/or written to a file for node_exporter's textfile collector
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,6 +21,8 @@ from prometheus_client import write_to_textfile
 from launcher.errors import ConfigError
 from launcher.observability.events import EventLog
 from launcher.observability.timeline import Event
+
+log = logging.getLogger(__name__)
 
 SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 BLOCKED_BUCKETS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf"))
@@ -153,10 +156,7 @@ def start(port: int | None, addr: str, textfile: Path | None, events: EventLog) 
     nowhere."""
     if port is None and textfile is None:
         return None
-    try:
-        output = MetricsOutput(RunMetrics(), port, addr, textfile)
-    except OSError as err:
-        raise ConfigError(f"--metrics-port {port} on {addr}: {err.strerror or err}") from None
+    output = MetricsOutput(RunMetrics(), port, addr, textfile)
     events.listeners.append(output.metrics.on_event)
     return output
 
@@ -168,11 +168,20 @@ class MetricsOutput:
         self.metrics, self.textfile, self._addr = metrics, textfile, addr
         self._server = None
         self.port: int | None = None
+        self._write_failed = False
         if port is not None:
-            self._server, _thread = start_http_server(port, addr=addr, registry=metrics.registry)
+            try:
+                self._server, _thread = start_http_server(port, addr=addr, registry=metrics.registry)
+            except OSError as err:
+                raise ConfigError(f"--metrics-port {port} on {addr}: {err.strerror or err}") from None
             self.port = self._server.server_port
         if textfile is not None:
-            textfile.parent.mkdir(parents=True, exist_ok=True)
+            try:  # written once now: a path that cannot be written is refused before training
+                textfile.parent.mkdir(parents=True, exist_ok=True)
+                write_to_textfile(str(textfile), metrics.registry)
+            except OSError as err:
+                self._stop_server()
+                raise ConfigError(f"--metrics-textfile {textfile}: {err.strerror or err}") from None
 
     def where(self) -> dict[str, Any]:
         """Fields of the ``metrics`` event: where to scrape or read them."""
@@ -191,10 +200,20 @@ class MetricsOutput:
         if scores:
             self.metrics.on_scores(scores)
         if self.textfile is not None:
-            write_to_textfile(str(self.textfile), self.metrics.registry)  # a temporary file, then rename
+            try:
+                write_to_textfile(str(self.textfile), self.metrics.registry)  # a temporary file, then rename
+            except OSError as err:  # a full disk mid-run: the metrics go stale, training does not stop
+                if not self._write_failed:
+                    log.warning("--metrics-textfile %s: cannot be written (%s); retried", self.textfile, err)
+                self._write_failed = True
+            else:
+                self._write_failed = False
 
     def close(self) -> None:
         self.update(None)
+        self._stop_server()
+
+    def _stop_server(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

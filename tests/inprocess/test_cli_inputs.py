@@ -40,6 +40,8 @@ VALUES = (
     "{file}",
     "{dir}",
     "{corrupt}",
+    "{yaml_bomb}",
+    "{typed_run}",
 )
 COMMANDS: dict[tuple[str, ...], tuple[list[str], list[str]]] = {
     # the command, then what goes before the flag under test and after it
@@ -53,7 +55,7 @@ COMMANDS: dict[tuple[str, ...], tuple[list[str], list[str]]] = {
     ("resize",): (["--nodes", "2"], ["{missing}"]),
     ("grow",): (["--nodes", "1"], ["{missing}"]),
     ("shrink",): (["--nodes", "1"], ["{missing}"]),
-    ("status",): ([], ["{dir}"]),
+    ("status",): ([], ["{typed_run}"]),
     ("simulate",): (["--recovery-s", "1", "--trials", "2", "--plot", "{dir}/plot.png"], []),
     ("report",): ([], ["{corrupt_run}"]),
 }
@@ -96,7 +98,19 @@ def places(tmp_path_factory) -> dict[str, str]:
     run.mkdir()
     (run / "events.jsonl").write_bytes(b'{"event": "start"\n\xff\xfe garbage\n')
     (base / "dir").mkdir()
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(  # expands to 9**9 values
+        f"{k}: &{k} [{', '.join([f'*{p}'] * 9)}]\n" for p, k in zip("abcdefgh", "bcdefghi")
+    )
+    (base / "bomb.yaml").write_text(bomb + "keep_ram: *i\n")
+    typed = base / "typed-run"
+    typed.mkdir()
+    (typed / "events.jsonl").write_text(
+        '{"event": "start", "t": 1}\n{"event": "fault", "kind": 5, "rank": "x", "t": "later"}\n'
+        '{"event": "recovered", "seconds": Infinity, "t": 2}\n'
+    )
     return {
+        "{yaml_bomb}": str(base / "bomb.yaml"),
+        "{typed_run}": str(typed),
         "{missing}": str(base / "missing" / "x"),
         "{file}": str(base / "file"),
         "{dir}": str(base / "dir"),

@@ -166,3 +166,43 @@ def test_a_local_run_of_more_ranks_than_one_machine_holds_is_refused(tmp_path, c
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("sres: error: --nodes 100000 x --procs-per-node 1") and "at most 512" in line
     assert not (tmp_path / "logs").exists()  # refused before anything was made
+
+
+WRONG_TYPES = [
+    ('{"event": "start", "t": "yesterday"}', "field 't' of a 'start' event is \"yesterday\", not float"),
+    ('{"event": "fault", "kind": 5, "rank": 1, "t": 1}', "field 'kind' of a 'fault' event is 5, not str"),
+    (
+        '{"event": "recovered", "seconds": Infinity, "t": 1}',
+        "field 'seconds' of a 'recovered' event is inf, not float",
+    ),
+    ('{"event": "replaced", "rank": [1], "t": 1}', "field 'rank' of a 'replaced' event is [1], not int"),
+    ('{"event": "finished", "steps": true, "t": 1}', "field 'steps' of a 'finished' event is true, not int"),
+    ('{"event": "newer-kind", "t": NaN}', "field 't' of a 'newer-kind' event is nan, not float"),
+]
+
+
+@pytest.mark.parametrize("command", ["report", "simulate"])
+@pytest.mark.parametrize(
+    ("line", "says"), WRONG_TYPES, ids=[w[1].split()[1] + w[1].split()[4] for w in WRONG_TYPES]
+)
+def test_an_event_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, capsys, command, line, says):
+    """A hand-edited or corrupt log: what readers compute with (times subtracted, counts added)
+    must be of its declared type, or the reader stops at that line in one line."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"event": "start", "t": 1}\n' + line + "\n")
+    argv = [command, str(tmp_path)] if command == "report" else [command, str(events)]
+    assert main(argv) == 1
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"sres: error: {events}:2: {says}") and error.endswith(" (a corrupt log?)"), error
+
+
+@pytest.mark.local  # starts a supervisor's servers, though no rank starts
+def test_a_metrics_textfile_that_cannot_be_written_is_one_line_naming_the_flag(tmp_path):
+    argv = [*run_args(tmp_path, "--metrics-textfile", "/proc/x/y")[:-1], sys.executable, "-c", "pass"]
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.splitlines()[-1] == "sres: error: --metrics-textfile /proc/x/y: No such file or directory"
+    )
