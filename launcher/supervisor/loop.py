@@ -72,11 +72,12 @@ def decision_limit(nodes: int) -> int:
     return MAX_DECISIONS_PER_TICK + nodes
 
 
-def _run_store(secret: str) -> tuple[str, RunStore]:
+def _run_store(secret: str, address: str) -> tuple[str, RunStore]:
     """This incarnation's store, its values signed under a key of its own: a value copied from
-    an earlier run of the same log dir (same secret) is refused (``run_secret.store_key``)."""
+    an earlier run of the same log dir (same secret) is refused (``run_secret.store_key``); it
+    listens only where ranks reach it (as the liveness server does)."""
     nonce = run_secret.new_challenge()
-    return nonce, RunStore.host(run_secret.store_key(secret, nonce))
+    return nonce, RunStore.host(run_secret.store_key(secret, nonce), address=address)
 
 
 class Supervisor:
@@ -97,7 +98,7 @@ class Supervisor:
         )
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(RunDir(Path(config.log_dir)).events, wall)
-        self.store_nonce, self.store = _run_store(self.liveness.secret)
+        self.store_nonce, self.store = _run_store(self.liveness.secret, self.placement.store_host)
         self.recovery = RecoveryWatch(
             self.store,
             self.events,

@@ -41,9 +41,9 @@ class RunStore:
         self.faults = FaultChannel(core)
 
     @classmethod
-    def host(cls, secret: str, timeout_s: float = 60.0) -> "RunStore":
-        """The supervisor's server, on a free port."""
-        return cls(StoreCore.host(secret, timeout_s))
+    def host(cls, secret: str, timeout_s: float = 60.0, address: str = "127.0.0.1") -> "RunStore":
+        """The supervisor's server, on a free port of ``address``."""
+        return cls(StoreCore.host(secret, timeout_s, address))
 
     @classmethod
     def connect(

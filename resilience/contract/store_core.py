@@ -11,6 +11,7 @@ reads as absent, and its key is noted once in :attr:`StoreCore.forged` for the s
 from __future__ import annotations
 
 import json
+import socket
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -35,14 +36,21 @@ class StoreCore:
         self._forged_seen: set[str] = set()
 
     @classmethod
-    def host(cls, secret: str, timeout_s: float = 60.0) -> "StoreCore":
-        """The supervisor's server, on a free port: a rank never hosts it, so losing one loses no key."""
-        return cls(
-            dist.TCPStore(
-                "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
-            ),
-            secret,
+    def host(cls, secret: str, timeout_s: float = 60.0, address: str = "127.0.0.1") -> "StoreCore":
+        """The supervisor's server, on a free port of ``address`` (where ranks reach it: loopback
+        for a run on one machine): a rank never hosts it, so losing one loses no key. Left to
+        itself torch's server listens on every interface; it is handed a socket of ours instead."""
+        listener = socket.create_server((address, 0), backlog=4096)
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(
+            address,
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
+            master_listen_fd=listener.detach(),  # torch's server's from now on
         )
+        return cls(store, secret)
 
     @classmethod
     def connect(

@@ -204,3 +204,18 @@ def test_a_heartbeat_another_user_writes_or_replays_never_reads_as_newer():
     assert store.liveness.heartbeats("n0p0") == first < second
     under.set(key, str(second + 10**12))  # a bigger number without the run's MAC
     assert store.liveness.heartbeats("n0p0") == 0
+
+
+def test_the_store_listens_only_where_its_ranks_reach_it():
+    """torch's server listens on every interface by itself; a run on one machine keeps its
+    store (plans, hosts, ports: signed, not secret) off the network."""
+    import os
+
+    from tests.support.attacker import listening
+
+    secret = run_secret.new_secret()
+    server = RunStore.host(secret)
+    rank = RunStore.connect("127.0.0.1", server.port, secret)
+    rank.liveness.beat("a")
+    assert server.liveness.heartbeats("a") > 0
+    assert [a for a in listening(os.geteuid()) if a[1] == server.port] == [("127.0.0.1", server.port)]
