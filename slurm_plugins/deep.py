@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -69,8 +68,6 @@ def allreduce(ctx: CheckContext) -> list[CheckResult]:
         *own_module("slurm_plugins.allreduce_bench"),
         "--world",
         str(world),
-        "--port",
-        str(_free_port()),
         "--mib",
         str(cfg.allreduce_mib),
         "--seconds",
@@ -158,9 +155,3 @@ def deep_checks() -> list[Check]:
         Check("memory_stress", memory_stress),
         Check("disk_stress", disk_stress),
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

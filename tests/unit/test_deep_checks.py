@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from slurm_plugins.allreduce_bench import bus_bandwidth
 from slurm_plugins.checks.base import CheckContext, Status
 from slurm_plugins.deep import disk_stress, gpu_stress, memory_stress
@@ -51,3 +53,37 @@ def test_gpu_stress_without_a_gpu_is_skipped_never_ok(tmp_path):
 def test_bus_bandwidth_is_nccl_tests_formula():
     algbw, busbw = bus_bandwidth(8 * 10**9, 1.0, 8)
     assert algbw == 8.0 and busbw == 14.0
+
+
+@pytest.mark.local  # starts two gloo ranks
+def test_the_allreduce_check_shows_no_port_to_take_and_meets_in_a_private_directory():
+    """A port chosen in advance was on the check's command line, which every user can read
+    (``ps``): another user who took it first failed the check and kept a drained node drained."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    argv = ["--world", "2", "--mib", "1", "--seconds", "3"]
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "slurm_plugins.allreduce_bench", *argv], stdout=subprocess.PIPE, text=True
+    )
+    lines: list[list[str]] = []
+    modes: set[int] = set()
+    deadline = time.monotonic() + 60
+    while bench.poll() is None and time.monotonic() < deadline and len(lines) < 2:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmd = (proc / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if "slurm_plugins.allreduce_bench" in cmd and "--rank" in cmd and cmd not in lines:
+                lines.append(cmd)
+                modes.add(os.stat(cmd[cmd.index("--store") + 1]).st_mode & 0o777)
+        time.sleep(0.05)
+    out, _ = bench.communicate(timeout=120)
+    assert bench.returncode == 0 and '"correct": true' in out, out
+    assert len(lines) == 2 and not any("--port" in cmd for cmd in lines), lines
+    assert modes == {0o700}
+    store = Path(lines[0][lines[0].index("--store") + 1])
+    assert not store.exists()  # removed after the check
