@@ -108,6 +108,10 @@ class ShmConfig:
     enabled: bool = True
     path: str = "/dev/shm"
     min_free_mib: int = 512
+    count_users_files: bool = False
+    """Whether space held by files of users (not root's) counts as used. Off: any user can fill
+    ``/dev/shm``, and draining for that let one user take nodes from everyone; their files go
+    with their jobs' epilogs, or a reboot."""
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,45 @@ def check_disk(ctx: CheckContext) -> list[CheckResult]:
 
 
 def check_shm(ctx: CheckContext) -> list[CheckResult]:
+    """Free space of ``/dev/shm``; a shortfall is transient (usually a dead job's RAM tier: its
+    epilog or a reboot clears it). Space in users' files counts as free unless configured:
+    see :attr:`~slurm_plugins.health_config.ShmConfig.count_users_files`."""
     cfg = ctx.config.checks.shm
-    result = free_space("shm", ctx.expand(cfg.path), cfg.min_free_mib)
-    # A full /dev/shm is usually a dead job's RAM tier: a reboot (or the epilog) clears it.
-    return [CheckResult(result.check, result.status, result.detail, Fault.TRANSIENT)]
+    path = ctx.expand(cfg.path)
+    try:
+        free = shutil.disk_usage(path).free // MIB
+    except OSError as err:
+        return [fail("shm", f"{path}: {err.strerror or err}", Fault.TRANSIENT)]
+    detail = f"{path}: {free} MiB free, need {cfg.min_free_mib}"
+    if free >= cfg.min_free_mib:
+        return [ok("shm", detail)]
+    held = 0 if cfg.count_users_files else users_bytes(Path(path)) // MIB
+    if free + held >= cfg.min_free_mib:
+        return [ok("shm", f"{detail}; {held} MiB more in users' files, counted free (any user can fill it)")]
+    return [fail("shm", detail + (f" ({held} MiB in users' files counted)" if held else ""), Fault.TRANSIENT)]
+
+
+def users_bytes(root: Path, limit: int = 100_000) -> int:
+    """Bytes held under ``root`` by files not root's, walked without following a link (root
+    walks a tree users write: a link or a swap changes only a count) and at most ``limit``
+    entries deep in total: a count, never a decision about a file."""
+    total, seen, todo = 0, 0, [str(root)]
+    while todo and seen < limit:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+            elif st.st_uid != 0:
+                total += st.st_blocks * 512
+    return total
 
 
 def check_mounts(ctx: CheckContext) -> list[CheckResult]:
