@@ -38,7 +38,7 @@ def _rank(rank: int, world: int, store: str, mib: int, seconds: float, backend: 
 
     dist.init_process_group(
         backend,
-        store=dist.FileStore(os.path.join(store, "rendezvous"), world),
+        init_method="file://" + os.path.join(store, "rendezvous"),
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=60),

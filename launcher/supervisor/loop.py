@@ -47,6 +47,7 @@ from launcher.supervisor.observe.step_reports import StepLog
 from launcher.supervisor.observe.view import Observation
 from launcher.supervisor.relay import RankEventRelay
 from launcher.supervisor.tickers import ForkServers, LiveMetrics, Ticker
+from resilience import tiers
 from resilience.contract.messages import Plan
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
@@ -178,6 +179,7 @@ class Supervisor:
             clocks=Clocks(self.clock, self.wall, self.sleep),
             out=out,
             answer=self.control.answer,
+            ram_root=lambda: tiers.ram_root(self.liveness.secret),
         )
 
     @property

@@ -60,13 +60,16 @@ def ram_root_of(uid: int, configured: str | None = None) -> Path:
     return Path(template.replace("{uid}", str(uid)))
 
 
-def ram_root() -> Path:
+def ram_root(secret: str | None = None) -> Path:
     """This user's RAM root, created mode 0700 or adopted only when it is the user's own
     directory (:mod:`resilience.private_paths`). When it is not (another user made it first,
     or made it a link), a warning line names it and the run keeps its RAM tier in a private
     place of its own: ``<root>-<a name derived from the run's secret>``, the same for every
-    rank of the run and one no one else can guess, so planting it in advance stops no one."""
-    return _private_root(str(ram_root_of(os.geteuid())), os.environ.get(run_secret.ENV, ""))
+    rank of the run and one no one else can guess, so planting it in advance stops no one.
+    ``secret``: the run's (a rank reads it from its environment; the supervisor, which has no
+    such variable, passes it, or it cleaned another directory than its ranks had used)."""
+    secret = os.environ.get(run_secret.ENV, "") if secret is None else secret
+    return _private_root(str(ram_root_of(os.geteuid())), secret)
 
 
 @functools.lru_cache(maxsize=8)

@@ -64,6 +64,10 @@ def test_a_ram_root_planted_by_another_user_is_never_used(victim, attacker, vict
     assert "a private place" in run.stderr
     assert sorted(str(p) for p in planted.rglob("*")) == before  # not read into, not written
     assert planted.stat().st_uid == attacker.uid
+    # The supervisor cleaned the finished run's RAM tier where its ranks had kept it (it once
+    # worked out a fallback of its own and left 228 KiB of model state in theirs).
+    (fallback,) = [Path(p) for p in ram_roots(victim) if p != str(planted)]
+    assert not list(fallback.glob("job-*")), list(fallback.rglob("*"))
 
 
 def test_a_link_where_the_ram_root_should_be_is_never_followed(victim, attacker, victim_reference, tmp_path):

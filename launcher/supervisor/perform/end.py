@@ -130,4 +130,4 @@ def after_stop(h: Hands) -> None:
     if h.books.finished:
         c = h.config
         job = c.tiers.job_id if c.tiers is not None else tiers.default_job_id(os.environ, c.log_dir)
-        tiers.remove_job(job)
+        tiers.remove_job(job, h.ram_root())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from launcher.observability.events import EventLog
@@ -63,6 +64,8 @@ class Hands:
     clocks: Clocks
     out: TextIO
     answer: Callable[..., None] = _no_answer
+    ram_root: Callable[[], Path | None] = lambda: None
+    """This run's RAM root as its ranks found it (None: the default), for the cleanup at its end."""
 
     def spawn(self, slot: str, node: int, local: int) -> bool:
         """Start the slot's process; True when it is forked from its machine's fork server."""
