@@ -46,6 +46,10 @@ class TierConfig:
     fsync: bool = True
     """fsync persistent files before their manifest (a crash of the file server must not leave
     a manifest that names unwritten data)."""
+    share_group: bool = False
+    """Persistent checkpoints readable by the persistent directory's group (step and rank
+    directories 0750, files 0640), for a project that shares one; never writable by it. Off:
+    the user's alone whatever the umask. A run still loads only its user's own files."""
     persist_replicated_once: bool = True
     """In the persistent tier, ranks other than 0 write only their sharded state; their
     manifests point at rank 0's replicated file and carry their own checksum for it, which a
@@ -67,6 +71,8 @@ class TierConfig:
             raise TierConfigError(f"ram_every must be >= 1 (got {self.ram_every})")
         if self.keep_ram < 1 or self.keep_persistent < 1:
             raise TierConfigError("keep_ram and keep_persistent must be >= 1")
+        if self.share_group and not self.persistent_dir:
+            raise TierConfigError("share_group shares the persistent tier: it needs a persistent directory")
         if self.neighbour and not self.ram:
             raise TierConfigError("the neighbour tier copies the RAM tier: it needs ram=True")
 
@@ -113,9 +119,10 @@ class TierConfig:
 
 
 _COUNTS = ("persist_every", "ram_every", "keep_ram", "keep_persistent")
+_SWITCHES = ("ram", "neighbour", "fsync", "persist_replicated_once", "share_group")
 _TYPED = (
     *((name, int, "a whole number") for name in _COUNTS),
-    *((name, bool, "true or false") for name in ("ram", "neighbour", "fsync", "persist_replicated_once")),
+    *((name, bool, "true or false") for name in _SWITCHES),
     ("persistent_dir", str, "a path"),
 )
 """Settings come from YAML and JSON as they are written (``keep_ram: two``): each must be of

@@ -152,9 +152,12 @@ class Tier(ABC):
         copy is skipped: neither a success nor a failure). Raises ``saving.failures`` when
         the copy failed."""
         root, fsync = self._root(where), self.shared and where.config.fsync
+        group = self.shared and where.config.share_group
         if isinstance(source, Path):
-            return mf.copy_checkpoint(source, root, step, rank, fsync=fsync, share=share)
-        return mf.write(root, where.config.job_id, step, world_size, rank, source, fsync=fsync, share=share)
+            return mf.copy_checkpoint(source, root, step, rank, fsync=fsync, share=share, group=group)
+        return mf.write(
+            root, where.config.job_id, step, world_size, rank, source, fsync=fsync, share=share, group=group
+        )
 
     def read(
         self, where: Where, step: int, owner: int, world_size: int, kinds: Collection[str] | None = None

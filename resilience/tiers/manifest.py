@@ -55,15 +55,17 @@ def write(
     fsync: bool = False,
     now: float | None = None,
     share: Mapping[str, int] | None = None,
+    group: bool = False,
 ) -> Path:
     """Write a rank's snapshots (kind -> snapshot) as a checkpoint; the manifest last, then an
     atomic rename. Files named in ``share`` are not written: the manifest says which rank's
-    directory holds them (see the module doc). Returns the checkpoint directory."""
+    directory holds them (see the module doc). ``group``: readable by the directory's group
+    (:func:`private_step_dir`). Returns the checkpoint directory."""
     share = {name: owner for name, owner in (share or {}).items() if name[:-4] in snaps}
     final = rank_dir(root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    private_step_dir(tmp)
+    private_step_dir(tmp, group)
     try:
         files = {}
         for kind, snap in snaps.items():
@@ -74,6 +76,8 @@ def write(
             job_id, step, world_size, rank, files, layout, time.time() if now is None else now, shared=share
         )
         _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
+        if group:
+            _readable_by_group(tmp)
         publish_dir(tmp, final, fsync)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -81,13 +85,33 @@ def write(
     return final
 
 
-def private_step_dir(tmp: Path) -> None:
+def private_step_dir(tmp: Path, group: bool = False) -> None:
     """Make a rank's temporary directory and its step's, mode 0700 (the root's with the umask):
     a checkpoint is the user's alone by default, whatever the umask (022 left every step of a
     shared persistent directory readable by all), and no one else can plant a file beside its
-    files. Inside a 0700 directory the files' own modes do not matter."""
+    files. Inside a 0700 directory the files' own modes do not matter.
+
+    ``group`` (the tiers' ``share_group``, asked for explicitly): 0750, and the files 0640 once
+    written (:func:`_readable_by_group`), so the directory's group (a project's, where the root
+    is setgid) can read and copy the checkpoint; it can never write into it. A run loads only
+    its user's own files all the same."""
+    mode = 0o750 if group else 0o700
     tmp.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp.mkdir(mode=0o700)
+    if group:
+        fd = os.open(tmp.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():  # another rank's of this user made it 0700
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    tmp.mkdir(mode=mode)
+    os.chmod(tmp, mode)  # whatever the umask took away
+
+
+def _readable_by_group(tmp: Path) -> None:
+    for entry in os.scandir(tmp):
+        if entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o640, follow_symlinks=False)
 
 
 def publish_dir(tmp: Path, final: Path, fsync: bool = False) -> None:
@@ -195,6 +219,7 @@ def copy_checkpoint(
     rank: int,
     fsync: bool = False,
     share: Mapping[str, int] | None = None,
+    group: bool = False,
 ) -> Path:
     """Copy a complete checkpoint directory into another tier root; manifest last, then rename.
     Files named in ``share`` are not copied: the copy's manifest says which rank's directory
@@ -202,7 +227,7 @@ def copy_checkpoint(
     final = rank_dir(dst_root, step, rank)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    private_step_dir(tmp)
+    private_step_dir(tmp, group)
     try:
         try:
             manifest = read_manifest(src) if share else None
@@ -215,6 +240,8 @@ def copy_checkpoint(
         if manifest is not None:
             shared = {**manifest.shared, **{n: o for n, o in share.items() if n in manifest.files}}
             write_manifest(tmp, replace(manifest, shared=shared), fsync=fsync)
+        if group:
+            _readable_by_group(tmp)
         publish_dir(tmp, final, fsync)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -496,3 +496,29 @@ def test_a_same_step_copy_is_replaced_whole(tmp_path, monkeypatch, exchange):
     loaded = mf.load(path, mf.read_manifest(path, "j"))["replicated"]
     assert loaded.digest() == snaps(4, seed=2)["replicated"].digest()
     assert [p.name for p in mf.step_dir(tmp_path, 4).iterdir()] == ["rank-00000"]
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["private", "share_group"])
+def test_checkpoints_are_the_users_alone_unless_shared_with_the_group_and_never_writable_by_it(
+    tmp_path, group
+):
+    """Whatever the umask (022 once left every step of a shared persistent directory readable by
+    all): private by default; ``share_group`` opens reading to the group, never writing."""
+    import os
+    import stat
+
+    old = os.umask(0o002)  # a project's usual umask
+    try:
+        path = mf.write(tmp_path, "j", 5, 1, 0, snaps(5), group=group)
+        copy = mf.copy_checkpoint(path, tmp_path / "copy", 5, 0, group=group)
+    finally:
+        os.umask(old)
+    for top in (path, copy):
+        dirs, files = {top.parent, top}, set(top.iterdir())
+        want_dir, want_file = (0o750, 0o640) if group else (0o700, None)
+        assert {stat.S_IMODE(d.stat().st_mode) for d in dirs} == {want_dir}, top
+        if want_file is not None:
+            assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {want_file}, top
+        assert mf.load(top, mf.read_manifest(top), verify=True).keys() == snaps(5).keys()
+    with pytest.raises(TierConfigError, match="share_group .* needs a persistent directory"):
+        TierConfig(job_id="j", share_group=True)
