@@ -47,6 +47,9 @@ ATTACK = textwrap.dedent(
         b'{"event": "checkpoint-saved", "rank": 0, "tier": "ram", "step": 1, "seconds": 0.1}',
     ):
         store.set(keys.rank_event(store.add(keys.RANK_EVENTS, 1)), record)
+    store.add(keys.RANK_EVENTS, 10**12)  # a gap no writer makes: once, sres run never ended
+    store.add(keys.join(2), -1000)  # once, the next re-formation waited forever
+    store.set(keys.heartbeat("n1p0"), b"1" * 48)  # unsigned: absent; a bumped counter once hid a hang
     done.append("store")
     for host, port in liveness:
         for garbage in (b"\\xff" * 300, b"n0p0 0 " + b"0" * 64 + b"\\n"):
@@ -90,7 +93,8 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
     assert len(run.of("finished")) == 1
     dropped = run.of("dropped-input")
     by_channel = {c: [e for e in dropped if e["channel"] == c] for c in ("store", "rank-event", "liveness")}
-    assert len(by_channel["rank-event"]) == 3 and len(by_channel["liveness"]) == 2, dropped
+    assert len(by_channel["rank-event"]) == 4 and len(by_channel["liveness"]) == 2, dropped
+    assert "the counter was moved past them" in by_channel["rank-event"][-1]["why"], dropped
     assert {e["why"].split("'")[1] for e in by_channel["store"]} >= {"inject-node/0", "preempt"}, dropped
 
 
