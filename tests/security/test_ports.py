@@ -47,6 +47,8 @@ ATTACK = textwrap.dedent(
         b'{"event": "checkpoint-saved", "rank": 0, "tier": "ram", "step": 1, "seconds": 0.1}',
     ):
         store.set(keys.rank_event(store.add(keys.RANK_EVENTS, 1)), record)
+    plan = store.get(keys.plan(1))  # there: the run's first generation has begun
+    done.append("read in the clear" if b"n0p0" in plan else "sealed")
     store.add(keys.RANK_EVENTS, 10**12)  # a gap no writer makes: once, sres run never ended
     store.add(keys.join(2), -1000)  # once, the next re-formation waited forever
     store.set(keys.heartbeat("n1p0"), b"1" * 48)  # unsigned: absent; a bumped counter once hid a hang
@@ -86,7 +88,8 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
     # 1 s a step: the attacker (torch's import, a probe of each port) lands mid-run on a loaded machine
     run = victim_run(victim, name="ports", train_args=("--sleep-s", "1.0"))
     watcher.join(timeout=60)
-    assert outcome and isinstance(outcome[0], list) and len(outcome[0]) == 2, outcome  # store, liveness
+    assert outcome and isinstance(outcome[0], list) and len(outcome[0]) == 3, outcome  # store, liveness
+    assert outcome[0][0] == "sealed", outcome  # the plan's slots and hosts, the tier's address
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference
     assert not run.of("fault") and not run.of("drained") and not run.of("requeue"), run.events
