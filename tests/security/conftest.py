@@ -64,13 +64,16 @@ def victim_run(
     train_args: tuple[str, ...] = (),
     persistent: Path | None = None,
     open_files: int | None = None,
+    again: bool = False,
 ) -> Run:
     """``sres run`` as the victim: 2 nodes, RAM and neighbour tiers, a persistent dir of its own
     (or ``persistent``, kept as it is). ``name``: the log dir's, one per test (a watcher started
     before the run must not read an earlier test's events). ``open_files``: the soft limit the
-    victim's shell starts it with (a login's is often 1,024)."""
+    victim's shell starts it with (a login's is often 1,024). ``again``: a second run in the
+    same log dir (its kept secret), as a requeued job or a rerun makes."""
     log_dir = victim.home / name
-    shutil.rmtree(log_dir, ignore_errors=True)  # a run of its own: nothing of an earlier test's
+    if not again:
+        shutil.rmtree(log_dir, ignore_errors=True)  # a run of its own: nothing of an earlier test's
     if persistent is None:
         persistent = victim.home / f"{name}.persistent"
         shutil.rmtree(persistent, ignore_errors=True)

@@ -11,12 +11,14 @@ a live rank. The run must end with its fault-free bits, with no fault, no requeu
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from resilience.contract import keys
 from tests.security.conftest import victim_run
 from tests.support.slurm_cluster import processes_with_env
 from tests.support.sres_runs import when_event
@@ -169,3 +171,64 @@ def test_idle_connections_to_every_port_of_the_run_end_nothing(victim, attacker,
     assert run.returncode == 0, run.stderr
     assert run.digests() == victim_reference
     assert not run.of("fault") and len(run.of("finished")) == 1, run.events
+
+
+RECORD = textwrap.dedent(
+    """
+    import sys
+    from datetime import timedelta
+    from pathlib import Path
+    import torch.distributed as dist
+    from resilience.contract import keys
+
+    port, key, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+    if out.exists():  # the second run: put the first run's value back
+        store.set(key, out.read_bytes())
+    else:
+        out.write_bytes(store.get(key))
+    print("done")
+    """
+)
+
+
+def test_a_plan_recorded_from_one_run_and_replayed_into_the_next_is_refused(
+    victim, attacker, victim_reference
+):
+    """The same log dir keeps its secret across runs (a requeued job, a rerun). The attacker
+    records run 1's second plan (sealed, as the run wrote it) and sets it in run 2: run 2 once
+    formed run 1's membership, drained a node and never ended. Values are sealed under a key of
+    each supervisor start, so the copy does not open there."""
+    log_dir, stolen = victim.home / "replay", attacker.home / "plan-2"
+    stolen.unlink(missing_ok=True)
+    outcome: list[str] = []
+
+    def replay() -> None:
+        done = attacker.python(RECORD, store_port(log_dir), keys.plan(2), str(stolen))
+        outcome.append(done.stdout.strip() or done.stderr)
+
+    first = when_event(log_dir, lambda e: e["event"] == "recovered", replay)
+    # 1 s a step: the attacker (torch's import) reaches the store before the run ends
+    run1 = victim_run(
+        victim, "--inject", "kill:rank=1:step=5", name="replay", train_args=("--sleep-s", "1.0")
+    )
+    first.join(timeout=60)
+    assert run1.returncode == 0 and run1.digests() == victim_reference, run1.stderr
+    assert outcome == ["done"] and stolen.stat().st_size > 0, outcome
+
+    (log_dir / "events.jsonl").unlink()  # the watcher waits for run 2's own first generation
+    shutil.rmtree(victim.home / "replay.persistent-2", ignore_errors=True)
+    second = when_event(log_dir, lambda e: e["event"] == "generation", replay)
+    run2 = victim_run(
+        victim,
+        name="replay",
+        again=True,
+        persistent=victim.home / "replay.persistent-2",
+        train_args=("--sleep-s", "1.0"),
+    )
+    second.join(timeout=60)
+    assert outcome == ["done", "done"], outcome
+    assert run2.returncode == 0, run2.stderr
+    assert run2.digests() == victim_reference
+    # The ranks read the copy (each polls for the next plan) and took it for absent.
+    assert not run2.of("fault") and not run2.of("drained") and len(run2.of("generation")) == 1, run2.events
