@@ -161,7 +161,8 @@ def test_idle_connections_to_every_port_of_the_run_end_nothing(victim, attacker,
         attack()
 
     watcher = when_event(log_dir, lambda e: e["event"] == "checkpoint-saved", control_port)  # all up
-    run = victim_run(victim, name="flood", train_args=("--sleep-s", "1.0"), open_files=1024)
+    # 2 s a step (28 s): the flood's ramp (up to 20 s on a loaded machine) ends before the run
+    run = victim_run(victim, name="flood", train_args=("--sleep-s", "2.0"), open_files=1024)
     watcher.join(timeout=120)
     assert "error" not in outcome, outcome
     opened = {int(port): n for port, n in outcome["opened"].items()}
