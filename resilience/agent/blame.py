@@ -20,11 +20,14 @@ COLLECTIVE_MODULES = (
     "resilience.ddp",
     "resilience.exact",
     "torch.autograd",
+    "resilience.state.transfer",
 )
 """Modules whose frames mean the exception came out of communication with peers. Autograd is
 one: plain DDP all-reduces from C++ hooks inside ``backward()``, so a lost peer surfaces there.
 A user's own error inside ``backward()`` is then taken as collateral too, which costs at most
-the supervisor's short wait for a culprit (1 s) before it is blamed anyway."""
+the supervisor's short wait for a culprit (1 s) before it is blamed anyway. Our state streams
+are another: a send's ``Work.wait()`` is C++ with no torch frame above it, so a buddy copy to a
+rank that just died was blamed on the sender (CI: an extra fault, a generation replacing no one)."""
 
 
 def origin(err: BaseException, released: bool) -> str:

@@ -67,6 +67,31 @@ def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
     assert run_rank_pair(script, timeout=60)[0].stdout.split() == ["RuntimeError", "peer"]
 
 
+@pytest.mark.local  # spawns: the gloo peer ranks
+def test_a_state_stream_to_a_peer_that_died_is_a_peers():
+    """Rank 0 streams a snapshot to rank 1, which has died: the send's ``Work.wait()`` raises
+    with no torch frame above it, and it is still the peer's fault."""
+    script = textwrap.dedent("""
+        import os, sys, time
+        import torch, torch.distributed as dist
+        from resilience.agent import blame
+        from resilience.state import snapshot, transfer
+        rank, port = int(sys.argv[1]), int(sys.argv[2])
+        store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+        dist.all_reduce(torch.ones(4))
+        if rank == 1:
+            time.sleep(1.0)  # alive while rank 0 posts its sends, gone while it waits on them
+            os._exit(9)
+        snap = snapshot.capture({"w": torch.ones(16 << 20)}, step=1)  # 64 MiB: more than a socket holds
+        try:
+            transfer.send_snapshot(snap, 1)
+        except Exception as err:
+            print(type(err).__name__, blame.origin(err, released=False))
+    """)
+    assert run_rank_pair(script, timeout=60)[0].stdout.split()[-1:] == ["peer"]
+
+
 def test_reports_carry_the_origin_and_type_and_old_reports_still_read():
     rep = Report(
         "error", 2, message="RuntimeError: x", collateral=True, origin="peer", error_type="RuntimeError"
