@@ -46,17 +46,23 @@ def test_any_error_after_the_generation_was_released_is_collateral():
     assert blame.origin(ValueError("anything"), released=True) == blame.RELEASED
 
 
+_PAIR = """
+import os, sys, time
+import torch, torch.distributed as dist
+from resilience.agent import blame
+from resilience.state import snapshot, transfer
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
+dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+dist.all_reduce(torch.ones(4))
+"""
+"""Two gloo ranks that have met once; each test's lines follow."""
+
+
 @pytest.mark.local  # spawns: the gloo peer ranks
 def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
     """Rank 1 dies; rank 0's all_reduce raises gloo's plain RuntimeError, seen as a peer's fault."""
-    script = textwrap.dedent("""
-        import os, socket, sys, time
-        import torch, torch.distributed as dist
-        from resilience.agent import blame
-        rank, port = int(sys.argv[1]), int(sys.argv[2])
-        store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
-        dist.all_reduce(torch.ones(4))
+    script = _PAIR + textwrap.dedent("""
         if rank == 1:
             os._exit(9)
         try:
@@ -71,15 +77,7 @@ def test_a_real_gloo_collective_whose_peer_died_is_a_peers():
 def test_a_state_stream_to_a_peer_that_died_is_a_peers():
     """Rank 0 streams a snapshot to rank 1, which has died: the send's ``Work.wait()`` raises
     with no torch frame above it, and it is still the peer's fault."""
-    script = textwrap.dedent("""
-        import os, sys, time
-        import torch, torch.distributed as dist
-        from resilience.agent import blame
-        from resilience.state import snapshot, transfer
-        rank, port = int(sys.argv[1]), int(sys.argv[2])
-        store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
-        dist.all_reduce(torch.ones(4))
+    script = _PAIR + textwrap.dedent("""
         if rank == 1:
             time.sleep(1.0)  # alive while rank 0 posts its sends, gone while it waits on them
             os._exit(9)
