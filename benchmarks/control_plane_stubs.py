@@ -1,0 +1,229 @@
+"""Rank stubs for the control-plane harness: one process hosting hundreds of simulated ranks.
+
+Each simulated rank is a thread that does what a rank does on the control path, with the
+project's own code and nothing else: it connects to the run's store (``RunStore.connect``),
+opens its liveness connection (``liveness.announce``), starts the real ``Heartbeat`` over a
+``GenerationWatch``, marks itself warm, waits for a plan (``plans.wait_for``), joins
+(``plans.join``), "trains" (sleeps a step, times it with the real ``StepTimer``, checks for a
+pause where the run is elastic), and when the heartbeat releases it (a newer plan) reports the
+collective's failure (``liveness.report``) and waits for the next plan. No torch training.
+
+The harness (``benchmarks/control_plane.py``) drives it through stdin, one JSON object a line:
+``{"op": "start", "slot", "env"}`` (the supervisor spawned a slot), ``{"op": "kill", "slot"}``
+(the supervisor killed it), ``{"op": "kill-node", "node"}`` (the node is lost: its ranks stop and
+their connections close, nothing is reported), ``{"op": "hang", "slot"}`` (its heartbeat stops),
+``{"op": "slow", "node", "factor"}``. It answers on stdout: ``{"exit": slot, "rc"}`` and one
+``{"join": ...}`` record per rank and generation, which the harness checks (each rank released
+once per generation, never in two at once).
+
+    python benchmarks/control_plane_stubs.py   # started by the harness, not by hand
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after PYTHONPATH: the harness may point that at another tree
+
+from benchmarks.control_plane_run import count_store_requests, requests_so_far  # noqa: E402
+from resilience.agent.heartbeat import GenerationWatch, Heartbeat  # noqa: E402
+from resilience.agent.step_timer import StepTimer  # noqa: E402
+from resilience.contract import liveness, run_secret  # noqa: E402
+from resilience.contract.messages import Plan, RecoveryInfo, Report, RunStats  # noqa: E402
+from resilience.contract.rank_env import RankEnv  # noqa: E402
+from resilience.contract.run_store import RunStore  # noqa: E402
+
+STEPS_AFTER_FAULT = int(os.environ.get("SRES_STUB_STEPS_AFTER", "4"))
+"""Steps a generation after the first trains before every rank reports done."""
+STEP_S = float(os.environ.get("SRES_STUB_STEP_S", "0.5"))
+
+_out_lock = threading.Lock()
+
+
+def say(record: dict[str, Any]) -> None:
+    with _out_lock:
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
+
+
+class Released:
+    """What the watch shuts down when a newer plan ends the generation: a real rank's gloo
+    sockets; here the event the stub's step waits on, so it is released at once."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def shutdown(self) -> int:
+        self.event.set()
+        return 0
+
+
+class StubRank:
+    """One simulated rank: the control path of ``resilience.agent.rank_loop.Agent``."""
+
+    def __init__(self, env: RankEnv, slow: dict[int, float]) -> None:
+        self.env, self.slow = env, slow
+        self.stopped = threading.Event()
+        self.link: socket.socket | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.released = Released()
+        self.thread = threading.Thread(target=self._life, name=env.slot, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, close_link: bool = True) -> None:
+        """The process is gone: its threads stop, its connections close."""
+        self.stopped.set()
+        self.released.event.set()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if close_link and self.link is not None:
+            try:
+                self.link.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.link.close()
+
+    def hang(self) -> None:
+        """The heartbeat stops; the connection stays (a process stuck holding the GIL)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+
+    def _life(self) -> None:
+        env = self.env
+        try:
+            key = run_secret.store_key(env.run_secret, env.store_nonce)
+            store = RunStore.connect(env.store_host, env.store_port, key)
+            self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
+            watch = GenerationWatch()
+            self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, self.link)
+            self.heartbeat.start()
+            store.liveness.mark_ready(env.slot, time.time())
+            self._generations(store, watch)
+        except Exception as err:  # noqa: BLE001 - a stub that fails says so and exits as a rank would
+            if not self.stopped.is_set():
+                say({"error": env.slot, "message": f"{type(err).__name__}: {err}"})
+                say({"exit": env.slot, "rc": 1})
+            return
+        if not self.stopped.is_set():
+            self.stop()
+            say({"exit": env.slot, "rc": 0})
+
+    def _generations(self, store: RunStore, watch: GenerationWatch) -> None:
+        generation = 0
+        while not self.stopped.is_set():
+            plan = store.plans.wait_for(self.env.slot, generation)
+            if plan is None or self.stopped.is_set():
+                return
+            generation = plan.generation
+            arrived = time.time()
+            joined = store.plans.join(plan, self.env.reform_timeout_s)
+            say(
+                {
+                    "join": self.env.slot,
+                    "generation": generation,
+                    "arrived": arrived,
+                    "joined": time.time(),
+                    "ok": joined,
+                }
+            )
+            if joined and self._generation(store, watch, plan):
+                return
+
+    def _generation(self, store: RunStore, watch: GenerationWatch, plan: Plan) -> bool:
+        """Train in ``plan``'s generation; True when the run is done."""
+        rank = plan.rank_of(self.env.slot)
+        assert rank is not None
+        self.released = Released()
+        watch.enter(plan.generation, "gloo", self.released, [])  # type: ignore[arg-type]
+        timer = StepTimer(store, self.env.slot, plan.generation)
+        first = store.progress.step() or 0
+        if rank == 0:
+            now = time.time()
+            store.progress.publish_recovery(plan.generation, RecoveryInfo(first, "self", 0, 0.0, now, now))
+        done = self._steps(store, plan, rank, timer, first)
+        if self.stopped.is_set():
+            return True
+        if done:
+            timer.publish()
+            if rank == 0:
+                store.progress.publish_stats(RunStats(STEP_S))
+            store.liveness.report(plan.generation, self.env.slot, Report("done", rank, digest="stub"))
+        else:
+            report = Report(
+                "error",
+                rank,
+                message="RuntimeError: Connection closed by peer (a stub's collective)",
+                collateral=True,
+                origin="released",
+                error_type="RuntimeError",
+            )
+            store.liveness.report(plan.generation, self.env.slot, report)
+        watch.release_now(plan.generation)
+        watch.leave()
+        watch.left()
+        return done
+
+    def _steps(self, store: RunStore, plan: Plan, rank: int, timer: StepTimer, step: int) -> bool:
+        """Steps until released (False) or, after the first generation, until done (True)."""
+        last = step + STEPS_AFTER_FAULT if plan.generation > 1 else None
+        elastic = self.env.elastic is not None and self.env.elastic.elastic
+        first = True
+        while last is None or step < last:
+            if elastic and store.plans.pause_before(plan.generation, step + 1):
+                return False
+            timer.step_started()
+            if self.released.event.wait(STEP_S * self.slow.get(self.env.node, 1.0)):
+                return False
+            step += 1
+            timer.step_committed(step)
+            if rank == 0:
+                store.progress.set_step(step)
+                if first:
+                    store.progress.mark_first_step(plan.generation, time.time())
+            first = False
+        return True
+
+
+def main() -> None:
+    threading.stack_size(512 * 1024)  # hundreds of threads a host: keep their reserved stacks small
+    count_store_requests()
+    ranks: dict[str, StubRank] = {}
+    slow: dict[int, float] = {}
+    for line in sys.stdin:
+        order = json.loads(line)
+        op = order["op"]
+        if op == "start":
+            env = RankEnv.from_environ(order["env"])
+            assert env is not None
+            ranks[env.slot] = StubRank(env, slow)
+            ranks[env.slot].start()
+        elif op == "kill" and order["slot"] in ranks:
+            rank = ranks[order["slot"]]
+            if not rank.stopped.is_set():
+                rank.stop()
+                say({"exit": order["slot"], "rc": -9})
+        elif op == "kill-node":
+            for rank in [r for r in ranks.values() if r.env.node == order["node"]]:
+                rank.stop()
+        elif op == "hang":
+            ranks[order["slot"]].hang()
+        elif op == "count":
+            say({"count": requests_so_far()})
+        elif op == "slow":
+            slow[int(order["node"])] = float(order["factor"])
+    for rank in ranks.values():
+        rank.stop()
+
+
+if __name__ == "__main__":
+    main()
