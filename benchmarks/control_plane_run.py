@@ -273,14 +273,18 @@ class Harness:
         self.placement.host_of(victim).send({"op": "kill-node", "node": victim})
         measured["victim"] = victim
 
-    def _figures(self, supervisor: Supervisor, ok: bool, reason: str, measured: dict[str, Any]) -> dict[str, Any]:
+    def _figures(
+        self, supervisor: Supervisor, ok: bool, reason: str, measured: dict[str, Any]
+    ) -> dict[str, Any]:
         s = self.shape
         out: dict[str, Any] = {"ranks": s.nodes * s.procs_per_node, "nodes": s.nodes, "hosts": s.host_count}
         out.update({k: v for k, v in measured.items() if k not in ("kill_t", "cpu_at_kill")})
         problems = [measured["problem"]] if "problem" in measured else []
         problems += self.errors[:5]
         if not ok:
-            problems.append(f"the run failed: {reason}")
+            faults = read_events(self.log_dir / "events.jsonl").of("fault")
+            kinds = sorted({f"{f.get('kind')} at {f.t - measured.get('kill_t', f.t):+.1f} s" for f in faults})
+            problems.append(f"the run failed: {reason[:300]}; faults (vs the kill): {kinds[:8]}")
         if "kill_t" in measured:
             path, problems = self._path(supervisor, measured["kill_t"], problems)
             out.update(path)

@@ -41,6 +41,11 @@ from resilience.contract.messages import Plan, RecoveryInfo, Report, RunStats  #
 from resilience.contract.rank_env import RankEnv  # noqa: E402
 from resilience.contract.run_store import RunStore  # noqa: E402
 
+try:  # the control channel over the liveness connection (absent from older trees: measured too)
+    from resilience.contract.link import RankLink
+except ImportError:
+    RankLink = None  # type: ignore[assignment,misc]
+
 STEPS_AFTER_FAULT = int(os.environ.get("SRES_STUB_STEPS_AFTER", "4"))
 """Steps a generation after the first trains before every rank reports done."""
 STEP_S = float(os.environ.get("SRES_STUB_STEP_S", "0.5"))
@@ -60,8 +65,11 @@ class Released:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.at = 0.0
+        """When the heartbeat released it (0: not released)."""
 
     def shutdown(self) -> int:
+        self.at = time.time()
         self.event.set()
         return 0
 
@@ -73,6 +81,8 @@ class StubRank:
         self.env, self.slow = env, slow
         self.stopped = threading.Event()
         self.link: socket.socket | None = None
+        self.rank_link: Any = None
+        self.reported_t = 0.0
         self.heartbeat: Heartbeat | None = None
         self.released = Released()
         self.thread = threading.Thread(target=self._life, name=env.slot, daemon=True)
@@ -105,7 +115,11 @@ class StubRank:
             store = RunStore.connect(env.store_host, env.store_port, key)
             self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
             watch = GenerationWatch()
-            self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, self.link)
+            link: Any = self.link
+            if RankLink is not None:  # as Agent.__init__ does
+                link = self.rank_link = RankLink(self.link, env.run_secret, env.slot)
+                store.plans.notices = link.notices
+            self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
             self.heartbeat.start()
             store.liveness.mark_ready(env.slot, time.time())
             self._generations(store, watch)
@@ -126,7 +140,10 @@ class StubRank:
                 return
             generation = plan.generation
             arrived = time.time()
+            steps = {"released": self.released.at, "reported": self.reported_t}
+            watch.joining = plan.generation
             joined = store.plans.join(plan, self.env.reform_timeout_s)
+            watch.joining = 0
             say(
                 {
                     "join": self.env.slot,
@@ -134,6 +151,7 @@ class StubRank:
                     "arrived": arrived,
                     "joined": time.time(),
                     "ok": joined,
+                    **steps,
                 }
             )
             if joined and self._generation(store, watch, plan):
@@ -145,7 +163,8 @@ class StubRank:
         assert rank is not None
         self.released = Released()
         watch.enter(plan.generation, "gloo", self.released, [])  # type: ignore[arg-type]
-        timer = StepTimer(store, self.env.slot, plan.generation)
+        more = {"link": self.rank_link} if self.rank_link is not None else {}
+        timer = StepTimer(store, self.env.slot, plan.generation, **more)
         first = store.progress.step() or 0
         if rank == 0:
             now = time.time()
@@ -153,6 +172,11 @@ class StubRank:
         done = self._steps(store, plan, rank, timer, first)
         if self.stopped.is_set():
             return True
+        # A stub has nothing to tear down: it leaves before it reports (hundreds of stubs share a
+        # process and its GIL; a real rank reports first, then takes its time to tear down).
+        watch.release_now(plan.generation)
+        watch.leave()
+        watch.left()
         if done:
             timer.publish()
             if rank == 0:
@@ -168,9 +192,7 @@ class StubRank:
                 error_type="RuntimeError",
             )
             store.liveness.report(plan.generation, self.env.slot, report)
-        watch.release_now(plan.generation)
-        watch.leave()
-        watch.left()
+        self.reported_t = time.time()
         return done
 
     def _steps(self, store: RunStore, plan: Plan, rank: int, timer: StepTimer, step: int) -> bool:
@@ -179,7 +201,7 @@ class StubRank:
         elastic = self.env.elastic is not None and self.env.elastic.elastic
         first = True
         while last is None or step < last:
-            if elastic and store.plans.pause_before(plan.generation, step + 1):
+            if elastic and self._pause_before(store, plan, step + 1):
                 return False
             timer.step_started()
             if self.released.event.wait(STEP_S * self.slow.get(self.env.node, 1.0)):
@@ -193,10 +215,21 @@ class StubRank:
             first = False
         return True
 
+    def _pause_before(self, store: RunStore, plan: Plan, step: int) -> bool:
+        """As the commit pipeline asks (every few steps at scale, where the tree has that)."""
+        try:
+            from resilience.contract.channels.plans import pause_check_every
+        except ImportError:
+            return store.plans.pause_before(plan.generation, step)
+        return store.plans.pause_before(plan.generation, step, pause_check_every(plan.world_size))
+
 
 def main() -> None:
     threading.stack_size(512 * 1024)  # hundreds of threads a host: keep their reserved stacks small
     count_store_requests()
+    # A rank still in an ended generation 2 s after its release ends itself: one process each in a
+    # real run. Here hundreds share one GIL, and waking them all at once may take longer.
+    Heartbeat.RELEASE_GRACE_S = 30.0
     ranks: dict[str, StubRank] = {}
     slow: dict[int, float] = {}
     for line in sys.stdin:

@@ -2,7 +2,9 @@
 
 The model is :mod:`launcher.observability.goodput_model` (its strategies, presets, inputs from
 events and sensitivity in the ``goodput_*`` modules next to it); this module reads the options,
-checks that the run is not too large to simulate, and prints the tables.
+checks that the run is not too large to simulate, and prints the tables. The control path's
+growth with ranks comes from a measured curve (``--control-curve``, default the one shipped in
+the package, :mod:`launcher.observability.goodput_scale`): a line per scale says what it adds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from launcher.observability.events import read_events
 from launcher.observability.goodput_inputs import DEFAULT_SOURCES, measured_ladder
 from launcher.observability.goodput_model import PARTS, RUNGS, SimulatedJob, Result, expected, simulate
 from launcher.observability.goodput_presets import PRESETS, Preset, preset_work_hours
+from launcher.observability.goodput_scale import DEFAULT_CURVE, ControlCurve, load_curve
 from launcher.observability.goodput_sensitivity import tornado
 from launcher.observability.goodput_strategies import Ladder, Restart
 from resilience.contract.run_dir import RunDir
@@ -41,7 +44,10 @@ restore from the persistent tier (--persistent-s, and the work since its last sa
 --persist-interval-s); the job's batch host lost costs a requeue (--requeue-s). The baseline
 restarts the whole job on every failure (--restart-s, after --detection of the preset) and
 writes a blocking checkpoint (--ckpt-write-s) every Daly-optimal interval. A failure during a
-recovery starts a new one. Goodput = fault-free work / wall time."""
+recovery starts a new one. Goodput = fault-free work / wall time. Our costs are measured at a
+few ranks: an in-process recovery and a spare's takeover also pay what the control path (kill ->
+every survivor released into the new generation) costs at the job's ranks beyond that, from a
+line fitted over the curve --control-curve measured (beyond its scales: extrapolated)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +78,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--step-s", type=finite_float, default=5.0, help="seconds per step at scale (default 5)")
     _add_ladder_options(p)
+    p.add_argument(
+        "--control-curve",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the control path's seconds against ranks, measured by benchmarks/control_plane.py "
+        "(default: the curve shipped in the package, measured on the development machine)",
+    )
     p.add_argument("--ckpt-write-s", type=finite_float, default=None, help="baseline's blocking write")
     p.add_argument("--restart-s", type=finite_float, default=None, help="baseline's restart of the job")
     p.add_argument(
@@ -171,6 +185,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if not 1 <= args.trials <= MAX_TRIALS:
         raise ConfigError(f"--trials must be 1..{MAX_TRIALS} (got {args.trials})")
     ladder, sources = _ladder(args)
+    curve = load_curve(args.control_curve or DEFAULT_CURVE)
+    ladder = dataclasses.replace(ladder, control_path=curve.fit())
     preset, baseline = _preset(args)
     jobs = _jobs(args, preset)
     for job in jobs:
@@ -178,6 +194,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     _print_calibration(preset, baseline, args.trials, rng)
     _print_inputs(ladder, sources, jobs[0])
+    _print_control_path(curve, ladder, sources, jobs)
     rows = [
         (job, [simulate(s, job, preset.mix, args.trials, rng) for s in (baseline, ladder)]) for job in jobs
     ]
@@ -241,6 +258,31 @@ def _print_inputs(ladder: Ladder, sources: dict[str, str], job: SimulatedJob) ->
         f"{ladder.lost_steps:g} steps lost ({sources['lost_steps']}); steady overhead "
         f"{ladder.steady_overhead:.2%} ({sources['steady_overhead']})"
     )
+
+
+def _print_control_path(
+    curve: ControlCurve, ladder: Ladder, sources: dict[str, str], jobs: list[SimulatedJob]
+) -> None:
+    """One line per scale: the control path there, how the curve knows it, and what it adds to
+    the recoveries measured at a few ranks."""
+    line = curve.fit()
+    low, high = curve.points[0].ranks, curve.points[-1].ranks
+    print(
+        f"control path (kill -> every survivor released into the new generation): "
+        f"{line.intercept_s:.3g} s + {line.growth_per_1000_s:.3g} s per 1,000 ranks, a line fitted over the "
+        f"{len(curve.points)} scales of {low:,}-{high:,} ranks measured on {curve.machine}, "
+        f"{curve.measured}; "
+        f"our costs measured at {ladder.measured_ranks} ranks ({sources['measured_ranks']})"
+    )
+    for job in jobs:
+        at = curve.at(job.gpus)
+        span = f"the curve's {low:,}-{high:,} ranks"
+        where = {"measured": f"measured (a point of {span})", "interpolated": f"interpolated within {span}"}
+        how = where.get(at.how, f"extrapolated {'below' if job.gpus < low else 'beyond'} {span}")
+        print(
+            f"  {job.gpus:>6,} GPUs: control path {at.seconds:.2f} s, {how}: "
+            f"+{ladder.control_extra_s(job):.2f} s on each in-process recovery and spare takeover"
+        )
 
 
 def _print_table(rows: list[tuple[SimulatedJob, list[Result]]], args: argparse.Namespace) -> None:

@@ -9,7 +9,9 @@ start-up; a local run's simulated node back from repair measures nothing); a pro
 kill, an exit, an exception) is the in-process rung. A hang is left out: its seconds hold the
 hang timeout of that run, which the model takes as an input. Resizes give the shrink (a smaller
 world) and the regrowth (a larger one). A rung no event measured keeps its default, and the
-table says so.
+table says so. The ranks the costs were measured at are the median world size of the
+generations whose recoveries were measured: ``sres simulate`` adds what the control path costs
+beyond that scale (:mod:`launcher.observability.goodput_scale`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ DEFAULT_SOURCES = {
     "regrow_s": "default: the pause to grow back into a lent node (docs/benchmarks.md)",
     "lost_steps": "default",
     "steady_overhead": "default: no commit blocking measured",
+    "measured_ranks": "default: this machine's benchmarks, 4 ranks",
 }
+NOT_RUNGS = ("lost_steps", "steady_overhead", "measured_ranks")
+"""Inputs measured with a rung's recoveries, not recoveries themselves."""
 
 
 def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
@@ -49,10 +54,12 @@ def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
             if g not in slowest or e["seconds"] > slowest[g]["seconds"]:
                 slowest[g] = e
     added_since_fault: set[int] = set()
-    scheduled = False
+    scheduled, world = False, None
     for e in events:
         kind = e.name
-        if kind == "fault":
+        if kind == "generation":
+            world = e.get("world_size")
+        elif kind == "fault":
             if not faults:
                 added_since_fault, scheduled = set(), False
             faults.append(str(e.get("kind", "")))
@@ -69,6 +76,7 @@ def by_rung(events: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
             if field is not None and g in slowest:
                 samples[field].append(slowest[g]["seconds"])
                 samples["lost_steps"].append(slowest[g].get("steps_lost") or 0)
+                samples["measured_ranks"] += [world] if world else []
             faults, hows = [], set()
         elif kind == "resize" and e.get("why") != "fault" and e.get("seconds") is not None:
             smaller = e.get("to_world", 0) < e.get("from_world", 0)
@@ -98,13 +106,14 @@ def measured_ladder(events: Sequence[dict[str, Any]], base: Ladder) -> tuple[Lad
     """``base`` with every rung the events measured set to its median; and where each input
     came from. Raises ValueError when no event measured any rung."""
     samples = by_rung(events)
-    if not any(samples[k] for k in DEFAULT_SOURCES if k not in ("lost_steps", "steady_overhead")):
+    if not any(samples[k] for k in DEFAULT_SOURCES if k not in NOT_RUNGS):
         raise ValueError("no recovery to measure: give runs with faults (e.g. sres demo, or --inject)")
     changes: dict[str, float] = {}
     sources = dict(DEFAULT_SOURCES)
     for name, values in samples.items():
         if values:
-            changes[name] = float(statistics.median(values))
+            median = statistics.median(values)
+            changes[name] = round(median) if name == "measured_ranks" else float(median)
             sources[name] = f"median of {len(values)} measured"
     overhead = steady_overhead(events)
     if overhead is not None:

@@ -21,8 +21,9 @@ CAPPED = {"steady_overhead": 0.5, "same_domain": 1.0}
 """Shares: never past this."""
 JOB_INPUTS = ("failures_per_node_hour", "step_s")
 LADDER_INPUTS = tuple(
-    f.name for f in dataclasses.fields(Ladder) if f.name not in ("name", "elastic", "spares")
+    f.name for f in dataclasses.fields(Ladder) if isinstance(getattr(Ladder(), f.name), float)
 )
+"""The ladder's times and shares (not its name, switches, counts or the control path's curve)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,13 @@ from the failure's draws, and, for the closed form, E[exp(-rate C)] and E[L] of 
 cost is non-decreasing in every input that is a time, and which rung takes a failure depends
 only on its draws and on probabilities: the rung taken when a spare is missing never costs less
 than a spare's (that keeps goodput from rising when the refill time rises).
+
+Our costs are measured at a few ranks; a recovery's control path (the fault decided, a new plan,
+every survivor released into the new generation) grows with the job's ranks. With a fitted
+curve of that path (:mod:`launcher.observability.goodput_scale`), the rungs that release the
+survivors into a new generation in-process (a process fault, a hang, a spare's takeover, and the
+rungs that include a spare's takeover) pay what the path costs at the job's ranks beyond what it
+cost at the ranks the recoveries were measured at.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from launcher.observability.goodput_model import (
     check_number,
     exponential_wait,
 )
+from launcher.observability.goodput_scale import LineFit
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,11 @@ class Ladder:
     """The job's batch host lost: requeue, scheduling and start-up (then the persistent tier)."""
     lost_steps: float = 0.0
     steady_overhead: float = 0.0
+    measured_ranks: int = 4
+    """The world size the costs above were measured at (this machine's benchmarks: 4 ranks)."""
+    control_path: LineFit | None = None
+    """The control path's seconds against ranks; None: it costs at every scale what it cost at
+    ``measured_ranks``."""
     name: str = "in-process (sres)"
 
     def __post_init__(self) -> None:
@@ -63,6 +76,18 @@ class Ladder:
             raise ValueError(f"steady overhead {self.steady_overhead}: a fraction in [0, 1)")
         if self.spares is not None and self.spares < 0:
             raise ValueError(f"{self.spares} spares: at least 0")
+        if self.measured_ranks < 1:
+            raise ValueError(f"costs measured at {self.measured_ranks} ranks: at least 1")
+
+    def control_extra_s(self, job: SimulatedJob) -> float:
+        """What the control path costs at the job's ranks (one per GPU) beyond what it cost in
+        the measured recoveries, which already hold that much."""
+        return 0.0 if self.control_path is None else self.control_path.extra_s(job.gpus, self.measured_ranks)
+
+    def _at_scale(self, job: SimulatedJob) -> tuple[float, float]:
+        """The in-process recovery's and a spare's takeover seconds at the job's ranks."""
+        extra = self.control_extra_s(job)
+        return self.inprocess_s + extra, self.spare_s + extra
 
     def pool(self, job: SimulatedJob) -> int:
         return self.spares if self.spares is not None else max(1, math.ceil(job.nodes / 256))
@@ -88,22 +113,24 @@ class Ladder:
     def _steps_lost(self, job: SimulatedJob, u: float) -> float:
         return (self.lost_steps + u) * job.step_s
 
-    def _replace(self, k: int, d: Draws, job: SimulatedJob, mix: FaultMix) -> tuple[str, float]:
-        """The rung and seconds that put ``k`` lost nodes' ranks back to work."""
+    def _replace(self, k: int, d: Draws, job: SimulatedJob, mix: FaultMix, spare: float) -> tuple[str, float]:
+        """The rung and seconds that put ``k`` lost nodes' ranks back to work (``spare``: a
+        spare's takeover at the job's ranks)."""
         if d.spare < self.spare_free(k, job, mix):
-            return "spare", self.spare_s
+            return "spare", spare
         wait = exponential_wait(self.node_wait_s, d.wait) + self.node_start_s
         if self.elastic and job.nodes > k:  # go on without them, at (N - k) / N, then grow back
-            return "shrink", max(self.spare_s, self.shrink_s) + self.regrow_s + wait * k / job.nodes
-        return "new node", wait + self.spare_s
+            return "shrink", max(spare, self.shrink_s) + self.regrow_s + wait * k / job.nodes
+        return "new node", wait + spare
 
     def cost(self, kind: str, d: Draws, job: SimulatedJob, mix: FaultMix) -> Cost:
+        inprocess, spare = self._at_scale(job)
         if kind in ("process", "hang"):
             detect = self.detect_s if kind == "process" else self.hang_timeout_s
-            return Cost("in-process", detect, self.inprocess_s, self._steps_lost(job, d.lost))
+            return Cost("in-process", detect, inprocess, self._steps_lost(job, d.lost))
         k = 1 if kind == "planned" else mix.nodes_of(kind)
         detect = 0.0 if kind == "planned" else self.detect_s
-        rung, seconds = self._replace(k, d, job, mix)
+        rung, seconds = self._replace(k, d, job, mix, spare)
         if kind == "planned":  # a drain: the node's ranks move at a step boundary
             return Cost(rung, 0.0, seconds, 0.0)
         since_save = self.persist_interval_s * d.lost  # what the persistent tier lacks
@@ -115,19 +142,20 @@ class Ladder:
 
     def expected_cost(self, kind: str, job: SimulatedJob, mix: FaultMix) -> tuple[float, float]:
         rate = job.rate_per_s
+        inprocess, spare = self._at_scale(job)
         if kind in ("process", "hang"):
             detect = self.detect_s if kind == "process" else self.hang_timeout_s
-            return math.exp(-rate * (detect + self.inprocess_s)), self._steps_lost(job, 0.5)
+            return math.exp(-rate * (detect + inprocess)), self._steps_lost(job, 0.5)
         k = 1 if kind == "planned" else mix.nodes_of(kind)
         detect = 0.0 if kind == "planned" else self.detect_s
         p_spare = self.spare_free(k, job, mix)
         start = self.node_start_s
         if self.elastic and job.nodes > k:
-            a, b = max(self.spare_s, self.shrink_s) + self.regrow_s + start * k / job.nodes, k / job.nodes
+            a, b = max(spare, self.shrink_s) + self.regrow_s + start * k / job.nodes, k / job.nodes
         else:
-            a, b = start + self.spare_s, 1.0
+            a, b = start + spare, 1.0
         other = math.exp(-rate * a) / (1 + rate * b * self.node_wait_s)
-        replaced = p_spare * math.exp(-rate * self.spare_s) + (1 - p_spare) * other
+        replaced = p_spare * math.exp(-rate * spare) + (1 - p_spare) * other
         if kind == "planned":
             return replaced, 0.0
         p_host = min(1.0, k / job.nodes)

@@ -73,12 +73,15 @@ def decision_limit(nodes: int) -> int:
     return MAX_DECISIONS_PER_TICK + nodes
 
 
-def _run_store(secret: str, address: str) -> tuple[str, RunStore]:
+def _run_store(liveness: LivenessServer, address: str) -> tuple[str, RunStore]:
     """This incarnation's store, its values signed under a key of its own: a value copied from
     an earlier run of the same log dir (same secret) is refused (``run_secret.store_key``); it
-    listens only where ranks reach it (as the liveness server does)."""
+    listens only where ranks reach it (as the liveness server does). Its plans, pauses and the
+    run's end are announced to the ranks over their liveness connections as they are written."""
     nonce = run_secret.new_challenge()
-    return nonce, RunStore.host(run_secret.store_key(secret, nonce), address=address)
+    store = RunStore.host(run_secret.store_key(liveness.secret, nonce), address=address)
+    store.plans.announce = liveness.announce
+    return nonce, store
 
 
 class Supervisor:
@@ -99,7 +102,7 @@ class Supervisor:
         )
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.events = EventLog(RunDir(Path(config.log_dir)).events, wall)
-        self.store_nonce, self.store = _run_store(self.liveness.secret, self.placement.store_host)
+        self.store_nonce, self.store = _run_store(self.liveness, self.placement.store_host)
         self.recovery = RecoveryWatch(
             self.store,
             self.events,
@@ -107,8 +110,7 @@ class Supervisor:
             lambda: self.books.current_plan.generation,
             self._say,
         )
-        self.control = ControlServer(Path(config.log_dir))
-        self.books = Books.for_run(config)
+        self.control, self.books = ControlServer(Path(config.log_dir)), Books.for_run(config)
         self.processes = self._processes()
         self.executor = Executor(self._hands(out or sys.stderr))  # stderr as it is now, not at import
         p = self.placement  # each part takes the capabilities it uses
@@ -122,6 +124,7 @@ class Supervisor:
             supply=p,
             job=p,
             requests=self.control.take,
+            link=self.liveness,
         )
         self.step_log = StepLog(Path(config.log_dir))
         self.producers = BatchProducers(

@@ -22,6 +22,8 @@ from resilience.agent import faults
 from resilience.agent.heartbeat import GenerationWatch
 from resilience.agent.kept import Kept
 from resilience.agent.step_timer import StepTimer
+from resilience.contract.channels.plans import pause_check_every
+from resilience.contract.link import RankLink
 from resilience.context import Context
 from resilience.contract.injections import FAULT_KINDS, Injection, kinds_firing
 from resilience.contract.messages import BatchInfo, Plan
@@ -56,8 +58,11 @@ class CommitPipeline:
         tiers: TierAgent | None,
         watch: GenerationWatch,
         resizable: bool,
+        link: RankLink | None = None,
     ) -> None:
         self.env, self.store, self.kept, self.tiers = env, store, kept, tiers
+        self._link = link
+        """Step times go up the liveness connection where there is one."""
         self._watch = watch
         self._resizable = resizable  # only then a pause is asked before each step
         self._slow = faults.SlowNode(store, env.node, env.injections)
@@ -75,7 +80,7 @@ class CommitPipeline:
         self.step_times: list[float] = []
         """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
         self._changed_warned: set[str] = set()
-        self._timer = StepTimer(store, env.slot, 0)  # one per generation, from its start
+        self._timer = StepTimer(store, env.slot, 0, link=link)  # one per generation, from its start
 
     # --- the generation it serves --------------------------------------------------------------
 
@@ -108,7 +113,7 @@ class CommitPipeline:
 
     def start_training(self) -> None:
         assert self.plan is not None
-        self._timer = StepTimer(self.store, self.env.slot, self.plan.generation)
+        self._timer = StepTimer(self.store, self.env.slot, self.plan.generation, link=self._link)
         self._timer.activate()
 
     def publish_times(self) -> None:
@@ -139,7 +144,8 @@ class CommitPipeline:
 
     def before_step(self, step: int) -> None:
         assert self.plan is not None
-        if self._resizable and self.store.plans.pause_before(self.plan.generation, step):
+        every = pause_check_every(self.plan.world_size)
+        if self._resizable and self.store.plans.pause_before(self.plan.generation, step, every):
             raise Paused(step)
         self._timer.step_started()
         self._inject(

@@ -13,7 +13,6 @@ import contextlib
 import faulthandler
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ import time
 import torch.distributed as dist
 
 from resilience.agent.abort import GroupSockets, release
+from resilience.contract.link import RankLink
 from resilience.contract.messages import STUCK_EXIT
 from resilience.contract.run_store import RunStore
 
@@ -41,6 +41,9 @@ class GenerationWatch:
         self._sockets: GroupSockets | None = None
         self._groups: list[dist.ProcessGroup] = []
         self._released_at: float | None = None
+        self.joining = 0
+        """The generation whose join barrier the main thread waits in (0: none): a newer plan
+        ends that wait too."""
 
     def enter(
         self, generation: int, backend: str, sockets: GroupSockets, groups: list[dist.ProcessGroup]
@@ -87,7 +90,7 @@ class GenerationWatch:
 class Heartbeat:
     """Tells the supervisor this process is alive, and watches for the end of its generation.
 
-    The heartbeat is a counter bumped on the thread's own store connection. A hung process
+    The heartbeat is a line on the liveness connection (a value in the store without one). A hung process
     (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
     the hang timeout, which turns a hang into an ordinary process fault. When the supervisor is
     gone (its end of the liveness connection closed) the process exits at once. Between beats the
@@ -107,13 +110,14 @@ class Heartbeat:
         slot: str,
         period_s: float,
         watch: GenerationWatch,
-        supervisor_link: socket.socket | None = None,
+        link: RankLink | None = None,
     ) -> None:
         self.store = store.clone()
         self.main_store = store
         """The main thread's connection: a release wakes it from a wait in the ended rendezvous."""
-        self.supervisor_link = supervisor_link
-        """This process's liveness connection: the supervisor's end closes when it dies."""
+        self.link = link
+        """This process's liveness connection: beats go up it, notices come down, and the
+        supervisor's end closes when it dies. None: beats go to the store, plans are polled."""
         self.period_s = period_s
         self.watch = watch
         self._stop = threading.Event()
@@ -124,38 +128,45 @@ class Heartbeat:
 
     def start(self) -> None:
         self._thread.start()
-        if self.supervisor_link is not None:
+        if self.link is not None:
             threading.Thread(target=self._watch_supervisor, name="sres-supervisor-link", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.link is not None:
+            self.link.notices.poke()
         self._thread.join(timeout=5)
 
     def _watch_supervisor(self) -> None:
-        """Exit when the supervisor's end of the liveness connection closes: it sends nothing after
-        the hello, so a read returns only then. A store call would notice too, but only after its
-        client's reconnect attempts: the ranks of a SIGKILLed supervisor (an out-of-memory kill)
-        kept training for no one for 30-40 s, holding their GPUs."""
-        link = self.supervisor_link
-        assert link is not None
-        try:
-            link.settimeout(None)
-            while link.recv(64):
-                pass  # never sent; read and ignored
-        except OSError:
-            pass  # reset: gone as well
+        """Read the supervisor's notices, and exit when its end of the liveness connection closes.
+        A store call would notice too, but only after its client's reconnect attempts: the ranks
+        of a SIGKILLed supervisor (an out-of-memory kill) kept training for no one for 30-40 s,
+        holding their GPUs."""
+        assert self.link is not None
+        self.link.listen()
         if not self._stop.is_set():
             with contextlib.suppress(OSError):
                 os.write(2, b"sres: the supervisor is gone (its liveness connection closed): exiting\n")
             os._exit(3)
 
+    def _planned_after(self, generation: int) -> bool:
+        """Whether a generation after ``generation`` was planned: what the supervisor announced
+        (no request), or the store where there is no connection to announce it."""
+        if self.link is not None:
+            return self.link.notices.planned > generation
+        return self.store.plans.has(generation + 1)
+
     def _beat(self) -> None:
         next_beat = 0.0
         while not self._stop.is_set():
+            seen = self.link.notices.version if self.link is not None else 0
             try:
                 now = time.monotonic()
                 if now >= next_beat:
-                    self.store.liveness.beat(self.slot)
+                    if self.link is not None:
+                        self.link.beat()
+                    else:
+                        self.store.liveness.beat(self.slot)
                     next_beat = now + self.period_s
                 if self.preempted.is_set():
                     self.store.signals.mark_preempted(self.slot)
@@ -163,8 +174,11 @@ class Heartbeat:
                 if self.reclaimed.is_set():
                     self.store.signals.report_reclaimed(self.slot)
                     self.reclaimed.clear()
+                joining = self.watch.joining
+                if joining and self._planned_after(joining):
+                    self.store.plans.end_join_wait(joining, self.main_store.plans)
                 generation = self.watch.generation
-                if generation and self.store.plans.has(generation + 1):
+                if generation and self._planned_after(generation):
                     if self.watch.release_now(generation):
                         log.info("generation %d ended: released this rank", generation)
                     if self.watch.released():
@@ -182,4 +196,7 @@ class Heartbeat:
                 if not self._stop.is_set():
                     os._exit(3)
                 return
-            self._stop.wait(self.POLL_S)
+            if self.link is not None:  # woken by the supervisor's notice of a new plan, or every beat
+                self.link.notices.wait_change(seen, min(self.period_s, self.RELEASE_GRACE_S / 4))
+            else:
+                self._stop.wait(self.POLL_S)

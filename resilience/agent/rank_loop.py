@@ -33,6 +33,7 @@ from resilience.agent.states import RankState
 from resilience.context import Context, dtensors_loaded
 from resilience import fork_server
 from resilience.contract import liveness, run_secret
+from resilience.contract.link import RankLink
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
@@ -59,10 +60,16 @@ class Agent:
         key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""
         self.store = RunStore.connect(env.store_host, env.store_port, key)
         self._liveness = (
-            liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
+            RankLink(
+                liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id),
+                env.run_secret,
+                env.slot,
+            )
             if env.liveness_port
             else None
         )
+        if self._liveness is not None:  # waits are woken by the supervisor's notices, not polled
+            self.store.plans.notices = self._liveness.notices
         self.state = RankState.STARTING
         self.kept = Kept()
         elastic = env.elastic
@@ -86,7 +93,13 @@ class Agent:
             env.node_name,
         )
         self.commits = CommitPipeline(
-            env, self.store, self.kept, self.tiers, self._watch, elastic is not None and elastic.elastic
+            env,
+            self.store,
+            self.kept,
+            self.tiers,
+            self._watch,
+            elastic is not None and elastic.elastic,
+            self._liveness,
         )
 
     # --- the hooks ``Context`` calls: the commit pipeline's ---------------------------------------
@@ -179,7 +192,12 @@ class Agent:
         self._enter(RankState.JOINING)
         failure: Report | None = None
         try:
-            if not self.store.plans.join(plan, self.env.reform_timeout_s):
+            self._watch.joining = plan.generation
+            try:
+                joined = self.store.plans.join(plan, self.env.reform_timeout_s)
+            finally:
+                self._watch.joining = 0
+            if not joined:
                 return False  # a later fault superseded this generation: go to the newest plan
             digest = self._train_generation(plan, local_rank, train)
         except Paused:

@@ -5,8 +5,8 @@ step's wall time cannot point at a straggler; the time a rank takes *before* its
 gradient collective can. The collectives of ``resilience.ddp``, exact mode and plain DDP under
 ``resilience.run`` (the deterministic hook) call :func:`collective_started`; a rank whose
 gradients are reduced by code of its own reports its time to the commit instead (then every
-rank looks alike). Ranks publish their recent steps to the store in small batches; the
-supervisor reads them about once a second.
+rank looks alike). Ranks send their new steps in small batches up their liveness connection (to
+the store where there is none); the supervisor reads them about once a second.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from resilience.contract.link import RankLink
 from resilience.contract.messages import RecentSteps, StepRecord
 from resilience.contract.run_store import RunStore
 
@@ -41,8 +42,11 @@ class StepTimer:
         generation: int,
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
+        link: RankLink | None = None,
     ) -> None:
         self.store, self.slot, self.generation, self.clock, self.wall = store, slot, generation, clock, wall
+        self.link = link
+        """Where there is one, only the steps since the last report go up it (no store request)."""
         self.start_t: float | None = None
         self.collective_t: float | None = None
         self.recent: list[StepRecord] = []
@@ -93,8 +97,14 @@ class StepTimer:
         """Best effort: timing is never worth failing a step or a teardown for."""
         if self.recent and self._since_report:
             try:
-                self.store.progress.publish_steps(self.generation, self.slot, RecentSteps(tuple(self.recent)))
-            except (RuntimeError, OSError):  # the store is going away with the run
+                if self.link is not None:
+                    new = self.recent[-self._since_report :]
+                    self.link.steps(self.generation, RecentSteps(tuple(new)))
+                else:
+                    self.store.progress.publish_steps(
+                        self.generation, self.slot, RecentSteps(tuple(self.recent))
+                    )
+            except (RuntimeError, OSError):  # the store (or the supervisor) is going away with the run
                 return
             self._since_report = 0
 

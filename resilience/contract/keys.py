@@ -6,9 +6,10 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 ============================ =============================================================
 ``plan/G``                   :class:`~resilience.contract.messages.Plan` (supervisor)
 ``pg/G/...``                 the process group of generation G (torch's own keys)
-``join/G``                   members arrived in G (counter)
+``join/G``, ``joined/G``      members arrived in G (counter); the last one arrived
 ``pause/G``, ``pause-step/G`` a resize asked to leave G; the first step no rank may start
-``report/G/S``, ``report-seq/G``, ``report-ready/G``  reports, their order, their count
+``report/G/S``, ``report-at/G/I`` a report, by slot and by its order ``I``
+``report-seq/G``, ``report-ready/G``  the reports' order; their count
 ``recovery/G``, ``batch/G``, ``first-step/G``  how G recovered; its batch; its first step's time
 ``hb/S``, ``ready/S``        heartbeats (counter); warm and waiting for a plan
 ``compute/G/S``              recent per-step times
@@ -51,6 +52,11 @@ def join(generation: int) -> str:
     return f"join/{generation}"
 
 
+def joined(generation: int) -> str:
+    """Set by the last member to join G: what the others wait on."""
+    return f"joined/{generation}"
+
+
 def pause(generation: int) -> str:
     return f"pause/{generation}"
 
@@ -61,6 +67,12 @@ def pause_step(generation: int) -> str:
 
 def report(generation: int, slot: str) -> str:
     return f"report/{generation}/{slot}"
+
+
+def report_at(generation: int, seq: int) -> str:
+    """Report number ``seq`` of G (the same report as under its slot): read in order, one per
+    report, however many ranks the run has."""
+    return f"report-at/{generation}/{seq}"
 
 
 def report_seq(generation: int) -> str:

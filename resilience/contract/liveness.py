@@ -1,4 +1,5 @@
-"""Process liveness through one TCP connection per rank: a death is seen at once.
+"""Process liveness through one TCP connection per rank: a death is seen at once; the connection
+also carries the rank's heartbeats and step times up, and notices down (:mod:`.link`).
 
 Under Slurm a rank runs behind ``srun``, and srun reports a lost node only when slurmctld
 declares it dead (measured: 16.7 s after the kill at SlurmdTimeout=10). A rank instead holds
@@ -18,17 +19,25 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from resilience.contract import run_secret, slots
+from resilience.contract import link, run_secret, slots
+from resilience.contract.messages import RecentSteps, StepRecord
 
 MAX_HELLO = 256
 """A hello is one short line; a longer one is not a rank's."""
-MAX_PENDING = 256
+MAX_PENDING = 8192
 """Connections that have not proved the run's secret yet; past it the oldest one is closed (a
-rank proves it within milliseconds, so a flood of silent connections cannot keep one out)."""
+rank proves it within milliseconds, so a flood of silent connections cannot keep one out). Sized
+for every rank of a large job connecting at once: at 256, 1,024 ranks starting together had
+proven ranks' connections closed before their hello was read (the harness of
+``benchmarks/control_plane.py``), and each such rank ended itself."""
 HELLO_TIMEOUT_S = 10.0
 """An unproven connection is closed after this long."""
 _STEP = re.compile(r"[0-9]{0,20}")
 GREETING = "sres-liveness"
+
+
+KEEP_STEPS = 64
+"""Step records kept per slot and generation: what the supervisor's reader has not seen yet."""
 
 
 @dataclass
@@ -37,6 +46,22 @@ class Peer:
     step_id: str  # SLURM_STEP_ID of the rank's srun step ("" outside Slurm)
     connected_t: float
     lost_t: float | None = None
+    beats: int = 0
+    """Heartbeats received over the connection (a larger number than before: alive)."""
+    steps: tuple[int, list[StepRecord]] = (0, [])
+    """The newest generation the rank sent step records of, and its latest records."""
+
+
+@dataclass
+class _Link:
+    """A proven connection's reading and writing state."""
+
+    slot: str
+    buffer: bytes = b""
+    heard: int = 0
+    said: int = 0
+    mute: bool = False
+    """A notice could not be written whole: no more are (the rank polls the store instead)."""
 
 
 @dataclass
@@ -65,13 +90,15 @@ class LivenessServer:
         if not run_secret.is_secret(secret):
             raise ValueError("the liveness server needs the run's secret")
         self.secret, self.clock = secret, clock
-        self._sock = socket.create_server((host, port), backlog=1024)
+        self._sock = socket.create_server((host, port), backlog=4096)
         self._sock.setblocking(False)
         self.port = self._sock.getsockname()[1]
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._peers: dict[str, Peer] = {}
         self._pending: dict[socket.socket, _Pending] = {}
+        self._links: dict[socket.socket, _Link] = {}
+        self._key = link.link_key(secret)
         self._dropped: deque[str] = deque(maxlen=100)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -86,6 +113,41 @@ class LivenessServer:
         """When ``slot``'s process closed its connection; None while it is connected (or never was)."""
         peer = self.peer(slot)
         return peer.lost_t if peer else None
+
+    def beats(self, slot: str) -> int | None:
+        """Heartbeats the slot's process sent over its connection; None while it has none (a
+        process that beats through the store, or not connected yet)."""
+        peer = self.peer(slot)
+        return peer.beats if peer is not None and peer.lost_t is None else None
+
+    def steps(self, generation: int, slot: str) -> RecentSteps | None:
+        """The slot's latest step records of ``generation`` sent over its connection (none yet:
+        empty); None where it has no connection (its steps are in the store)."""
+        peer = self.peer(slot)
+        if peer is None or peer.lost_t is not None:
+            return None
+        with self._lock:
+            return RecentSteps(tuple(peer.steps[1]) if peer.steps[0] == generation else ())
+
+    def announce(self, kind: str, number: int = 0) -> int:
+        """Tell every connected rank (a hint: they read the store for the truth); returns to how
+        many it was written. Never blocks: a connection that cannot take a short line whole is
+        not written to again."""
+        assert kind in link.DOWN, kind
+        sent = 0
+        with self._lock:
+            links = [(conn, state) for conn, state in self._links.items() if not state.mute]
+        for conn, state in links:
+            with self._lock:
+                state.said += 1
+                data = link.line(self._key, state.slot, state.said, kind, str(number))
+            try:
+                whole = conn.send(data) == len(data)
+            except OSError:
+                whole = False
+            state.mute = not whole
+            sent += whole
+        return sent
 
     def take_dropped(self) -> list[str]:
         """Why each connection closed since the last call was refused (at most the last 100)."""
@@ -115,7 +177,7 @@ class LivenessServer:
 
     def _read(self, key: selectors.SelectorKey, conn: socket.socket) -> None:
         try:
-            data = conn.recv(MAX_HELLO)
+            data = conn.recv(MAX_HELLO if key.data is None else link.MAX_LINE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -124,7 +186,36 @@ class LivenessServer:
             self._lost(key, conn)
         elif key.data is None:
             self._hello(conn, data)
-        # a proven rank sends nothing more; whatever it sends is read and ignored
+        else:
+            self._lines(conn, data)
+
+    def _lines(self, conn: socket.socket, data: bytes) -> None:
+        """A proven rank's heartbeats and step records; a line that is not one is dropped."""
+        state = self._links[conn]
+        state.buffer += data
+        while b"\n" in state.buffer:
+            raw, state.buffer = state.buffer.split(b"\n", 1)
+            got = link.parse(self._key, state.slot, raw, link.UP, state.heard)
+            if got is None:
+                with self._lock:
+                    self._dropped.append(f"a line from {state.slot} that is not one of its own")
+                continue
+            state.heard = got.seq
+            if got.kind == link.BEAT:
+                with self._lock:
+                    self._peers[state.slot].beats += 1
+            else:
+                self._took_steps(state.slot, got.payload)
+        if len(state.buffer) > link.MAX_LINE:
+            self._drop(conn, f"a line from {state.slot} longer than {link.MAX_LINE} bytes")
+
+    def _took_steps(self, slot: str, payload: str) -> None:
+        generation, _, records = payload.partition(" ")
+        new = RecentSteps.decode(records).records
+        with self._lock:
+            peer = self._peers[slot]
+            kept = peer.steps[1] if peer.steps[0] == int(generation) else []
+            peer.steps = (int(generation), (kept + list(new))[-KEEP_STEPS:])
 
     def _accept(self) -> None:
         try:
@@ -170,9 +261,17 @@ class LivenessServer:
         self._selector.modify(conn, selectors.EVENT_READ, data=slot)
         with self._lock:
             self._peers[slot] = Peer(slot, step, self.clock())
+            self._links[conn] = _Link(slot)
+        rest = pending.buffer.split(b"\n", 1)[1]
+        if rest:  # its first heartbeat may come in the same read
+            self._lines(conn, rest)
 
     def _drop(self, conn: socket.socket, why: str) -> None:
         self._pending.pop(conn, None)
+        with self._lock:
+            was = self._links.pop(conn, None)
+            if was is not None:  # a rank's own connection: closing it is losing the rank
+                self._peers[was.slot].lost_t = self.clock()
         if conn.fileno() >= 0 and conn in {key.fileobj for key in self._selector.get_map().values()}:
             self._selector.unregister(conn)
         conn.close()
@@ -185,6 +284,7 @@ class LivenessServer:
         conn.close()
         if key.data is not None:
             with self._lock:
+                self._links.pop(conn, None)
                 self._peers[key.data].lost_t = self.clock()
 
 

@@ -112,6 +112,8 @@ class Report(Message):
     """``error``: the step the rank was in when it raised (the one ``ctx.steps()`` last
     yielded); None when it raised outside the step loop. The supervisor stops a run whose own
     error recurs at the same step."""
+    slot: str = ""
+    """The slot that wrote it (set when it is written): the supervisor reads reports by number."""
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,16 @@ class StoreCore:
     def count(self, key: str) -> int:
         return self.raw.add(key, 0)
 
+    def wait(self, key: str, timeout_s: float) -> bool:
+        """Block until ``key`` is set (by anyone: check what it means after) or ``timeout_s``
+        passes (False). One request, answered by the store when the key is set: a wait that
+        polls costs the store a request per poll per waiter."""
+        try:
+            self.raw.wait([key], timedelta(seconds=max(timeout_s, 0.001)))
+        except dist.DistStoreError:
+            return False
+        return True
+
     # --- writing ----------------------------------------------------------------------------
 
     def put(self, key: str, message: Message) -> None:

@@ -13,14 +13,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from launcher.observability.straggler import Straggler
 from launcher.placement import JobControl, NodeInspector, NodeSupply, RankProcesses
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe.step_reports import StepReports
 from launcher.supervisor.observe.view import Observation, RankStep, Request
-from resilience.contract.messages import Report, SlotInfo
+from resilience.contract.messages import RecentSteps, Report, SlotInfo
 from resilience.contract.run_store import RunStore
+
+
+class LinkReadings(Protocol):
+    """What ranks sent over their liveness connections (the supervisor's ``LivenessServer``):
+    read from memory, no store request per rank."""
+
+    def beats(self, slot: str) -> int | None:
+        """Heartbeats received from the slot; None where it has no connection (store beats)."""
+
+    def steps(self, generation: int, slot: str) -> RecentSteps | None: ...
 
 
 @dataclass
@@ -73,6 +84,7 @@ class Observer:
         supply: NodeSupply,
         job: JobControl,
         requests: Callable[[], tuple[Request, ...]] = tuple,
+        link: LinkReadings | None = None,
     ) -> None:
         """What it reads a placement through: process exits (``processes``), node evidence
         (``inspector``), idle nodes to lend (``supply``), the job's time limits (``job``)."""
@@ -81,12 +93,15 @@ class Observer:
         self._requests = requests
         self.preempted: str | None = None
         """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
+        self._link = link
         self._reports: dict[str, Report] = {}
         self._reports_seen = (0, 0)
+        self._next_report = 1
+        """The number of the next report of the generation to read (reports are numbered from 1)."""
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
-        self.step_reports = StepReports(store, config.straggler)
+        self.step_reports = StepReports(store, config.straggler, link.steps if link is not None else None)
         self._steps: list[RankStep] = []
         self._stragglers: list[Straggler] = []
         self._reclaims_seen = 0
@@ -196,17 +211,19 @@ class Observer:
         return self._first_steps.get(generation)
 
     def _read_reports(self, generation: int, members: Mapping[int, str]) -> dict[str, Report]:
-        # One counter per generation says how many reports exist: read them only when it moves.
+        """Members' reports of ``generation``, read by number: each report once, whatever the
+        number of ranks (one counter says when to look)."""
         if generation != self._reports_seen[1]:
-            self._reports = {}
+            self._reports, self._next_report = {}, 1
         count = self.store.liveness.reports_written(generation)
         if (count, generation) != self._reports_seen:
-            for slot in members.values():
-                if (
-                    slot not in self._reports
-                    and (report := self.store.liveness.report_of(generation, slot)) is not None
-                ):
-                    self._reports[slot] = report
+            member_slots = set(members.values())
+            while (report := self.store.liveness.report_numbered(generation, self._next_report)) is not None:
+                self._next_report += 1
+                if report.slot in member_slots and report.slot not in self._reports:
+                    self._reports[report.slot] = report
+            # A number taken but not yet written holds the reading here: its writer bumps the
+            # counter once it is written, and the next look goes on from it.
             self._reports_seen = (count, generation)
         return dict(self._reports)
 
@@ -233,7 +250,7 @@ class Observer:
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]
         for slot in alive:
-            value = self.store.liveness.heartbeats(slot)
+            value = self._beats(slot)
             watch = self._watched[slot]
             if value > watch.heartbeat:  # only a newer beat (a replayed one is not)
                 watch.heartbeat, watch.heartbeat_changed = value, now
@@ -248,6 +265,11 @@ class Observer:
             self.config.hang_timeout_s,
             self.config.startup_timeout_s,
         )
+
+    def _beats(self, slot: str) -> int:
+        """The slot's heartbeats: over its liveness connection, else from the store."""
+        beats = self._link.beats(slot) if self._link is not None else None
+        return beats if beats is not None else self.store.liveness.heartbeats(slot)
 
     def _read_reclaims(self) -> None:
         """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the

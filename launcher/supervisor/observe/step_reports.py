@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from launcher.supervisor.observe.view import RankStep
+from resilience.contract.messages import RecentSteps
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 
@@ -32,8 +34,14 @@ def read_file(log_dir: Path) -> list[dict[str, Any]]:
 class StepReports:
     """Reads each member's new steps of a generation and judges them; writes nothing."""
 
-    def __init__(self, store: RunStore, config: StragglerConfig) -> None:
-        self.store, self.config = store, config
+    def __init__(
+        self,
+        store: RunStore,
+        config: StragglerConfig,
+        linked: Callable[[int, str], RecentSteps | None] | None = None,
+    ) -> None:
+        """``linked``: a rank's steps sent over its liveness connection (read first: no request)."""
+        self.store, self.config, self.linked = store, config, linked
         self._generation = 0
         self._members: Mapping[int, str] = {}
         self._seen: dict[int, int] = {}
@@ -57,7 +65,9 @@ class StepReports:
         reports: dict[int, dict[int, float]] = {}
         steps: list[RankStep] = []
         for rank, slot in members.items():
-            recent = self.store.progress.recent_steps(generation, slot)
+            recent = self.linked(generation, slot) if self.linked is not None else None
+            if recent is None:
+                recent = self.store.progress.recent_steps(generation, slot)
             new = (
                 [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
             )

@@ -26,6 +26,10 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
     """Classify a fault: which nodes must go (killed, later drained), who is the culprit."""
     counts, bad = _bad_nodes(obs, state, config)
     lost = {rank: "node" if state.node_of(rank) in bad else how for rank, how in obs.lost.items()}
+    # A node that must go takes all its ranks, also those whose loss is not seen yet: a node's
+    # liveness connections close one by one, and at 1,024 ranks a tick saw one rank of a lost node;
+    # its other ranks, left in the new plan, failed it again with no spare left (the harness).
+    lost |= {rank: "node" for rank in state.members if rank not in lost and state.node_of(rank) in bad}
     culprit = None if lost else min(obs.errors.values(), key=lambda r: (r.collateral, r.seq))
     where = error_at(culprit)
     recurred = where is not None and where in state.errors_seen

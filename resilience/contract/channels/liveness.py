@@ -38,10 +38,15 @@ class LivenessChannel(Channel):
         """Record a rank's report with its order among this generation's reports (the first
         error is the cause; later ones are its consequences)."""
         seq = self._core.add(keys.report_seq(generation))
-        rep = replace(rep, seq=seq, t=time.time())
+        rep = replace(rep, seq=seq, t=time.time(), slot=slot)
         self._core.put(keys.report(generation, slot), rep)
+        self._core.put(keys.report_at(generation, seq), rep)
         self._core.add(keys.report_ready(generation))
         return rep
+
+    def report_numbered(self, generation: int, seq: int) -> Report | None:
+        """Report number ``seq`` of G (from 1), None while it is not written."""
+        return self._core.get(keys.report_at(generation, seq), Report)
 
     def reports_written(self, generation: int) -> int:
         """How many reports of G exist: read them only when this moves."""

@@ -1,0 +1,156 @@
+"""A rank's liveness connection as its control channel, both ways: heartbeats and step times up
+to the supervisor, notices of a new plan, a pause or the run's end down to the rank.
+
+At thousands of ranks the run's one store cannot carry what every rank says every half second
+(a heartbeat, a look for a newer plan, its step times: about 12 requests a second a rank, 49,000
+at 4,096 ranks). Each rank already holds one TCP connection to the supervisor for its life (the
+liveness connection, proven with the run's secret at its hello); what is periodic goes over it,
+and the store keeps what must be shared and durable (plans, reports, join counts, state).
+
+A notice is a hint, never the truth: a rank woken by one still reads the plan from the store
+(sealed), and without a connection (tests' bare stores) everything works by polling as before.
+Every line is ``<kind> <seq> <mac> <payload>``: an HMAC under a key derived from the run's secret,
+bound to the slot, the direction's sequence number (which must grow) and the kind, so no line is
+accepted twice, from the other direction, or for another slot. Nothing is unpickled: payloads are
+numbers or a message's JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import socket
+import threading
+from dataclasses import dataclass
+
+from resilience.contract.messages import RecentSteps
+
+BEAT, STEPS = "b", "t"
+"""Up, rank to supervisor: a heartbeat; new step records (``<generation> <RecentSteps JSON>``)."""
+PLANNED, PAUSE, SHUTDOWN = "g", "p", "s"
+"""Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over."""
+UP, DOWN = frozenset((BEAT, STEPS)), frozenset((PLANNED, PAUSE, SHUTDOWN))
+MAX_LINE = 64 * 1024
+"""Longer than any line a rank sends (64 step records are about 6 KiB)."""
+_MAC_HEX = 32
+
+
+def link_key(secret: str) -> bytes:
+    """The MAC key of link lines: derived, so the run's secret itself signs nothing here."""
+    return hmac.new(bytes.fromhex(secret), b"sres liveness link", hashlib.sha256).digest()
+
+
+def _mac(key: bytes, slot: str, seq: int, kind: str, payload: str) -> str:
+    message = f"{slot}\0{seq}\0{kind}\0{payload}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:_MAC_HEX]
+
+
+def line(key: bytes, slot: str, seq: int, kind: str, payload: str = "") -> bytes:
+    return f"{kind} {seq} {_mac(key, slot, seq, kind, payload)} {payload}\n".encode()
+
+
+@dataclass(frozen=True)
+class Line:
+    kind: str
+    seq: int
+    payload: str
+
+
+def parse(key: bytes, slot: str, raw: bytes, kinds: frozenset[str], after: int) -> Line | None:
+    """``raw`` (one line, without its newline) as a line of ``kinds`` newer than sequence number
+    ``after``, or None when it is not one: malformed, another direction's, replayed, forged."""
+    parts = raw.decode("ascii", errors="replace").split(" ", 3)
+    if len(parts) != 4 or parts[0] not in kinds or not parts[1].isdigit() or len(parts[1]) > 18:
+        return None
+    kind, seq, mac, payload = parts[0], int(parts[1]), parts[2], parts[3]
+    if seq <= after or not hmac.compare_digest(_mac(key, slot, seq, kind, payload), mac):
+        return None
+    return Line(kind, seq, payload)
+
+
+class Notices:
+    """What the supervisor announced to this rank, and a wait for the next announcement."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.planned = 0
+        """The newest generation announced (0: none yet)."""
+        self.paused: set[int] = set()
+        self.shut_down = False
+        self.version = 0
+        """Bumped by every notice (and :meth:`poke`): what :meth:`wait_change` waits on."""
+
+    def heard(self, notice: Line) -> None:
+        with self._changed:
+            self.version += 1
+            if notice.kind == PLANNED:
+                self.planned = max(self.planned, int(notice.payload))
+            elif notice.kind == PAUSE:
+                self.paused.add(int(notice.payload))
+            else:
+                self.shut_down = True
+            self._changed.notify_all()
+
+    def wait(self, past: int, timeout_s: float) -> None:
+        """Until a generation after ``past`` is announced, or the run's end, or ``timeout_s``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.planned > past or self.shut_down, timeout_s)
+
+    def wait_change(self, seen: int, timeout_s: float) -> None:
+        """Until a notice after version ``seen`` (or a :meth:`poke`), or ``timeout_s``: the
+        heartbeat's sleep, which a new plan ends at once instead of at its next poll."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.version != seen, timeout_s)
+
+    def poke(self) -> None:
+        with self._changed:
+            self.version += 1
+            self._changed.notify_all()
+
+    def pause_asked(self, generation: int) -> bool:
+        with self._changed:
+            return generation in self.paused
+
+
+class RankLink:
+    """This process's end of its liveness connection, after the hello."""
+
+    def __init__(self, sock: socket.socket, secret: str, slot: str) -> None:
+        self.sock, self.slot = sock, slot
+        self._key = link_key(secret)
+        self._send_lock = threading.Lock()
+        self._sent = 0
+        self._heard = 0
+        self.notices = Notices()
+
+    def beat(self) -> None:
+        self._send(BEAT, "")
+
+    def steps(self, generation: int, steps: RecentSteps) -> None:
+        self._send(STEPS, f"{generation} {steps.encode()}")
+
+    def _send(self, kind: str, payload: str) -> None:
+        with self._send_lock:
+            self._sent += 1
+            self.sock.sendall(line(self._key, self.slot, self._sent, kind, payload))
+
+    def listen(self) -> None:
+        """Read the supervisor's notices until its end of the connection closes (returns then)."""
+        buffer = b""
+        self.sock.settimeout(None)
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return
+            if not data:
+                return
+            buffer += data
+            while b"\n" in buffer:
+                raw, buffer = buffer.split(b"\n", 1)
+                notice = parse(self._key, self.slot, raw, DOWN, self._heard)
+                if notice is not None:  # anything else cannot be the supervisor's: ignored
+                    self._heard = notice.seq
+                    self.notices.heard(notice)
+            if len(buffer) > MAX_LINE:
+                buffer = b""
