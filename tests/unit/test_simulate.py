@@ -46,6 +46,17 @@ def test_each_rung_is_the_median_of_the_recoveries_it_took():
         measured_ladder([{"event": "finished"}], Ladder())
 
 
+def test_the_costs_were_measured_at_the_world_size_of_the_recovered_generations():
+    events = fault_run([("kill", 0.4), ("kill", 0.3), ("kill", 0.5)])
+    recovered = [i for i, e in enumerate(events) if e["event"] == "recovered"]
+    for i, world in reversed(list(zip(recovered, (8, 16, 16)))):
+        events.insert(i, {"event": "generation", "generation": events[i]["generation"], "world_size": world})
+    ladder, sources = measured_ladder(events, Ladder())
+    assert (ladder.measured_ranks, sources["measured_ranks"]) == (16, "median of 3 measured")
+    ladder, sources = measured_ladder(fault_run([("kill", 0.4)]), Ladder())  # no generation events
+    assert ladder.measured_ranks == 4 and sources["measured_ranks"].startswith("default")
+
+
 @pytest.mark.local  # spawns: python -m launcher.cli simulate
 def test_the_command_prints_its_tables_and_writes_a_plot_only_where_asked(tmp_path):
     (tmp_path / "events.jsonl").write_text(
@@ -59,6 +70,7 @@ def test_the_command_prints_its_tables_and_writes_a_plot_only_where_asked(tmp_pa
     out = done.stdout
     assert "preset llama3" in out and "within the tolerance" in out and "median of 3 measured" in out
     assert out.count("restart from checkpoint") == 5 and "what moves our goodput at 16,384 GPUs" in out
+    assert "   1,024 GPUs: control path" in out and "extrapolated beyond the curve's" in out
     assert not list(tmp_path.glob("*.png"))  # no plot into the current directory uninvited
     plot = tmp_path / "out" / "goodput.png"
     done = subprocess.run(
@@ -70,6 +82,7 @@ def test_the_command_prints_its_tables_and_writes_a_plot_only_where_asked(tmp_pa
         ["--failures-per-node-hour", "-1"],
         ["--refill-s", "nan"],
         ["--days", "1e9"],
+        ["--control-curve", str(tmp_path / "events.jsonl")],  # not a curve
     ):
         refused = subprocess.run([*cmd[:4], *bad], capture_output=True, text=True, timeout=60)
         last = refused.stderr.splitlines()[-1]  # a usage error prints the usage above its line
