@@ -46,6 +46,27 @@ def one_run(shape: Shape) -> dict[str, Any]:
         return Harness(shape, Path(tmp)).run()
 
 
+def run_sweep(a: argparse.Namespace) -> None:
+    from benchmarks import control_plane_sweep as sweep
+    from benchmarks.trees import worktree
+
+    sizes = [int(n) for n in a.sweep.split(",")]
+    if a.base:
+        with (
+            tempfile.TemporaryDirectory(prefix="sres-cp-base-") as tmp,
+            worktree(a.base, Path(tmp) / "tree") as base,
+        ):
+            rows = sweep.sweep(sizes, base)
+    else:
+        rows = sweep.sweep(sizes, None)
+    print(sweep.table(rows, a.base))
+    for problem in sweep.problems(rows):
+        print(f"  {problem}")
+    print(json.dumps({"rows": [{"ranks": r, "this": o, "base": b} for r, o, b in rows]}))
+    if a.write_curve:
+        a.write_curve.write_text(json.dumps(sweep.curve(rows, a.machine), indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=256, help="simulated ranks (default 256)")
@@ -54,7 +75,14 @@ def main() -> None:
     p.add_argument("--steady-s", type=float, default=4.0, help="the steady window measured (default 4 s)")
     p.add_argument("--heartbeat-s", type=float, default=0.5)
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--sweep", help="sizes to run one after another (64,256,1024,4096): a table")
+    p.add_argument("--base", help="with --sweep: also run this commit's code at each size, interleaved")
+    p.add_argument("--write-curve", type=Path, help="with --sweep: write the curve sres simulate reads")
+    p.add_argument("--machine", default="2-core CPU VM (this project's development machine)")
     a = p.parse_args()
+    if a.sweep:
+        run_sweep(a)
+        return
     shape = Shape(a.ranks, a.procs_per_node, a.hosts, a.steady_s, a.heartbeat_s)
     result = one_run(shape)
     if a.json:

@@ -51,6 +51,9 @@ STEPS_AFTER_FAULT = int(os.environ.get("SRES_STUB_STEPS_AFTER", "4"))
 STEP_S = float(os.environ.get("SRES_STUB_STEP_S", "0.5"))
 
 _out_lock = threading.Lock()
+_starting = threading.BoundedSemaphore(int(os.environ.get("SRES_STUB_STARTING", "16")))
+"""Ranks of this host connecting at once: hundreds of threads starting together starved each other
+of the GIL past the liveness server's 10 s hello limit (real ranks are processes of their own)."""
 
 
 def say(record: dict[str, Any]) -> None:
@@ -111,17 +114,8 @@ class StubRank:
     def _life(self) -> None:
         env = self.env
         try:
-            key = run_secret.store_key(env.run_secret, env.store_nonce)
-            store = RunStore.connect(env.store_host, env.store_port, key)
-            self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
-            watch = GenerationWatch()
-            link: Any = self.link
-            if RankLink is not None:  # as Agent.__init__ does
-                link = self.rank_link = RankLink(self.link, env.run_secret, env.slot)
-                store.plans.notices = link.notices
-            self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
-            self.heartbeat.start()
-            store.liveness.mark_ready(env.slot, time.time())
+            with _starting:
+                store, watch = self._connect()
             self._generations(store, watch)
         except Exception as err:  # noqa: BLE001 - a stub that fails says so and exits as a rank would
             if not self.stopped.is_set():
@@ -131,6 +125,23 @@ class StubRank:
         if not self.stopped.is_set():
             self.stop()
             say({"exit": env.slot, "rc": 0})
+
+    def _connect(self) -> tuple[RunStore, GenerationWatch]:
+        """What ``Agent.__init__`` and the start of ``Agent.run`` do: the store, the liveness
+        connection, the heartbeat, warm."""
+        env = self.env
+        key = run_secret.store_key(env.run_secret, env.store_nonce)
+        store = RunStore.connect(env.store_host, env.store_port, key)
+        self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
+        watch = GenerationWatch()
+        link: Any = self.link
+        if RankLink is not None:  # as Agent.__init__ does
+            link = self.rank_link = RankLink(self.link, env.run_secret, env.slot)
+            store.plans.notices = link.notices
+        self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
+        self.heartbeat.start()
+        store.liveness.mark_ready(env.slot, time.time())
+        return store, watch
 
     def _generations(self, store: RunStore, watch: GenerationWatch) -> None:
         generation = 0
@@ -226,6 +237,11 @@ class StubRank:
 
 def main() -> None:
     threading.stack_size(512 * 1024)  # hundreds of threads a host: keep their reserved stacks small
+    # Hundreds of threads share this process's GIL, each needing it briefly between two blocking
+    # calls: a long slice lets each finish that work without being preempted (a forced switch
+    # among hundreds of runnable threads costs more than the work: at a 1 ms slice a recovery of
+    # 1,024 stubs took 31 s of two cores; real ranks are processes and never contend).
+    sys.setswitchinterval(float(os.environ.get("SRES_STUB_SWITCH_S", "0.05")))
     count_store_requests()
     # A rank still in an ended generation 2 s after its release ends itself: one process each in a
     # real run. Here hundreds share one GIL, and waking them all at once may take longer.

@@ -19,7 +19,7 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 ``progress``, ``stats``      the newest committed step; the run's median step time
 ``preempt``, ``reclaim*``    a rank caught the preemption signal; lent nodes taken back
 ``inject-*``                 fault injection: fired once, node kills, slow nodes, spare kills
-``batch-producer/N``         a rank of node N asked for the node's batch producer
+``batch-producer/N``         a rank of node N asked for the node's batch producer (``-asks``: how often)
 ``shutdown``                 the run is over
 ============================ =============================================================
 """
@@ -38,6 +38,7 @@ FLUSH_SEQ = "tier-flush-seq"
 FLUSH_REQUEST = "tier-flush"
 REQUEUE_SEQ = "requeue-seq"
 REQUEUE_NOTICE = "requeue"
+BATCH_PRODUCER_ASKS = "batch-producer-asks"
 
 
 def plan(generation: int) -> str:

@@ -29,6 +29,8 @@ BEAT, STEPS = "b", "t"
 """Up, rank to supervisor: a heartbeat; new step records (``<generation> <RecentSteps JSON>``)."""
 PLANNED, PAUSE, SHUTDOWN = "g", "p", "s"
 """Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over."""
+ACCEPTED = "a"
+"""Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
 UP, DOWN = frozenset((BEAT, STEPS)), frozenset((PLANNED, PAUSE, SHUTDOWN))
 MAX_LINE = 64 * 1024
 """Longer than any line a rank sends (64 step records are about 6 KiB)."""
@@ -87,7 +89,7 @@ class Notices:
                 self.planned = max(self.planned, int(notice.payload))
             elif notice.kind == PAUSE:
                 self.paused.add(int(notice.payload))
-            else:
+            elif notice.kind == SHUTDOWN:
                 self.shut_down = True
             self._changed.notify_all()
 
@@ -120,7 +122,7 @@ class RankLink:
         self._key = link_key(secret)
         self._send_lock = threading.Lock()
         self._sent = 0
-        self._heard = 0
+        self._heard = 1  # the acceptance, read by liveness.announce
         self.notices = Notices()
 
     def beat(self) -> None:

@@ -257,11 +257,18 @@ class LivenessServer:
         if not run_secret.verify(self.secret, pending.challenge, answer, slot, step):
             self._drop(conn, f"hello for {slot} without the run's secret")
             return
+        accepted = link.line(self._key, slot, 1, link.ACCEPTED)
+        try:
+            if conn.send(accepted) != len(accepted):
+                raise OSError("the acceptance did not fit")
+        except OSError as err:
+            self._drop(conn, f"hello for {slot} could not be answered: {err}")
+            return
         del self._pending[conn]
         self._selector.modify(conn, selectors.EVENT_READ, data=slot)
         with self._lock:
             self._peers[slot] = Peer(slot, step, self.clock())
-            self._links[conn] = _Link(slot)
+            self._links[conn] = _Link(slot, said=1)
         rest = pending.buffer.split(b"\n", 1)[1]
         if rest:  # its first heartbeat may come in the same read
             self._lines(conn, rest)
@@ -297,17 +304,32 @@ def _socket(key: selectors.SelectorKey) -> socket.socket:
 def announce(
     host: str, port: int, slot: str, secret: str, step_id: str = "", timeout_s: float = 10.0
 ) -> socket.socket:
-    """Open this process's liveness connection, proving the run's secret; keep the returned
-    socket for the process's life."""
+    """Open this process's liveness connection, proving the run's secret, and wait until the
+    server accepts it (a refused hello is a ``ConnectionError`` here, not a rank that later
+    takes the closed connection for the supervisor's end); keep the socket for the process's life."""
     sock = socket.create_connection((host, port), timeout=timeout_s)
     try:
-        greeting = sock.makefile("rb").readline(MAX_HELLO).decode("ascii", errors="replace").split()
+        greeting = _read_line(sock).decode("ascii", errors="replace").split()
         if len(greeting) != 2 or greeting[0] != GREETING:
             raise ConnectionError(f"{host}:{port} is not the run's liveness server")
         answer = run_secret.proof(secret, greeting[1], slot, step_id)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.sendall(f"{slot} {step_id} {answer}\n".encode())
+        accepted = link.parse(link.link_key(secret), slot, _read_line(sock), frozenset(link.ACCEPTED), 0)
+        if accepted is None:
+            raise ConnectionError(f"the run's liveness server at {host}:{port} did not accept {slot}'s hello")
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    """One line, read a byte at a time: what follows it belongs to whoever reads the socket next."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) <= MAX_HELLO:
+        byte = sock.recv(1)
+        if not byte:
+            break
+        data += byte
+    return data.rstrip(b"\n")

@@ -164,12 +164,22 @@ class Observer:
             # A process the supervisor killed is lost from that moment, not from when its exit
             # lands (tens of ms for a large process): a node's ranks are one fault at once.
             gone = not self._watch(slot).alive or state.killed_as is not None
+            if gone and slot not in reports:  # read in order, reports may wait behind an unwritten one
+                self._late_report(slot, reports)
             if gone and not (slot in reports and reports[slot].kind == "done"):
                 rc = self.processes.poll(slot)
                 lost[rank] = state.killed_as or ("kill" if rc is not None and rc < 0 else f"exit {rc}")
                 if state.killed_t is not None:
                     seen_t = min(seen_t, state.killed_t)
         return lost, seen_t
+
+    def _late_report(self, slot: str, reports: dict[str, Report]) -> None:
+        """The report of a process that ended, read by its slot: a rank reports ``done`` and exits,
+        and its report may be numbered after one still being written (the harness at 256 ranks
+        saw ranks that had finished taken for a lost node)."""
+        report = self.store.liveness.report_of(self._reports_seen[1], slot)
+        if report is not None:
+            self._reports[slot] = reports[slot] = report
 
     def with_evidence(
         self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]

@@ -37,6 +37,9 @@ class BatchProducers:
         self.running: dict[int, str] = {}
         """node -> the slot of its producer, started and not stopped."""
         self._next = 0.0
+        self._asked: tuple[int, frozenset[int]] = (0, frozenset())
+        """The ask count and member nodes the wanted nodes were read at, and those nodes."""
+        self._wanted: list[int] = []
 
     def tick(self, now: float) -> None:
         """Keep a producer on each node holding ranks now whose ranks asked for one (``nodes``)."""
@@ -46,12 +49,20 @@ class BatchProducers:
         nodes = set(self.nodes())
         for node in [n for n in self.running if n not in nodes]:
             self.processes.kill(self.running.pop(node))  # its node left the run
-        for node in self.store.producers.wanted(sorted(nodes)):
+        for node in self._wanted_now(nodes):
             slot = self.running.get(node)
             code = self.processes.poll(slot) if slot is not None else None
             if slot is not None and code is None:
                 continue
             self._start(node, "started" if slot is None else "restarted", code)
+
+    def _wanted_now(self, nodes: set[int]) -> list[int]:
+        """The nodes whose ranks asked for a producer, read again only when someone asked since
+        or the members changed."""
+        asked = (self.store.producers.asks(), frozenset(nodes))
+        if asked != self._asked:
+            self._asked, self._wanted = asked, self.store.producers.wanted(sorted(nodes))
+        return self._wanted
 
     def _start(self, node: int, how: str, code: int | None) -> None:
         slot = slots.producer_slot(node)
