@@ -63,6 +63,8 @@ def run_sweep(a: argparse.Namespace) -> None:
     for problem in sweep.problems(rows):
         print(f"  {problem}")
     print(json.dumps({"rows": [{"ranks": r, "this": o, "base": b} for r, o, b in rows]}))
+    if a.plot:
+        sweep.plot(rows, a.base, a.plot)
     if a.write_curve:
         a.write_curve.write_text(json.dumps(sweep.curve(rows, a.machine), indent=1) + "\n")
 
@@ -71,19 +73,27 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=256, help="simulated ranks (default 256)")
     p.add_argument("--procs-per-node", type=int, default=8)
-    p.add_argument("--hosts", type=int, default=0, help="stub processes (default: one per 256 ranks, 2-8)")
+    p.add_argument("--hosts", type=int, default=0, help="stub processes (default: one per 256 ranks, 2-16)")
     p.add_argument("--steady-s", type=float, default=4.0, help="the steady window measured (default 4 s)")
     p.add_argument("--heartbeat-s", type=float, default=0.5)
+    p.add_argument(
+        "--fault", choices=("node", "hang"), default="node", help="what is injected (default node)"
+    )
+    p.add_argument(
+        "--hang-timeout-s", type=float, help="the run's hang timeout (default 60 s; 5 s with --fault hang)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--sweep", help="sizes to run one after another (64,256,1024,4096): a table")
     p.add_argument("--base", help="with --sweep: also run this commit's code at each size, interleaved")
     p.add_argument("--write-curve", type=Path, help="with --sweep: write the curve sres simulate reads")
     p.add_argument("--machine", default="2-core CPU VM (this project's development machine)")
+    p.add_argument("--plot", type=Path, help="with --sweep: draw the curves into this PNG")
     a = p.parse_args()
     if a.sweep:
         run_sweep(a)
         return
-    shape = Shape(a.ranks, a.procs_per_node, a.hosts, a.steady_s, a.heartbeat_s)
+    hang_timeout = a.hang_timeout_s or (5.0 if a.fault == "hang" else 60.0)
+    shape = Shape(a.ranks, a.procs_per_node, a.hosts, a.steady_s, a.heartbeat_s, a.fault, hang_timeout)
     result = one_run(shape)
     if a.json:
         print(json.dumps(result))

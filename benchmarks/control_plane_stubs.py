@@ -106,6 +106,12 @@ class StubRank:
                 pass
             self.link.close()
 
+    def kill(self) -> None:
+        """The supervisor killed the process: it stops, and its exit is seen."""
+        if not self.stopped.is_set():
+            self.stop()
+            say({"exit": self.env.slot, "rc": -9})
+
     def hang(self) -> None:
         """The heartbeat stops; the connection stays (a process stuck holding the GIL)."""
         if self.heartbeat is not None:
@@ -245,7 +251,7 @@ def main() -> None:
     count_store_requests()
     # A rank still in an ended generation 2 s after its release ends itself: one process each in a
     # real run. Here hundreds share one GIL, and waking them all at once may take longer.
-    Heartbeat.RELEASE_GRACE_S = 30.0
+    Heartbeat.RELEASE_GRACE_S = 300.0
     ranks: dict[str, StubRank] = {}
     slow: dict[int, float] = {}
     for line in sys.stdin:
@@ -257,10 +263,8 @@ def main() -> None:
             ranks[env.slot] = StubRank(env, slow)
             ranks[env.slot].start()
         elif op == "kill" and order["slot"] in ranks:
-            rank = ranks[order["slot"]]
-            if not rank.stopped.is_set():
-                rank.stop()
-                say({"exit": order["slot"], "rc": -9})
+            # In a thread: stopping waits for the rank's heartbeat thread, and orders keep coming.
+            threading.Thread(target=ranks[order["slot"]].kill, daemon=True).start()
         elif op == "kill-node":
             for rank in [r for r in ranks.values() if r.env.node == order["node"]]:
                 rank.stop()

@@ -64,14 +64,12 @@ def sweep(sizes: Sequence[int], base: Path | None) -> list[tuple[int, dict[str, 
 def cell(result: dict[str, Any] | None, key: str) -> str:
     if result is None:
         return "-"
-    if not result.get("ok"):
-        return "failed"
     value = result.get(key)
     return "-" if value is None else f"{value:g}"
 
 
 def table(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], base: str | None) -> str:
-    head = ["ranks", "tree"] + [name for _, name in COLUMNS]
+    head = ["ranks", "tree", "run"] + [name for _, name in COLUMNS]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for ranks, ours, theirs in rows:
         for label, result in (("this", ours), (base or "", theirs)):
@@ -108,3 +106,31 @@ def curve(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], machine
         "measured": time.strftime("%Y-%m-%d"),
         "points": sorted(points, key=lambda p: p["ranks"]),
     }
+
+
+def plot(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], base: str | None, path: Path) -> None:
+    """The curves: the control path's parts (left) and the steady load (right), by ranks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for which, style in (("this", "-o"), ("base", "--s")):
+        results = [(r, (o if which == "this" else b)) for r, o, b in rows]
+        label = "this tree" if which == "this" else (base or "base")
+        for key, _ in COLUMNS[:4]:
+            points = [(r, x[key]) for r, x in results if x is not None and x.get(key) is not None]
+            if points:
+                left.plot(*zip(*points), style, label=f"{key} ({label})")
+        points = [(r, x["steady_store_rps"]) for r, x in results if x is not None and "steady_store_rps" in x]
+        if points:
+            right.plot(*zip(*points), style, label=f"store requests/s ({label})")
+    for axis, title in ((left, "a node fault's control path (s)"), (right, "steady state")):
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("ranks")
+        axis.set_title(title)
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

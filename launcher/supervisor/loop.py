@@ -114,18 +114,7 @@ class Supervisor:
         self.processes = self._processes()
         self.executor = Executor(self._hands(out or sys.stderr))  # stderr as it is now, not at import
         p = self.placement  # each part takes the capabilities it uses
-        self.observer = Observer(
-            config,
-            self.store,
-            self.books.slots,
-            wall,
-            processes=self.processes,
-            inspector=p,
-            supply=p,
-            job=p,
-            requests=self.control.take,
-            link=self.liveness,
-        )
+        self.observer = self._observer()
         self.step_log = StepLog(Path(config.log_dir))
         self.producers = BatchProducers(
             self.store, p, p, config.command, self._rank_env, self.events, self._member_nodes
@@ -135,6 +124,23 @@ class Supervisor:
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )
         self.tickers = self._tickers()
+
+    def _observer(self) -> Observer:
+        """What reads the world: the placement's capabilities, the store, the ranks' connections."""
+        p = self.placement
+        return Observer(
+            self.config,
+            self.store,
+            self.books.slots,
+            self.wall,
+            processes=self.processes,
+            inspector=p,
+            supply=p,
+            job=p,
+            requests=self.control.take,
+            link=self.liveness,
+            killed=self.books.killed,
+        )
 
     def _tickers(self) -> list[Ticker]:
         """The background services, walked in this order after each tick's decisions."""
@@ -281,7 +287,7 @@ class Supervisor:
         return outcome
 
     def _killed(self) -> int:
-        return sum(st.killed_as is not None for st in self.books.slots.values())
+        return len(self.books.killed)
 
     def _observe_and_settle(self) -> Outcome | None:
         now = self.clock()

@@ -100,6 +100,7 @@ class LivenessServer:
         self._links: dict[socket.socket, _Link] = {}
         self._key = link.link_key(secret)
         self._dropped: deque[str] = deque(maxlen=100)
+        self._lost_since: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sres-liveness", daemon=True)
@@ -148,6 +149,12 @@ class LivenessServer:
             state.mute = not whole
             sent += whole
         return sent
+
+    def take_lost(self) -> list[str]:
+        """Slots whose connection closed since the last call (their process ended, or is ending)."""
+        with self._lock:
+            lost, self._lost_since = self._lost_since, []
+        return lost
 
     def take_dropped(self) -> list[str]:
         """Why each connection closed since the last call was refused (at most the last 100)."""
@@ -279,6 +286,7 @@ class LivenessServer:
             was = self._links.pop(conn, None)
             if was is not None:  # a rank's own connection: closing it is losing the rank
                 self._peers[was.slot].lost_t = self.clock()
+                self._lost_since.append(was.slot)
         if conn.fileno() >= 0 and conn in {key.fileobj for key in self._selector.get_map().values()}:
             self._selector.unregister(conn)
         conn.close()
@@ -293,6 +301,7 @@ class LivenessServer:
             with self._lock:
                 self._links.pop(conn, None)
                 self._peers[key.data].lost_t = self.clock()
+                self._lost_since.append(key.data)
 
 
 def _socket(key: selectors.SelectorKey) -> socket.socket:

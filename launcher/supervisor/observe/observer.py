@@ -33,6 +33,9 @@ class LinkReadings(Protocol):
 
     def steps(self, generation: int, slot: str) -> RecentSteps | None: ...
 
+    def take_lost(self) -> list[str]:
+        """Slots whose connection closed since the last call: their processes are looked at now."""
+
 
 @dataclass
 class SlotState:
@@ -65,6 +68,10 @@ class _Watch:
     """Warmed up and waiting for a plan since then, wall time (its ``ready/<slot>`` key)."""
 
 
+FULL_SCAN_SLOTS = 128
+"""Up to this many slots every process is polled every tick; beyond, every slot is polled every
+``slots / 128`` ticks and, every tick, the slots whose liveness connection closed or that we killed
+(a process's death closes its connection: it is still seen in the tick it happens)."""
 LEND_PERIOD_S = 3.0
 """How often a world below ``--max-nodes`` asks Slurm for idle nodes (one ``sinfo``)."""
 
@@ -85,6 +92,7 @@ class Observer:
         job: JobControl,
         requests: Callable[[], tuple[Request, ...]] = tuple,
         link: LinkReadings | None = None,
+        killed: set[str] | None = None,
     ) -> None:
         """What it reads a placement through: process exits (``processes``), node evidence
         (``inspector``), idle nodes to lend (``supply``), the job's time limits (``job``)."""
@@ -94,6 +102,13 @@ class Observer:
         self.preempted: str | None = None
         """Set by the preemption signal's handler (the batch shell gets it) or a rank's relay."""
         self._link = link
+        self._killed = killed if killed is not None else set()
+        """The executor's killed slots (read only)."""
+        self._gone: set[str] = set()
+        """Slots whose process this Observer saw end."""
+        self._suspects: set[str] = set()
+        """Slots whose connection closed, not yet seen ended: polled every tick."""
+        self._ticks = 0
         self._reports: dict[str, Report] = {}
         self._reports_seen = (0, 0)
         self._next_report = 1
@@ -155,11 +170,16 @@ class Observer:
         )
 
     def _lost(
-        self, members: Mapping[int, str], reports: Mapping[str, Report], seen_t: float
+        self, members: Mapping[int, str], reports: dict[str, Report], seen_t: float
     ) -> tuple[dict[int, str], float]:
         """Member rank -> how it was lost, and the fault's time (a kill of ours, if earlier)."""
         lost: dict[int, str] = {}
-        for rank, slot in members.items():
+        candidates = (
+            (self._gone | self._killed) & set(members.values()) if self._gone or self._killed else set()
+        )
+        for rank, slot in members.items() if candidates else ():
+            if slot not in candidates:
+                continue
             state = self.slots[slot]
             # A process the supervisor killed is lost from that moment, not from when its exit
             # lands (tens of ms for a large process): a node's ranks are one fault at once.
@@ -197,15 +217,28 @@ class Observer:
         watch, started = self._watched.get(slot), self.slots[slot].started
         if watch is None or watch.started != started:
             watch = self._watched[slot] = _Watch(started, heartbeat_changed=started)
+            self._gone.discard(slot)
         return watch
 
     def _poll_exits(self) -> tuple[str, ...]:
+        """Processes that ended since the last look: all of them, or in a large run (see
+        :data:`FULL_SCAN_SLOTS`) those whose connection closed or that were killed."""
+        self._ticks += 1
+        every = max(1, len(self.slots) // FULL_SCAN_SLOTS)
+        closed = self._link.take_lost() if self._link is not None else []
+        if self._link is None or self._ticks % every == 0:
+            candidates: Iterable[str] = list(self.slots)
+        else:
+            self._suspects.update(s for s in closed if s in self.slots)
+            candidates = self._suspects | (self._killed - self._gone)
         exited = []
-        for slot in self.slots:
+        for slot in candidates:
             watch = self._watch(slot)
             if watch.alive and self.processes.poll(slot) is not None:
                 watch.alive = False
+                self._gone.add(slot)
                 exited.append(slot)
+        self._suspects -= self._gone
         return tuple(exited)
 
     def _warm(self) -> dict[str, float]:

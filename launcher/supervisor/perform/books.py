@@ -48,6 +48,9 @@ class Books:
     resize: ResizeState | None = None
     last_resize: dict[str, object] | None = None
     next_refill: float = 0.0
+    killed: set[str] = field(default_factory=set)
+    """Slots the supervisor killed (their ``killed_as`` is set): what the Observer looks at for lost
+    ranks instead of every slot at every tick."""
     standby: set[str] = field(default_factory=set)
     """Slots of live standby processes that have not taken over a rank (a dead one is dropped
     when an observation says it ended)."""

@@ -19,6 +19,7 @@ from resilience.contract.messages import Report
 def kill_slot(h: Hands, a: act.KillSlot) -> None:
     state = h.books.slots[a.slot]
     state.killed_as, state.killed_t = a.as_, h.clocks.wall()
+    h.books.killed.add(a.slot)
     h.processes.kill(a.slot)
 
 
@@ -32,6 +33,7 @@ def kill_node(h: Hands, a: act.KillNode) -> None:
             # Marked first: the Observer counts the node's ranks lost from now on (one fault),
             # however long their exits take to land.
             state.killed_as, state.killed_t = "node", h.clocks.wall()
+            b.killed.add(slot)
             h.processes.kill(slot)
 
 
