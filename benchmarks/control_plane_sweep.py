@@ -74,9 +74,9 @@ def table(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], base: s
     for ranks, ours, theirs in rows:
         for label, result in (("this", ours), (base or "", theirs)):
             if result is not None:
-                out.append(
-                    "| " + " | ".join([str(ranks), label] + [cell(result, k) for k, _ in COLUMNS]) + " |"
-                )
+                verdict = "ok" if result.get("ok") else "failed"
+                cells = [str(ranks), label, verdict] + [cell(result, k) for k, _ in COLUMNS]
+                out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
