@@ -65,7 +65,10 @@ class LineFit:
     per_rank_s: float
 
     def at(self, ranks: float) -> float:
-        return self.intercept_s + self.per_rank_s * ranks
+        """The line at ``ranks``, never below zero: a steep line fitted far from small scales
+        crosses zero before a few ranks (64-1,024 ranks: -0.26 s at 0), and a negative cost at the
+        measured scale would add more than the whole path to every recovery."""
+        return max(0.0, self.intercept_s + self.per_rank_s * ranks)
 
     @property
     def growth_per_1000_s(self) -> float:
