@@ -169,3 +169,21 @@ def test_a_join_waits_without_polling_and_a_newer_plan_ends_the_wait_at_once():
     for thread in both:
         thread.join(timeout=10)
     assert got == [False, True, True]
+
+
+def test_a_newer_plan_key_someone_else_wrote_does_not_hide_the_real_newest_plan():
+    """The attacker replays (or forges) ``plan/2`` before the run ever makes one: a waiting rank
+    still takes plan 1 at once (it once waited for plan 2 forever)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from resilience.contract import keys
+    from resilience.contract.run_store import RunStore
+
+    server = RunStore.host(SECRET)
+    server.plans.publish(_plan(1, 2))
+    stranger = dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=10))
+    stranger.set(keys.plan(2), b"a sealed plan of another run")
+    rank = RunStore.connect("127.0.0.1", server.port, SECRET)
+    assert rank.plans.wait_for("n0p0", 0) == _plan(1, 2)

@@ -74,6 +74,19 @@ class PlanChannel(Channel):
             after += 1
         return after
 
+    def _newest_plan(self, after: int) -> tuple[int, Plan | None]:
+        """The newest plan after ``after`` that reads, and its generation (``after``, None: none).
+        A newer key whose value does not open (another user wrote it, or replayed one of an earlier
+        run) is passed over for the older real one: a run whose second plan key was replayed from
+        its previous run waited for it forever (tests/security/test_ports.py)."""
+        newest = self._newest_key(after)
+        while newest > after:
+            plan = self.get(newest)
+            if plan is not None:
+                return newest, plan
+            newest -= 1
+        return after, None
+
     def wait_for(self, slot: str, after: int, poll_s: float = 0.02) -> Plan | None:
         """Block until a generation after ``after`` includes ``slot``; None on shutdown.
 
@@ -83,13 +96,11 @@ class PlanChannel(Channel):
         someone else) is not: the real one may replace it.
         """
         while True:
-            newest = self._newest_key(after)
-            if newest > after:
-                plan = self.get(newest)
-                if plan is not None and plan.rank_of(slot) is not None:
-                    return plan
-                if plan is not None:
-                    after = newest
+            newest, plan = self._newest_plan(after)
+            if plan is not None and plan.rank_of(slot) is not None:
+                return plan
+            if plan is not None:
+                after = newest
             if self.is_shut_down():
                 return None
             if self.notices is not None:
