@@ -93,13 +93,13 @@ class StubRank:
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self, close_link: bool = True) -> None:
+    def stop(self) -> None:
         """The process is gone: its threads stop, its connections close."""
         self.stopped.set()
         self.released.event.set()
         if self.heartbeat is not None:
             self.heartbeat.stop()
-        if close_link and self.link is not None:
+        if self.link is not None:
             try:
                 self.link.shutdown(socket.SHUT_RDWR)
             except OSError:

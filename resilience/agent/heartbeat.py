@@ -90,12 +90,13 @@ class GenerationWatch:
 class Heartbeat:
     """Tells the supervisor this process is alive, and watches for the end of its generation.
 
-    The heartbeat is a line on the liveness connection (a value in the store without one). A hung process
-    (stopped, or stuck holding the GIL) stops bumping it; the supervisor then kills it after
-    the hang timeout, which turns a hang into an ordinary process fault. When the supervisor is
-    gone (its end of the liveness connection closed) the process exits at once. Between beats the
-    thread polls for a newer plan: when one appears while this process still runs the old
-    generation, it releases the main thread (see :mod:`resilience.agent.abort`).
+    The heartbeat is a line on the liveness connection (a value in the store without one). A
+    hung process (stopped, or stuck holding the GIL) stops sending it; the supervisor then kills
+    it after the hang timeout, which turns a hang into an ordinary process fault. When the
+    supervisor is gone (its end of the liveness connection closed) the process exits at once.
+    The supervisor's notice of a newer plan wakes the thread (without a connection it polls the
+    store between beats): while this process still runs the old generation, or waits in its join
+    barrier, it releases the main thread (see :mod:`resilience.agent.abort`).
     """
 
     POLL_S = 0.1

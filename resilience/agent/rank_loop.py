@@ -151,8 +151,7 @@ class Agent:
         start, a cold replacement): its peers wait for it now, and its first step pays the
         first-use costs (0.9 s) as a warm-up would. Only a spare or a standby, which nothing waits
         for yet, warms up: a job whose function needs no optimizer never pays them."""
-        generation = self.store.plans.newest()
-        plan = self.store.plans.get(generation) if generation else None
+        _, plan = self.store.plans.newest_plan()
         return plan is not None and plan.rank_of(self.env.slot) is not None
 
     def on_requeue(self, hook: RequeueHook) -> None:

@@ -109,6 +109,8 @@ class Observer:
         self._suspects: set[str] = set()
         """Slots whose connection closed, not yet seen ended: polled every tick."""
         self._ticks = 0
+        self._ranks: tuple[int, dict[str, int]] = (-1, {})
+        """The generation and its members' slot -> rank (:meth:`_rank_of`)."""
         self._reports: dict[str, Report] = {}
         self._reports_seen = (0, 0)
         self._next_report = 1
@@ -138,7 +140,7 @@ class Observer:
         spares_exited = tuple((self.slots[s].info.node, s) for s in exited if s in spare_slots)
         hung = self._silent(now, generation, members)
         reports = self._read_reports(generation, members)
-        lost, seen_t = self._lost(members, reports, seen_t)
+        lost, seen_t = self._lost(generation, members, reports, seen_t)
         if len(reports) == len(members) and all(r.kind == "done" for r in reports.values()):
             self._read_steps(generation, members)  # the last steps, for the account
         if self.preempted is not None and self._limits is None:
@@ -170,16 +172,13 @@ class Observer:
         )
 
     def _lost(
-        self, members: Mapping[int, str], reports: dict[str, Report], seen_t: float
+        self, generation: int, members: Mapping[int, str], reports: dict[str, Report], seen_t: float
     ) -> tuple[dict[int, str], float]:
-        """Member rank -> how it was lost, and the fault's time (a kill of ours, if earlier)."""
+        """Member rank -> how it was lost, and the fault's time (a kill of ours, if earlier). Only
+        slots seen ended or killed are looked at: a few, whatever the number of ranks."""
         lost: dict[int, str] = {}
-        candidates = (
-            (self._gone | self._killed) & set(members.values()) if self._gone or self._killed else set()
-        )
-        for rank, slot in members.items() if candidates else ():
-            if slot not in candidates:
-                continue
+        rank_of = self._rank_of(generation, members)
+        for rank, slot in sorted((rank_of[s], s) for s in self._gone | self._killed if s in rank_of):
             state = self.slots[slot]
             # A process the supervisor killed is lost from that moment, not from when its exit
             # lands (tens of ms for a large process): a node's ranks are one fault at once.
@@ -192,6 +191,12 @@ class Observer:
                 if state.killed_t is not None:
                     seen_t = min(seen_t, state.killed_t)
         return lost, seen_t
+
+    def _rank_of(self, generation: int, members: Mapping[int, str]) -> dict[str, int]:
+        """Slot -> rank of the generation's members, made once per generation."""
+        if self._ranks[0] != generation:
+            self._ranks = (generation, {slot: rank for rank, slot in members.items()})
+        return self._ranks[1]
 
     def _late_report(self, slot: str, reports: dict[str, Report]) -> None:
         """The report of a process that ended, read by its slot: a rank reports ``done`` and exits,

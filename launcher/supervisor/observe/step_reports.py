@@ -12,8 +12,7 @@ step: what the run report's heatmap draws). Reading the world never writes a fil
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 

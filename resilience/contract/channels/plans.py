@@ -61,12 +61,6 @@ class PlanChannel(Channel):
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
         return self._core.has(keys.plan(generation))
 
-    def newest(self, after: int = 0) -> int:
-        """The newest generation planned (``after`` when none is newer; 0: none yet)."""
-        while self.has(after + 1):
-            after += 1
-        return after
-
     def _newest_key(self, after: int) -> int:
         """The newest generation whose plan key is set, without reading the plans (a plan holds
         every member: read by every rank, it is O(N) bytes each, so it is read once, below)."""
@@ -74,7 +68,7 @@ class PlanChannel(Channel):
             after += 1
         return after
 
-    def _newest_plan(self, after: int) -> tuple[int, Plan | None]:
+    def newest_plan(self, after: int = 0) -> tuple[int, Plan | None]:
         """The newest plan after ``after`` that reads, and its generation (``after``, None: none).
         A newer key whose value does not open (another user wrote it, or replayed one of an earlier
         run) is passed over for the older real one: a run whose second plan key was replayed from
@@ -96,7 +90,7 @@ class PlanChannel(Channel):
         someone else) is not: the real one may replace it.
         """
         while True:
-            newest, plan = self._newest_plan(after)
+            newest, plan = self.newest_plan(after)
             if plan is not None and plan.rank_of(slot) is not None:
                 return plan
             if plan is not None:
