@@ -21,6 +21,8 @@ once per generation, never in two at once).
 
 from __future__ import annotations
 
+import gc
+import inspect
 import json
 import os
 import socket
@@ -146,6 +148,7 @@ class StubRank:
             store.plans.notices = link.notices
         self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
         self.heartbeat.start()
+        gc.freeze()  # as Agent.run does before it marks itself warm
         store.liveness.mark_ready(env.slot, time.time())
         return store, watch
 
@@ -180,7 +183,9 @@ class StubRank:
         assert rank is not None
         self.released = Released()
         watch.enter(plan.generation, "gloo", self.released, [])  # type: ignore[arg-type]
-        more = {"link": self.rank_link} if self.rank_link is not None else {}
+        more: dict[str, Any] = {"link": self.rank_link} if self.rank_link is not None else {}
+        if "every_s" in inspect.signature(StepTimer).parameters:  # older trees: every 5 steps
+            more["every_s"] = self.env.heartbeat_s
         timer = StepTimer(store, self.env.slot, plan.generation, **more)
         first = store.progress.step() or 0
         if rank == 0:

@@ -10,7 +10,7 @@ from launcher.errors import ConfigError
 from launcher.observability.straggler import StragglerConfig
 from resilience.tiers import TierConfig
 from resilience.contract.injections import Injection
-from resilience.contract import rank_env
+from resilience.contract import link, rank_env
 from resilience.contract.elastic_config import ElasticConfig
 from resilience.errors import ElasticConfigError
 
@@ -116,6 +116,14 @@ class RunConfig:
                 raise ConfigError(f"--inject {inj.spec}: there are nodes 0..{self.nodes - 1}")
             if inj.node is None and not 0 <= (inj.rank or 0) < self.world_size:
                 raise ConfigError(f"--inject {inj.spec}: there are ranks 0..{self.world_size - 1}")
+
+    @property
+    def beat_s(self) -> float:
+        """Seconds between each rank's heartbeats: ``heartbeat_s`` up to ~500 rank processes,
+        longer past that (:func:`resilience.contract.link.beat_period`)."""
+        nodes = max(self.nodes, self.elastic.max_nodes or self.nodes) + self.spares
+        processes = nodes * (self.procs_per_node + self.standby)
+        return link.beat_period(self.heartbeat_s, processes, self.hang_timeout_s)
 
     @property
     def world_size(self) -> int:

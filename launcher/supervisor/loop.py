@@ -307,8 +307,8 @@ class Supervisor:
         """Perform what the policy decides on ``obs``; a fault is handled to its end (the policy
         is asked again after each step that changes the facts), at most
         :func:`decision_limit` times."""
-        limit = decision_limit(len({st.info.node for st in self.books.slots.values()}))
-        for _ in range(limit):
+        asked, limit = 0, 0
+        while True:
             decision = decide(now, obs, self.executor.view(obs), self.config)
             obs = dataclasses.replace(obs, requests=())  # answered once
             if not decision.actions:
@@ -319,9 +319,13 @@ class Supervisor:
                     return outcome
             if self.books.fault is None or decision.waits:
                 return None
-        raise DecisionLoopError(
-            f"the policy was asked {limit} times in one tick and the fault is still open: {self.books.fault}"
-        )
+            asked += 1  # the limit counts the nodes (O(N)): only once a fault asks again
+            limit = limit or decision_limit(len({info.node for info in self.books.infos().values()}))
+            if asked >= limit:
+                raise DecisionLoopError(
+                    f"the policy was asked {limit} times in one tick and the fault is still open: "
+                    f"{self.books.fault}"
+                )
 
     # --- what ranks get ------------------------------------------------------------------------
 
@@ -335,7 +339,7 @@ class Supervisor:
             node=node,
             local_rank=local,
             injections=c.injections,
-            heartbeat_s=c.heartbeat_s,
+            heartbeat_s=c.beat_s,
             liveness_port=self.liveness.port,
             run_secret=self.liveness.secret,
             log_dir=str(Path(c.log_dir).resolve()),

@@ -80,7 +80,7 @@ class CommitPipeline:
         self.step_times: list[float] = []
         """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
         self._changed_warned: set[str] = set()
-        self._timer = StepTimer(store, env.slot, 0, link=link)  # one per generation, from its start
+        self._timer = StepTimer(store, env.slot, 0, link=link, every_s=env.heartbeat_s)  # one a generation
 
     # --- the generation it serves --------------------------------------------------------------
 
@@ -113,7 +113,9 @@ class CommitPipeline:
 
     def start_training(self) -> None:
         assert self.plan is not None
-        self._timer = StepTimer(self.store, self.env.slot, self.plan.generation, link=self._link)
+        self._timer = StepTimer(
+            self.store, self.env.slot, self.plan.generation, link=self._link, every_s=self.env.heartbeat_s
+        )
         self._timer.activate()
 
     def publish_times(self) -> None:

@@ -164,10 +164,10 @@ class Heartbeat:
             try:
                 now = time.monotonic()
                 if now >= next_beat:
-                    if self.link is not None:
-                        self.link.beat()
-                    else:
+                    if self.link is None:
                         self.store.liveness.beat(self.slot)
+                    elif self.link.quiet_for() >= self.period_s / 2:  # else a step record beat for it
+                        self.link.beat()
                     next_beat = now + self.period_s
                 if self.preempted.is_set():
                     self.store.signals.mark_preempted(self.slot)

@@ -5,6 +5,7 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 
 ============================ =============================================================
 ``plan/G``                   :class:`~resilience.contract.messages.Plan` (supervisor)
+``plan-change/G``            :class:`~resilience.contract.messages.PlanChange`: plan G from G-1
 ``pg/G/...``                 the process group of generation G (torch's own keys)
 ``join/G``, ``joined/G``      members arrived in G (counter); the last one arrived
 ``pause/G``, ``pause-step/G`` a resize asked to leave G; the first step no rank may start
@@ -43,6 +44,10 @@ BATCH_PRODUCER_ASKS = "batch-producer-asks"
 
 def plan(generation: int) -> str:
     return f"plan/{generation}"
+
+
+def plan_change(generation: int) -> str:
+    return f"plan-change/{generation}"
 
 
 def pg_prefix(generation: int) -> str:

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 from resilience.contract.messages import RecentSteps
@@ -32,9 +33,22 @@ PLANNED, PAUSE, SHUTDOWN = "g", "p", "s"
 ACCEPTED = "a"
 """Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
 UP, DOWN = frozenset((BEAT, STEPS)), frozenset((PLANNED, PAUSE, SHUTDOWN))
+BEATS_PER_S = 1024
+"""Heartbeats a second the supervisor is sent at most, all ranks together: past 512 ranks at the
+default half second, each rank beats less often (:func:`beat_period`). A beat only proves that a
+process is not hung (a death closes the connection, seen within a tick), and at 4,096 ranks
+beating every half second the supervisor spent 40% of a core reading beats."""
 MAX_LINE = 64 * 1024
 """Longer than any line a rank sends (64 step records are about 6 KiB)."""
 _MAC_HEX = 32
+
+
+def beat_period(heartbeat_s: float, processes: int, hang_timeout_s: float) -> float:
+    """Seconds between a rank's beats in a run of ``processes`` rank processes: ``heartbeat_s``,
+    or longer where that would send more than :data:`BEATS_PER_S`; never longer than a quarter
+    of the hang timeout, so a hung rank is still killed after the hang timeout (give it a longer
+    hang timeout past ~7,000 ranks for fewer beats than that)."""
+    return max(heartbeat_s, min(processes / BEATS_PER_S, hang_timeout_s / 4))
 
 
 def link_key(secret: str) -> bytes:
@@ -122,11 +136,17 @@ class RankLink:
         self._key = link_key(secret)
         self._send_lock = threading.Lock()
         self._sent = 0
+        self._sent_t = 0.0
         self._heard = 1  # the acceptance, read by liveness.announce
         self.notices = Notices()
 
     def beat(self) -> None:
         self._send(BEAT, "")
+
+    def quiet_for(self) -> float:
+        """Seconds since this process last sent a line: any line proves it is not hung, so a
+        beat is due only after a period of silence (step records stand in for beats)."""
+        return time.monotonic() - self._sent_t
 
     def steps(self, generation: int, steps: RecentSteps) -> None:
         self._send(STEPS, f"{generation} {steps.encode()}")
@@ -135,6 +155,7 @@ class RankLink:
         with self._send_lock:
             self._sent += 1
             self.sock.sendall(line(self._key, self.slot, self._sent, kind, payload))
+            self._sent_t = time.monotonic()
 
     def listen(self) -> None:
         """Read the supervisor's notices until its end of the connection closes (returns then)."""

@@ -116,8 +116,9 @@ class LivenessServer:
         return peer.lost_t if peer else None
 
     def beats(self, slot: str) -> int | None:
-        """Heartbeats the slot's process sent over its connection; None while it has none (a
-        process that beats through the store, or not connected yet)."""
+        """Lines the slot's process sent over its connection (beats, and step records, which
+        stand in for beats); None while it has none (a process that beats through the store,
+        or not connected yet)."""
         peer = self.peer(slot)
         return peer.beats if peer is not None and peer.lost_t is None else None
 
@@ -208,10 +209,9 @@ class LivenessServer:
                     self._dropped.append(f"a line from {state.slot} that is not one of its own")
                 continue
             state.heard = got.seq
-            if got.kind == link.BEAT:
-                with self._lock:
-                    self._peers[state.slot].beats += 1
-            else:
+            with self._lock:  # any of its lines proves the process is not hung
+                self._peers[state.slot].beats += 1
+            if got.kind == link.STEPS:
                 self._took_steps(state.slot, got.payload)
         if len(state.buffer) > link.MAX_LINE:
             self._drop(conn, f"a line from {state.slot} longer than {link.MAX_LINE} bytes")

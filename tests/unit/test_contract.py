@@ -4,8 +4,11 @@ older or newer writer still reads it (fields added on one side never break the o
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import torch.distributed as dist
 
 from resilience.contract import keys, run_secret
@@ -23,6 +26,17 @@ SAMPLES: dict[type[m.Message], m.Message] = {
         replaced=(1,),
         reason="node 1 lost",
         config={"global_batch": 64},
+    ),
+    m.PlanChange: m.PlanChange(
+        generation=4,
+        world_size=2,
+        members={1: "n3p0"},
+        slots={"n3p0": m.SlotInfo(3, 0)},
+        dropped=(),
+        left=("n2p0",),
+        procs_per_node=1,
+        replaced=(1,),
+        reason="node 2 lost",
     ),
     m.Report: m.Report(
         "error",
@@ -111,6 +125,54 @@ def test_the_store_accessors_carry_each_message_whole():
     for rank in (0, 1):
         store.tiers.answer_flush(request, rank, m.FlushDone(40))
     assert store.tiers.flush_answers(request, [0, 1]) == [m.FlushDone(40), m.FlushDone(40)]
+
+
+def _plans(draw_world, data):
+    """Two successive plans as a supervisor makes them: ranks 0..W-1, each a slot on some node."""
+    world = data.draw(draw_world)
+    slots = data.draw(st.lists(st.sampled_from(range(64)), min_size=world, max_size=world, unique=True))
+    return m.Plan(
+        data.draw(st.integers(1, 100)),
+        world,
+        {r: f"n{s // 4}p{s % 4}" for r, s in enumerate(slots)},
+        {f"n{s // 4}p{s % 4}": m.SlotInfo(s // 4, s % 4) for s in slots},
+        4,
+        reason=data.draw(st.text(max_size=5)),
+    )
+
+
+@given(st.data())
+def test_a_plan_read_as_its_change_from_the_one_before_is_that_plan(data):
+    """Shrunk, grown, ranks moved to spares: ``apply(between(a, b), a) == b`` whatever changed."""
+    base = _plans(st.integers(1, 24), data)
+    plan = replace(_plans(st.integers(1, 24), data), generation=base.generation + 1)
+    change = m.PlanChange.decode(m.PlanChange.between(base, plan).encode())
+    assert change.apply(base) == plan
+
+
+def test_a_rank_holding_the_last_plan_reads_only_the_next_ones_change():
+    """The change is what a rank reads on recovery (O(changes), not the N members); a rank that
+    missed a generation, or whose change does not open, reads the whole plan."""
+    under = dist.HashStore()
+    server = RunStore(under, run_secret.new_secret())
+    one = m.Plan(1, 3, {0: "a", 1: "b", 2: "c"}, {s: m.SlotInfo(i, 0) for i, s in enumerate("abc")}, 1)
+    two = replace(
+        one, generation=2, members={0: "a", 1: "d", 2: "c"}, slots={**one.slots, "d": m.SlotInfo(3, 0)}
+    )
+    del two.slots["b"]
+    three = replace(two, generation=3, world_size=2, members={0: "a", 1: "d"})
+    del three.slots["c"]
+    server.plans.publish(one)
+    server.plans.publish(two, one)
+    server.plans.publish(three, two)
+    rank = RunStore(server.core)
+    assert rank.plans.get(1) == one
+    under.set(keys.plan(2), "a whole plan nobody reads here")
+    assert rank.plans.get(2) == two and rank.plans.get(3) == three
+    late, other = RunStore(server.core), RunStore(server.core)
+    under.set(keys.plan_change(3), "a change another user wrote")
+    assert other.plans.get(1) == one and other.plans.get(2) == two and other.plans.get(3) == three
+    assert late.plans.get(1) == one and late.plans.newest_plan(1) == (3, three)
 
 
 @pytest.mark.local  # sleeps 0.3 s so the ranks wait

@@ -57,6 +57,8 @@ def test_beats_and_steps_reach_the_supervisor_and_its_notices_reach_the_rank(ser
     rank.steps(1, RecentSteps(records[2:]))
     until(lambda: (got := server.steps(1, "n0p0")) is not None and len(got.records) == 5)
     assert server.steps(1, "n0p0") == RecentSteps(records)
+    assert server.beats("n0p0") == 5  # a step record proves the process alive as a beat does
+    assert rank.quiet_for() < 5.0
     assert server.steps(2, "n0p0") == RecentSteps(())  # connected, nothing of generation 2 yet
     assert server.steps(1, "n9p9") is None  # no connection: its steps are in the store
 
@@ -105,6 +107,14 @@ def test_a_line_longer_than_any_rank_sends_ends_the_connection_as_a_lost_rank(se
 
 def test_ranks_look_for_a_pause_at_the_same_steps_and_fewer_of_them_at_scale():
     assert [pause_check_every(n) for n in (1, 512, 513, 4096, 16384)] == [1, 1, 2, 8, 32]
+
+
+def test_ranks_beat_less_often_past_a_thousand_but_always_four_times_within_the_hang_timeout():
+    """The supervisor reads at most ~1,024 beats a second; a hung rank is still killed after the
+    hang timeout (a beat at least every quarter of it)."""
+    periods = [link.beat_period(0.5, n, 30.0) for n in (8, 512, 1024, 4096, 16384)]
+    assert periods == [0.5, 0.5, 1.0, 4.0, 7.5]
+    assert link.beat_period(2.0, 8, 30.0) == 2.0  # what the user asked for, where it is longer
 
 
 def test_a_connection_to_something_else_is_not_taken_for_the_supervisor():

@@ -291,7 +291,7 @@ class Observer:
         # store round trips that compete with the ranks for CPU (measured: 9% on 2 cores).
         if now < self._next_heartbeat_check:
             return []
-        self._next_heartbeat_check = now + self.config.heartbeat_s / 2
+        self._next_heartbeat_check = now + self.config.beat_s / 2
         self._read_steps(generation, members)
         if self.preempted is None and self.store.signals.preempted():
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
@@ -331,9 +331,9 @@ class Observer:
     def _lendable(self, now: float, members: Mapping[int, str]) -> int | None:
         if now < self._next_lend_look:
             return None
+        self._next_lend_look = now + LEND_PERIOD_S  # first: counting the nodes is O(N) too
         if len({self.slots[s].info.node for s in members.values()}) >= self.config.elastic.bounds[1]:
             return None
-        self._next_lend_look = now + LEND_PERIOD_S
         return self.supply.lendable()
 
     def _child_kill_request(self) -> bool:

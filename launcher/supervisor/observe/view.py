@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from launcher.observability.straggler import Straggler
 from launcher.placement import NodeEvidence
@@ -214,7 +215,7 @@ class RunState:
         assert self.resize is not None, "no resize is under way"
         return self.resize
 
-    @property
+    @cached_property
     def nodes(self) -> list[int]:
-        """The nodes that hold ranks now."""
+        """The nodes that hold ranks now (once per view: the policy asks at every tick)."""
         return sorted({self.slots[s].node for s in self.members.values()})

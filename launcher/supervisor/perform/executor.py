@@ -56,6 +56,8 @@ class Executor:
         self.hands = hands
         self.books: Books = hands.books
         self.out: TextIO = hands.out
+        self._hosts: tuple[int, dict[int, str]] = (-1, {})
+        """node -> host, as of the books' ``placed`` count (rebuilt when slots change, not per tick)."""
 
     def perform(self, action: act.Action) -> Outcome | None:
         return PERFORMERS[type(action)](self.hands, action)
@@ -82,10 +84,11 @@ class Executor:
 
     def view(self, obs: Observation) -> RunState:
         """The policy's input (see :func:`~launcher.supervisor.perform.books.run_state`)."""
-        hosts = {
-            node: self.hands.names.host(node) for node in {st.info.node for st in self.books.slots.values()}
-        }
-        return run_state(self.books, obs, self.hands.config, hosts, self.hands.job.requeueable)
+        placed = self.books.placed
+        if self._hosts[0] != placed:  # a slot was placed or moved since: its node may be new
+            nodes = {info.node for info in self.books.infos().values()}
+            self._hosts = (placed, {node: self.hands.names.host(node) for node in nodes})
+        return run_state(self.books, obs, self.hands.config, self._hosts[1], self.hands.job.requeueable)
 
     def spare_slots(self) -> set[str]:
         ppn = self.hands.config.procs_per_node

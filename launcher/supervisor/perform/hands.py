@@ -71,9 +71,10 @@ class Hands:
         """Start the slot's process; True when it is forked from its machine's fork server."""
         wall = self.clocks.wall()
         forked = bool(self.processes.spawn(slot, node, self.config.command, self.env(slot, node, local)))
-        self.books.slots[slot] = SlotState(
+        state = SlotState(
             SlotInfo(node, local), started=self.clocks.clock(), started_wall=wall, forked=forked
         )
+        self.books.place(slot, state)
         return forked
 
     def start_node(self, new: NewNode) -> None:
@@ -109,7 +110,7 @@ class Hands:
             replaced=replaced,
             reason=reason,
         )
-        self.store.plans.publish(plan)
+        self.store.plans.publish(plan, b.plan)
         b.plan, b.changed_at = plan, self.clocks.clock()
         self.processes.echo(members[0])
         self.events.emit(

@@ -12,7 +12,6 @@ import dataclasses
 from launcher.placement import NewNode
 from launcher.supervisor.policy import actions as act
 from launcher.supervisor.perform.hands import Hands
-from resilience.contract.messages import SlotInfo
 from resilience.contract import slots
 
 REFILL_PERIOD_S = 3.0
@@ -70,7 +69,7 @@ def publish(h: Hands, a: act.Publish) -> None:
         h.spawn(slot, node, local)
     for slot, local in a.promoted:
         b.standby.discard(slot)
-        b.slots[slot].info = SlotInfo(b.slots[slot].info.node, local)
+        b.move(slot, local)
     for rank, how in sorted(a.replaced.items()):
         node = b.slots[a.members[rank]].info.node
         how = "forked" if how == "respawn" and b.slots[a.members[rank]].forked else how

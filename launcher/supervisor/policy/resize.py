@@ -145,12 +145,12 @@ def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig
     any other. Idle nodes (``obs.lendable``) are grown into once the world has been unchanged
     for ``grow_snooze_s``, up to ``max_nodes``, or to the size a user asked for last.
     """
-    elastic, nodes, resize = config.elastic, state.nodes, state.resize
-    going = tuple(n for n in obs.reclaimed if n in nodes)
+    elastic, resize = config.elastic, state.resize
+    going = tuple(n for n in obs.reclaimed if n in state.nodes)
     if going:
         if resize is not None and resize.why == "idle":
             return [AbandonResize("Slurm is taking lent nodes back")]
-        target = len(nodes) - len(going)
+        target = len(state.nodes) - len(going)
         if resize is not None and (resize.why != "preempted" or set(going) <= set(resize.release)):
             # A shrink on request finishes first; one taking lent nodes back takes the later ones too.
             return []
@@ -158,7 +158,8 @@ def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig
             return []
         return [BeginResize(target, "preempted", release=going)]
     if resize is not None or not obs.lendable or now - state.changed_at < elastic.grow_snooze_s:
-        return []
+        return []  # the common case, at every tick: the nodes (O(N) to list) are not needed
+    nodes = state.nodes
     asked, highest = state.asked_nodes, elastic.bounds[1]
     ceiling = highest if asked is None else min(asked, highest)
     grown = elastic.largest_allowed(min(ceiling, len(nodes) + obs.lendable), config.nodes)

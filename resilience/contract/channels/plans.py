@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from resilience.contract import keys, link
 from resilience.contract.link import Notices
-from resilience.contract.messages import Plan
+from resilience.contract.messages import Plan, PlanChange
 from resilience.contract.store_core import Channel, StoreCore
 
 WAKE_CHECK_S = 2.0
@@ -45,17 +45,36 @@ class PlanChannel(Channel):
         super().__init__(core)
         self.announce: Callable[[str, int], int] | None = None
         self.notices: Notices | None = None
+        self._held: Plan | None = None
+        """The newest plan this channel read: plan G+1 is read as its change from it."""
 
     def _announce(self, kind: str, number: int) -> None:
         if self.announce is not None:
             self.announce(kind, number)
 
-    def publish(self, plan: Plan) -> None:
+    def publish(self, plan: Plan, base: Plan | None = None) -> None:
+        """Plan G, and its change from ``base`` (G-1) before it: whoever sees the plan's key can
+        read the change (:meth:`get`)."""
+        if base is not None and base.generation == plan.generation - 1:
+            self._core.put(keys.plan_change(plan.generation), PlanChange.between(base, plan))
         self._core.put(keys.plan(plan.generation), plan)
         self._announce(link.PLANNED, plan.generation)
 
     def get(self, generation: int) -> Plan | None:
-        return self._core.get(keys.plan(generation), Plan)
+        """Plan G: from its change where this channel holds G-1 (O(changes) to read, not O(N)),
+        else whole. A change that does not open is passed over for the whole plan."""
+        held = self._held
+        if held is not None and held.generation == generation - 1:
+            change = self._core.get(keys.plan_change(generation), PlanChange)
+            if change is not None and change.generation == generation:
+                return self._hold(change.apply(held))
+        plan = self._core.get(keys.plan(generation), Plan)
+        return self._hold(plan) if plan is not None else None
+
+    def _hold(self, plan: Plan) -> Plan:
+        if self._held is None or plan.generation > self._held.generation:
+            self._held = plan
+        return plan
 
     def has(self, generation: int) -> bool:
         """Whether generation G was planned: a rank of G-1 checks for G to know G-1 ended."""
