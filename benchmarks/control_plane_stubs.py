@@ -85,6 +85,7 @@ class StubRank:
     def __init__(self, env: RankEnv, slow: dict[int, float]) -> None:
         self.env, self.slow = env, slow
         self.stopped = threading.Event()
+        self.frozen = threading.Event()
         self.link: socket.socket | None = None
         self.rank_link: Any = None
         self.reported_t = 0.0
@@ -115,7 +116,9 @@ class StubRank:
             say({"exit": self.env.slot, "rc": -9})
 
     def hang(self) -> None:
-        """The heartbeat stops; the connection stays (a process stuck holding the GIL)."""
+        """The process is stuck (holding the GIL, or stopped): its heartbeat stops and its main
+        thread sends nothing more (a step record would prove it alive); the connection stays."""
+        self.frozen.set()
         if self.heartbeat is not None:
             self.heartbeat.stop()
 
@@ -227,6 +230,9 @@ class StubRank:
                 return False
             timer.step_started()
             if self.released.event.wait(STEP_S * self.slow.get(self.env.node, 1.0)):
+                return False
+            if self.frozen.is_set():  # hung: nothing more until the supervisor kills it
+                self.stopped.wait()
                 return False
             step += 1
             timer.step_committed(step)
