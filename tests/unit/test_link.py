@@ -57,6 +57,7 @@ def test_beats_and_steps_reach_the_supervisor_and_its_notices_reach_the_rank(ser
     rank.steps(1, RecentSteps(records[2:]))
     until(lambda: (got := server.steps(1, "n0p0")) is not None and len(got.records) == 5)
     assert server.steps(1, "n0p0") == RecentSteps(records)
+    assert server.steps(1, "n0p0", after=3) == RecentSteps(records[3:])  # what a reader has not seen
     assert server.beats("n0p0") == 5  # a step record proves the process alive as a beat does
     assert rank.quiet_for() < 5.0
     assert server.steps(2, "n0p0") == RecentSteps(())  # connected, nothing of generation 2 yet

@@ -31,7 +31,7 @@ class LinkReadings(Protocol):
     def beats(self, slot: str) -> int | None:
         """Heartbeats received from the slot; None where it has no connection (store beats)."""
 
-    def steps(self, generation: int, slot: str) -> RecentSteps | None: ...
+    def steps(self, generation: int, slot: str, after: int = -1) -> RecentSteps | None: ...
 
     def take_lost(self) -> list[str]:
         """Slots whose connection closed since the last call: their processes are looked at now."""

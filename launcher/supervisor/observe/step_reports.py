@@ -37,9 +37,10 @@ class StepReports:
         self,
         store: RunStore,
         config: StragglerConfig,
-        linked: Callable[[int, str], RecentSteps | None] | None = None,
+        linked: Callable[[int, str, int], RecentSteps | None] | None = None,
     ) -> None:
-        """``linked``: a rank's steps sent over its liveness connection (read first: no request)."""
+        """``linked``: a rank's steps sent over its liveness connection, after a step (read first:
+        no request)."""
         self.store, self.config, self.linked = store, config, linked
         self._generation = 0
         self._members: Mapping[int, str] = {}
@@ -64,12 +65,11 @@ class StepReports:
         reports: dict[int, dict[int, float]] = {}
         steps: list[RankStep] = []
         for rank, slot in members.items():
-            recent = self.linked(generation, slot) if self.linked is not None else None
+            seen = self._seen.get(rank, -1)
+            recent = self.linked(generation, slot, seen) if self.linked is not None else None
             if recent is None:
                 recent = self.store.progress.recent_steps(generation, slot)
-            new = (
-                [r for r in recent.records if r.step > self._seen.get(rank, -1)] if recent is not None else []
-            )
+            new = [r for r in recent.records if r.step > seen] if recent is not None else []
             if not new:
                 continue
             self._seen[rank] = new[-1].step
