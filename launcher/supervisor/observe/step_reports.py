@@ -12,6 +12,8 @@ step: what the run report's heatmap draws). Reading the world never writes a fil
 from __future__ import annotations
 
 import json
+import math
+from json.encoder import encode_basestring  # the C-accelerated one json uses
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -95,9 +97,20 @@ class StepLog:
                 f.write("\n".join(lines) + "\n")
 
 
+_LINE = (
+    '{"generation": %d, "rank": %d, "slot": %s, "step": %d, "t": %r, '
+    '"compute_s": %r, "step_s": %r, "blocked_s": %r}'
+)
+"""A step's line, formatted rather than ``json.dumps``-ed: the supervisor writes one per rank
+and step (8,000 a second at 4,096 ranks of half-second steps), and this is half the cost."""
+
+
 def _line(s: RankStep) -> str:
     r = s.record
-    return json.dumps(
+    numbers = (r.t, round(r.compute_s, 6), round(r.step_s, 6), round(r.blocked_s, 6))
+    if type(r.step) is int and all(type(x) is float and math.isfinite(x) for x in numbers):
+        return _LINE % (s.generation, s.rank, encode_basestring(s.slot), r.step, *numbers)
+    return json.dumps(  # what a rank sent that the format cannot write as JSON (it came signed)
         {
             "generation": s.generation,
             "rank": s.rank,
