@@ -303,7 +303,7 @@ class Harness:
         measured["kill_t"] = time.time()
         rps = measured["steady_store_rps"]
         progress(f"steady: {rps:.0f} store requests/s; {self.shape.fault} at node {victim}")
-        stubs_cpu, requests = self.hosts_cpu(), self.store_requests()
+        stubs_cpu, requests, own_cpu = self.hosts_cpu(), self.store_requests(), time.process_time()
         if self.shape.fault == "hang":
             self.placement.host_of(victim).send({"op": "hang", "slot": f"n{victim}p0"})
         else:
@@ -314,6 +314,9 @@ class Harness:
             # The stubs' own work on the recovery path (hundreds a process, on this machine's cores):
             # where it is most of the path, the path measures the harness, not the control plane.
             measured["recovery_stubs_cpu_s"] = round(self.hosts_cpu() - stubs_cpu, 2)
+            # The supervisor's process (its loop, the liveness server, the store's server thread)
+            # over the same span: the control plane's own share of the path.
+            measured["recovery_supervisor_cpu_s"] = round(time.process_time() - own_cpu, 2)
             # Every store request from the kill to the last release, a rank: what the path asks of
             # the one store as the run grows (the steady background in it is a few hundred).
             measured["recovery_requests_per_rank"] = round((self.store_requests() - requests) / world, 1)

@@ -58,9 +58,29 @@ _starting = threading.BoundedSemaphore(int(os.environ.get("SRES_STUB_STARTING", 
 of the GIL past the liveness server's 10 s hello limit (real ranks are processes of their own)."""
 
 
+_said: list[dict[str, Any]] = []
+SAY_EVERY_S = 0.02
+"""Records go out in batches this often: thousands of stubs each writing and flushing a line the
+moment they join loaded the cores the join barrier was measured on (a record carries the times
+it reports, so when it goes out changes no figure)."""
+
+
 def say(record: dict[str, Any]) -> None:
     with _out_lock:
-        sys.stdout.write(json.dumps(record) + "\n")
+        _said.append(record)
+
+
+def _say_out() -> None:
+    while True:
+        time.sleep(SAY_EVERY_S)
+        _flush()
+
+
+def _flush() -> None:
+    with _out_lock:
+        records, _said[:] = list(_said), []
+    if records:
+        sys.stdout.write("".join(json.dumps(r) + "\n" for r in records))
         sys.stdout.flush()
 
 
@@ -263,6 +283,7 @@ def main() -> None:
     # A rank still in an ended generation 2 s after its release ends itself: one process each in a
     # real run. Here hundreds share one GIL, and waking them all at once may take longer.
     Heartbeat.RELEASE_GRACE_S = 300.0
+    threading.Thread(target=_say_out, name="say", daemon=True).start()
     ranks: dict[str, StubRank] = {}
     slow: dict[int, float] = {}
     for line in sys.stdin:
@@ -287,6 +308,7 @@ def main() -> None:
             slow[int(order["node"])] = float(order["factor"])
     for rank in ranks.values():
         rank.stop()
+    _flush()
 
 
 if __name__ == "__main__":
