@@ -45,8 +45,33 @@ class SlotInfo:
     local_rank: int
 
 
+class _Placing(Message):
+    """A plan, or its change: ranks are JSON object keys (strings) on the wire, ints here."""
+
+    members: dict[int, str]
+
+    def encode(self) -> str:
+        data = asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+        data["members"] = {str(k): v for k, v in self.members.items()}
+        return json.dumps(data)
+
+
+def _placing(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a plan and its change share, decoded."""
+    return {
+        "generation": data["generation"],
+        "world_size": data["world_size"],
+        "members": {int(k): v for k, v in data["members"].items()},
+        "slots": {k: SlotInfo(**v) for k, v in data["slots"].items()},
+        "procs_per_node": data["procs_per_node"],
+        "replaced": tuple(data.get("replaced", ())),
+        "reason": data.get("reason", ""),
+        "config": data.get("config", {}),
+    }
+
+
 @dataclass(frozen=True)
-class Plan(Message):
+class Plan(_Placing):
     """Generation G: rank -> slot, and where each slot runs. Only the supervisor writes plans."""
 
     generation: int
@@ -67,27 +92,13 @@ class Plan(Message):
     def node_of_rank(self, rank: int) -> int:
         return self.slots[self.members[rank]].node
 
-    def encode(self) -> str:
-        data = asdict(self)
-        data["members"] = {str(k): v for k, v in self.members.items()}
-        return json.dumps(data)
-
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "Plan":
-        return cls(
-            generation=data["generation"],
-            world_size=data["world_size"],
-            members={int(k): v for k, v in data["members"].items()},
-            slots={k: SlotInfo(**v) for k, v in data["slots"].items()},
-            procs_per_node=data["procs_per_node"],
-            replaced=tuple(data.get("replaced", ())),
-            reason=data.get("reason", ""),
-            config=data.get("config", {}),
-        )
+        return cls(**_placing(data))
 
 
 @dataclass(frozen=True)
-class PlanChange(Message):
+class PlanChange(_Placing):
     """Plan G as what changed since plan G-1: what a rank that holds G-1 reads instead of G.
 
     A plan names every member, and every rank reads the next one: whole, that is O(N) bytes and
@@ -146,25 +157,9 @@ class PlanChange(Message):
             config=self.config,
         )
 
-    def encode(self) -> str:
-        data = asdict(self)
-        data["members"] = {str(k): v for k, v in self.members.items()}
-        return json.dumps(data)
-
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "PlanChange":
-        return cls(
-            generation=data["generation"],
-            world_size=data["world_size"],
-            members={int(k): v for k, v in data["members"].items()},
-            slots={k: SlotInfo(**v) for k, v in data["slots"].items()},
-            dropped=tuple(data["dropped"]),
-            left=tuple(data["left"]),
-            procs_per_node=data["procs_per_node"],
-            replaced=tuple(data.get("replaced", ())),
-            reason=data.get("reason", ""),
-            config=data.get("config", {}),
-        )
+        return cls(**_placing(data), dropped=tuple(data["dropped"]), left=tuple(data["left"]))
 
 
 @dataclass(frozen=True)
