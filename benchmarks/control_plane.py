@@ -13,6 +13,7 @@ The stubs' own records are checked: each rank released exactly once per generati
 two generations at once, every survivor in the new one.
 
     python benchmarks/control_plane.py --ranks 256 --json       # one run; last line: JSON
+    python benchmarks/control_plane.py --ranks 256 --fault slow # a straggler node, replaced
     python benchmarks/control_plane.py --sweep 64,256,1024,4096 [--base REV]  # a table (+ REV's)
 
 ``--json``'s object (a contract: checks outside the project read it) has at least ``ranks``,
@@ -77,8 +78,12 @@ def main() -> None:
     p.add_argument("--steady-s", type=float, default=4.0, help="the steady window measured (default 4 s)")
     p.add_argument("--heartbeat-s", type=float, default=0.5)
     p.add_argument(
-        "--fault", choices=("node", "hang"), default="node", help="what is injected (default node)"
+        "--fault",
+        choices=("node", "hang", "slow"),
+        default="node",
+        help="what is injected: a node lost, a rank hung, a node's steps slowed (default node)",
     )
+    p.add_argument("--slow-factor", type=float, default=3.0, help="with --fault slow: how much slower")
     p.add_argument(
         "--hang-timeout-s", type=float, help="the run's hang timeout (default 60 s; 5 s with --fault hang)"
     )
@@ -93,7 +98,9 @@ def main() -> None:
         run_sweep(a)
         return
     hang_timeout = a.hang_timeout_s or (5.0 if a.fault == "hang" else 60.0)
-    shape = Shape(a.ranks, a.procs_per_node, a.hosts, a.steady_s, a.heartbeat_s, a.fault, hang_timeout)
+    shape = Shape(
+        a.ranks, a.procs_per_node, a.hosts, a.steady_s, a.heartbeat_s, a.fault, hang_timeout, a.slow_factor
+    )
     result = one_run(shape)
     if a.json:
         print(json.dumps(result))

@@ -18,6 +18,7 @@ from typing import IO, Any
 import torch.distributed as dist
 
 from launcher.observability.events import read_events
+from launcher.observability.straggler import StragglerConfig
 from launcher.placement import NewNode, NodeEvidence
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.loop import Supervisor
@@ -55,8 +56,11 @@ class Shape:
     heartbeat_s: float = 0.5
     fault: str = "node"
     """``node``: the last node is lost (its ranks stop, their connections close); ``hang``: one rank
-    of it stops beating (the supervisor kills it after ``hang_timeout_s`` and respawns it)."""
+    of it stops beating (the supervisor kills it after ``hang_timeout_s`` and respawns it);
+    ``slow``: its steps take ``slow_factor`` times longer (a straggler: the run replaces it, as
+    ``--straggler-action replace`` does, after 5 slow steps)."""
     hang_timeout_s: float = 60.0
+    slow_factor: float = 3.0
     """Hundreds of stubs share a process and its GIL here: a burst of work (a recovery) can hold a
     stub's heartbeat back for seconds, which a real rank never sees; a hang fault sets its own."""
 
@@ -257,6 +261,7 @@ class Harness:
             fork_server=False,
             heartbeat_s=s.heartbeat_s,
             hang_timeout_s=s.hang_timeout_s,
+            straggler=StragglerConfig(factor=1.5, steps=5, action="replace" if s.fault == "slow" else "none"),
             startup_timeout_s=600.0,
             reform_timeout_s=300.0,
             log_dir=self.log_dir,
@@ -304,8 +309,11 @@ class Harness:
         rps = measured["steady_store_rps"]
         progress(f"steady: {rps:.0f} store requests/s; {self.shape.fault} at node {victim}")
         stubs_cpu, requests, own_cpu = self.hosts_cpu(), self.store_requests(), time.process_time()
-        if self.shape.fault == "hang":
-            self.placement.host_of(victim).send({"op": "hang", "slot": f"n{victim}p0"})
+        host = self.placement.host_of(victim)
+        if self.shape.fault == "slow":
+            host.send({"op": "slow", "node": victim, "factor": self.shape.slow_factor})
+        elif self.shape.fault == "hang":
+            host.send({"op": "hang", "slot": f"n{victim}p0"})
         else:
             self.placement.dead.add(victim)
             self.placement.host_of(victim).send({"op": "kill-node", "node": victim})
@@ -362,7 +370,7 @@ class Harness:
         published = next((e.t for e in generation if e.get("generation") == 2), None)
         left = [j["released"] for j in joins if j.get("released")]
         path = {
-            "detect_s": round(faults[0].t - kill_t, 4),
+            "detect_s": round(faults[0].t - kill_t, 4),  # a slow node: the straggler's replacement
             "notified_s": round(max(left) - kill_t, 4) if left else None,
             "published_s": round(published - kill_t, 4) if published is not None else None,
             "released_s": round(released - kill_t, 4),
