@@ -129,7 +129,8 @@ class SignedStore(dist.Store):
         return copy
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
-        return [self.get(k) for k in keys]
+        """One round trip for every key (each must exist); each value checked as :meth:`get` does."""
+        return [self._checked(k, v) for k, v in zip(keys, self.under.multi_get(keys))]
 
     def multi_set(self, keys: list[str], values: list[Any]) -> None:
         for key, value in zip(keys, values):

@@ -100,6 +100,7 @@ def test_the_store_accessors_carry_each_message_whole():
         written.seq == 1
         and store.liveness.report_of(3, "n0p0") == written
         and store.liveness.reports_written(3) == 1
+        and store.liveness.reports(3) == [written]
     )
     store.progress.publish_recovery(3, SAMPLES[m.RecoveryInfo])
     store.progress.publish_batch(3, SAMPLES[m.BatchInfo])
@@ -281,3 +282,14 @@ def test_the_store_listens_only_where_its_ranks_reach_it():
     rank.liveness.beat("a")
     assert server.liveness.heartbeats("a") > 0
     assert [a for a in listening(os.geteuid()) if a[1] == server.port] == [("127.0.0.1", server.port)]
+
+
+def test_every_report_of_a_generation_is_read_in_two_requests_and_a_forged_one_spoils_none_silently():
+    under = dist.HashStore()
+    store = RunStore(under, run_secret.new_secret())
+    first = store.liveness.report(2, "n0p0", m.Report("error", 0))
+    second = store.liveness.report(2, "n1p0", m.Report("error", 1))
+    assert store.liveness.reports(2) == [first, second] and store.liveness.reports(5) == []
+    under.set(keys.report_at(2, 3), m.Report("done", 7).encode())  # another user's, numbered next
+    under.add(keys.report_ready(2), 1)
+    assert store.liveness.reports(2) is None and keys.report_at(2, 3) in store.forged

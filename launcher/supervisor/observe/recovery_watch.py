@@ -148,8 +148,13 @@ class RecoveryWatch:
         return max(times) - fault.t if times else None
 
     def _reports_t(self, generation: int) -> list[float]:
-        """When each rank reported leaving ``generation``."""
-        reports = (self.store.liveness.report_of(generation, slot) for slot in self.slots())
+        """When each rank reported leaving ``generation``: all of them at once where every
+        numbered report is written (at 4,096 ranks, one read per slot was 8,192 requests)."""
+        slots = set(self.slots())
+        every = self.store.liveness.reports(generation)
+        if every is not None:
+            return [r.t for r in every if r.slot in slots]
+        reports = (self.store.liveness.report_of(generation, slot) for slot in slots)
         return [r.t for r in reports if r is not None]
 
     def finished(self, end_t: float) -> dict[str, Any]:

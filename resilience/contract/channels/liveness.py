@@ -52,5 +52,11 @@ class LivenessChannel(Channel):
         """How many reports of G exist: read them only when this moves."""
         return self._core.count(keys.report_ready(generation))
 
+    def reports(self, generation: int) -> list[Report] | None:
+        """Every report of G written so far, in their order, in two round trips; None while one
+        whose number was taken is still being written (read them by slot then)."""
+        names = (keys.report_at(generation, seq) for seq in range(1, self.reports_written(generation) + 1))
+        return self._core.get_all(names, Report)
+
     def report_of(self, generation: int, slot: str) -> Report | None:
         return self._core.get(keys.report(generation, slot), Report)
