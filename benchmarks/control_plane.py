@@ -18,7 +18,9 @@ two generations at once, every survivor in the new one.
 
 ``--json``'s object (a contract: checks outside the project read it) has at least ``ranks``,
 ``nodes``, ``detect_s``, ``released_s``, ``barrier_s``, ``steady_supervisor_cpu`` (a fraction of
-one core) and ``steady_store_rps``.
+one core) and ``steady_store_rps``; also ``notified_s``, ``published_s``, ``start_s``,
+``recovery_stubs_cpu_s``, ``recovery_supervisor_cpu_s``, ``recovery_requests_per_rank`` and
+``problems`` (docs/explanation/scale.md says what each means).
 """
 
 from __future__ import annotations
