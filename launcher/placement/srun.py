@@ -114,6 +114,9 @@ class SrunPlacement:
         self._apart = bool(satellite_nodes)
         self.store_host = placement.store_host
         self.requeueable = placement.batch_job
+        self._limit_at_start: tuple[float, float] | None = self._read_limit() if self.requeueable else None
+        """(time limit, its monotonic deadline) read at start: what a requeue signal falls back on
+        when slurmctld does not answer then."""
         self.liveness = liveness
         self.srun_args = tuple(srun_args)
         self.partition = partition
@@ -342,12 +345,27 @@ class SrunPlacement:
 
     def time_limits(self) -> tuple[float | None, float | None]:
         # Asked once, when a requeue signal came: a slow or failed answer here turns a time
-        # limit into a preemption (seen on a loaded CI machine), so a failure is retried.
+        # limit into a preemption (seen twice on a loaded CI machine), so a failure is retried,
+        # then the limit read at start stands in (an admin's later change of it is then missed).
         for _ in range(3):
             try:
                 job = self.client.job(self.job_id)
-                return job.time_left_s, job.time_limit_s
+                if job.time_left_s is not None or job.time_limit_s is None:
+                    return job.time_left_s, job.time_limit_s
             except SlurmError as err:
                 log.warning("job %s: its time limit is unknown (%s)", self.job_id, err)
-                time.sleep(0.5)
+            time.sleep(0.5)
+        if self._limit_at_start is not None:
+            limit, deadline = self._limit_at_start
+            return deadline - time.monotonic(), limit
         return None, None  # unknown: the signal counts as a preemption
+
+    def _read_limit(self) -> tuple[float, float] | None:
+        try:
+            job = self.client.job(self.job_id)
+        except SlurmError as err:
+            log.warning("job %s: its time limit is unknown at start (%s)", self.job_id, err)
+            return None
+        if job.time_left_s is None or job.time_limit_s is None:
+            return None  # no limit
+        return job.time_limit_s, time.monotonic() + job.time_left_s

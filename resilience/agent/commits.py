@@ -172,7 +172,15 @@ class CommitPipeline:
                 self._join(self._capture)
             self.tiers.saver.wait_ram(60.0)
         for injection in due:
-            faults.fire(injection, self.store, self.rank, self.env.node, plan.world_size, plan.generation)
+            faults.fire(
+                injection,
+                self.store,
+                self.rank,
+                self.env.node,
+                plan.world_size,
+                plan.generation,
+                together=self.env.injections,
+            )
 
     def before_commit(self) -> None:
         # The previous commit's snapshot must be taken before the optimizer changes the state it

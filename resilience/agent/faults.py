@@ -88,8 +88,11 @@ def fire(
     node: int,
     world_size: int,
     generation: int | None = None,
+    together: Iterable[Injection] = (),
 ) -> None:
-    """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank)."""
+    """Carry out ``injection`` where it is due, once per run (``kill-all``: once on every rank).
+    ``together``: the run's other injections, for node losses due at the same step, which happen
+    in one instant (:func:`_lose_nodes_together`)."""
     if not store.faults.first_to_fire(injection.index, f"/{rank}" if injection.kind == "kill-all" else ""):
         return
     if injection.kind == "kill-all":
@@ -112,9 +115,33 @@ def fire(
         return
     if effect == "kill-node":
         # A node dies as a whole: the supervisor SIGKILLs every process of it.
-        store.faults.request_node_kill(node, injection.spec)
+        _lose_nodes_together(injection, store, node, generation, together)
         time.sleep(3600)
     perform(injection)
+
+
+def _lose_nodes_together(
+    injection: Injection, store: RunStore, node: int, generation: int | None, others: Iterable[Injection]
+) -> None:
+    """Node losses due at one step are one correlated fault: each node is marked, and the
+    supervisor is told once all of them are (or a new plan, or 10 s, says one never comes). Told
+    one by one, a loaded supervisor saw the first, re-formed and recovered before the second came:
+    two faults, where the test meant the loss of both holders of a shard (seen in CI)."""
+    group = [
+        i
+        for i in others
+        if FAULT_KINDS[i.kind].effect == "kill-node"
+        and (i.step, i.generation) == (injection.step, injection.generation)
+    ] or [injection]
+    key = min(i.index for i in group)
+    store.faults.mark_node_kill(node, injection.spec)
+    store.faults.arrive(key)
+    deadline = time.monotonic() + 10
+    while store.faults.arrived(key) < len(group) and time.monotonic() < deadline:
+        if generation is not None and store.plans.has(generation + 1):
+            break
+        time.sleep(0.005)
+    store.faults.announce_node_kills()
 
 
 def copy_hook(

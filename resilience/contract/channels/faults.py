@@ -22,8 +22,11 @@ class FaultChannel(Channel):
     def arrived(self, index: int) -> int:
         return self._core.count(keys.fired(index) + "/arrived")
 
-    def request_node_kill(self, node: int, spec: str) -> None:
+    def mark_node_kill(self, node: int, spec: str) -> None:
+        """Ask for ``node``'s loss; the supervisor looks once :meth:`announce_node_kills` is called."""
         self._core.put_text(keys.node_kill(node), spec)
+
+    def announce_node_kills(self) -> None:
         self._core.add(keys.NODE_KILLS)
 
     def node_kill_requests(self) -> int:
