@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from launcher.observability.timeline import Event
 from launcher.supervisor.config import RunConfig
@@ -117,10 +118,10 @@ def run_state(
 ) -> RunState:
     """The policy's view of the run. Pure. ``hosts``: node -> its host name (for messages)."""
     b = books
-    return RunState(
-        members=dict(b.plan.members) if b.plan is not None else {},
+    return RunState(  # read-only views, not copies, of what is not changed in place: built every tick
+        members=MappingProxyType(b.plan.members) if b.plan is not None else {},
         slots=b.infos(),
-        hosts=dict(hosts),
+        hosts=MappingProxyType(hosts),
         spare_nodes=tuple(b.spare_nodes),
         dead_nodes=frozenset(b.dead_nodes),
         process_faults=dict(b.process_faults),

@@ -52,10 +52,12 @@ class LivenessChannel(Channel):
         """How many reports of G exist: read them only when this moves."""
         return self._core.count(keys.report_ready(generation))
 
-    def reports(self, generation: int) -> list[Report] | None:
-        """Every report of G written so far, in their order, in two round trips; None while one
-        whose number was taken is still being written (read them by slot then)."""
-        names = (keys.report_at(generation, seq) for seq in range(1, self.reports_written(generation) + 1))
+    def reports(self, generation: int, first: int = 1, written: int | None = None) -> list[Report] | None:
+        """Reports ``first``.. of G written so far (``written``: their count, when the caller
+        read it), in their order, in two round trips; None while one whose number was taken is
+        still being written (read them one by one, or by slot, then)."""
+        last = self.reports_written(generation) if written is None else written
+        names = (keys.report_at(generation, seq) for seq in range(first, last + 1))
         return self._core.get_all(names, Report)
 
     def report_of(self, generation: int, slot: str) -> Report | None:
