@@ -99,7 +99,8 @@ _KINDS = (
         "node",
         "step",
         "kill-node",
-        "the supervisor SIGKILLs every process of node N (or of the node that runs rank R at step S)",
+        "the supervisor SIGKILLs every process of node N (or of the node that runs rank R at step S);"
+        " nodes given the same step are lost in one instant",
         True,
         "default",
     ),
