@@ -169,6 +169,8 @@ class StubRank:
         if RankLink is not None:  # as Agent.__init__ does
             link = self.rank_link = RankLink(self.link, env.run_secret, env.slot)
             store.plans.notices = link.notices
+            if hasattr(link, "wrote"):  # older trees read the reports' counter every tick
+                store.liveness.doorbell = store.events.doorbell = link.wrote
         self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
         self.heartbeat.start()
         gc.freeze()  # as Agent.run does before it marks itself warm

@@ -119,7 +119,7 @@ class Supervisor:
         self.producers = BatchProducers(
             self.store, p, p, config.command, self._rank_env, self.events, self._member_nodes
         )
-        self.relay = RankEventRelay(self.store, self.liveness, self.events, self._say)
+        self.relay = RankEventRelay(self.store, self.liveness, self.events, self._say, config.beat_s / 2)
         self.metrics = metrics.start(
             config.metrics_port, config.metrics_addr, config.metrics_textfile, self.events
         )

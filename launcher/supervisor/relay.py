@@ -26,15 +26,29 @@ class RankEventRelay:
     """Copies what ranks said through the store; a :class:`~launcher.supervisor.tickers.Ticker`."""
 
     def __init__(
-        self, store: RunStore, liveness: LivenessServer, events: EventLog, say: Callable[[str], None]
+        self,
+        store: RunStore,
+        liveness: LivenessServer,
+        events: EventLog,
+        say: Callable[[str], None],
+        look_every_s: float = 0.0,
     ) -> None:
+        """``look_every_s``: the store's counter of events is read when a rank rang (it wrote
+        one) and at least this often (writers without a liveness connection: tiers' threads,
+        fork servers), not at every tick (a store round trip each, 50 a second)."""
         self.store, self.liveness, self.events, self.say = store, liveness, events, say
+        self.look_every_s = look_every_s
         self._rank_events = RankEvents(store)
         self._warned: set[str] = set()
         self._dropped = 0
+        self._rung = -1
+        self._next_look = 0.0
 
     def tick(self, now: float) -> None:
-        self.copy()
+        rung = self.liveness.rung("event")
+        if rung != self._rung or now >= self._next_look:
+            self._rung, self._next_look = rung, now + self.look_every_s
+            self.copy()
 
     def copy(self, writers_gone: bool = False) -> None:
         """Copy the events written since the last call; with ``writers_gone`` (every rank process

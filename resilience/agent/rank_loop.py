@@ -70,6 +70,7 @@ class Agent:
         )
         if self._liveness is not None:  # waits are woken by the supervisor's notices, not polled
             self.store.plans.notices = self._liveness.notices
+            self.store.liveness.doorbell = self.store.events.doorbell = self._liveness.wrote
         self.state = RankState.STARTING
         self.kept = Kept()
         elastic = env.elastic

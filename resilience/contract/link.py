@@ -1,5 +1,6 @@
-"""A rank's liveness connection as its control channel, both ways: heartbeats and step times up
-to the supervisor, notices of a new plan, a pause or the run's end down to the rank.
+"""A rank's liveness connection as its control channel, both ways: heartbeats, step times and
+doorbells (a report or an event written to the store) up to the supervisor, notices of a new
+plan, a pause or the run's end down to the rank.
 
 At thousands of ranks the run's one store cannot carry what every rank says every half second
 (a heartbeat, a look for a newer plan, its step times: about 12 requests a second a rank, 49,000
@@ -7,8 +8,9 @@ at 4,096 ranks). Each rank already holds one TCP connection to the supervisor fo
 liveness connection, proven with the run's secret at its hello); what is periodic goes over it,
 and the store keeps what must be shared and durable (plans, reports, join counts, state).
 
-A notice is a hint, never the truth: a rank woken by one still reads the plan from the store
-(sealed), and without a connection (tests' bare stores) everything works by polling as before.
+A notice or a doorbell is a hint, never the truth: a rank woken by one still reads the plan from
+the store (sealed), the supervisor rung by one reads the reports there, and without a connection
+(tests' bare stores) everything works by polling as before.
 Every line is ``<kind> <seq> <mac> <payload>``: an HMAC under a key derived from the run's secret,
 bound to the slot, the direction's sequence number (which must grow) and the kind, so no line is
 accepted twice, from the other direction, or for another slot. Nothing is unpickled: payloads are
@@ -26,13 +28,16 @@ from dataclasses import dataclass
 
 from resilience.contract.messages import RecentSteps
 
-BEAT, STEPS = "b", "t"
-"""Up, rank to supervisor: a heartbeat; new step records (``<generation> <RecentSteps JSON>``)."""
+BEAT, STEPS, WROTE = "b", "t", "w"
+"""Up, rank to supervisor: a heartbeat; new step records (``<generation> <RecentSteps JSON>``); it
+wrote a report or an event to the store (``report`` or ``event``: the supervisor reads the store's
+counter of them when told, not every tick)."""
+DOORBELLS = ("report", "event")
 PLANNED, PAUSE, SHUTDOWN = "g", "p", "s"
 """Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over."""
 ACCEPTED = "a"
 """Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
-UP, DOWN = frozenset((BEAT, STEPS)), frozenset((PLANNED, PAUSE, SHUTDOWN))
+UP, DOWN = frozenset((BEAT, STEPS, WROTE)), frozenset((PLANNED, PAUSE, SHUTDOWN))
 BEATS_PER_S = 1024
 """Heartbeats a second the supervisor is sent at most, all ranks together: past 512 ranks at the
 default half second, each rank beats less often (:func:`beat_period`). A beat only proves that a
@@ -150,6 +155,15 @@ class RankLink:
 
     def steps(self, generation: int, steps: RecentSteps) -> None:
         self._send(STEPS, f"{generation} {steps.encode()}")
+
+    def wrote(self, what: str) -> None:
+        """Ring the supervisor's doorbell for ``what`` (one of :data:`DOORBELLS`) just written to
+        the store. Best effort: a closed connection is this process's death, seen anyway."""
+        assert what in DOORBELLS, what
+        try:
+            self._send(WROTE, what)
+        except OSError:
+            pass
 
     def _send(self, kind: str, payload: str) -> None:
         with self._send_lock:

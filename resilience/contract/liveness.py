@@ -105,6 +105,7 @@ class LivenessServer:
         self._key = link.link_key(secret)
         self._dropped: deque[str] = deque(maxlen=100)
         self._lost_since: list[str] = []
+        self._rung = dict.fromkeys(link.DOORBELLS, 0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sres-liveness", daemon=True)
@@ -113,6 +114,13 @@ class LivenessServer:
     def peer(self, slot: str) -> Peer | None:
         with self._lock:
             return self._peers.get(slot)
+
+    def rung(self, what: str) -> int:
+        """How many times ranks rang the doorbell for ``what`` (a report, an event) written to the
+        store: the supervisor reads the store's counter of them only when this moves (and, for
+        writers without a connection, every half beat period)."""
+        with self._lock:
+            return self._rung[what]
 
     def lost_at(self, slot: str) -> float | None:
         """When ``slot``'s process closed its connection; None while it is connected (or never was)."""
@@ -227,6 +235,9 @@ class LivenessServer:
                 self._peers[state.slot].beats += 1
             if got.kind == link.STEPS:
                 self._took_steps(state.slot, got.payload)
+            elif got.kind == link.WROTE and got.payload in self._rung:
+                with self._lock:
+                    self._rung[got.payload] += 1
         if len(state.buffer) > link.MAX_LINE:
             self._drop(conn, f"a line from {state.slot} longer than {link.MAX_LINE} bytes")
 

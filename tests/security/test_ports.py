@@ -100,7 +100,8 @@ def test_a_stranger_on_the_runs_ports_steers_nothing(victim, attacker, victim_re
     by_channel = {c: [e for e in dropped if e["channel"] == c] for c in ("store", "rank-event", "liveness")}
     assert len(by_channel["rank-event"]) == 4 and len(by_channel["liveness"]) == 2, dropped
     assert "the counter was moved past them" in by_channel["rank-event"][-1]["why"], dropped
-    assert {e["why"].split("'")[1] for e in by_channel["store"]} >= {"inject-node/0", "preempt"}, dropped
+    # inject-node/0 is never read: only a run that injects a node loss looks for it
+    assert {e["why"].split("'")[1] for e in by_channel["store"]} >= {"preempt"}, dropped
 
 
 FLOOD = textwrap.dedent(

@@ -74,6 +74,30 @@ def test_beats_and_steps_reach_the_supervisor_and_its_notices_reach_the_rank(ser
     rank.notices.wait(0, 5.0)  # returns at once: generation 2 is newer
 
 
+def test_a_rank_that_writes_a_report_or_an_event_rings_and_a_stranger_rings_nothing(server):
+    """The supervisor reads the store's counters of reports and events when a rank rings, not
+    every tick: a report written by a rank with a link rings once; a ring of another kind or
+    without the run's key moves nothing."""
+    import torch.distributed as dist
+
+    from resilience.contract.messages import Report
+    from resilience.contract.run_store import RunStore
+
+    rank, store = rank_link(server), RunStore(dist.HashStore())
+    store.liveness.doorbell = store.events.doorbell = rank.wrote
+    store.liveness.report(1, "n0p0", Report("error", 0, message="ValueError: bad batch"))
+    until(lambda: server.rung("report") == 1)
+    store.events.push("checkpoint-saved", step=3)
+    until(lambda: server.rung("event") == 1)
+    rank._send(link.WROTE, "everything")  # signed, but not a doorbell: nothing to ring
+    sock = announce("127.0.0.1", server.port, "n1p0", SECRET)
+    sock.sendall(b"w 2 " + b"0" * 32 + b" report\n")  # unsigned
+    until(lambda: len(server.take_dropped()) == 1)
+    rank.beat()
+    until(lambda: server.beats("n0p0") == 4)  # the ring of no kind still came, and was read
+    assert (server.rung("report"), server.rung("event")) == (1, 1)
+
+
 def test_a_line_nobody_signed_is_dropped_and_counts_for_nothing(server):
     sock = announce("127.0.0.1", server.port, "n0p0", SECRET)
     until(lambda: server.peer("n0p0") is not None)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from launcher.observability.straggler import Straggler
 from launcher.placement import JobControl, NodeInspector, NodeSupply, RankProcesses
 from launcher.supervisor.config import RunConfig
+from launcher.supervisor.observe.report_reader import ReportReader
 from launcher.supervisor.observe.step_reports import StepReports
 from launcher.supervisor.observe.view import Observation, RankStep, Request
 from resilience.contract.injections import FAULT_KINDS
@@ -37,6 +38,9 @@ class LinkReadings(Protocol):
 
     def take_lost(self) -> list[str]:
         """Slots whose connection closed since the last call: their processes are looked at now."""
+
+    def rung(self, what: str) -> int:
+        """How many times ranks said they wrote ``what`` (``report``, ``event``) to the store."""
 
 
 @dataclass
@@ -113,10 +117,8 @@ class Observer:
         self._ticks = 0
         self._ranks: tuple[int, dict[str, int]] = (-1, {})
         """The generation and its members' slot -> rank (:meth:`_rank_of`)."""
-        self._reports: dict[str, Report] = {}
-        self._reports_seen = (0, 0)
-        self._next_report = 1
-        """The number of the next report of the generation to read (reports are numbered from 1)."""
+        self.reports = ReportReader(store, config.beat_s / 2, link)
+        self._linkless_seen = False
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
@@ -144,7 +146,7 @@ class Observer:
         exited = self._poll_exits()
         spares_exited = tuple((self.slots[s].info.node, s) for s in exited if s in spare_slots)
         hung = self._silent(now, generation, members)
-        reports = self._read_reports(generation, members)
+        reports = self.reports.read(now, generation, members)
         lost, seen_t = self._lost(generation, members, reports, seen_t)
         if len(reports) == len(members) and all(r.kind == "done" for r in reports.values()):
             self._read_steps(generation, members)  # the last steps, for the account
@@ -204,12 +206,8 @@ class Observer:
         return self._ranks[1]
 
     def _late_report(self, slot: str, reports: dict[str, Report]) -> None:
-        """The report of a process that ended, read by its slot: a rank reports ``done`` and exits,
-        and its report may be numbered after one still being written (the harness at 256 ranks
-        saw ranks that had finished taken for a lost node)."""
-        report = self.store.liveness.report_of(self._reports_seen[1], slot)
-        if report is not None:
-            self._reports[slot] = reports[slot] = report
+        if (report := self.reports.of_slot(slot)) is not None:
+            reports[slot] = report
 
     def with_evidence(
         self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]
@@ -270,35 +268,6 @@ class Observer:
                 self._first_steps[generation] = t
         return self._first_steps.get(generation)
 
-    def _read_reports(self, generation: int, members: Mapping[int, str]) -> dict[str, Report]:
-        """Members' reports of ``generation``, read by number: each report once, whatever the
-        number of ranks (one counter says when to look)."""
-        if generation != self._reports_seen[1]:
-            self._reports, self._next_report = {}, 1
-        count = self.store.liveness.reports_written(generation)
-        if (count, generation) != self._reports_seen:
-            member_slots = set(members.values())
-            for report in self._new_reports(generation, count):
-                if report.slot in member_slots and report.slot not in self._reports:
-                    self._reports[report.slot] = report
-            # A number taken but not yet written holds the reading here: its writer bumps the
-            # counter once it is written, and the next look goes on from it.
-            self._reports_seen = (count, generation)
-        return dict(self._reports)
-
-    def _new_reports(self, generation: int, written: int) -> Iterator[Report]:
-        """Reports from the next unread number: all at once (4,096 collateral reports read one
-        by one took 1.5 s of the supervisor's loop in a recovery), else one by one up to the
-        first number taken but not yet written."""
-        batch = self.store.liveness.reports(generation, self._next_report, written)
-        if batch is not None:
-            self._next_report += len(batch)
-            yield from batch
-            return
-        while (report := self.store.liveness.report_numbered(generation, self._next_report)) is not None:
-            self._next_report += 1
-            yield report
-
     def _read_steps(self, generation: int, members: Mapping[int, str]) -> None:
         steps, stragglers = self.step_reports.read(generation, members)
         self._steps += steps
@@ -321,6 +290,7 @@ class Observer:
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]
+        self._linkless_seen = False
         for slot in alive:
             value = self._beats(slot)
             watch = self._watched[slot]
@@ -329,6 +299,7 @@ class Observer:
             if watch.ready_t is None and value > 0:
                 watch.ready_t = self.store.liveness.ready_at(slot)
                 self._warm_seen = None
+        self.reports.all_linked = self._link is not None and not self._linkless_seen
         member_slots = set(members.values())
         return silent_slots(
             {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},
@@ -342,7 +313,10 @@ class Observer:
     def _beats(self, slot: str) -> int:
         """The slot's heartbeats: over its liveness connection, else from the store."""
         beats = self._link.beats(slot) if self._link is not None else None
-        return beats if beats is not None else self.store.liveness.heartbeats(slot)
+        if beats is None:
+            self._linkless_seen = True
+            return self.store.liveness.heartbeats(slot)
+        return beats
 
     def _read_reclaims(self) -> None:
         """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the

@@ -5,6 +5,7 @@ what it reported when it left a generation.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from resilience.contract import keys
@@ -14,6 +15,10 @@ from resilience.contract.store_core import Channel
 
 class LivenessChannel(Channel):
     """Ranks write; the supervisor reads (the heartbeat counter tells it a slot is alive)."""
+
+    doorbell: Callable[[str], None] | None = None
+    """A rank's ``RankLink.wrote``: rung once a report is written, so the supervisor need not
+    read the reports' counter every tick to see it at once."""
 
     def mark_ready(self, slot: str, at: float) -> None:
         """Set once by a warm rank waiting for a plan, with the time it was (not when we looked)."""
@@ -42,6 +47,8 @@ class LivenessChannel(Channel):
         self._core.put(keys.report(generation, slot), rep)
         self._core.put(keys.report_at(generation, seq), rep)
         self._core.add(keys.report_ready(generation))
+        if self.doorbell is not None:
+            self.doorbell("report")
         return rep
 
     def report_numbered(self, generation: int, seq: int) -> Report | None:

@@ -5,7 +5,7 @@ taken back) and events for the run's events.jsonl, which ranks may not be able t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from resilience.contract import keys
 from resilience.contract.messages import RankEvent
@@ -15,11 +15,16 @@ from resilience.contract.store_core import Channel, StoreCore
 class EventChannel(Channel):
     """Ranks push; the supervisor's :class:`~resilience.contract.rank_events.RankEvents` reads."""
 
+    doorbell: Callable[[str], None] | None = None
+    """A rank's ``RankLink.wrote``: rung once an event is written (see ``LivenessChannel``)."""
+
     def push(self, event: str, **fields: object) -> None:
         """An event from a rank for the supervisor's events.jsonl (ranks may run where the log
         folder is not): an index reserved first keeps the order a reader sees."""
         index = self._core.add(keys.RANK_EVENTS)
         self._core.put(keys.rank_event(index), RankEvent(event, dict(fields), time.time()))
+        if self.doorbell is not None:
+            self.doorbell("event")
 
 
 class SignalChannel(Channel):
