@@ -63,7 +63,7 @@ def link_key(secret: str) -> bytes:
 
 def _mac(key: bytes, slot: str, seq: int, kind: str, payload: str) -> str:
     message = f"{slot}\0{seq}\0{kind}\0{payload}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()[:_MAC_HEX]
+    return hmac.digest(key, message, "sha256").hex()[:_MAC_HEX]  # one call in C: ~2 us less a line
 
 
 def line(key: bytes, slot: str, seq: int, kind: str, payload: str = "") -> bytes:

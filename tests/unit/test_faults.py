@@ -126,3 +126,28 @@ def test_a_bad_form_of_a_known_kind_names_that_kind_s_syntax():
     with pytest.raises(InjectSpecError) as info:
         parse(["slow:rank=1:step=3"])
     assert str(info.value).endswith("use slow:rank=R:factor=F:step=S")
+
+
+@pytest.mark.local  # two threads and a wait
+def test_node_losses_due_at_one_step_reach_the_supervisor_together():
+    """Seen in CI: two node losses at one step, told one by one, let a loaded supervisor re-form
+    and recover between them (two faults, where the run meant one). The first node's rank waits
+    until the second's has marked its node; the supervisor is told once, and finds both."""
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    from resilience.agent.faults import _lose_nodes_together
+    from resilience.contract.run_store import RunStore
+
+    store = RunStore(dist.HashStore())
+    injections = parse(["node:1:step=6", "node:2:step=6", "node:0:step=9"])
+    first = threading.Thread(target=_lose_nodes_together, args=(injections[0], store, 1, 1, injections))
+    first.start()
+    time.sleep(0.3)
+    assert first.is_alive() and store.faults.node_kill_requests() == 0  # node 2's loss is still to come
+    _lose_nodes_together(injections[1], store, 2, 1, injections)
+    first.join(timeout=5)
+    assert not first.is_alive() and store.faults.node_kill_requests() >= 1
+    assert [node for node in (0, 1, 2) if store.faults.take_node_kill(node)] == [1, 2]
