@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from launcher.observability import event_types
 from launcher.observability.events import EventLog
+from launcher.supervisor.observe.doorbell import DoorbellLook
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.messages import RankEvent
 from resilience.contract.rank_events import RankEvents
@@ -37,17 +38,13 @@ class RankEventRelay:
         one) and at least this often (writers without a liveness connection: tiers' threads,
         fork servers), not at every tick (a store round trip each, 50 a second)."""
         self.store, self.liveness, self.events, self.say = store, liveness, events, say
-        self.look_every_s = look_every_s
+        self._look = DoorbellLook(liveness, "event", look_every_s)
         self._rank_events = RankEvents(store)
         self._warned: set[str] = set()
         self._dropped = 0
-        self._rung = -1
-        self._next_look = 0.0
 
     def tick(self, now: float) -> None:
-        rung = self.liveness.rung("event")
-        if rung != self._rung or now >= self._next_look:
-            self._rung, self._next_look = rung, now + self.look_every_s
+        if self._look.due(now):
             self.copy()
 
     def copy(self, writers_gone: bool = False) -> None:

@@ -99,12 +99,7 @@ def fire(
         # Die together: no rank is lost (and no survivor released) before all got here. A rank
         # that another fault killed on its way never comes: once its loss ends the generation,
         # who got here dies now (found by the soak: they waited, past the release grace).
-        store.faults.arrive(injection.index)
-        deadline = time.monotonic() + 60
-        while store.faults.arrived(injection.index) < world_size and time.monotonic() < deadline:
-            if generation is not None and store.plans.has(generation + 1):
-                break
-            time.sleep(0.005)
+        _arrive_and_wait(store, injection.index, world_size, generation, 60.0)
     effect = FAULT_KINDS[injection.kind].effect
     if effect == "kill-spare":  # the supervisor's to do
         store.faults.request_child_kill(injection.spec)
@@ -133,15 +128,20 @@ def _lose_nodes_together(
         if FAULT_KINDS[i.kind].effect == "kill-node"
         and (i.step, i.generation) == (injection.step, injection.generation)
     ] or [injection]
-    key = min(i.index for i in group)
     store.faults.mark_node_kill(node, injection.spec)
+    _arrive_and_wait(store, min(i.index for i in group), len(group), generation, 10.0)
+    store.faults.announce_node_kills()
+
+
+def _arrive_and_wait(store: RunStore, key: int, count: int, generation: int | None, timeout_s: float) -> None:
+    """Count this rank in at ``key``, then wait until ``count`` are in, a newer plan than
+    ``generation`` ends the wait (one who was to come was lost on the way), or ``timeout_s``."""
     store.faults.arrive(key)
-    deadline = time.monotonic() + 10
-    while store.faults.arrived(key) < len(group) and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while store.faults.arrived(key) < count and time.monotonic() < deadline:
         if generation is not None and store.plans.has(generation + 1):
             break
         time.sleep(0.005)
-    store.faults.announce_node_kills()
 
 
 def copy_hook(

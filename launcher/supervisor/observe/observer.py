@@ -11,9 +11,9 @@ nothing of the run and writes nothing: the steps it read go out in the observati
 from __future__ import annotations
 
 import dataclasses
-from types import MappingProxyType
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from launcher.observability.straggler import Straggler
@@ -118,7 +118,9 @@ class Observer:
         self._ranks: tuple[int, dict[str, int]] = (-1, {})
         """The generation and its members' slot -> rank (:meth:`_rank_of`)."""
         self.reports = ReportReader(store, config.beat_s / 2, link)
-        self._linkless_seen = False
+        self._injected = frozenset(FAULT_KINDS[i.kind].effect for i in config.injections)
+        """The effects of the run's injected faults: their requests are looked for every tick,
+        a round trip a tick that a run without them does not pay."""
         self._next_heartbeat_check = 0.0
         self._node_kills_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
@@ -290,16 +292,17 @@ class Observer:
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]
-        self._linkless_seen = False
+        all_linked = self._link is not None
         for slot in alive:
-            value = self._beats(slot)
+            value, linked = self._beats(slot)
+            all_linked &= linked
             watch = self._watched[slot]
             if value > watch.heartbeat:  # only a newer beat (a replayed one is not)
                 watch.heartbeat, watch.heartbeat_changed = value, now
             if watch.ready_t is None and value > 0:
                 watch.ready_t = self.store.liveness.ready_at(slot)
                 self._warm_seen = None
-        self.reports.all_linked = self._link is not None and not self._linkless_seen
+        self.reports.all_linked = all_linked
         member_slots = set(members.values())
         return silent_slots(
             {s: self._watched[s].heartbeat_changed for s in alive if s in member_slots},
@@ -310,13 +313,12 @@ class Observer:
             self.config.startup_timeout_s,
         )
 
-    def _beats(self, slot: str) -> int:
-        """The slot's heartbeats: over its liveness connection, else from the store."""
+    def _beats(self, slot: str) -> tuple[int, bool]:
+        """The slot's heartbeats, and whether over its liveness connection (else from the store)."""
         beats = self._link.beats(slot) if self._link is not None else None
         if beats is None:
-            self._linkless_seen = True
-            return self.store.liveness.heartbeats(slot)
-        return beats
+            return self.store.liveness.heartbeats(slot), False
+        return beats, True
 
     def _read_reclaims(self) -> None:
         """Lent nodes Slurm is taking back (their ranks relayed its SIGTERM): read with the
@@ -335,17 +337,12 @@ class Observer:
             return None
         return self.supply.lendable()
 
-    def _injects(self, effect: str) -> bool:
-        """Whether the run injects a fault with ``effect``: its request is looked for every tick,
-        a round trip a tick that a run without it does not pay."""
-        return any(FAULT_KINDS[i.kind].effect == effect for i in self.config.injections)
-
     def _child_kill_request(self) -> bool:
-        return self._injects("kill-spare") and self.store.faults.take_child_kill()
+        return "kill-spare" in self._injected and self.store.faults.take_child_kill()
 
     def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
         """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""
-        if not self._injects("kill-node"):
+        if "kill-node" not in self._injected:
             return ()
         count = self.store.faults.node_kill_requests()
         if count == self._node_kills_seen:

@@ -13,20 +13,16 @@ and every half beat period in case a ring was lost.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Protocol
 
+from launcher.supervisor.observe.doorbell import DoorbellLook, Doorbells
 from resilience.contract.messages import Report
 from resilience.contract.run_store import RunStore
 
 
-class Doorbells(Protocol):
-    def rung(self, what: str) -> int:
-        """How many times ranks said they wrote ``what`` (``report``, ``event``) to the store."""
-
-
 class ReportReader:
     def __init__(self, store: RunStore, look_every_s: float, doorbells: Doorbells | None) -> None:
-        self.store, self.look_every_s, self._doorbells = store, look_every_s, doorbells
+        self.store = store
+        self._look = DoorbellLook(doorbells, "report", look_every_s) if doorbells is not None else None
         self.all_linked = False
         """Every live process had a liveness connection at the last look at heartbeats: each
         rings when it writes a report (set by the Observer)."""
@@ -35,12 +31,6 @@ class ReportReader:
         """(the counter, the generation) at the last read."""
         self._next = 1
         """The number of the next report of the generation to read (reports are numbered from 1)."""
-        self._rung = -1
-        self._next_look = 0.0
-
-    @property
-    def generation(self) -> int:
-        return self._seen[1]
 
     def read(self, now: float, generation: int, members: Mapping[int, str]) -> dict[str, Report]:
         """Members' reports of ``generation`` so far."""
@@ -69,13 +59,7 @@ class ReportReader:
         return report
 
     def _due(self, now: float) -> bool:
-        if self._doorbells is None or not self.all_linked:
-            return True
-        rung = self._doorbells.rung("report")
-        if rung == self._rung and now < self._next_look:
-            return False
-        self._rung, self._next_look = rung, now + self.look_every_s
-        return True
+        return self._look is None or not self.all_linked or self._look.due(now)
 
     def _new(self, generation: int, written: int) -> Iterator[Report]:
         """Reports from the next unread number: all at once, else one by one up to the first
