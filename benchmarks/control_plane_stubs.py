@@ -211,6 +211,10 @@ class StubRank:
         more: dict[str, Any] = {"link": self.rank_link} if self.rank_link is not None else {}
         if "every_s" in inspect.signature(StepTimer).parameters:  # older trees: every 5 steps
             more["every_s"] = self.env.heartbeat_s
+        if "window" in inspect.signature(StepTimer).parameters:  # older trees: a record per step
+            from resilience.contract.messages import record_window
+
+            more["window"] = record_window(plan.world_size)
         timer = StepTimer(store, self.env.slot, plan.generation, **more)
         first = store.progress.step() or 0
         if rank == 0:

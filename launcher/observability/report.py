@@ -117,7 +117,7 @@ def _protection_row(who: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     waited, step_s = sum(blocked), sum(s.get("step_s") or 0.0 for s in steps)
     return {
         "ranks": who,
-        "steps": len(steps),
+        "steps": sum(s.get("steps", 1) for s in steps),  # a large run's record is a window of steps
         "waited s": waited,
         "share of step time": f"{waited / step_s:.2%}" if step_s else None,
         "median s": statistics.median(blocked),

@@ -100,7 +100,7 @@ def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
         row = {r: i for i, r in enumerate(ranks)}
         grid = [[math.nan] * len(numbers) for _ in ranks]
         for s in steps:
-            grid[row[s["rank"]]][column[s["step"]]] = s["compute_s"] * 1000
+            grid[row[s["rank"]]][column[s["step"]]] = s["compute_s"] / s.get("steps", 1) * 1000  # per step
         image = ax.imshow(
             grid,
             aspect="auto",

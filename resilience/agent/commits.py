@@ -26,7 +26,7 @@ from resilience.contract.channels.plans import pause_check_every
 from resilience.contract.link import RankLink
 from resilience.context import Context
 from resilience.contract.injections import FAULT_KINDS, Injection, kinds_firing
-from resilience.contract.messages import BatchInfo, Plan
+from resilience.contract.messages import BatchInfo, Plan, record_window
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.errors import ResilienceError
@@ -114,7 +114,12 @@ class CommitPipeline:
     def start_training(self) -> None:
         assert self.plan is not None
         self._timer = StepTimer(
-            self.store, self.env.slot, self.plan.generation, link=self._link, every_s=self.env.heartbeat_s
+            self.store,
+            self.env.slot,
+            self.plan.generation,
+            link=self._link,
+            every_s=self.env.heartbeat_s,
+            window=record_window(self.plan.world_size),
         )
         self._timer.activate()
 

@@ -11,6 +11,7 @@ the store where there is none); the supervisor reads them about once a second.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -46,12 +47,16 @@ class StepTimer:
         wall: Callable[[], float] = time.time,
         link: RankLink | None = None,
         every_s: float = 0.0,
+        window: int = 1,
     ) -> None:
         self.store, self.slot, self.generation, self.clock, self.wall = store, slot, generation, clock, wall
         self.link = link
         """Where there is one, only the steps since the last report go up it (no store request)."""
         self.every_s = every_s
         """Seconds between two reports at least (the rank's beat period)."""
+        self.window = window
+        """Steps per record sent (:func:`~resilience.contract.messages.record_window`): a window
+        goes up once its last step (a multiple of it) is committed, or at the generation's end."""
         self._reported_t = clock()
         self.start_t: float | None = None
         self.collective_t: float | None = None
@@ -91,29 +96,61 @@ class StepTimer:
         compute = (self.collective_t if self.collective_t is not None else now) - self.start_t
         wall = now - (self._last_end if self._last_end is not None else self.start_t)
         self._last_end, self.start_t = now, None
-        self.recent = self.recent[-(KEEP - 1) :] + [
-            StepRecord(step, compute, wall, self.wall(), self.blocked_s)
-        ]
+        record = StepRecord(step, round(compute, 6), round(wall, 6), self.wall(), round(self.blocked_s, 6))
+        self.recent = self.recent[-(KEEP - 1) :] + [record]  # rounded here, on the rank's own cores
         self._since_report += 1
         if self._since_report >= REPORT_EVERY and now - self._reported_t >= self.every_s:
-            self.publish()
+            self.publish(whole_windows_only=True)
         return wall
 
-    def publish(self) -> None:
-        """Best effort: timing is never worth failing a step or a teardown for."""
-        if self.recent and self._since_report:
-            try:
-                if self.link is not None:
-                    new = self.recent[-self._since_report :]
-                    self.link.steps(self.generation, RecentSteps(tuple(new)))
-                else:
-                    self.store.progress.publish_steps(
-                        self.generation, self.slot, RecentSteps(tuple(self.recent))
-                    )
-            except (RuntimeError, OSError):  # the store (or the supervisor) is going away with the run
-                return
-            self._since_report, self._reported_t = 0, self.clock()
+    def publish(self, whole_windows_only: bool = False) -> None:
+        """Best effort: timing is never worth failing a step or a teardown for. In a large run
+        (``window`` > 1) a periodic report sends only whole windows; the generation's end sends
+        what is left."""
+        if not (self.recent and self._since_report):
+            return
+        unsent = self.recent[-self._since_report :]
+        new, left = windows(unsent, self.window, whole_windows_only)
+        if not new:
+            return
+        try:
+            if self.link is not None:
+                self.link.steps(self.generation, RecentSteps(tuple(new)))
+            else:
+                kept = self.recent[: len(self.recent) - len(unsent)]
+                sent = windows(kept, self.window, False)[0] + new if self.window > 1 else self.recent
+                self.store.progress.publish_steps(self.generation, self.slot, RecentSteps(tuple(sent)))
+        except (RuntimeError, OSError):  # the store (or the supervisor) is going away with the run
+            return
+        self._since_report, self._reported_t = left, self.clock()
 
     def median_compute(self, last: int = 10) -> float | None:
         values = sorted(r.compute_s for r in self.recent[-last:])
         return values[len(values) // 2] if values else None
+
+
+def windows(records: list[StepRecord], window: int, whole_only: bool) -> tuple[list[StepRecord], int]:
+    """``records`` as sent: each window of ``window`` steps (ending at a multiple of it) summed
+    into one record, and how many records are left unsent (a window not yet whole, when
+    ``whole_only``). A window of 1 is the records themselves."""
+    if window <= 1:
+        return records, 0
+    out: list[StepRecord] = []
+    left = 0
+    for _, group in itertools.groupby(records, key=lambda r: (r.step - 1) // window):
+        rows = list(group)
+        last = rows[-1]
+        if whole_only and last.step % window:
+            left = len(rows)
+            break
+        out.append(
+            StepRecord(
+                last.step,
+                round(sum(r.compute_s for r in rows), 6),
+                round(sum(r.step_s for r in rows), 6),
+                last.t,
+                round(sum(r.blocked_s for r in rows), 6),
+                sum(r.steps for r in rows),
+            )
+        )
+    return out, left

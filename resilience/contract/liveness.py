@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from resilience.contract import link, run_secret, slots
@@ -41,7 +41,7 @@ GREETING = "sres-liveness"
 
 
 KEEP_STEPS = 64
-"""Step records kept per slot and generation: what the supervisor's reader has not seen yet."""
+"""Step records kept per slot and generation until the supervisor's reader takes them (its newest)."""
 
 
 @dataclass
@@ -52,8 +52,6 @@ class Peer:
     lost_t: float | None = None
     beats: int = 0
     """Heartbeats received over the connection (a larger number than before: alive)."""
-    steps: tuple[int, list[StepRecord]] = (0, [])
-    """The newest generation the rank sent step records of, and its latest records."""
 
 
 @dataclass
@@ -106,6 +104,7 @@ class LivenessServer:
         self._dropped: deque[str] = deque(maxlen=100)
         self._lost_since: list[str] = []
         self._rung = dict.fromkeys(link.DOORBELLS, 0)
+        self._fresh: dict[tuple[int, str], list[StepRecord]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sres-liveness", daemon=True)
@@ -134,21 +133,18 @@ class LivenessServer:
         peer = self.peer(slot)
         return peer.beats if peer is not None and peer.lost_t is None else None
 
-    def steps(self, generation: int, slot: str, after: int = -1) -> RecentSteps | None:
-        """The slot's latest step records of ``generation`` sent over its connection, those after
-        step ``after`` only (none yet: empty); None where it has no connection (its steps are in
-        the store). Looked at from the newest back: a reader's look costs what is new."""
-        peer = self.peer(slot)
-        if peer is None or peer.lost_t is not None:
-            return None
+    def take_steps(self) -> dict[tuple[int, str], list[StepRecord]]:
+        """(generation, slot) -> the step records that came since the last call, each handed out
+        once: a reader's look costs what is new, not one lookup per rank (at 4,096 ranks, 1,000
+        lines a second came among 4,096 slots asked after twice a second)."""
         with self._lock:
-            if peer.steps[0] != generation:
-                return RecentSteps(())
-            records = peer.steps[1]
-            first = len(records)
-            while first and records[first - 1].step > after:
-                first -= 1
-            return RecentSteps(tuple(records[first:]))
+            fresh, self._fresh = self._fresh, {}
+        return fresh
+
+    def unlinked(self, slots: Iterable[str]) -> list[str]:
+        """Those of ``slots`` that never proved a connection: their steps are in the store."""
+        with self._lock:
+            return [s for s in slots if s not in self._peers]
 
     def announce(self, kind: str, number: int = 0) -> int:
         """Tell every connected rank (a hint: they read the store for the truth); returns to how
@@ -243,11 +239,16 @@ class LivenessServer:
 
     def _took_steps(self, slot: str, payload: str) -> None:
         generation, _, records = payload.partition(" ")
-        new = RecentSteps.decode(records).records
+        try:
+            key, new = (int(generation), slot), RecentSteps.decode(records).records
+        except (ValueError, TypeError) as err:  # signed, so ours: a bug, not a reason to drop the rank
+            with self._lock:
+                self._dropped.append(f"step records from {slot} that do not read: {err}")
+            return
         with self._lock:
-            peer = self._peers[slot]
-            kept = peer.steps[1] if peer.steps[0] == int(generation) else []
-            peer.steps = (int(generation), (kept + list(new))[-KEEP_STEPS:])
+            kept = self._fresh.setdefault(key, [])
+            kept += new
+            del kept[:-KEEP_STEPS]
 
     def _accept(self) -> None:
         try:

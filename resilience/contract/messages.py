@@ -9,9 +9,10 @@ extra field never breaks an older reader.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 M = TypeVar("M", bound="Message")
 
@@ -224,8 +225,11 @@ class RunStats(Message):
     """Commit to commit, each generation's first step left out (rank 0's, at the end)."""
 
 
-@dataclass(frozen=True)
-class StepRecord:
+class StepRecord(NamedTuple):
+    """One committed step of one rank. A tuple, not a dataclass: the supervisor of a large run
+    takes thousands a second (8,192 at 4,096 ranks of half-second steps), and a tuple is made
+    five times faster."""
+
     step: int
     compute_s: float
     """From the step's start to its first gradient collective."""
@@ -236,21 +240,55 @@ class StepRecord:
     blocked_s: float
     """Waiting for the previous commit's snapshot and tier copy (at the commit) and buddy round
     (at the end of the step before)."""
+    steps: int = 1
+    """The steps this record stands for: past 512 ranks, one record per window of
+    :func:`record_window` steps up to ``step`` (its times the window's sums, ``t`` its last commit)."""
+
+
+RECORDS_PER_STEP = 512
+"""Step records the supervisor takes per step of the run at most: past 512 ranks each rank sends
+one record per window of steps (:func:`record_window`). At 4,096 ranks of half-second steps, a
+record per rank and step was 8,192 a second, two thirds of the supervisor's steady CPU."""
+
+
+def record_window(world_size: int) -> int:
+    """Steps per step record at this world size: 1 up to 512 ranks, then ``ceil(N / 512)``. Every
+    rank's windows end at the same steps (multiples of it), so a window is judged, as a step is,
+    once every member sent it."""
+    return max(1, math.ceil(world_size / RECORDS_PER_STEP))
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a step time")
 
 
 @dataclass(frozen=True)
 class RecentSteps(Message):
-    """A rank's recent steps in a generation (written every few steps; positional on the wire:
-    64 of them are read about twice a second)."""
+    """A rank's recent steps in a generation (positional on the wire: a large run's supervisor
+    reads thousands a second)."""
 
     records: tuple[StepRecord, ...]
 
     def encode(self) -> str:
-        return json.dumps([[r.step, r.compute_s, r.step_s, r.t, r.blocked_s] for r in self.records])
+        return json.dumps(self.records)
 
     @classmethod
     def decode(cls, raw: str | bytes) -> "RecentSteps":
-        return cls(tuple(StepRecord(*row) for row in json.loads(raw)))
+        """Every value checked here, once: an int step and finite float times (JSON's NaN and
+        Infinity are refused), so that whoever writes them as JSON need not look again."""
+        rows = json.loads(raw, parse_constant=_no_constant)
+        for step, compute_s, step_s, t, blocked_s, steps in rows:  # unrolled: a third of any()'s cost
+            if not (
+                type(step) is int
+                and type(compute_s) is float
+                and type(step_s) is float
+                and type(t) is float
+                and type(blocked_s) is float
+                and type(steps) is int
+            ):
+                raise ValueError(f"a step record of other types: {rows!r:.200}")
+        records = tuple(map(StepRecord._make, rows))
+        return cls(records)
 
 
 @dataclass(frozen=True)

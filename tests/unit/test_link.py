@@ -55,13 +55,17 @@ def test_beats_and_steps_reach_the_supervisor_and_its_notices_reach_the_rank(ser
     records = tuple(StepRecord(s, 0.1, 0.2, 1.0, 0.0) for s in range(1, 6))
     rank.steps(1, RecentSteps(records[:2]))
     rank.steps(1, RecentSteps(records[2:]))
-    until(lambda: (got := server.steps(1, "n0p0")) is not None and len(got.records) == 5)
-    assert server.steps(1, "n0p0") == RecentSteps(records)
-    assert server.steps(1, "n0p0", after=3) == RecentSteps(records[3:])  # what a reader has not seen
-    assert server.beats("n0p0") == 5  # a step record proves the process alive as a beat does
+    until(lambda: server.beats("n0p0") == 5)  # a step record proves the process alive as a beat does
+    assert server.take_steps() == {(1, "n0p0"): list(records)}  # both lines' records, in order
+    assert server.take_steps() == {}  # each record is handed out once
     assert rank.quiet_for() < 5.0
-    assert server.steps(2, "n0p0") == RecentSteps(())  # connected, nothing of generation 2 yet
-    assert server.steps(1, "n9p9") is None  # no connection: its steps are in the store
+    assert server.unlinked(["n0p0", "n9p9"]) == ["n9p9"]  # no connection: its steps are in the store
+    rank.steps(1, RecentSteps((StepRecord(6, 0.1, float("nan"), 1.0, 0.0),)))  # not a step time
+    rank.steps(1, RecentSteps((StepRecord(7, 1, 0.2, 1.0, 0.0),)))  # not a float
+    rank.beat()
+    until(lambda: server.beats("n0p0") == 8)
+    assert server.take_steps() == {}
+    assert len(server.take_dropped()) == 2 and server.beats("n0p0") == 8  # the lines dropped, not the rank
 
     import threading
 

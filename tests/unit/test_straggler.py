@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
-from launcher.supervisor.observe.step_reports import StepReports
+from launcher.supervisor.observe.step_reports import StepLog, StepReports, read_file
+from launcher.supervisor.observe.view import RankStep
 from resilience.contract.messages import RecentSteps, StepRecord
 
 
@@ -95,3 +96,32 @@ def test_a_new_generation_first_takes_the_old_one_s_last_steps():
     store.add(2, "c", 2)
     got = [(s.generation, s.slot, s.record.step) for s in reports.read(2, {0: "a", 1: "c"})[0]]
     assert got == [(1, "a", 2), (2, "a", 2), (2, "c", 2)]
+
+
+def test_a_step_line_reads_back_as_the_record_the_rank_sent(tmp_path):
+    """Lines are formatted, not json.dumps-ed (thousands a second at scale): each field in its
+    place, and a record whose values cannot be written so never reaches the writer."""
+    record = StepRecord(7, 0.123456, 0.5, 1795876223.9803543, 1e-06)
+    StepLog(tmp_path).append([RankStep(3, 12, 'n1"p4', record)])
+    assert read_file(tmp_path) == [
+        {"generation": 3, "rank": 12, "slot": 'n1"p4', "step": 7, "t": 1795876223.9803543}
+        | {"compute_s": 0.123456, "step_s": 0.5, "blocked_s": 1e-06}
+    ]
+    wrong_ones = (
+        "[[7, 0.1, NaN, 1.0, 0.0, 1]]",
+        "[[7, 1, 0.5, 1.0, 0.0, 1]]",
+        '[["7", 0.1, 0.5, 1.0, 0.0, 1]]',
+    )
+    for wrong in (*wrong_ones, "[[7, 0.1, 0.5, 1.0, 0.0]]", "[[7, 0.1, 0.5, 1.0, 0.0, true]]"):
+        with pytest.raises(ValueError):
+            RecentSteps.decode(wrong)
+
+
+def test_a_window_record_is_written_with_its_steps_and_a_streak_counts_steps_not_records(tmp_path):
+    """Past 512 ranks a record stands for a window of steps: its line says how many, and
+    ``--straggler-steps 20`` is still 20 steps of the run (three windows of 8)."""
+    StepLog(tmp_path).append([RankStep(1, 0, "n0p0", StepRecord(16, 0.8, 4.0, 100.0, 0.0, 8))])
+    assert read_file(tmp_path)[0]["steps"] == 8
+    d = StragglerDetector(StragglerConfig(factor=1.5, steps=20), window=8)
+    found = feed(d, range(8, 80, 8), {2: 3.0})
+    assert [(s.rank, s.step) for s in found] == [(2, 24)]  # slow from the start: its third window

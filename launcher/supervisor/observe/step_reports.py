@@ -11,17 +11,15 @@ step: what the run report's heatmap draws). Reading the world never writes a fil
 
 from __future__ import annotations
 
-import json
-import math
 from json.encoder import encode_basestring  # the C-accelerated one json uses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from launcher.supervisor.observe.view import RankStep
-from resilience.contract.messages import RecentSteps
+from resilience.contract.messages import StepRecord, record_window
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 
@@ -32,20 +30,24 @@ def read_file(log_dir: Path) -> list[dict[str, Any]]:
     return [record for _, record in read_jsonl(path)] if path.exists() else []
 
 
+class StepSource(Protocol):
+    """The ranks' connections as a source of step records (the liveness server)."""
+
+    def take_steps(self) -> dict[tuple[int, str], list[StepRecord]]: ...
+
+    def unlinked(self, slots: Iterable[str]) -> list[str]: ...
+
+
 class StepReports:
     """Reads each member's new steps of a generation and judges them; writes nothing."""
 
-    def __init__(
-        self,
-        store: RunStore,
-        config: StragglerConfig,
-        linked: Callable[[int, str, int], RecentSteps | None] | None = None,
-    ) -> None:
-        """``linked``: a rank's steps sent over its liveness connection, after a step (read first:
-        no request)."""
+    def __init__(self, store: RunStore, config: StragglerConfig, linked: StepSource | None = None) -> None:
+        """``linked``: the steps that came over the ranks' connections (taken first: no request);
+        a member without one has its steps in the store."""
         self.store, self.config, self.linked = store, config, linked
         self._generation = 0
         self._members: Mapping[int, str] = {}
+        self._rank_of: dict[str, int] = {}
         self._seen: dict[int, int] = {}
         self.detector = StragglerDetector(config)
 
@@ -53,25 +55,38 @@ class StepReports:
         """New steps of every member in ``generation``, and the stragglers they complete. A new
         generation first takes the old one's last steps (made since the last look, before the
         fault): without them the goodput account would see a hole before every recovery."""
+        fresh = self.linked.take_steps() if self.linked is not None else {}
         steps: list[RankStep] = []
         stragglers: list[Straggler] = []
         if generation != self._generation:
             if self._members:
-                steps, stragglers = self._read(self._generation, self._members)
-            self._generation, self._seen, self.detector = generation, {}, StragglerDetector(self.config)
-        self._members = dict(members)
-        more, found = self._read(generation, members)
+                steps, stragglers = self._read(self._generation, self._members, fresh)
+            self._generation, self._seen = generation, {}
+            self.detector = StragglerDetector(self.config, record_window(len(members)))
+        if members is not self._members:  # the same plan's members (a read-only view) are not copied
+            self._members, self._rank_of = members, {slot: rank for rank, slot in members.items()}
+        more, found = self._read(generation, members, fresh)
         return steps + more, stragglers + found
 
-    def _read(self, generation: int, members: Mapping[int, str]) -> tuple[list[RankStep], list[Straggler]]:
+    def _read(
+        self, generation: int, members: Mapping[int, str], fresh: Mapping[tuple[int, str], list[StepRecord]]
+    ) -> tuple[list[RankStep], list[Straggler]]:
+        rank_of = self._rank_of if members is self._members else {s: r for r, s in members.items()}
+        got = [
+            (rank_of[slot], slot, records)
+            for (g, slot), records in fresh.items()
+            if g == generation and slot in rank_of
+        ]
+        unlinked = members.values() if self.linked is None else self.linked.unlinked(members.values())
+        for slot in unlinked:
+            recent = self.store.progress.recent_steps(generation, slot)
+            if recent is not None:
+                got.append((rank_of[slot], slot, list(recent.records)))
         reports: dict[int, dict[int, float]] = {}
         steps: list[RankStep] = []
-        for rank, slot in members.items():
+        for rank, slot, records in got:
             seen = self._seen.get(rank, -1)
-            recent = self.linked(generation, slot, seen) if self.linked is not None else None
-            if recent is None:
-                recent = self.store.progress.recent_steps(generation, slot)
-            new = [r for r in recent.records if r.step > seen] if recent is not None else []
+            new = [r for r in records if r.step > seen]
             if not new:
                 continue
             self._seen[rank] = new[-1].step
@@ -99,26 +114,16 @@ class StepLog:
 
 _LINE = (
     '{"generation": %d, "rank": %d, "slot": %s, "step": %d, "t": %r, '
-    '"compute_s": %r, "step_s": %r, "blocked_s": %r}'
+    '"compute_s": %r, "step_s": %r, "blocked_s": %r'
 )
 """A step's line, formatted rather than ``json.dumps``-ed: the supervisor writes one per rank
-and step (8,000 a second at 4,096 ranks of half-second steps), and this is half the cost."""
+and step (up to 512 a step: :data:`~resilience.contract.messages.RECORDS_PER_STEP`), and this is a
+quarter of the cost. Its values were checked when they were decoded (an int step, finite float
+times: :meth:`RecentSteps.decode`) and rounded by the rank; ``steps`` only where a record stands
+for more than one."""
 
 
 def _line(s: RankStep) -> str:
-    r = s.record
-    numbers = (r.t, round(r.compute_s, 6), round(r.step_s, 6), round(r.blocked_s, 6))
-    if type(r.step) is int and all(type(x) is float and math.isfinite(x) for x in numbers):
-        return _LINE % (s.generation, s.rank, encode_basestring(s.slot), r.step, *numbers)
-    return json.dumps(  # what a rank sent that the format cannot write as JSON (it came signed)
-        {
-            "generation": s.generation,
-            "rank": s.rank,
-            "slot": s.slot,
-            "step": r.step,
-            "t": r.t,
-            "compute_s": round(r.compute_s, 6),
-            "step_s": round(r.step_s, 6),
-            "blocked_s": round(r.blocked_s, 6),
-        }
-    )
+    step, compute_s, step_s, t, blocked_s, steps = s.record
+    line = _LINE % (s.generation, s.rank, encode_basestring(s.slot), step, t, compute_s, step_s, blocked_s)
+    return line + (f', "steps": {steps}}}' if steps != 1 else "}")
