@@ -109,13 +109,18 @@ def curve(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], machine
 
 
 def plot(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], base: str | None, path: Path) -> None:
-    """The curves: the control path's parts (left) and the steady load (right), by ranks."""
+    """The curves: the control path's parts, the steady store load and the supervisor's steady
+    CPU, by ranks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4))
+    steady = (
+        (middle, "steady_store_rps", 1.0, "store requests/s"),
+        (right, "steady_supervisor_cpu", 100.0, "CPU %"),
+    )
     for which, style in (("this", "-o"), ("base", "--s")):
         results = [(r, (o if which == "this" else b)) for r, o, b in rows]
         label = "this tree" if which == "this" else (base or "base")
@@ -123,10 +128,16 @@ def plot(rows: list[tuple[int, dict[str, Any], dict[str, Any] | None]], base: st
             points = [(r, x[key]) for r, x in results if x is not None and x.get(key) is not None]
             if points:
                 left.plot(*zip(*points), style, label=f"{key} ({label})")
-        points = [(r, x["steady_store_rps"]) for r, x in results if x is not None and "steady_store_rps" in x]
-        if points:
-            right.plot(*zip(*points), style, label=f"store requests/s ({label})")
-    for axis, title in ((left, "a node fault's control path (s)"), (right, "steady state")):
+        for axis, key, scale, what in steady:
+            points = [(r, x[key] * scale) for r, x in results if x is not None and key in x]
+            if points:
+                axis.plot(*zip(*points), style, label=f"{what} ({label})")
+    titles = (
+        "a node fault's control path (s)",
+        "steady store requests a second",
+        "steady supervisor CPU (% of a core)",
+    )
+    for axis, title in zip((left, middle, right), titles):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("ranks")

@@ -173,7 +173,8 @@ class RunOptions:
     straggler_steps: int = option(
         20,
         doc="...for this many steps in a row",
-        help="...for this many steps in a row: a straggler event (default {default})",
+        help="...for this many steps in a row: a straggler event (default {default}; past 512 ranks, "
+        "counted in whole windows of ceil(N/512) steps)",
         config="straggler.steps",
     )
     straggler_action: str = option(
