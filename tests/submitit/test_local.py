@@ -25,13 +25,15 @@ from submitit.local import local, test_debug
 from launcher.submitit import ResilientExecutor
 
 
-SLEEP_S, TIMEOUT_S, SIGNAL_DELAY_S, SLACKER_TIMEOUT_S = 5, 20, 3, 8
+SLEEP_S, TIMEOUT_S, SIGNAL_DELAY_S, SLACKER_TIMEOUT_S = 5, 20, 3, 12
 """test_requeuing's and test_custom_checkpoint's times, submitit's (1 s, 3 s, 1 s; 2 s) scaled: a
 job here starts in about 2.5 s (the supervisor, then a rank that imports torch) where
 LocalExecutor's starts in 0.3 s, so a 3-second time limit ends it before the function starts.
 Scaled, the signal (at 17 s) still comes after one to three of the functions ran for any start-up
 up to 12 s (a loaded machine), the second run times out too, and there is time to requeue between
-the signal and the limit."""
+the signal and the limit. The slacker's signal comes at 9 s: a machine 1.5x slower than ours
+took more than 5 s to start its rank (the fork server still importing torch), and the signal at
+5 s ended it before it could slack; its 10-second sleep still outlasts 9 s from any start."""
 
 
 def executor_at(folder: Path) -> ResilientExecutor:
