@@ -118,7 +118,7 @@ class StepTimer:
                 self.link.steps(self.generation, RecentSteps(tuple(new)))
             else:
                 kept = self.recent[: len(self.recent) - len(unsent)]
-                sent = windows(kept, self.window, False)[0] + new if self.window > 1 else self.recent
+                sent = windows(kept, self.window, False)[0] + new  # a window of 1: self.recent
                 self.store.progress.publish_steps(self.generation, self.slot, RecentSteps(tuple(sent)))
         except (RuntimeError, OSError):  # the store (or the supervisor) is going away with the run
             return
