@@ -12,6 +12,7 @@ from pathlib import Path
 from launcher.errors import ConfigError
 from launcher.observability.events import read_events
 from launcher.observability.straggler import StragglerConfig
+from launcher.run import rank_threads
 from launcher.run.options import RunOptions, passed_on
 from launcher.run.request import RunRequest, flag
 from launcher.supervisor.config import RunConfig
@@ -87,7 +88,15 @@ def run_config(
         tiers=tier_config(o, log_dir, environ),
         elastic=elastic_config(o),
         straggler=straggler_config(o),
+        rank_threads=rank_threads.default_threads(environ, ranks_per_machine(request)),
         **{key: getattr(o, name) for name, key in passed_on("").items()},
+    )
+
+
+def ranks_per_machine(request: RunRequest) -> int:
+    """Rank processes that share one machine's cores in this run."""
+    return rank_threads.ranks_per_machine(
+        request.placement, request.nodes, request.procs_per_node, request.spares
     )
 
 

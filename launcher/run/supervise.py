@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.run import configs
+from launcher.run import configs, rank_threads
 from launcher.run.request import RunRequest
 from launcher.slurm.client import SlurmClient
 from launcher.supervisor import Outcome, RunConfig, Supervisor
@@ -58,6 +58,9 @@ def supervise(
         f"on {where}; log dir {config.log_dir}",
         file=sys.stderr,
     )
+    if config.rank_threads is not None:
+        note = rank_threads.note(config.rank_threads, configs.ranks_per_machine(request))
+        print(f"sres: {note}", file=sys.stderr)
     outcome = Supervisor(config, placement, liveness).run()
     print(f"sres: the run's report: sres report {config.log_dir}", file=sys.stderr)
     return rerun.exit_code if rerun is not None and outcome.requeued else exit_code(outcome)

@@ -66,6 +66,9 @@ class RunConfig:
     """When a rank's compute time makes it a straggler, and what is done about it."""
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     """How far the world may shrink and grow; bounds filled in for ``nodes`` when built."""
+    rank_threads: int | None = None
+    """``OMP_NUM_THREADS`` each rank gets (the user set none and ranks share a machine:
+    :mod:`launcher.run.rank_threads`); None: the ranks inherit the environment as it is."""
 
     def __post_init__(self) -> None:
         if not self.command:

@@ -27,7 +27,7 @@ from typing import TextIO
 
 from launcher.errors import SresError
 from launcher.observability import metrics
-from launcher.run import signal_latch
+from launcher.run import rank_threads, signal_latch
 from launcher.run.options import rank_fields
 from launcher.observability.events import INTERRUPTED, EventLog
 from launcher.placement import ForkHosts, Placement, RankProcesses
@@ -354,7 +354,8 @@ class Supervisor:
             elastic=c.elastic,
             **{name: getattr(c, name) for name in rank_fields()},  # the options ranks get as they are
         )
-        return {**os.environ, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
+        threads = {rank_threads.VARIABLE: str(c.rank_threads)} if c.rank_threads else {}
+        return {**os.environ, **threads, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import time
 import warnings
@@ -70,9 +71,15 @@ def parse_args(
     return parser.parse_args()
 
 
+USER_THREADS = "ZOO_USER_THREADS"
+"""Set (to anything): the script leaves torch's threads as the launcher gave them, as the new
+user's own GPT-2 script did (``benchmarks/rank_threads.py``)."""
+
+
 def deterministic() -> None:
     """What a careful user does for bitwise reproducible runs on CPU."""
-    torch.set_num_threads(1)
+    if not os.environ.get(USER_THREADS):
+        torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
 

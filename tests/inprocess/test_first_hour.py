@@ -1,0 +1,59 @@
+"""A new user's first hour, as they ran it: their own script file, ``python``, ``sres run``; each
+test asserts what that user checked (issue 53)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+from tests.support.sres_runs import clean_env, run_command
+
+THREADS_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import resilience
+
+    def train(ctx):
+        for step in ctx.steps(2):
+            pass
+        out = os.path.join(sys.argv[1], f"rank{ctx.rank}.json")
+        with open(out, "w") as f:
+            json.dump({"threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS")}, f)
+
+    resilience.run(train)
+    """
+)
+
+
+def _threads_run(tmp_path, omp: str | None):
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    log_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--procs-per-node", "2",
+           "--log-dir", str(log_dir), "--", sys.executable, str(script), str(out)]  # fmt: skip
+    env = clean_env()
+    env.pop("OMP_NUM_THREADS", None)
+    if omp is not None:
+        env["OMP_NUM_THREADS"] = omp
+    run = run_command(cmd, env, log_dir, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run, [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+def test_ranks_sharing_a_machine_get_one_thread_each_and_are_told(tmp_path):
+    """torchrun's default: four ranks on this machine get OMP_NUM_THREADS=1, torch uses one
+    thread in each, and the console says so once."""
+    run, ranks = _threads_run(tmp_path, None)
+    assert len(ranks) == 4
+    assert {(r["threads"], r["omp"]) for r in ranks} == {(1, "1")}
+    assert run.stderr.count("OMP_NUM_THREADS=1 for each rank") == 1, run.stderr[-2000:]
+
+
+def test_a_thread_count_the_user_set_is_kept(tmp_path):
+    run, ranks = _threads_run(tmp_path, "2")
+    assert {(r["threads"], r["omp"]) for r in ranks} == {(2, "2")}
+    assert "OMP_NUM_THREADS=1" not in run.stderr
