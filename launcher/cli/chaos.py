@@ -130,11 +130,33 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             *extra,
             *_without(run_args, "--persistent-dir"),
         ]
+        if name == "chaos" and runs["reference"][0] == 0:
+            refuse_faults_past_the_end(spec, _events(runs["reference"][1]))
         print(f"sres chaos: {name} run ...", file=sys.stderr, flush=True)
         runs[name] = (_run(argv, log_dir, args.progress_every if name == "chaos" else 0), log_dir, job)
     verdict, table = judge(runs, str(Path(persistent) / "chaos") if persistent else None)
     print(table)
     return 0 if verdict.identical and verdict.clean else 1
+
+
+def refuse_faults_past_the_end(spec: fault_schedule.RandomFaults, reference: Timeline) -> None:
+    """Refuse, before the run with faults, a schedule whose faults fall after the run's last step:
+    they would never fire, and a verdict on fewer faults than asked would read "clean" (the
+    guide's 25 faults over a 100-step run: 22 happened). The fault-free run says how many steps
+    the command trains and how many ranks it has, which the schedule's steps depend on."""
+    start, finished = reference.last("start"), reference.last("finished")
+    if start is None or finished is None:
+        return
+    steps = int(finished["steps"])
+    schedule = fault_schedule.expand(spec, world_size=int(start["world_size"]))
+    late = [i for i in schedule if i.step >= steps]
+    if not late:
+        return
+    raise ConfigError(
+        f"{len(late)} of the chaos schedule's {len(schedule)} injections fall after the run's last "
+        f"step ({steps - 1}; they reach step {max(i.step for i in schedule)}) and would never fire: ask "
+        f"for fewer faults than {spec.count}, a smaller --every than {spec.every:g}, or more steps"
+    )
 
 
 def _with_soak_defaults(run_args: list[str], faults: int) -> list[str]:

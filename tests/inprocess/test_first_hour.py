@@ -4,6 +4,7 @@ test asserts what that user checked (issue 53)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 
@@ -57,3 +58,18 @@ def test_a_thread_count_the_user_set_is_kept(tmp_path):
     run, ranks = _threads_run(tmp_path, "2")
     assert {(r["threads"], r["omp"]) for r in ranks} == {(2, "2")}
     assert "OMP_NUM_THREADS=1" not in run.stderr
+
+
+def test_chaos_refuses_a_schedule_longer_than_the_run(tmp_path):
+    """The chaos guide's plan, scaled down: more faults than the run has steps for. The fault-free
+    run goes first; then one line says why no run with faults follows, and the exit is not 0."""
+    cmd = [sys.executable, "-m", "launcher.cli", "chaos", "--faults", "12", "--seed", "6", "--every", "6",
+           "--log-dir", str(tmp_path), "--", "--nodes", "2", "--", sys.executable, "-m",
+           "resilience.examples.train_mlp", "--steps", "30"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
+    assert done.returncode != 0
+    refusal = [line for line in done.stderr.splitlines() if "would never fire" in line]
+    assert len(refusal) == 1 and refusal[0].startswith("sres: error: "), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "reference" / "events.jsonl").exists()
+    assert not (tmp_path / "chaos").exists()
