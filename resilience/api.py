@@ -17,6 +17,7 @@ import torch.distributed as dist
 from resilience.context import Context
 from resilience.contract.rank_env import RankEnv
 from resilience.data.batch_source import BatchSource
+from resilience import rank_log
 from resilience.process_name import name_process
 from resilience.rank_place import RankPlace
 
@@ -47,6 +48,7 @@ def run(
         _run_plain(train, options.get("backend"))
         return
     name_process(env.slot)
+    rank_log.say_who(env.slot)
     if env.batch_producer:
         from resilience.data import producer
 

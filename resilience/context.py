@@ -15,7 +15,6 @@ fault landing in between would miss it).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -234,13 +233,11 @@ class Context:
         )
 
     def state_digest(self) -> str:
-        """SHA-256 of this rank's registered state now (random streams left out): compare runs bitwise."""
-        states = committed.take(self._objects, rng=False)
-        h = hashlib.sha256()
-        for kind in committed.PARTS:
-            if states[kind] or kind != "rank":
-                h.update(snapshot.capture(states[kind], self.step).digest().encode())
-        return h.hexdigest()
+        """xxHash3-128 of this rank's registered state now, random streams left out: compare runs
+        bitwise. The ``finished`` event's ``state_digests`` are this, taken at the end of
+        ``train``, so a run's own digests and its events' can be compared (they were SHA-256 and
+        xxHash3 of different parts)."""
+        return snapshot.fingerprint(committed.take(self._objects, rng=False))
 
 
 def _check_registrable(name: str, obj: Any) -> None:

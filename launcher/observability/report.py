@@ -81,8 +81,8 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
                 "rank": fault.get("rank"),
                 "host": fault.get("host"),
                 "step": fault.get("step"),
-                "detection s": rec.get("release_s"),
-                "re-form s": _minus(rec.get("reform_s"), rec.get("release_s")),
+                "detection s": _at_least_zero(rec.get("release_s")),  # logs before it was clamped
+                "re-form s": _minus(rec.get("reform_s"), _at_least_zero(rec.get("release_s"))),
                 "transfer s": rec.get("transfer_s"),
                 "first step s": rec.get("first_step_s"),
                 "recovery s": rec.get("seconds"),
@@ -203,6 +203,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return "" if value is None else html.escape(str(value))
+
+
+def _at_least_zero(seconds: float | None) -> float | None:
+    return None if seconds is None else max(0.0, seconds)
 
 
 def _minus(a: float | None, b: float | None) -> float | None:

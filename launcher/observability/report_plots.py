@@ -39,18 +39,19 @@ def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], eve
     for s in steps:
         key = (s["generation"], s["step"])
         t, w = per_step.get(key, (0.0, 0.0))
-        per_step[key] = (max(t, s["t"]), max(w, s["step_s"]))
+        per_step[key] = (max(t, s["t"]), max(w, s["step_s"] / s.get("steps", 1)))  # per step
     fig, ax = plt.subplots(figsize=(9, 3.6))
-    if per_step:
-        points = sorted(per_step.values())
-        ax.plot(
-            [t - start_t for t, _ in points],
-            [w * 1000 for _, w in points],
-            ".",
-            markersize=3,
-            color="tab:blue",
-            label="step time (slowest rank)",
-        )
+    points = sorted((t - start_t, w * 1000) for t, w in per_step.values())
+    top = y_top([ms for _, ms in points])
+    if points:
+        ax.plot(*zip(*[p for p in points if top is None or p[1] <= top]), ".", markersize=3,
+                color="tab:blue", label="step time (slowest rank)")  # fmt: skip
+    spikes = [p for p in points if top is not None and p[1] > top]
+    if spikes:  # above the axis: drawn at its top, with their times, so steady steps stay readable
+        ax.plot([t for t, _ in spikes], [top] * len(spikes), "^", color="tab:red", markersize=5,
+                label=f"slower than {top:,.0f} ms")  # fmt: skip
+        for t, ms in spikes[:12]:
+            ax.annotate(f"{ms:,.0f} ms", (t, top), textcoords="offset points", xytext=(2, -10), fontsize=7)
     seen = set()
     for e in events.of(*MARKS):
         colour, label = MARKS[e.name]
@@ -61,10 +62,24 @@ def timeline(path: Path, start_t: float, steps: Sequence[Mapping[str, Any]], eve
         ax.plot(saves, [0] * len(saves), "|", color="tab:gray", markersize=8, label="checkpoint saved")
     ax.set_xlabel("wall time since start (s)")
     ax.set_ylabel("step time (ms)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0, top=top * 1.08 if top is not None else None)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     _save(fig, path)
+
+
+SPIKE = 3.0
+"""A step slower than this many medians is a spike (a recovery's first step, a save)."""
+
+
+def y_top(values_ms: Sequence[float]) -> float | None:
+    """Where the step-time axis ends: at ``SPIKE`` medians when slower steps exist, so one
+    recovery's 5,000 ms step does not flatten 60 ms steps into the axis; None: every step fits."""
+    if not values_ms:
+        return None
+    ordered = sorted(values_ms)
+    top = SPIKE * ordered[len(ordered) // 2]
+    return top if ordered[-1] > top and top > 0 else None
 
 
 def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:

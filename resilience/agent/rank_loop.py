@@ -254,7 +254,7 @@ class Agent:
             self._enter(RankState.TRAINING)
             train(ctx)
             ctx.boundary()
-            digest = snapshot.fingerprint({k: v for k, v in ctx.states().items() if k != "rank"})
+            digest = ctx.state_digest()
             self.commits.wait_background()
             if self.tiers is not None:
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)

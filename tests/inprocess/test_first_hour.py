@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.support.sres_runs import clean_env, run_command
+from tests.support.sres_runs import clean_env, run_command, sres_run
 
 THREADS_SCRIPT = textwrap.dedent(
     """
@@ -73,3 +73,13 @@ def test_chaos_refuses_a_schedule_longer_than_the_run(tmp_path):
     assert "Traceback" not in done.stderr
     assert (tmp_path / "reference" / "events.jsonl").exists()
     assert not (tmp_path / "chaos").exists()
+
+
+def test_a_ranks_digest_and_the_finished_event_use_one_format(tmp_path):
+    """``ctx.state_digest()`` (what the example writes to rank<R>.json) equals the ``finished``
+    event's digest of that rank: one format, one content, comparable by eye."""
+    run = sres_run(tmp_path, nodes=2, steps=6)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (finished,) = run.of("finished")
+    assert {str(r): d for r, d in run.digests().items()} == finished["state_digests"]
+    assert all(d.startswith("xxh3-128:") for d in finished["state_digests"].values())

@@ -191,3 +191,22 @@ def test_no_part_is_negative_and_the_parts_sum_to_the_wall_time(run):
     seconds = account(events, end_t, 0, None, None, recs)
     assert min(seconds.values()) >= 0, seconds
     assert sum(seconds.values()) == pytest.approx(end_t, abs=1e-6)
+
+
+def test_release_seconds_are_never_negative():
+    """Every survivor left before the supervisor decided the fault (a rank's own error): the
+    recovery waited for nobody, 0 s, not -0.08 s."""
+    from launcher.supervisor.observe.recovery_watch import release_seconds
+
+    assert release_seconds(100.0, [99.92, 99.97]) == 0.0
+    assert release_seconds(100.0, [99.9, 100.25]) == 0.25
+    assert release_seconds(100.0, []) is None
+
+
+def test_the_step_time_chart_ends_above_steady_steps():
+    """A recovery's 5,000 ms step does not set the axis of 60 ms steps; without spikes, no cut."""
+    from launcher.observability.report_plots import y_top
+
+    assert y_top([60.0] * 50 + [5000.0]) == 180.0
+    assert y_top([60.0, 61.0, 70.0]) is None
+    assert y_top([]) is None

@@ -143,9 +143,7 @@ class RecoveryWatch:
         self.resizes.clear()
 
     def _release_seconds(self, fault: PendingFault) -> float | None:
-        """From the fault to the last survivor leaving the faulted generation (its report)."""
-        times = self._reports_t(fault.generation)
-        return max(times) - fault.t if times else None
+        return release_seconds(fault.t, self._reports_t(fault.generation))
 
     def _reports_t(self, generation: int) -> list[float]:
         """When each rank reported leaving ``generation``: all of them at once where every
@@ -175,3 +173,11 @@ class RecoveryWatch:
             "median_step_s": median,
             "goodput_by_cause": {k: round(v, 4) for k, v in causes.items()},
         }
+
+
+def release_seconds(fault_t: float, reported_t: list[float]) -> float | None:
+    """From the fault to the last survivor leaving the faulted generation (its report); None when
+    no survivor reported. Never negative: where every survivor had left before the supervisor
+    decided the fault (a rank's own error, which its peers' collectives saw first), nothing was
+    waited for (the chaos report once showed -0.080 s)."""
+    return max(0.0, max(reported_t) - fault_t) if reported_t else None
