@@ -58,10 +58,18 @@ def run(
 
 
 def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
+    """``train`` once, in the process group torchrun described, or alone in a group of one:
+    ``python train.py`` is how a user tries a script first, and ``resilience.ddp`` (DDP itself)
+    needs a default group even for one process (it raised "Default process group has not been
+    initialized" where the guide says that command works)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    ours = world > 1 and not dist.is_initialized()
-    if ours:
+    ours = not dist.is_initialized()
+    if ours and world > 1:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
+    elif ours:  # alone: a group of one on an in-process store (no port, no file)
+        dist.init_process_group(
+            backend or ("nccl" if _cuda() else "gloo"), store=dist.HashStore(), rank=0, world_size=1
+        )
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))  # torchrun's, else one node
     node = int(os.environ.get("GROUP_RANK", "0"))

@@ -83,3 +83,17 @@ def test_a_ranks_digest_and_the_finished_event_use_one_format(tmp_path):
     (finished,) = run.of("finished")
     assert {str(r): d for r, d in run.digests().items()} == finished["state_digests"]
     assert all(d.startswith("xxh3-128:") for d in finished["state_digests"].values())
+
+
+def test_the_guides_script_runs_alone_with_python(tmp_path):
+    """training-loops.md: "`python train.py` alone also works: one process, no recovery". Its own
+    train.py (plain DDP through resilience.ddp), started exactly so."""
+    from tests.inprocess.test_docs_guide import GUIDE, runnable_blocks
+
+    (block,) = [b for b in runnable_blocks((GUIDE / "training-loops.md").read_text()) if b.file == "train.py"]
+    (tmp_path / "train.py").write_text(block.text)
+    env = {k: v for k, v in clean_env().items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
