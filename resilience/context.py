@@ -69,6 +69,7 @@ class Context:
         batch_settings: tuple[str, str] | None = None,
         restore_rng: bool = True,
         place: RankPlace | None = None,
+        resizable: bool = False,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -90,6 +91,8 @@ class Context:
         self._sampler: ElasticSampler | None = None
         self._batch_settings = batch_settings
         """The run's (batch policy, LR scaling), for a sampler not given its own."""
+        self._resizable = resizable
+        """The run's world may change size (``--min-nodes``/``--max-nodes``, ``sres grow``)."""
         self._view: dict[str, dict[str, Any]] | None = None
         """Every part's state as of step ``_view_step``'s commit (:func:`committed.take`)."""
         self._view_step = -2
@@ -114,6 +117,13 @@ class Context:
         """
         for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
             _check_registrable(name, obj)
+            if self._resizable and isinstance(obj, torch_data_loader()):
+                raise RegistrationError(
+                    f"register({name}=...): a data loader's position is per rank and this run may "
+                    f"change its world size (--min-nodes/--max-nodes): after a resize no rank would "
+                    f"have a position to resume from; use resilience.ElasticSampler, which names "
+                    f"batches by step, or keep the world fixed"
+                )
             if (_is_module(obj) or _is_optimizer(obj)) and dtensors_loaded():
                 from resilience import fsdp
 
@@ -238,6 +248,12 @@ class Context:
         ``train``, so a run's own digests and its events' can be compared (they were SHA-256 and
         xxHash3 of different parts)."""
         return snapshot.fingerprint(committed.take(self._objects, rng=False))
+
+
+def torch_data_loader() -> type:
+    import torch.utils.data
+
+    return torch.utils.data.DataLoader
 
 
 def _check_registrable(name: str, obj: Any) -> None:

@@ -248,6 +248,7 @@ class Agent:
                 batch_settings=self._batch_settings,
                 restore_rng=self.env.restore_rng,
                 place=self.place,
+                resizable=self.env.elastic is not None and self.env.elastic.elastic,
             )
             self._live = ctx
             self.commits.start_training()

@@ -132,12 +132,14 @@ def test_loaders_with_workers_resume_after_a_requeue(tmp_path, reference):
     assert finals(second) == finals(ref)
 
 
-def test_a_loader_position_at_another_world_size_is_refused_in_one_line(tmp_path):
-    """A node lost with no spare shrinks the world 2 -> 1: a StatefulDataLoader's position is per
-    rank, so the run stops with one line naming ElasticSampler instead of mis-sharding data."""
-    run = zoo_run(tmp_path, "gpt2_ddp", "--min-nodes", "1", "--inject", "node:1:step=5", steps=8)
+def test_a_loader_in_a_run_that_may_resize_is_refused_before_training_in_one_line(tmp_path):
+    """A StatefulDataLoader's position is per rank, so a run whose world may shrink (2 -> 1 with
+    --min-nodes 1) could not resume it after the first shrink. It is refused when registered,
+    before the first step (it used to be refused at the shrink, 5 steps in), in one line that
+    names ElasticSampler."""
+    run = zoo_run(tmp_path, "gpt2_ddp", "--min-nodes", "1", steps=8)
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
-    assert len(lines) == 1 and "no position of this rank's data loader" in lines[0], run.tail()
+    assert len(lines) == 1 and "a data loader's position is per rank" in lines[0], run.tail()
     assert "ElasticSampler" in lines[0] and "Traceback" not in run.stderr
-    assert max(line["step"] for line in run.sample_lines()[0]) == 4  # nothing trained after the shrink
+    assert not any(run.sample_lines().values())  # not one step trained
