@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.errors import RegistrationError
 from resilience.rank_place import RankPlace
+from resilience import scheduled_lr
 from resilience.state import committed, snapshot
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ class Context:
 
                 obj = fsdp.adapt(name, obj, self._objects.values())
             self._objects[name] = obj
+            if self._resizable and _is_scheduler(obj):
+                scheduled_lr.follow(obj, lambda: self.lr_scale)
             if callable(getattr(obj, "sres_bind", None)):  # a BatchCache: this entry's rank and node
                 obj.sres_bind(self, self._runtime.batch_link() if self._runtime is not None else None)
             if isinstance(obj, ElasticSampler):
@@ -248,6 +251,12 @@ class Context:
         ``train``, so a run's own digests and its events' can be compared (they were SHA-256 and
         xxHash3 of different parts)."""
         return snapshot.fingerprint(committed.take(self._objects, rng=False))
+
+
+def _is_scheduler(obj: Any) -> bool:
+    import torch.optim.lr_scheduler
+
+    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler)
 
 
 def torch_data_loader() -> type:
