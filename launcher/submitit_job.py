@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from pathlib import Path
 
@@ -171,10 +171,19 @@ def _run(args: list[str], rank: tuple[str, ...], log_dir: Path, rerun: LocalReru
     from launcher.run.supervise import supervise
 
     request = RunRequest.from_json(args[1])
-    options = dataclasses.replace(request.options, log_dir=log_dir)
+    persistent = _own_persistent_dir(request.options.persistent_dir, os.environ)
+    options = dataclasses.replace(request.options, log_dir=log_dir, persistent_dir=persistent)
     logging.basicConfig(level=logging.WARNING, format="sres: %(message)s")  # as sres without -v
     logger.get_logger().propagate = False  # submitit's job lines have handlers of their own
     return supervise(dataclasses.replace(request, command=rank, options=options), rerun=rerun)
+
+
+def _own_persistent_dir(persistent_dir: str | None, environ: Mapping[str, str]) -> str | None:
+    """An array task's persistent checkpoints in a directory of its own, ``<dir>/task-<i>``: each
+    task is a job of its own (``<array>_<i>``), and tasks sharing one directory overwrote each
+    other's manifests at the same steps (a run is refused a directory with another job's)."""
+    task = environ.get("SLURM_ARRAY_TASK_ID")
+    return str(Path(persistent_dir) / f"task-{task}") if persistent_dir and task else persistent_dir
 
 
 def failure_text(events: Sequence[dict[str, Any]], log_dir: Path, code: int, task: int = 0) -> str:

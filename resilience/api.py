@@ -15,6 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 from resilience.context import Context
+from resilience.contract import store_core
 from resilience.contract.rank_env import RankEnv
 from resilience.data.batch_source import BatchSource
 from resilience import rank_log
@@ -68,7 +69,7 @@ def _run_plain(train: Callable[[Context], None], backend: str | None) -> None:
         dist.init_process_group(backend or ("nccl" if _cuda() else "gloo"))
     elif ours:  # alone: a group of one on an in-process store (no port, no file)
         dist.init_process_group(
-            backend or ("nccl" if _cuda() else "gloo"), store=dist.HashStore(), rank=0, world_size=1
+            backend or ("nccl" if _cuda() else "gloo"), store=store_core.alone(), rank=0, world_size=1
         )
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))  # torchrun's, else one node

@@ -33,6 +33,7 @@ from launcher.errors import ConfigError, ShrinkRefused, SlurmError, SresError
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.processes import Processes
 from launcher.slurm import discovery as node_discovery
+from launcher.slurm.injected_drains import InjectedDrains
 from launcher.slurm.satellites import GROW_BY, Satellites
 from launcher.slurm.client import SlurmClient
 from resilience.contract.liveness import LivenessServer
@@ -124,6 +125,7 @@ class SrunPlacement:
         self.probe = probe
         self._used: set[int] = set()
         self._retired: set[int] = set()
+        self._injected = InjectedDrains(self.client)
         self._shrink_refused = False
         """Slurm refused a shrink once: without slurmdbd 22.05 resizes a job once, and every
         later try blocked the supervisor's loop 5 s (mid-recovery) before failing the same way."""
@@ -251,6 +253,7 @@ class SrunPlacement:
         self._retired.add(node)
         name = self.hosts[node]
         self.client.drain(name, why)
+        self._injected.note(name, why)
         if node in self._satellite_of:
             self.release(node, why)  # a satellite goes with its node; the job itself keeps its shape
             return
@@ -335,6 +338,7 @@ class SrunPlacement:
     def stop_all(self, timeout_s: float = 30.0) -> None:
         self.processes.stop_all(timeout_s)
         self.satellites.release_all()
+        self._injected.undo()
 
     def requeue(self, why: str) -> None:
         if not self.requeueable:

@@ -20,6 +20,7 @@ from resilience.contract.elastic_config import ElasticConfig, ElasticConfigError
 from resilience.contract.injections import Injection
 from resilience.contract.run_dir import RunDir
 from resilience.tiers import TierConfig, TierConfigError, default_job_id
+from resilience.tiers.persistent import other_jobs
 
 ELASTIC_KEYS = passed_on("elastic")
 """Option -> its ElasticConfig key, as the options declare."""
@@ -116,10 +117,30 @@ def tier_config(options: RunOptions, log_dir: Path, environ: Mapping[str, str]) 
     }
     try:
         if options.tier_config:
-            return TierConfig.from_yaml(options.tier_config, **flags)
-        return TierConfig.from_mapping({}, **flags)
+            config = TierConfig.from_yaml(options.tier_config, **flags)
+        else:
+            config = TierConfig.from_mapping({}, **flags)
     except (TierConfigError, ValueError) as err:
         raise ConfigError(f"tier settings: {err}") from None
+    refuse_another_jobs_directory(config)
+    return config
+
+
+def refuse_another_jobs_directory(config: TierConfig) -> None:
+    """A persistent directory that holds another job's checkpoints is refused: this run's saves
+    would land beside them at the same step numbers (step-S/rank-R), overwriting their
+    manifests, and a restore skips them (another job's) without a word. Two runs that share a
+    directory share a job id (a requeued job keeps it; ``--job-id`` names it)."""
+    if not config.persistent_dir:
+        return
+    others = other_jobs(Path(config.persistent_dir), config.job_id)
+    if others:
+        job, steps = next(iter(others.items()))
+        raise ConfigError(
+            f"--persistent-dir {config.persistent_dir} holds job {job}'s checkpoints (steps "
+            f"{min(steps)}-{max(steps)}) and this run is job {config.job_id}: its saves would overwrite "
+            f"them; give this run a directory of its own, or --job-id {job} to resume that job"
+        )
 
 
 def elastic_config(options: RunOptions) -> ElasticConfig:

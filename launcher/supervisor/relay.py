@@ -77,16 +77,23 @@ class RankEventRelay:
         declared = event_types.BY_NAME.get(event.event)
         if declared is None or declared.source != event_types.RANK:
             raise ValueError("not an event a rank sends")
-        line = _warning(event)
+        line = _console_line(event)
         self.events.emit(event.event, **event.fields, t=event.t)  # TypeError: a field not declared
         if line is not None and line not in self._warned:
             self._warned.add(line)
             self.say(line)
 
 
-def _warning(event: RankEvent) -> str | None:
-    """The line a rank event that weakens the run's promise is also said with (once)."""
+def _console_line(event: RankEvent) -> str | None:
+    """The line a rank event is also said with (once): one that weakens the run's promise, or a
+    restore from the tiers (a run that resumed a checkpoint said nothing on the console)."""
     record = event.fields
+    if event.event == "restored":
+        tiers = ", ".join(sorted(set(record["tiers"].values())))
+        return (
+            f"restored step {record['step']} from the {tiers} tier ({record['bytes'] / 2**20:.1f} MiB in "
+            f"{record['seconds']:.2f} s): training goes on from step {record['step'] + 1}"
+        )
     if event.event == "inexact":
         return (
             f"warning: rank(s) {', '.join(map(str, record['ranks']))} resumed after step {record['step']} "

@@ -26,6 +26,12 @@ from resilience.errors import ForgedValue
 M = TypeVar("M", bound=Message)
 
 
+def alone() -> dist.Store:
+    """The store of a process group of one (``python train.py`` started alone): in-process, no
+    port, no file; nobody else can reach it, and there is no supervisor to share it with."""
+    return dist.HashStore()
+
+
 class StoreCore:
     """Typed primitives over a ``torch.distributed.Store`` (a client or the supervisor's server)."""
 

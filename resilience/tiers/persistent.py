@@ -79,3 +79,18 @@ class PersistentTier(Tier):
                 except mf.CheckpointInvalid as err:
                     report(self.name, owner, step, str(err))
         return out
+
+
+def other_jobs(root: Path, job_id: str) -> dict[str, list[int]]:
+    """Jobs other than ``job_id`` with checkpoints under ``root``, and their steps: one manifest
+    read per step (a step is one job's: each rank directory is a job's write of it)."""
+    found: dict[str, list[int]] = {}
+    for step in mf.steps_in(root) if root.is_dir() else []:
+        for rank in mf.ranks_in(root, step)[:1]:
+            try:
+                owner = mf.read_manifest(mf.rank_dir(root, step, rank)).job_id
+            except mf.CheckpointInvalid:
+                continue  # half written or damaged: not evidence of another job
+            if owner != job_id:
+                found.setdefault(owner, []).append(step)
+    return found

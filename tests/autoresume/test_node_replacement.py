@@ -109,6 +109,27 @@ def test_process_fault_restarts_in_place_and_a_repeat_drains_the_node(cluster, t
     assert job.client.node(hosts[1]).reason == "sres: repeated failure: 2 process faults on this node"
 
 
+def test_a_node_drained_for_an_injected_loss_is_resumed_at_the_end(cluster, tmp_path, reference3):
+    """A user's test under Slurm (``--inject node:...``) loses a healthy node as a real loss does
+    (drained, replaced by the spare) but does not keep it from everyone after the run: it is
+    resumed at the end, and the job's output says so (issue 53.7)."""
+    job = submit_training(
+        cluster,
+        tmp_path,
+        ["-N4", "--no-kill", "--requeue"],
+        sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3", "--inject", "node:1:step=5"),
+        sleep=0.1,
+    )
+    done = job.wait_done()
+    assert done.state == "COMPLETED", job.output
+    assert job.digests() == reference3, job.output
+    victim = job.hosts()[1]
+    assert [e["host"] for e in job.of("drained") if "injected fault" in e["why"]] == [victim]
+    node = job.client.node(victim)
+    assert not node.drained, node
+    assert f"resumed {victim}: drained only for an injected fault" in job.output, job.output[-2000:]
+
+
 def test_a_killed_rank_is_forked_on_its_node_by_its_fork_server(cluster, tmp_path, reference3):
     """Under Slurm the fork server is one more ``srun --overlap`` step per node, its requests on
     the step's stdin: a rank killed once its node's server is warm is forked there (no new step,

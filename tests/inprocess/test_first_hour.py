@@ -92,8 +92,43 @@ def test_the_guides_script_runs_alone_with_python(tmp_path):
 
     (block,) = [b for b in runnable_blocks((GUIDE / "training-loops.md").read_text()) if b.file == "train.py"]
     (tmp_path / "train.py").write_text(block.text)
-    env = {k: v for k, v in clean_env().items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    launched = ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in clean_env().items() if k not in launched}
     done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=180, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def _ckpt_run(tmp_path, name: str, steps: int, *extra: str) -> subprocess.CompletedProcess:
+    out = str(tmp_path / name / "out")
+    train = ["-m", "resilience.examples.train_mlp", "--steps", str(steps), "--out", out]
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "2", "--log-dir", str(tmp_path / name),
+           "--persistent-dir", str(tmp_path / "ckpt"), "--persist-every", "4", *extra, "--", sys.executable,
+           *train]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
+
+
+def test_checkpoints_keep_the_last_step_say_what_was_restored_and_never_mix_jobs(tmp_path):
+    """The checkpoints guide as a user follows it: a run with a persistent directory ends with its
+    last step there (not only every K-th); the same job run again (same --job-id) says on the
+    console which step it restored; another job pointed at that directory is refused in one line
+    instead of overwriting the first job's manifests."""
+    first = _ckpt_run(tmp_path, "first", 10, "--job-id", "mine")
+    assert first.returncode == 0, first.stderr[-2000:]
+    listing = subprocess.run([sys.executable, "-m", "launcher.cli", "ckpt", "ls", str(tmp_path / "ckpt")],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert listing.returncode == 0, listing.stderr
+    steps = [line.split()[0] for line in listing.stdout.splitlines()[1:] if line.strip()]
+    assert steps[0] == "9", listing.stdout  # newest first: the last step, though not a multiple of 4
+
+    again = _ckpt_run(tmp_path, "again", 14, "--job-id", "mine")
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = [line for line in again.stderr.splitlines() if "restored step" in line]
+    assert said == [said[0]] and "restored step 9 from the persistent tier" in said[0], again.stderr[-2000:]
+
+    other = _ckpt_run(tmp_path, "other", 10, "--job-id", "theirs")
+    assert other.returncode != 0
+    refusal = [line for line in other.stderr.splitlines() if "holds job mine's checkpoints" in line]
+    assert len(refusal) == 1 and refusal[0].startswith("sres: error: "), other.stderr[-2000:]
+    assert "Traceback" not in other.stderr and not (tmp_path / "other" / "events.jsonl").exists()

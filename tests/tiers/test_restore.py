@@ -212,6 +212,10 @@ def test_truncated_manifest_missing_file_and_other_job_fall_back(
     assert run.digests() == tiers_reference
     reasons = " | ".join(e["reason"] for e in run.of("checkpoint-invalid"))
     assert "manifest unreadable" in reasons and "missing" in reasons, dump(run)
-    # Another job's id finds nothing of this one: it starts from scratch, never from job 'tiers'.
-    other = sres_tiers(tmp_path, ram_root, name="other", job="another")
+    # Another job's id finds nothing of this one: it starts from scratch, never from job 'tiers';
+    # pointed at job 'tiers' persistent directory it is refused before it starts (it would
+    # overwrite that job's manifests at the same steps).
+    refused = sres_tiers(tmp_path, ram_root, name="refused", job="another")
+    assert refused.returncode != 0 and "holds job tiers's checkpoints" in refused.stderr, dump(refused)
+    other = sres_tiers(tmp_path, ram_root, name="other", job="another", persistent=tmp_path / "theirs")
     assert other.returncode == 0 and not other.of("restored")

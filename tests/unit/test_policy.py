@@ -529,3 +529,11 @@ def test_a_report_without_a_step_and_one_with_unknown_fields_are_read():
     assert Report.decode(old).step is None
     newer = '{"kind": "error", "rank": 1, "step": 5, "a_later_field": 1}'
     assert Report.decode(newer) == Report("error", 1, step=5)
+
+
+def test_the_placement_knows_an_injected_loss_by_the_policys_reason():
+    """The drain a run undoes at its end is the one the policy gave an injected node loss."""
+    from launcher.slurm.injected_drains import MARK
+    from launcher.supervisor.policy.classify import INJECTED_NODE_LOSS
+
+    assert INJECTED_NODE_LOSS.endswith(MARK)
