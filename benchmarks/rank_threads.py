@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.interleaved import interleave, table  # noqa: E402
 from launcher.observability.events import read_events  # noqa: E402
 from tests.models.common import USER_THREADS  # noqa: E402
 
@@ -63,23 +64,10 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-    with tempfile.TemporaryDirectory(prefix="sres-threads-bench-") as tmp:
-        for i in range(args.repeat):
-            for mode in MODES:
-                runs[mode].append(one_run(Path(tmp), mode, args.steps))
-                print(f"repeat {i + 1}/{args.repeat} {mode}: {runs[mode][-1]}", flush=True)
-
-    def median(mode: str, measure: str) -> float:
-        return statistics.median(r[measure] for r in runs[mode])
-
+    runs = interleave(MODES, args.repeat, lambda work, mode: one_run(work, mode, args.steps), "sres-threads-")
     print()
     print(f"GPT-2 (tests/models/gpt2_ddp.py), 4 ranks on {os.cpu_count()} cores, {args.steps} steps")
-    print(f"| seconds, median of {args.repeat} | one each | all cores | all cores / one each |")
-    print("|---|---|---|---|")
-    for measure in ("productive", "median step", "wall"):
-        one, every = median("one each", measure), median("all cores", measure)
-        print(f"| {measure} | {one:.3f} | {every:.3f} | {every / one:.2f}x |")
+    print(table(runs, ("productive", "median step", "wall"), digits=3))
     return 0
 
 

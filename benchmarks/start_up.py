@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.interleaved import interleave, table  # noqa: E402
 from launcher.observability.events import read_events  # noqa: E402
 
 TRAIN = ("--steps", "30", "--dataset", "200", "--global-batch", "24", "--micro-batch", "4")
@@ -58,22 +58,10 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--nodes", type=int, default=4)
     args = p.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {"forked": [], "cold": []}
-    with tempfile.TemporaryDirectory(prefix="sres-start-bench-") as tmp:
-        for i in range(args.repeat):
-            for mode in ("forked", "cold"):
-                runs[mode].append(one_run(Path(tmp), mode, args.nodes))
-                print(f"repeat {i + 1}/{args.repeat} {mode}: {runs[mode][-1]}", flush=True)
-
-    def median(mode: str, measure: str) -> float:
-        return statistics.median(r[measure] for r in runs[mode])
-
+    runs = interleave(("forked", "cold"), args.repeat, lambda work, mode: one_run(work, mode, args.nodes),
+                      "sres-start-bench-")  # fmt: skip
     print()
-    print(f"| seconds, median of {args.repeat} | forked | cold | cold / forked |")
-    print("|---|---|---|---|")
-    for measure in ("start-up", "wall", "CPU"):
-        forked, cold = median("forked", measure), median("cold", measure)
-        print(f"| {measure} | {forked:.2f} | {cold:.2f} | {cold / forked:.2f}x |")
+    print(table(runs, ("start-up", "wall", "CPU")))
     return 0
 
 
