@@ -132,3 +132,65 @@ def test_checkpoints_keep_the_last_step_say_what_was_restored_and_never_mix_jobs
     refusal = [line for line in other.stderr.splitlines() if "holds job mine's checkpoints" in line]
     assert len(refusal) == 1 and refusal[0].startswith("sres: error: "), other.stderr[-2000:]
     assert "Traceback" not in other.stderr and not (tmp_path / "other" / "events.jsonl").exists()
+
+
+SCHEDULED_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import transformers
+    import resilience
+
+    BASE_LR = 0.1
+
+    def train(ctx):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1, bias=False)
+        opt = torch.optim.SGD(model.parameters(), lr=BASE_LR)
+        sched = transformers.get_cosine_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=12)
+        sampler = resilience.ElasticSampler(64, global_batch=16, micro_batch=1, seed=0)
+        ctx.register(model=model, optimizer=opt, sched=sched, sampler=sampler)
+        ddp = resilience.ddp(model)
+        for step in ctx.steps(12):
+            for indices in sampler.indices(step, ctx.rank, ctx.world_size):
+                ddp(torch.ones(len(indices), 4)).sum().backward()
+            scheduled, before = opt.param_groups[0]["lr"], model.weight.detach().clone()
+            grad = float(model.weight.grad[0, 0])
+            with ctx.commit():
+                opt.step()
+                opt.zero_grad()
+                sched.step()
+            if ctx.rank == 0:
+                used = float((before - model.weight.detach())[0, 0]) / grad  # the LR the step used
+                with open(os.path.join(sys.argv[1], "lr.jsonl"), "a") as f:
+                    f.write(json.dumps({"step": step, "world": ctx.world_size, "scale": ctx.lr_scale,
+                                        "scheduled": scheduled, "used": used}) + "\\n")
+
+    resilience.run(train)
+    """
+)
+
+
+def test_a_transformers_cosine_schedule_trains_at_the_scaled_rate_after_a_shrink(tmp_path):
+    """The elastic guide with a `transformers` cosine schedule: 4 nodes shrink to 3 (global batch
+    16 kept as 15, lr_scale 15/16); every step at world 3 moves the weights by the scheduler's LR
+    times 15/16 (before: the schedule's unscaled LR at every step after the first)."""
+    import math
+
+    script = tmp_path / "scheduled.py"
+    script.write_text(SCHEDULED_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    log_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "launcher.cli", "run", "--nodes", "4", "--min-nodes", "3", "--inject",
+           "node:3:step=4", "--log-dir", str(log_dir), "--", sys.executable, str(script),
+           str(out)]  # fmt: skip
+    run = run_command(cmd, clean_env(), log_dir, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(line) for line in (out / "lr.jsonl").read_text().splitlines()]
+    last = {line["step"]: line for line in lines}  # a step redone after the shrink: its last record
+    shrunk = [line for line in last.values() if line["world"] == 3]
+    assert shrunk and all(line["scale"] == 15 / 16 for line in shrunk), lines
+    for line in last.values():
+        scale = 15 / 16 if line["world"] == 3 else 1.0
+        assert math.isclose(line["used"], line["scheduled"] * scale, rel_tol=1e-5), line
