@@ -74,7 +74,7 @@ def test_runnable_blocks_of_the_guide_run(page: Path, tmp_path: Path):
                 f"{page.name}: a block failed:\n{block.text}\n{done.stdout}{done.stderr}"
             )
             outputs.append(done.stdout + done.stderr)
-    finals = re.findall(r"^final state (\w+)$", "".join(outputs), re.M)
+    finals = re.findall(r"^final state (\S+)$", "".join(outputs), re.M)
     assert len(set(finals)) <= 1, f"{page.name}: runs the page says agree did not: {finals}"
     if page.name == "training-loops.md":
         assert len(finals) == 2 and "1 fault(s)" in outputs[-1], outputs
