@@ -16,7 +16,6 @@ passed``: one mesh passed to every call; ``--hsdp R``: a 2-D mesh).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import resource
 import time
@@ -35,6 +34,7 @@ from torch.distributed.fsdp import fully_shard
 
 import resilience
 from resilience.examples import outputs
+from resilience.state import snapshot
 
 # fully_shard warns that TinyLM returns a view (its head's output); nothing here modifies it
 # in place, which is what the warning is about.
@@ -96,7 +96,7 @@ def batch_for(step: int, rank: int, args: argparse.Namespace) -> tuple[torch.Ten
 
 
 def full_digests(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[str, str]:
-    """SHA-256 of the whole model and of the whole optimizer state, each gathered from every
+    """Digests of the whole model and of the whole optimizer state, each gathered from every
     shard (collectives: every rank calls this). They do not depend on the world size."""
     options = StateDictOptions(full_state_dict=True)
     return (
@@ -106,14 +106,9 @@ def full_digests(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[st
 
 
 def _digest(state: dict) -> str:
-    h = hashlib.sha256()
-    for name, value in sorted(_leaves(state, "")):
-        h.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            h.update(value.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(repr(value).encode())
-    return h.hexdigest()
+    """The run's digest format (``xxh3-128:<hex>``, as ``ctx.state_digest()``) over the leaves in
+    name order: a gathered state's dict order may differ between world sizes, its names do not."""
+    return snapshot.fingerprint(dict(sorted(_leaves(state, ""), key=lambda leaf: leaf[0])))
 
 
 def _leaves(state, prefix: str):

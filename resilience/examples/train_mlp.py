@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 import resilience
 from resilience.examples import outputs
+from resilience.state import snapshot
 
 
 DDP_KINDS = ("resilience", "exact", "torch")
@@ -140,13 +140,9 @@ def eval_loss(model: torch.nn.Module, width: int, seed: int, count: int = 64) ->
 
 
 def model_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of the parameters alone: comparable across world sizes even when the optimizer's
-    state is sharded differently."""
-    h = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        h.update(name.encode())
-        h.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    """The parameters' digest alone (the run's format, ``xxh3-128:<hex>``): comparable across
+    world sizes even when the optimizer's state is sharded differently."""
+    return snapshot.fingerprint({"model": model.state_dict()})
 
 
 def state_mb(width: int, depth: int) -> float:
