@@ -118,7 +118,7 @@ class Context:
         """
         for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
             _check_registrable(name, obj)
-            if self._resizable and isinstance(obj, torch_data_loader()):
+            if self._resizable and _is_data_loader(obj):
                 raise RegistrationError(
                     f"register({name}=...): a data loader's position is per rank and this run may "
                     f"change its world size (--min-nodes/--max-nodes): after a resize no rank would "
@@ -259,10 +259,10 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, torch.optim.lr_scheduler.LRScheduler)
 
 
-def torch_data_loader() -> type:
+def _is_data_loader(obj: Any) -> bool:
     import torch.utils.data
 
-    return torch.utils.data.DataLoader
+    return isinstance(obj, torch.utils.data.DataLoader)
 
 
 def _check_registrable(name: str, obj: Any) -> None:

@@ -74,6 +74,7 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
     for i, fault in enumerate(run.of("fault")):
         later = [e for e in run.of("recovered") if e.t >= fault.t]
         rec = later[0] if later else {}
+        release = _at_least_zero(rec.get("release_s"))  # logs before it was clamped
         rows.append(
             {
                 "#": i + 1,
@@ -81,8 +82,8 @@ def fault_rows(data: RunData) -> list[dict[str, Any]]:
                 "rank": fault.get("rank"),
                 "host": fault.get("host"),
                 "step": fault.get("step"),
-                "detection s": _at_least_zero(rec.get("release_s")),  # logs before it was clamped
-                "re-form s": _minus(rec.get("reform_s"), _at_least_zero(rec.get("release_s"))),
+                "detection s": release,
+                "re-form s": _minus(rec.get("reform_s"), release),
                 "transfer s": rec.get("transfer_s"),
                 "first step s": rec.get("first_step_s"),
                 "recovery s": rec.get("seconds"),

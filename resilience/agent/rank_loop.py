@@ -258,7 +258,8 @@ class Agent:
             digest = ctx.state_digest()
             self.commits.wait_background()
             if self.tiers is not None:
-                self._persist_last(ctx)
+                if ctx.step >= 0:
+                    self.tiers.saver.save_last(ctx.step, ctx.states())
                 self.tiers.saver.wait_idle(self.env.collective_timeout_s)
             dist.barrier()  # every rank finished: nobody will need our state any more
             return digest
@@ -316,15 +317,6 @@ class Agent:
         if self.tiers is not None:
             self.tiers.enter(plan, self.rank)
         return self.state_group
-
-    def _persist_last(self, ctx: Context) -> None:
-        """The run's last commit to the persistent tier, when it has one and that step was not
-        one of every K-th: the trained state then exists on shared storage whether or not the
-        script saves it (a 60-step run persisted every 50th ended with step 50 there, not 59)."""
-        assert self.tiers is not None
-        every = self.tiers.saver.config.persist_every
-        if self.tiers.saver.config.persistent_dir and ctx.step >= 0 and (not every or ctx.step % every):
-            self.tiers.saver.save(ctx.step, ctx.states(), force_persistent=True)
 
     def _recover(self, plan: Plan, state_group: dist.ProcessGroup) -> tuple[int, recovery.State | None]:
         """Agree on the step and move what is missing (:mod:`resilience.agent.recovery`)."""

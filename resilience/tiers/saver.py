@@ -105,9 +105,7 @@ class TierSaver:
         """Copy ``states`` (kind -> name -> state) into reusable buffers and queue the tiers.
         Blocks only for the copy; ``midway(step)`` runs half-way through it (fault injection)."""
         self.commits += 1
-        persist = force_persistent or bool(
-            self.config.persist_every and step % self.config.persist_every == 0
-        )
+        persist = force_persistent or self._on_cadence(step)
         if not self.config.ram and not persist:
             return
         if self.config.ram and step % self.config.ram_every and not persist:
@@ -216,6 +214,17 @@ class TierSaver:
                 job.done.set()
 
     # --- flush and wait --------------------------------------------------------------------------
+
+    def _on_cadence(self, step: int) -> bool:
+        """Whether ``step`` is one of every K-th the persistent tier takes."""
+        return bool(self.config.persist_every and step % self.config.persist_every == 0)
+
+    def save_last(self, step: int, states: Mapping[str, Mapping[str, Any]]) -> None:
+        """The run's last commit to the persistent tier too, unless its cadence already took it:
+        the trained state then exists on shared storage whether or not the script saves it (a
+        60-step run persisted every 50th ended with step 50 there, not 59)."""
+        if self.config.persistent_dir and not self._on_cadence(step):
+            self.save(step, states, force_persistent=True)
 
     def flush_hold(self, timeout_s: float) -> tuple[int | None, str]:
         """First half of a flush: enter flush mode and return the newest step in this rank's
