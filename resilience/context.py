@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from resilience.elastic import BatchPlan, ElasticSampler
-from resilience.errors import RegistrationError
+from resilience.errors import CommitOrderError, RegistrationError
 from resilience.rank_place import RankPlace
 from resilience import scheduled_lr
 from resilience.state import committed, snapshot
@@ -99,6 +99,8 @@ class Context:
         self._view_step = -2
         self._small: dict[str, Any] = {}
         self._checked = -2
+        self._open = False
+        """A commit opened by :meth:`open_commit` and not closed yet."""
 
     def on_requeue(self, hook: Callable[[str], None]) -> None:
         """Call ``hook(cause)`` when sres is about to requeue the job (``cause``: ``time-limit``
@@ -152,12 +154,31 @@ class Context:
     def steps(self, total: int) -> Iterator[int]:
         """Step indices from the one after the last commit up to ``total - 1``."""
         for step in range(self.step + 1, total):
-            self.boundary()
-            if self._runtime is not None:
-                self._runtime.before_step(step)
-            self._current = step
+            self._begin(step)
             yield step
         self.boundary()
+
+    def begin_step(self, step: int) -> None:
+        """``step`` starts: what :meth:`steps` does before each step it yields, for a loop that a
+        framework drives (an integration calls it from the framework's batch-start hook). ``step``
+        must follow the last commit: a framework whose own counters were not restored would
+        otherwise train steps under numbers sres never committed."""
+        if step != self.step + 1 and not self._open:
+            raise CommitOrderError(
+                f"step {step} began after the commit of step {self.step}: the loop must go on at step "
+                f"{self.step + 1} (restore the framework's step counters from the commit)"
+            )
+        self._begin(step)
+
+    def _begin(self, step: int) -> None:
+        if self._open:
+            raise CommitOrderError(
+                f"step {step} began with the commit of step {self._current} still open: close_commit() first"
+            )
+        self.boundary()
+        if self._runtime is not None:
+            self._runtime.before_step(step)
+        self._current = step
 
     def boundary(self) -> None:
         """Step ``self.step`` is over. On entry: the random streams as of the commit resumed
@@ -166,6 +187,8 @@ class Context:
 
         ``steps()`` calls it between steps; the runtime once more when ``train`` returns (a
         loop that left ``steps()`` early never reached the last boundary)."""
+        if self._open:
+            raise CommitOrderError(f"the commit of step {self._current} was left open: close_commit() it")
         if self._rng_pending is not None:
             committed.set_rng_state(self._rng_pending)
             self._rng_pending = None
@@ -189,12 +212,29 @@ class Context:
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:
         """The optimizer update of the current step; committed when the block exits cleanly."""
+        self.open_commit()
+        yield
+        self.close_commit()
+
+    def open_commit(self) -> None:
+        """The start of :meth:`commit`'s block, for a framework whose update runs between two of
+        its hooks (Lightning: ``on_before_optimizer_step`` and ``on_train_batch_end``); a commit
+        left open when the next step begins or ``train`` returns is an error."""
         if self._current is None:
-            raise RuntimeError("ctx.commit() outside ctx.steps(): there is no step to commit")
+            raise CommitOrderError("a commit outside a step: call begin_step() (or use ctx.steps()) first")
+        if self._open:
+            raise CommitOrderError(f"the commit of step {self._current} is open already")
         if self._runtime is not None:
             self._runtime.before_commit()
-        yield
+        self._open = True
+
+    def close_commit(self) -> None:
+        """The end of :meth:`commit`'s block: the current step is committed."""
+        if not self._open:
+            raise CommitOrderError("close_commit() without open_commit()")
+        self._open = False
         step = self._current
+        assert step is not None, "open_commit() needs a step"
         self._take(step)
         self.step = step
         if self._runtime is not None:

@@ -32,6 +32,12 @@ class RegistrationError(ResilienceError, TypeError):
     """``ctx.register`` got an object whose state sres cannot protect or bring back as it was."""
 
 
+class CommitOrderError(ResilienceError, RuntimeError):
+    """A hook-driven loop (an integration) began a step or left ``train`` with a commit still open,
+    closed one it never opened, or began a step that does not follow the last commit: the same on
+    every entry, so the run stops at once rather than retrying."""
+
+
 class NotPlainData(RegistrationError):
     """A registered state holds a value a commit cannot write as data (see
     :mod:`resilience.state.skeleton`); the message gives the path to it, filled in on the way

@@ -23,7 +23,10 @@ class RankPlace:
     local_rank: int
     local_world_size: int
     node: int
-    """The index of this rank's node among the nodes that hold ranks (spares excluded)."""
+    """The index of this rank's node among the nodes that hold ranks (spares excluded), in the
+    order of the lowest rank each holds: ``GROUP_RANK`` as torchrun sets it, so that code which
+    derives a global rank from it (``GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK``) gets ``RANK``
+    even after a spare with a higher node id took over node 0's ranks."""
     num_nodes: int
 
 
@@ -32,7 +35,11 @@ def place_of(plan: Plan, slot: str) -> RankPlace:
     rank = plan.rank_of(slot)
     if rank is None:
         raise ValueError(f"slot {slot} holds no rank in generation {plan.generation}")
-    nodes = sorted({plan.slots[s].node for s in plan.members.values()})
+    lowest: dict[int, int] = {}
+    for member, member_slot in plan.members.items():
+        node = plan.slots[member_slot].node
+        lowest[node] = min(member, lowest.get(node, member))
+    nodes = sorted(lowest, key=lowest.__getitem__)
     mine = plan.slots[slot].node
     return RankPlace(
         rank=rank,

@@ -39,7 +39,7 @@ from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.open_files import raise_open_files_limit
 from resilience.ddp import deterministic_by_default
-from resilience.errors import RegistrationError, Unrecoverable
+from resilience.errors import CommitOrderError, RegistrationError, Unrecoverable
 from resilience.rank_place import RankPlace, place_of, torch_variables
 from resilience.state import snapshot
 from resilience.data.batch_link import BatchLink
@@ -268,7 +268,7 @@ class Agent:
 
     def _failure(self, err: Exception) -> Report:
         """The report of a generation that ended with ``err`` (called while it is handled)."""
-        if isinstance(err, RegistrationError):  # the same on every entry: retrying cannot help
+        if isinstance(err, (RegistrationError, CommitOrderError)):  # the same on every entry: no retry
             return Report("refused", self.rank, message=str(err), error_type=blame.error_type(err))
         if isinstance(err, Unrecoverable):
             return Report(

@@ -27,6 +27,17 @@ def test_a_spare_that_took_a_lost_nodes_ranks_is_node_1_of_2():
     assert place_of(plan, "n0p0").node == 0
 
 
+def test_group_rank_follows_the_ranks_when_a_spare_took_node_0s_ranks():
+    """Node 0 lost, the spare node 2 holds ranks 0 and 1: it is group rank 0, and every rank's
+    GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK is its RANK (frameworks derive the global rank so;
+    by node id, rank 1 read group rank 1 and so global rank 3)."""
+    plan = _plan({0: "n2p0", 1: "n2p1", 2: "n1p0", 3: "n1p1"})
+    for rank, slot in plan.members.items():
+        env = torch_variables(place_of(plan, slot), "10.0.0.1", 29500)
+        assert int(env["GROUP_RANK"]) * int(env["LOCAL_WORLD_SIZE"]) + int(env["LOCAL_RANK"]) == rank
+    assert place_of(plan, "n2p1").node == 0
+
+
 def test_a_shrunk_world_counts_only_the_ranks_left():
     plan = _plan({0: "n0p0", 1: "n1p0", 2: "n1p1"})
     assert place_of(plan, "n0p0") == RankPlace(0, 3, 0, 1, node=0, num_nodes=2)

@@ -1,0 +1,89 @@
+"""Zoo: a PyTorch Lightning ``Trainer`` (strategy "ddp" on CPU, gloo) fitting a small module with
+dropout, AdamW and a per-step cosine schedule, on Lightning's default data path: a plain
+``DataLoader(shuffle=True)`` into which Lightning injects its DistributedSampler.
+
+    sres run --nodes 2 -- python -m tests.models.lightning_ddp --steps 16 --out /tmp/zoo
+
+What a user changes for sres: ``resilience.run(train)``, and the Trainer's ``plugins`` and
+``callbacks`` (and its ``num_nodes``/``devices`` from ``ctx.place``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import lightning
+import torch
+from torch.utils.data import DataLoader
+
+import resilience
+from resilience.integrations.lightning import ResilientCallback, ResilientEnvironment
+from tests.models import common
+
+DIM, CLASSES = 16, 4
+
+
+class Classifier(lightning.LightningModule):
+    def __init__(self, args, samples: common.SampleLog) -> None:
+        super().__init__()
+        self.args, self.samples = args, samples
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, CLASSES)
+        )
+        self.last_loss = torch.tensor(float("nan"))
+
+    def training_step(self, batch, batch_idx):
+        loss = torch.nn.functional.cross_entropy(self.net(batch["x"]), batch["y"])
+        self.samples.record(self.global_step, batch["index"])
+        self.last_loss = loss.detach()
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        common.progress(self.samples.ctx, self.global_step - 1, self.args.steps, self.last_loss, self.args)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.args.lr)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.args.steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def main() -> None:
+    args = common.parse_args(__doc__, lr=1e-2)
+    common.deterministic()
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="lightning")
+
+    def train(ctx: resilience.Context) -> None:
+        common.seed_everything(args.seed)
+        module = Classifier(args, common.SampleLog(ctx, args.out))
+        data = DataLoader(
+            common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES),
+            batch_size=args.batch,
+            shuffle=True,
+            drop_last=True,
+        )
+        trainer = lightning.Trainer(
+            accelerator="cpu",
+            strategy="ddp",
+            num_nodes=ctx.place.num_nodes,
+            devices=ctx.place.local_world_size,
+            max_steps=args.steps,
+            max_epochs=-1,
+            plugins=[ResilientEnvironment(ctx)],
+            callbacks=[ResilientCallback(ctx)],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(module, data)
+        optimizer = trainer.optimizers[0]
+        common.finish(ctx, args, module, optimizer, module.last_loss)
+
+    resilience.run(train)
+
+
+if __name__ == "__main__":
+    main()
