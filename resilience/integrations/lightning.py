@@ -211,10 +211,12 @@ def _check_resumable(loader: Any) -> None:
     if isinstance(sampler, DistributedSamplerWrapper) or not isinstance(
         sampler, (DistributedSampler, SequentialSampler, _SkipFirst)
     ):
+        inner = getattr(getattr(sampler, "dataset", None), "_sampler", sampler)  # what Lightning wrapped
         raise RegistrationError(
-            f"the training DataLoader's sampler is a {type(sampler).__name__}: its order after a "
-            "recovery would not be the fault-free run's; give Lightning a DataLoader with shuffle=True "
-            "(it injects a seeded DistributedSampler) or a DistributedSampler of your own"
+            f"the training {type(loader).__name__}'s sampler is a {type(inner).__name__}"
+            f"{' (in a DistributedSamplerWrapper)' if inner is not sampler else ''}: its order after a "
+            "recovery would not be the fault-free run's; give Lightning a torch DataLoader with "
+            "shuffle=True (it injects a seeded DistributedSampler) or a DistributedSampler of your own"
         )
 
 

@@ -16,6 +16,7 @@ import warnings
 import lightning
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import resilience
 from resilience.integrations.lightning import ResilientCallback, ResilientEnvironment
@@ -49,7 +50,18 @@ class Classifier(lightning.LightningModule):
 
 
 def main() -> None:
-    args = common.parse_args(__doc__, lr=1e-2)
+    args = common.parse_args(
+        __doc__,
+        lr=1e-2,
+        flags=(
+            (
+                "--stateful-loader",
+                "a torchdata StatefulDataLoader(shuffle=True) (refused: Lightning wraps it)",
+            ),
+            ("--no-environment", "the callback without ResilientEnvironment (refused)"),
+            ("--wrong-devices", "devices=2 where the generation has one rank a node (refused)"),
+        ),
+    )
     common.deterministic()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="lightning")
@@ -57,7 +69,8 @@ def main() -> None:
     def train(ctx: resilience.Context) -> None:
         common.seed_everything(args.seed)
         module = Classifier(args, common.SampleLog(ctx, args.out))
-        data = DataLoader(
+        loader = StatefulDataLoader if args.stateful_loader else DataLoader
+        data = loader(
             common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES),
             batch_size=args.batch,
             shuffle=True,
@@ -67,10 +80,10 @@ def main() -> None:
             accelerator="cpu",
             strategy="ddp",
             num_nodes=ctx.place.num_nodes,
-            devices=ctx.place.local_world_size,
+            devices=2 if args.wrong_devices else ctx.place.local_world_size,
             max_steps=args.steps,
             max_epochs=-1,
-            plugins=[ResilientEnvironment(ctx)],
+            plugins=[] if args.no_environment else [ResilientEnvironment(ctx)],
             callbacks=[ResilientCallback(ctx)],
             logger=False,
             enable_checkpointing=False,

@@ -1,0 +1,64 @@
+"""Frameworks under sres: a Lightning ``Trainer`` with ``ResilientEnvironment`` and
+``ResilientCallback`` ends bitwise identical to its own fault-free run after a process kill taken
+over by a standby, a node loss served by a spare and a kill of every rank served by the RAM tier,
+having trained the same samples at every step, on Lightning's default data path (a plain
+``DataLoader(shuffle=True)``). The dataset is small enough that the run crosses epochs: the
+first fault resumes from the last batch of an epoch, the others from inside one."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.models.test_zoo import check_sample_log, finals, sample_differences, succeeded
+from tests.support.zoo_runs import FAULTS, ZooRun, zoo_run
+
+pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
+
+EPOCHS = ("--dataset-size", "40")
+"""Two ranks of 4 samples: 5 batches an epoch, so 18 steps cross three epochs."""
+
+
+@pytest.fixture(scope="module")
+def lightning_reference(tmp_path_factory) -> ZooRun:
+    run = zoo_run(tmp_path_factory.mktemp("ref-lightning"), "lightning_ddp", train_args=EPOCHS)
+    succeeded(run)
+    return run
+
+
+def test_lightning_recovers_each_fault_kind_bitwise(tmp_path, lightning_reference):
+    run = zoo_run(tmp_path, "lightning_ddp", *FAULTS, train_args=EPOCHS)
+    succeeded(run)
+    hows = {(r["rank"], r["how"]) for r in run.of("replaced")}
+    assert {(1, "standby"), (1, "spare")} <= hows, run.of("replaced")
+    assert {r["source"] for r in run.of("recovered")} >= {"peer", "ram"}, run.of("recovered")
+    # In process: each recovery resumed after the last commit, no step redone from disk.
+    assert {r["step"] for r in run.of("recovered")} == {4, 8, 12}, run.of("recovered")
+    check_sample_log(run)
+    differences = sample_differences(run, lightning_reference)
+    assert not differences, "\n".join(differences[:8])
+    assert finals(run) == finals(lightning_reference)
+
+
+@pytest.mark.parametrize(
+    "flag, said",
+    [
+        (
+            "--stateful-loader",
+            "StatefulDataLoader's sampler is a RandomSampler (in a DistributedSamplerWrapper)",
+        ),
+        ("--no-environment", "pass plugins=[ResilientEnvironment(ctx)]"),
+        (
+            "--wrong-devices",
+            "pass num_nodes=ctx.place.num_nodes (2) and devices=ctx.place.local_world_size (1)",
+        ),
+    ],
+)
+def test_what_lightning_cannot_resume_is_refused_in_one_line(tmp_path, flag, said):
+    """Refused before the first step, once (not retried: it would be the same on every entry)."""
+    run = zoo_run(tmp_path, "lightning_ddp", train_args=(*EPOCHS, flag), steps=4)
+    assert run.returncode == 1, run.tail()
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and said in lines[0], run.tail()
+    assert "Traceback" not in run.stderr
+    assert not run.of("fault") or all(f["kind"] == "refused" for f in run.of("fault")), run.of("fault")
+    assert not any(run.sample_lines().values())
