@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from resilience.agent import blame, formation, recovery
+from resilience.agent import blame, formation, group_guard, recovery
 from resilience.agent.commits import CommitPipeline, Paused
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat
 from resilience.agent.kept import Kept
@@ -124,6 +124,7 @@ class Agent:
         self._relay_preemption()
         if self.env.deterministic_ddp:
             deterministic_by_default()
+        group_guard.install()
         if not self._awaited():
             warm_up()
         # Everything imported so far lives as long as the process: keep it out of the
@@ -253,7 +254,8 @@ class Agent:
             self._live = ctx
             self.commits.start_training()
             self._enter(RankState.TRAINING)
-            train(ctx)
+            with group_guard.training():
+                train(ctx)
             ctx.boundary()
             digest = ctx.state_digest()
             self.commits.wait_background()

@@ -510,6 +510,16 @@ def test_only_a_ranks_own_error_inside_the_step_loop_has_a_place():
     assert error_at(None) is None
 
 
+def test_the_same_error_naming_another_object_address_recurs():
+    """Each process prints its own address of the same object: not a different error."""
+    first = raised(1, message="ValueError: Group <ProcessGroup object at 0x7f7bb7c32c70> is not registered")
+    again = raised(0, message="ValueError: Group <ProcessGroup object at 0x7fd0a1e4b1f0> is not registered")
+    assert error_at(first) == error_at(again)
+    assert error_at(raised(1, message="ValueError: step 0x10 of 0x20")) != error_at(
+        raised(1, message="ValueError: step 0x11 of 0x20")
+    )  # short hex numbers are data, not addresses
+
+
 def test_a_multi_line_message_is_named_by_its_first_line():
     message = "ValueError: bad batch\nshape (3, 4)"
     seen = frozenset({ErrorAt("ValueError", message, 5)})

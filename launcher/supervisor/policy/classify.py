@@ -8,6 +8,7 @@ errors. Where the lost ranks then go is :mod:`launcher.supervisor.policy.replace
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from launcher.supervisor.policy.actions import Action, Fail, KillNode, OpenFault
@@ -87,10 +88,16 @@ def _bad_nodes(obs: Observation, state: RunState, config: RunConfig) -> tuple[di
 
 def error_at(report: Report | None) -> ErrorAt | None:
     """Where a rank's own exception was raised; None for a peer's fault seen by a survivor
-    (collateral) and for an exception raised outside ``ctx.steps()`` (no step). Pure."""
+    (collateral) and for an exception raised outside ``ctx.steps()`` (no step). Pure.
+
+    Object addresses are left out of the message: the same error names another address in each
+    process (``<ProcessGroup object at 0x7f..>``), which hid its recurrence (retried ten times)."""
     if report is None or report.collateral or report.origin != "own" or report.step is None:
         return None
-    return ErrorAt(report.error_type, report.message, report.step)
+    return ErrorAt(report.error_type, _ADDRESS.sub("0x?", report.message), report.step)
+
+
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
 def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str | None:
