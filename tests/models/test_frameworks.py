@@ -1,9 +1,11 @@
 """Frameworks under sres: a Lightning ``Trainer`` with ``ResilientEnvironment`` and
-``ResilientCallback`` ends bitwise identical to its own fault-free run after a process kill taken
-over by a standby, a node loss served by a spare and a kill of every rank served by the RAM tier,
-having trained the same samples at every step, on Lightning's default data path (a plain
-``DataLoader(shuffle=True)``). The dataset is small enough that the run crosses epochs: the
-first fault resumes from the last batch of an epoch, the others from inside one."""
+``ResilientCallback``, and a Hugging Face ``ResilientTrainer``, each end bitwise identical to their
+own fault-free run after a process kill taken over by a standby, a node loss served by a spare and
+a kill of every rank served by the RAM tier, having trained the same samples at every step, on the
+framework's default data path (Lightning: a plain ``DataLoader(shuffle=True)`` it injects its
+sampler into; the Trainer: its own sampler and accelerate's sharded loader). The dataset is small
+enough that the runs cross epochs: the first fault resumes from the last step of an epoch, the
+others from inside one."""
 
 from __future__ import annotations
 
@@ -15,18 +17,29 @@ from tests.support.zoo_runs import FAULTS, ZooRun, zoo_run
 pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
 
 EPOCHS = ("--dataset-size", "40")
-"""Two ranks of 4 samples: 5 batches an epoch, so 18 steps cross three epochs."""
+"""Two ranks of 4 samples a step (Lightning: batches of 4; the Trainer: 2 x 2 accumulated): 5
+steps an epoch, so 18 steps cross three epochs."""
+
+FRAMEWORKS = ("lightning_ddp", "hf_trainer")
 
 
 @pytest.fixture(scope="module")
-def lightning_reference(tmp_path_factory) -> ZooRun:
-    run = zoo_run(tmp_path_factory.mktemp("ref-lightning"), "lightning_ddp", train_args=EPOCHS)
-    succeeded(run)
-    return run
+def references(tmp_path_factory) -> dict[str, ZooRun]:
+    return {}
 
 
-def test_lightning_recovers_each_fault_kind_bitwise(tmp_path, lightning_reference):
-    run = zoo_run(tmp_path, "lightning_ddp", *FAULTS, train_args=EPOCHS)
+def _reference(references: dict[str, ZooRun], factory, case: str) -> ZooRun:
+    if case not in references:
+        run = zoo_run(factory.mktemp(f"ref-{case}"), case, train_args=EPOCHS)
+        succeeded(run)
+        references[case] = run
+    return references[case]
+
+
+@pytest.mark.parametrize("case", FRAMEWORKS)
+def test_each_fault_kind_ends_bitwise_identical(tmp_path, tmp_path_factory, references, case):
+    reference = _reference(references, tmp_path_factory, case)
+    run = zoo_run(tmp_path, case, *FAULTS, train_args=EPOCHS)
     succeeded(run)
     hows = {(r["rank"], r["how"]) for r in run.of("replaced")}
     assert {(1, "standby"), (1, "spare")} <= hows, run.of("replaced")
@@ -34,9 +47,9 @@ def test_lightning_recovers_each_fault_kind_bitwise(tmp_path, lightning_referenc
     # In process: each recovery resumed after the last commit, no step redone from disk.
     assert {r["step"] for r in run.of("recovered")} == {4, 8, 12}, run.of("recovered")
     check_sample_log(run)
-    differences = sample_differences(run, lightning_reference)
+    differences = sample_differences(run, reference)
     assert not differences, "\n".join(differences[:8])
-    assert finals(run) == finals(lightning_reference)
+    assert finals(run) == finals(reference)
 
 
 @pytest.mark.parametrize(
