@@ -308,6 +308,12 @@ def _is_data_loader(obj: Any) -> bool:
 def _check_registrable(name: str, obj: Any) -> None:
     if name == committed.RNG:
         raise RegistrationError(f"register({name}=...): that name is sres's own; choose another")
+    if getattr(obj, "use_stateful_dataloader", None) is False:  # accelerate's prepared loader
+        raise RegistrationError(
+            f"register({name}=...): a loader accelerate prepared without use_stateful_dataloader has no "
+            f"position to save (its state_dict fails at the first commit): register "
+            f"resilience.integrations.accelerate.resumable({name}) instead"
+        )
     if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict") or isinstance(obj, dict):
         return
     import torch

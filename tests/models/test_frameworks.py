@@ -3,9 +3,10 @@
 own fault-free run after a process kill taken over by a standby, a node loss served by a spare and
 a kill of every rank served by the RAM tier, having trained the same samples at every step, on the
 framework's default data path (Lightning: a plain ``DataLoader(shuffle=True)`` it injects its
-sampler into; the Trainer: its own sampler and accelerate's sharded loader). The dataset is small
-enough that the runs cross epochs: the first fault resumes from the last step of an epoch, the
-others from inside one."""
+sampler into; the Trainer: its own sampler and accelerate's sharded loader), and an `accelerate`
+loop whose prepared loader is wrapped in ``resumable`` and which ends with ``end_training()``.
+The dataset is small enough that the runs cross epochs: the first fault resumes from the last
+step of an epoch, the others from inside one."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ EPOCHS = ("--dataset-size", "40")
 """Two ranks of 4 samples a step (Lightning: batches of 4; the Trainer: 2 x 2 accumulated): 5
 steps an epoch, so 18 steps cross three epochs."""
 
-FRAMEWORKS = ("lightning_ddp", "hf_trainer")
+FRAMEWORKS = ("lightning_ddp", "hf_trainer", "accelerate_loop")
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +53,22 @@ def test_each_fault_kind_ends_bitwise_identical(tmp_path, tmp_path_factory, refe
     assert finals(run) == finals(reference)
 
 
-@pytest.mark.parametrize(
-    "flag, said",
-    [
-        (
-            "--stateful-loader",
-            "StatefulDataLoader's sampler is a RandomSampler (in a DistributedSamplerWrapper)",
-        ),
-        ("--no-environment", "pass plugins=[ResilientEnvironment(ctx)]"),
-        (
-            "--wrong-devices",
-            "pass num_nodes=ctx.place.num_nodes (2) and devices=ctx.place.local_world_size (1)",
-        ),
-    ],
-)
-def test_what_lightning_cannot_resume_is_refused_in_one_line(tmp_path, flag, said):
+REFUSALS = [
+    (
+        "accelerate_loop",
+        "--register-prepared",
+        "register resilience.integrations.accelerate.resumable(loader)",
+    ),
+    ("lightning_ddp", "--stateful-loader", "sampler is a RandomSampler (in a DistributedSamplerWrapper)"),
+    ("lightning_ddp", "--no-environment", "pass plugins=[ResilientEnvironment(ctx)]"),
+    ("lightning_ddp", "--wrong-devices", "devices=ctx.place.local_world_size (1)"),
+]
+
+
+@pytest.mark.parametrize("case, flag, said", REFUSALS)
+def test_what_cannot_resume_exactly_is_refused_in_one_line(tmp_path, case, flag, said):
     """Refused before the first step, once (not retried: it would be the same on every entry)."""
-    run = zoo_run(tmp_path, "lightning_ddp", train_args=(*EPOCHS, flag), steps=4)
+    run = zoo_run(tmp_path, case, train_args=(*EPOCHS, flag), steps=4)
     assert run.returncode == 1, run.tail()
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and said in lines[0], run.tail()
