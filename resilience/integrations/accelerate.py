@@ -25,7 +25,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from accelerate.data_loader import skip_first_batches
+
+try:
+    from accelerate.data_loader import skip_first_batches
+except ImportError as missing:  # the framework is the user's; sres does not depend on it
+    raise ImportError(
+        f"{__name__} needs accelerate: pip install 'slurm-resilience[accelerate]' ({missing})"
+    ) from missing
 
 from resilience.state.committed import PerRank
 

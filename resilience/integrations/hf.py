@@ -21,7 +21,12 @@ import dataclasses
 import json
 from typing import Any
 
-from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+try:
+    from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+except ImportError as missing:  # the framework is the user's; sres does not depend on it
+    raise ImportError(
+        f"{__name__} needs transformers: pip install 'slurm-resilience[hf]' ({missing})"
+    ) from missing
 
 from resilience.context import Context
 from resilience.errors import RegistrationError

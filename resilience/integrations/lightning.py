@@ -30,10 +30,15 @@ import os
 from collections.abc import Iterator, Sized
 from typing import Any
 
-import lightning.pytorch as pl
-from lightning.fabric.plugins.environments import ClusterEnvironment
-from lightning.pytorch.callbacks import Callback
-from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+try:
+    import lightning.pytorch as pl
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+    from lightning.pytorch.callbacks import Callback
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+except ImportError as missing:  # the framework is the user's; sres does not depend on it
+    raise ImportError(
+        f"{__name__} needs lightning: pip install 'slurm-resilience[lightning]' ({missing})"
+    ) from missing
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
 from resilience.context import Context
