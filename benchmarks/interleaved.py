@@ -34,5 +34,6 @@ def table(runs: dict[str, list[Measures]], measures: Sequence[str], digits: int 
     ]
     for measure in measures:
         a, b = (statistics.median(r[measure] for r in runs[mode]) for mode in (first, second))
-        lines.append(f"| {measure} | {a:.{digits}f} | {b:.{digits}f} | {b / a:.2f}x |")
+        ratio = f"{b / a:.2f}x" if a else "-"  # nothing on the first side (0 steps redone)
+        lines.append(f"| {measure} | {a:.{digits}f} | {b:.{digits}f} | {ratio} |")
     return "\n".join(lines)

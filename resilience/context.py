@@ -308,6 +308,11 @@ def _is_data_loader(obj: Any) -> bool:
 def _check_registrable(name: str, obj: Any) -> None:
     if name == committed.RNG:
         raise RegistrationError(f"register({name}=...): that name is sres's own; choose another")
+    if type(obj).__name__ == "_FabricDataLoader":
+        raise RegistrationError(
+            f"register({name}=...): a loader Fabric set up has no position to save: register "
+            f"resilience.integrations.lightning.resumable({name}) instead"
+        )
     if getattr(obj, "use_stateful_dataloader", None) is False:  # accelerate's prepared loader
         raise RegistrationError(
             f"register({name}=...): a loader accelerate prepared without use_stateful_dataloader has no "

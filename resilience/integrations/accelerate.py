@@ -21,7 +21,7 @@ while keeping the global streams as the fault-free run had them at that step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ except ImportError as missing:  # the framework is the user's; sres does not dep
         f"{__name__} needs accelerate: pip install 'slurm-resilience[accelerate]' ({missing})"
     ) from missing
 
-from resilience.state.committed import PerRank
+from resilience.integrations.epochs import EpochBatches
 
 
 def resumable(loader: Any) -> "Resumable":
@@ -42,63 +42,25 @@ def resumable(loader: Any) -> "Resumable":
     return Resumable(loader)
 
 
-class Resumable(PerRank):
-    """An endless iterator over a prepared loader's epochs (see the module)."""
+class Resumable(EpochBatches):
+    """A prepared loader's epochs; its position also holds the sampler's generator as the epoch
+    began (accelerate seeds it once, at ``prepare``, and each epoch's order draws from it)."""
 
     def __init__(self, loader: Any) -> None:
-        super().__init__({})
-        self.loader = loader
-        self.epoch = 0
-        self.batches = 0
-        """Batches of ``epoch`` handed out."""
+        super().__init__(loader)
         self._generator_at_start: torch.Tensor | None = None
-        self._iterator: Iterator[Any] | None = None
-        self._resumed = False
 
-    def __iter__(self) -> "Resumable":
-        return self
-
-    def __next__(self) -> Any:
-        while True:
-            if self._iterator is None:
-                self._iterator = self._start_epoch()
-            try:
-                batch = next(self._iterator)
-            except StopIteration:
-                self.epoch, self.batches, self._iterator = self.epoch + 1, 0, None
-                continue
-            self.batches += 1
-            return batch
-
-    def _start_epoch(self) -> Iterator[Any]:
+    def epoch_batches(self, skip: int) -> Iterable[Any]:
         generator = getattr(self.loader, "synchronized_generator", None)
-        if self._resumed and self._generator_at_start is not None and generator is not None:
+        if generator is not None and self.resumed and self._generator_at_start is not None:
             generator.set_state(self._generator_at_start)  # this epoch's order again
         elif generator is not None:
             self._generator_at_start = generator.get_state()
         self.loader.set_epoch(self.epoch)
-        skip, self._resumed = (self.batches if self._resumed else 0), False
-        if not skip:
-            return iter(self.loader)
-        # Inside the epoch: the fault-free run drew its iterator's seed from the global stream when
-        # the epoch began, long before this step; drawing it again here would shift every later draw.
-        with torch.random.fork_rng(devices=[]):
-            iterator = iter(skip_first_batches(self.loader, skip))
-            try:
-                first = next(iterator)
-            except StopIteration:  # the commit took the epoch's last batch: the next epoch begins
-                return iter(())
-        return _chain(first, iterator)
+        return skip_first_batches(self.loader, skip) if skip else self.loader
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batches": self.batches, "generator": self._generator_at_start}
+    def extra_state(self) -> dict[str, Any]:
+        return {"generator": self._generator_at_start}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.batches = int(state["epoch"]), int(state["batches"])
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         self._generator_at_start = state["generator"]
-        self._iterator, self._resumed = None, True
-
-
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest

@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-from collections.abc import Iterator, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 try:
@@ -43,6 +43,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Seque
 
 from resilience.context import Context
 from resilience.errors import RegistrationError
+from resilience.integrations.epochs import EpochBatches
 from resilience.state.committed import PerRank
 
 
@@ -198,6 +199,33 @@ class _LoopState(PerRank):
             if fetcher is not None:
                 iter(fetcher)  # the iterator made before this (workers may have drawn indices) is replaced
             self._skip = 0
+
+
+def resumable(loader: Any) -> "FabricBatches":
+    """For ``lightning.Fabric``: the batches of a loader ``fabric.setup_dataloaders`` returned,
+    epoch after epoch, with a position a commit holds (``ctx.register(loader=resumable(data))``).
+    Fabric's own loader has none, and counts its passes as epochs (a pass made to resume one would
+    be the next epoch's order)."""
+    return FabricBatches(loader)
+
+
+class FabricBatches(EpochBatches):
+    """A Fabric loader's epochs (see :func:`resumable`); resumed inside one, the sampler Fabric
+    injected skips the indices of the batches the epoch trained."""
+
+    def __init__(self, loader: Any) -> None:
+        _check_resumable(getattr(loader, "_dataloader", loader))
+        super().__init__(loader)
+
+    def epoch_batches(self, skip: int) -> Iterable[Any]:
+        inner = getattr(self.loader, "_dataloader", self.loader)
+        if skip:
+            _skip_batches(inner, skip)
+        if hasattr(self.loader, "_num_iter_calls"):
+            self.loader._num_iter_calls = self.epoch  # Fabric sets the sampler's epoch from it
+        elif hasattr(inner.batch_sampler.sampler, "set_epoch"):
+            inner.batch_sampler.sampler.set_epoch(self.epoch)
+        return self.loader
 
 
 def _check_resumable(loader: Any) -> None:

@@ -68,6 +68,17 @@ def parse_args(
     parser.add_argument(
         "--out", type=Path, required=True, help="samples-rank<R>.jsonl and rank<R>.json go here"
     )
+    # benchmarks/frameworks.py: the framework's own classic resume, under torchrun, for comparison.
+    parser.add_argument(
+        "--classic-every",
+        type=int,
+        default=0,
+        help="no sres pieces: the framework's own checkpoint every K steps, resumed from the last",
+    )
+    parser.add_argument("--crash-at", type=int, default=-1, help="rank 1 exits as step S begins, once")
+    parser.add_argument(
+        "--step-times", action="store_true", help="rank 0 writes steps.jsonl (step, wall time)"
+    )
     return parser.parse_args()
 
 
@@ -142,6 +153,22 @@ def loader(
 
 
 # --- records ---------------------------------------------------------------------------------
+
+
+def step_began(args: argparse.Namespace, rank: int, step: int) -> None:
+    """The classic run's crash (``--crash-at``): rank 1 exits as the step begins, in the first
+    attempt only (a marker file says it happened; its time is the fault's)."""
+    marker = args.out / "crashed.json"
+    if step == args.crash_at and rank == 1 and not marker.exists():
+        marker.write_text(json.dumps({"step": step, "t": time.time()}))
+        os._exit(1)
+
+
+def step_done(args: argparse.Namespace, rank: int, step: int) -> None:
+    """``--step-times``: rank 0's wall time at the end of each step, in ``steps.jsonl``."""
+    if args.step_times and rank == 0:
+        with (args.out / "steps.jsonl").open("a") as f:
+            f.write(json.dumps({"step": step, "t": time.time()}) + "\n")
 
 
 class SampleLog:

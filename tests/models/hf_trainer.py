@@ -11,9 +11,13 @@ What a user changes for sres: ``resilience.run(train)``, and ``ResilientTrainer(
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 import resilience
 from resilience.integrations.hf import ResilientTrainer
@@ -22,13 +26,13 @@ from tests.models import common
 VOCAB, SEQ = 256, 32
 
 
-class Trained(ResilientTrainer):
-    """Records each micro-batch's samples under the optimizer step it belongs to."""
+class Records:
+    """Records each micro-batch's samples under the optimizer step it belongs to (a Trainer
+    subclass's own ``compute_loss``, as many have)."""
 
-    def __init__(self, ctx: resilience.Context, samples: common.SampleLog, **kwargs) -> None:
-        super().__init__(ctx, **kwargs)
-        self.samples, self.seen = samples, []
-        self.last_loss = torch.tensor(float("nan"))
+    samples: common.SampleLog
+    seen: list[int]
+    last_loss = torch.tensor(float("nan"))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         index = inputs.pop("index")
@@ -39,6 +43,28 @@ class Trained(ResilientTrainer):
         loss = model(**inputs).loss
         self.last_loss = loss.detach()
         return loss
+
+
+class Trained(Records, ResilientTrainer):
+    pass
+
+
+class TrainedClassic(Records, Trainer):
+    """The Trainer's own fault tolerance (benchmarks/frameworks.py): ``save_steps``, and the next
+    attempt resumed by torchrun's restart from the last checkpoint."""
+
+
+class StepTimes(TrainerCallback):
+    def __init__(self, args) -> None:
+        self.args = args
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        common.step_began(self.args, args.process_index, state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.args.sleep_s:  # simulated compute, as the other cases' progress() sleeps
+            time.sleep(self.args.sleep_s)
+        common.step_done(self.args, args.process_index, state.global_step - 1)
 
 
 def collate(items: list[dict]) -> dict[str, torch.Tensor]:
@@ -66,22 +92,26 @@ def main() -> None:
             warmup_steps=2,
             lr_scheduler_type="linear",
             seed=args.seed,
-            save_strategy="no",
+            save_strategy="steps" if args.classic_every else "no",
+            save_steps=args.classic_every or 500,
             report_to=[],
             logging_steps=1000,
             disable_tqdm=True,
             use_cpu=True,
             remove_unused_columns=False,  # the index column is compute_loss's
         )
-        trainer = Trained(
-            ctx,
-            common.SampleLog(ctx, args.out),
-            model=model,
-            args=training,
-            train_dataset=common.tokens(args.dataset_size, args.seed, seq_len=SEQ, vocab=VOCAB),
-            data_collator=collate,
-        )
-        trainer.train()
+        kwargs = {
+            "model": model,
+            "args": training,
+            "train_dataset": common.tokens(args.dataset_size, args.seed, seq_len=SEQ, vocab=VOCAB),
+            "data_collator": collate,
+            "callbacks": [StepTimes(args)],
+        }
+        trainer = TrainedClassic(**kwargs) if args.classic_every else Trained(ctx, **kwargs)
+        trainer.samples, trainer.seen = common.SampleLog(ctx, args.out), []
+        ckpts = Path(training.output_dir)
+        resume = args.classic_every and ckpts.is_dir() and get_last_checkpoint(str(ckpts)) is not None
+        trainer.train(**({"resume_from_checkpoint": True} if resume else {}))
         common.finish(ctx, args, model, trainer.optimizer, trainer.last_loss)
 
     resilience.run(train)

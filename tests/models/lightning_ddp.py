@@ -15,6 +15,7 @@ import warnings
 
 import lightning
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -34,6 +35,9 @@ class Classifier(lightning.LightningModule):
         )
         self.last_loss = torch.tensor(float("nan"))
 
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        common.step_began(self.args, self.global_rank, self.global_step)
+
     def training_step(self, batch, batch_idx):
         loss = torch.nn.functional.cross_entropy(self.net(batch["x"]), batch["y"])
         self.samples.record(self.global_step, batch["index"])
@@ -42,11 +46,27 @@ class Classifier(lightning.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         common.progress(self.samples.ctx, self.global_step - 1, self.args.steps, self.last_loss, self.args)
+        common.step_done(self.args, self.global_rank, self.global_step - 1)
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.args.lr)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.args.steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def sres_pieces(ctx: resilience.Context, args) -> dict:
+    return {
+        "plugins": [] if args.no_environment else [ResilientEnvironment(ctx)],
+        "callbacks": [ResilientCallback(ctx)],
+        "enable_checkpointing": False,
+    }
+
+
+def classic(args) -> dict:
+    """Lightning's own fault tolerance (benchmarks/frameworks.py): a checkpoint every K steps,
+    the next attempt resumed from the last (``ckpt_path``) by torchrun's restart."""
+    every = ModelCheckpoint(dirpath=args.out / "ckpt", every_n_train_steps=args.classic_every, save_last=True)
+    return {"callbacks": [every]}
 
 
 def main() -> None:
@@ -83,15 +103,14 @@ def main() -> None:
             devices=2 if args.wrong_devices else ctx.place.local_world_size,
             max_steps=args.steps,
             max_epochs=-1,
-            plugins=[] if args.no_environment else [ResilientEnvironment(ctx)],
-            callbacks=[ResilientCallback(ctx)],
+            **(classic(args) if args.classic_every else sres_pieces(ctx, args)),
             logger=False,
-            enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
         )
-        trainer.fit(module, data)
+        last = args.out / "ckpt" / "last.ckpt"
+        trainer.fit(module, data, ckpt_path=str(last) if args.classic_every and last.exists() else None)
         optimizer = trainer.optimizers[0]
         common.finish(ctx, args, module, optimizer, module.last_loss)
 

@@ -4,7 +4,8 @@ own fault-free run after a process kill taken over by a standby, a node loss ser
 a kill of every rank served by the RAM tier, having trained the same samples at every step, on the
 framework's default data path (Lightning: a plain ``DataLoader(shuffle=True)`` it injects its
 sampler into; the Trainer: its own sampler and accelerate's sharded loader), and an `accelerate`
-loop whose prepared loader is wrapped in ``resumable`` and which ends with ``end_training()``.
+loop whose prepared loader is wrapped in ``resumable`` and which ends with ``end_training()``, and a
+``lightning.Fabric`` loop whose set-up loader is wrapped in Lightning's ``resumable``.
 The dataset is small enough that the runs cross epochs: the first fault resumes from the last
 step of an epoch, the others from inside one."""
 
@@ -21,7 +22,7 @@ EPOCHS = ("--dataset-size", "40")
 """Two ranks of 4 samples a step (Lightning: batches of 4; the Trainer: 2 x 2 accumulated): 5
 steps an epoch, so 18 steps cross three epochs."""
 
-FRAMEWORKS = ("lightning_ddp", "hf_trainer", "accelerate_loop")
+FRAMEWORKS = ("lightning_ddp", "hf_trainer", "accelerate_loop", "fabric_loop")
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +60,24 @@ REFUSALS = [
         "--register-prepared",
         "register resilience.integrations.accelerate.resumable(loader)",
     ),
+    pytest.param(
+        "fabric_loop",
+        "--register-fabric-loader",
+        "register resilience.integrations.lightning.resumable(loader)",
+        marks=pytest.mark.slow,
+    ),
     ("lightning_ddp", "--stateful-loader", "sampler is a RandomSampler (in a DistributedSamplerWrapper)"),
-    ("lightning_ddp", "--no-environment", "pass plugins=[ResilientEnvironment(ctx)]"),
-    ("lightning_ddp", "--wrong-devices", "devices=ctx.place.local_world_size (1)"),
+    pytest.param(
+        "lightning_ddp",
+        "--no-environment",
+        "pass plugins=[ResilientEnvironment(ctx)]",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "lightning_ddp", "--wrong-devices", "devices=ctx.place.local_world_size (1)", marks=pytest.mark.slow
+    ),
 ]
+"""Two in CI (one per framework's way of refusing), the others in the slow set: each is a run."""
 
 
 @pytest.mark.parametrize("case, flag, said", REFUSALS)
