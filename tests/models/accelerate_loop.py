@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import torch
 from accelerate import Accelerator
-from torch.utils.data import DataLoader
 
 import resilience
 from resilience.integrations.accelerate import resumable
 from tests.models import common
-
-DIM, CLASSES = 16, 4
 
 
 def main() -> None:
@@ -32,18 +29,12 @@ def main() -> None:
     def train(ctx: resilience.Context) -> None:
         common.seed_everything(args.seed)
         accelerator = Accelerator(cpu=True)
-        model = torch.nn.Sequential(
-            torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, CLASSES)
-        )
+        model = common.classifier()
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
-        data = DataLoader(
-            common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES),
-            batch_size=args.batch,
-            shuffle=True,
-            drop_last=True,
+        ddp, optimizer, data, scheduler = accelerator.prepare(
+            model, optimizer, common.shuffled(args), scheduler
         )
-        ddp, optimizer, data, scheduler = accelerator.prepare(model, optimizer, data, scheduler)
         loader = data if args.register_prepared else resumable(data)
         ctx.register(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
         samples = common.SampleLog(ctx, args.out)

@@ -137,6 +137,31 @@ def vectors(size: int, seed: int, *, dim: int, classes: int) -> SyntheticDataset
     return SyntheticDataset(size, seed, make)
 
 
+CLASSIFIER_DIM, CLASSES = 16, 4
+"""The frameworks' cases (Lightning, Fabric, accelerate): a small classifier over ``vectors``."""
+
+
+def classifier() -> torch.nn.Module:
+    """A small classifier with dropout (what the random streams must reproduce after a fault)."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(CLASSIFIER_DIM, 64),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(64, CLASSES),
+    )
+
+
+def shuffled(args: argparse.Namespace) -> torch.utils.data.DataLoader:
+    """A framework's default data path: a plain ``DataLoader(shuffle=True)`` the framework gets as
+    it is (it injects its own sampler, or shards it)."""
+    return torch.utils.data.DataLoader(
+        vectors(args.dataset_size, args.seed, dim=CLASSIFIER_DIM, classes=CLASSES),
+        batch_size=args.batch,
+        shuffle=True,
+        drop_last=True,
+    )
+
+
 def loader(
     dataset: Dataset, args: argparse.Namespace, *, num_workers: int = 0, collate_fn: Callable | None = None
 ) -> StatefulDataLoader:

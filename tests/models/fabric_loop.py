@@ -15,13 +15,10 @@ import logging
 
 import lightning
 import torch
-from torch.utils.data import DataLoader
 
 import resilience
 from resilience.integrations.lightning import ResilientEnvironment, resumable
 from tests.models import common
-
-DIM, CLASSES = 16, 4
 
 
 def main() -> None:
@@ -43,20 +40,11 @@ def main() -> None:
             plugins=[ResilientEnvironment(ctx)],
         )
         fabric.launch()  # sres started the processes: this only sets the strategy up
-        model = torch.nn.Sequential(
-            torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, CLASSES)
-        )
+        model = common.classifier()
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
         ddp, optimizer = fabric.setup(model, optimizer)
-        data = fabric.setup_dataloaders(
-            DataLoader(
-                common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES),
-                batch_size=args.batch,
-                shuffle=True,
-                drop_last=True,
-            )
-        )
+        data = fabric.setup_dataloaders(common.shuffled(args))
         loader = data if args.register_fabric_loader else resumable(data)
         ctx.register(model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
         samples = common.SampleLog(ctx, args.out)

@@ -23,16 +23,12 @@ import resilience
 from resilience.integrations.lightning import ResilientCallback, ResilientEnvironment
 from tests.models import common
 
-DIM, CLASSES = 16, 4
-
 
 class Classifier(lightning.LightningModule):
     def __init__(self, args, samples: common.SampleLog) -> None:
         super().__init__()
         self.args, self.samples = args, samples
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(64, CLASSES)
-        )
+        self.net = common.classifier()
         self.last_loss = torch.tensor(float("nan"))
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
@@ -91,7 +87,7 @@ def main() -> None:
         module = Classifier(args, common.SampleLog(ctx, args.out))
         loader = StatefulDataLoader if args.stateful_loader else DataLoader
         data = loader(
-            common.vectors(args.dataset_size, args.seed, dim=DIM, classes=CLASSES),
+            common.vectors(args.dataset_size, args.seed, dim=common.CLASSIFIER_DIM, classes=common.CLASSES),
             batch_size=args.batch,
             shuffle=True,
             drop_last=True,
