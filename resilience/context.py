@@ -120,7 +120,7 @@ class Context:
         """
         for name, obj in sorted(objects.items(), key=lambda item: not _is_module(item[1])):  # models first
             _check_registrable(name, obj)
-            if self._resizable and _is_data_loader(obj):
+            if self._resizable and (_is_data_loader(obj) or getattr(obj, "data_position", False)):
                 raise RegistrationError(
                     f"register({name}=...): a data loader's position is per rank and this run may "
                     f"change its world size (--min-nodes/--max-nodes): after a resize no rank would "
@@ -257,6 +257,12 @@ class Context:
     def lr_scale(self) -> float:
         """Multiply the learning rate by this (the global batch could not be kept); 1 without a sampler."""
         return self.batch.lr_scale if self._sampler is not None else 1.0
+
+    @property
+    def resizable(self) -> bool:
+        """Whether this run's world may change size (``--min-nodes``/``--max-nodes``, ``sres
+        grow``): a data position per rank cannot survive it."""
+        return self._resizable
 
     @property
     def has_sharded(self) -> bool:

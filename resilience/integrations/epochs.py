@@ -22,6 +22,10 @@ from resilience.state.committed import PerRank
 class EpochBatches(PerRank):
     """Batches of ``loader``, epoch after epoch; ``state_dict`` is the position (per rank)."""
 
+    data_position = True
+    """A loader's position, per rank: refused in a run whose world may change size (after a
+    resize no rank would have one to resume from)."""
+
     def __init__(self, loader: Any) -> None:
         super().__init__({})
         self.loader = loader

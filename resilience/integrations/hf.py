@@ -39,6 +39,12 @@ class ResilientTrainer(Trainer):
     """A ``transformers.Trainer`` whose state is sres's commits (see the module)."""
 
     def __init__(self, ctx: Context, *args: Any, **kwargs: Any) -> None:
+        if ctx.resizable:
+            raise RegistrationError(
+                "ResilientTrainer in a run that may change its world size (--min-nodes/--max-nodes): "
+                "the Trainer places its data by world size, so after a resize no rank would resume "
+                "where it was; keep the world fixed"
+            )
         self._sres_ctx = ctx
         self._sres_state = _StateOfTrainer(self)
         commits = _CommitEachStep(ctx, self._sres_state)

@@ -162,6 +162,8 @@ class _LoopState(PerRank):
     Taken when the commit closes, at ``on_train_batch_end``, and held until the next: the next
     batch is fetched before the next step begins, and the loop's state then already counts it."""
 
+    data_position = True  # how many batches of the epoch this rank trained: per rank and world size
+
     def __init__(self, trainer: pl.Trainer) -> None:
         super().__init__({})
         self.trainer = trainer

@@ -67,3 +67,13 @@ def test_steps_still_allows_a_loop_that_skips_a_commit():
             with ctx.commit():
                 pass
     assert ctx.step == 2
+
+
+def test_a_frameworks_loader_position_is_refused_in_a_run_that_may_resize():
+    """Per rank and world size: after a resize no rank would have one (as a DataLoader's)."""
+    from resilience.errors import RegistrationError
+    from resilience.integrations.epochs import EpochBatches
+
+    ctx = Context(rank=0, world_size=2, local_rank=0, generation=1, step=-1, resizable=True)
+    with pytest.raises(RegistrationError, match="may change its world size"):
+        ctx.register(loader=EpochBatches([1, 2, 3]))
