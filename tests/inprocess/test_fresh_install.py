@@ -4,10 +4,12 @@ The suite itself runs in an environment with the test extras, whose packages pul
 (``transformers`` brings ``safetensors``): a dependency the product forgot to declare is there by
 luck. This builds the wheel as ``pip install .`` does, installs it with ``torch==2.13.0`` (the CPU
 build) and nothing else into a venv of its own, imports every module of the product there, and
-runs ``sres demo`` as the README says, from an empty folder. That run is also the demo's test
-(a second run of it cost CI 40 s): the fault run ends bitwise like the
-reference, and both runs' goodput accounts add up (no negative part, the parts sum to the wall
-time, no straggler time in runs without a slow node).
+runs ``sres demo`` as the README says, from an empty folder. An integration
+(``resilience.integrations.lightning``, ``.hf``, ``.accelerate``) imports the user's framework,
+which that venv lacks: its import must fail in one line naming its extra, and no other module's
+may. The demo's run is also the demo's test (a second run of it cost CI 40 s): the fault run ends
+bitwise like the reference, and both runs' goodput accounts add up (no negative part, the parts
+sum to the wall time, no straggler time in runs without a slow node).
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ import importlib, pkgutil, sys
 import launcher, resilience, slurm_plugins
 for package in (launcher, resilience, slurm_plugins):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        if not info.name.endswith("__main__"):
+        if info.name.endswith("__main__"):
+            continue
+        try:
             importlib.import_module(info.name)
+        except ImportError as err:  # an integration without its framework: one line naming its extra
+            extra = "pip install 'slurm-resilience["
+            if not info.name.startswith("resilience.integrations.") or extra not in str(err):
+                raise
+            print("needs its extra:", info.name, "-", err)
 ours = [m for m in sys.modules if m.partition(".")[0] in ("launcher", "resilience", "slurm_plugins")]
 print("imported", len(ours))
 """
@@ -71,7 +80,14 @@ def test_the_readme_s_first_command_works_in_a_fresh_venv_without_extras_and_its
     here = tmp_path / "user"
     here.mkdir()
     imported = _run([str(venv / "bin" / "python"), "-c", IMPORT_ALL], here, env, 300)
-    assert imported.startswith("imported ") and int(imported.split()[1]) > 100, imported
+    *extras, count = imported.strip().splitlines()
+    assert count.startswith("imported ") and int(count.split()[1]) > 100, imported
+    # Each integration without its framework (none is installed here) says which extra to install.
+    assert sorted(line.split()[3] for line in extras) == [
+        "resilience.integrations.accelerate",
+        "resilience.integrations.hf",
+        "resilience.integrations.lightning",
+    ], imported
     out = _run(["sres", "demo"], here, env, 600)
     assert "bitwise identical on all 4 ranks: YES" in out, out[-3000:]
     (demo,) = (here / "sres-runs").glob("demo-*")

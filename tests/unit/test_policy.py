@@ -30,7 +30,7 @@ from launcher.supervisor.policy.classify import error_at
 from launcher.supervisor.policy.decisions import Decision
 from launcher.supervisor.policy.replace import REPLACEMENT_ORDER, serving_source
 from launcher.supervisor.observe.view import ErrorAt, FaultState, Observation, RunState
-from resilience.contract.messages import Report, SlotInfo
+from resilience.contract.messages import STUCK_EXIT, Report, SlotInfo
 
 # Three nodes of one rank each hold ranks 0..2; node 3 is a warm spare.
 SLOTS = {f"n{n}p0": SlotInfo(n, 0) for n in range(4)}
@@ -231,7 +231,7 @@ CASES = {
         Observation(lost={1: "exit 75"}, evidence={1: NodeEvidence()}),
         state(process_faults={1: 1}),
         CONFIG,
-        [OpenFault(0.0, {1: "exit 75"}, {}, None, {1: 1})],
+        [OpenFault(0.0, {1: "exit 75"}, {}, None, {1: 1}, counted=False)],
     ),
     "second process fault on a node: the node goes": (
         Observation(lost={1: "exit 3"}, evidence={1: NodeEvidence()}),
@@ -286,6 +286,12 @@ CASES = {
         state(restarts=5),
         CONFIG,
         [OpenFault(0.0, {1: "kill"}, {}, None, {1: 1}), Fail("gave up after 5 restart(s)")],
+    ),
+    "a rank that ended itself stuck in an ended generation takes no restart": (
+        Observation(lost={2: f"exit {STUCK_EXIT}"}, evidence={2: NodeEvidence()}),
+        state(restarts=5),
+        CONFIG,
+        [OpenFault(0.0, {2: f"exit {STUCK_EXIT}"}, {}, None, {}, counted=False)],
     ),
     # --- a deterministic error: the same own exception at the same step again ----------------------
     "an error seen before at the same step: fail at once, naming it": (

@@ -98,7 +98,7 @@ def open_fault(h: Hands, a: act.OpenFault) -> None:
     if b.resize is not None:
         b.resize = dataclasses.replace(b.resize, pausing_since=None)  # pause again in the next generation
     b.faults += 1
-    b.restarts += 1
+    b.restarts += 1 if a.counted else 0
     node_fault = bool(a.bad_nodes) or any(how == "node" for how in a.lost.values())
     h.recovery.fault("node" if node_fault else "process", a.t, progress, generation)
     b.fault = FaultState(dict(a.lost), dict(a.bad_nodes))

@@ -55,7 +55,9 @@ class OpenFault:
     ``t``: when it was seen; ``lost``: member rank -> how it was lost ("kill", "exit N", "hang", "node");
     ``bad_nodes``: node -> why it must leave the job; ``culprit``: the first own error when
     no process was lost; ``process_faults``: the per-node fault counts after this fault;
-    ``recurred``: the culprit raised the same error at the same step in an earlier fault.
+    ``recurred``: the culprit raised the same error at the same step in an earlier fault;
+    ``counted``: it takes one of ``--max-restarts`` (not when every lost rank ended itself stuck in a
+    generation an earlier fault ended: that is the earlier fault's, seen late).
     """
 
     t: float
@@ -64,6 +66,7 @@ class OpenFault:
     culprit: Report | None = None
     process_faults: Mapping[int, int] = field(default_factory=dict)
     recurred: bool = False
+    counted: bool = True
 
 
 @dataclass(frozen=True)
