@@ -30,17 +30,27 @@ class Classifier(lightning.LightningModule):
         self.args, self.samples = args, samples
         self.net = common.classifier()
         self.last_loss = torch.tensor(float("nan"))
+        self.seen: list[int] = []
+        """The samples of the step's micro-batches so far (``--accumulate``: two a step)."""
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         common.step_began(self.args, self.global_rank, self.global_step)
 
     def training_step(self, batch, batch_idx):
         loss = torch.nn.functional.cross_entropy(self.net(batch["x"]), batch["y"])
-        self.samples.record(self.global_step, batch["index"])
+        self.seen += batch["index"].tolist()
         self.last_loss = loss.detach()
         return loss
 
+    def on_train_start(self) -> None:
+        self.stepped = self.global_step  # resumed: the commit's count
+
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.global_step == self.stepped:
+            return  # a micro-batch: the step goes on
+        self.stepped = self.global_step
+        self.samples.record(self.global_step - 1, self.seen)
+        self.seen = []
         common.progress(self.samples.ctx, self.global_step - 1, self.args.steps, self.last_loss, self.args)
         common.step_done(self.args, self.global_rank, self.global_step - 1)
 
@@ -76,6 +86,7 @@ def main() -> None:
             ),
             ("--no-environment", "the callback without ResilientEnvironment (refused)"),
             ("--wrong-devices", "devices=2 where the generation has one rank a node (refused)"),
+            ("--accumulate", "accumulate_grad_batches=2: a step is two batches"),
         ),
     )
     common.deterministic()
@@ -99,6 +110,7 @@ def main() -> None:
             devices=2 if args.wrong_devices else ctx.place.local_world_size,
             max_steps=args.steps,
             max_epochs=-1,
+            accumulate_grad_batches=2 if args.accumulate else 1,
             **(classic(args) if args.classic_every else sres_pieces(ctx, args)),
             logger=False,
             enable_progress_bar=False,

@@ -54,6 +54,20 @@ def test_each_fault_kind_ends_bitwise_identical(tmp_path, tmp_path_factory, refe
     assert finals(run) == finals(reference)
 
 
+@pytest.mark.slow
+def test_lightning_with_gradient_accumulation_ends_bitwise_identical(tmp_path):
+    """``accumulate_grad_batches=2``: a step is two batches and one optimizer step; its commit
+    closes after the second, and a resumed epoch skips both batches of every trained step."""
+    accumulate = (*EPOCHS, "--accumulate")  # 5 batches an epoch: its last step is one batch
+    reference = zoo_run(tmp_path, "lightning_ddp", train_args=accumulate, name="reference")
+    succeeded(reference)
+    run = zoo_run(tmp_path, "lightning_ddp", *FAULTS, train_args=accumulate)
+    succeeded(run)
+    check_sample_log(run)
+    assert not sample_differences(run, reference)
+    assert finals(run) == finals(reference)
+
+
 REFUSALS = [
     (
         "accelerate_loop",
