@@ -259,6 +259,12 @@ class Context:
         return self.batch.lr_scale if self._sampler is not None else 1.0
 
     @property
+    def commit_open(self) -> bool:
+        """A commit opened (:meth:`open_commit`) and not closed yet: what a framework's hooks ask
+        before opening (several optimizers step in one commit) or closing one."""
+        return self._open
+
+    @property
     def resizable(self) -> bool:
         """Whether this run's world may change size (``--min-nodes``/``--max-nodes``, ``sres
         grow``): a data position per rank cannot survive it."""

@@ -16,18 +16,16 @@ from typing import Any
 
 import torch
 
-from resilience.state.committed import PerRank
 
-
-class EpochBatches(PerRank):
+class EpochBatches:
     """Batches of ``loader``, epoch after epoch; ``state_dict`` is the position (per rank)."""
 
+    per_rank = True  # committed.part_of: the rank part
     data_position = True
     """A loader's position, per rank: refused in a run whose world may change size (after a
     resize no rank would have one to resume from)."""
 
     def __init__(self, loader: Any) -> None:
-        super().__init__({})
         self.loader = loader
         self.epoch = 0
         self.batches = 0

@@ -132,7 +132,6 @@ class _CommitEachStep(TrainerCallback):
 
     def __init__(self, ctx: Context, state: _StateOfTrainer) -> None:
         self._ctx, self._state = ctx, state
-        self._open = False
 
     def on_step_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -143,12 +142,10 @@ class _CommitEachStep(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self._ctx.open_commit()
-        self._open = True
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        if self._open:
-            self._open = False
+        if self._ctx.commit_open:
             self._state.capture()
             self._ctx.close_commit()

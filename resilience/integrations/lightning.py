@@ -44,7 +44,6 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Seque
 from resilience.context import Context
 from resilience.errors import RegistrationError
 from resilience.integrations.epochs import EpochBatches
-from resilience.state.committed import PerRank
 
 
 class ResilientEnvironment(ClusterEnvironment):
@@ -103,7 +102,6 @@ class ResilientCallback(Callback):
         self._ctx = ctx
         self._loop: _LoopState | None = None
         self._begun: int | None = None
-        self._open = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -141,31 +139,29 @@ class ResilientCallback(Callback):
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
     ) -> None:
-        if not self._open:  # several optimizers step in one commit
+        if not self._ctx.commit_open:  # several optimizers step in one commit
             self._ctx.open_commit()
-            self._open = True
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._open:
+        if self._ctx.commit_open:
             assert self._loop is not None, "on_fit_start comes first"
             self._loop.capture()
-            self._open = False
             self._ctx.close_commit()
 
 
-class _LoopState(PerRank):
+class _LoopState:
     """Lightning's fit-loop counters (epoch, batch and optimizer progress, which give
     ``global_step``) as of the last commit, and how many batches of its epoch were trained.
 
     Taken when the commit closes, at ``on_train_batch_end``, and held until the next: the next
     batch is fetched before the next step begins, and the loop's state then already counts it."""
 
+    per_rank = True  # this rank's place in its epoch (committed.part_of: the rank part)
     data_position = True  # how many batches of the epoch this rank trained: per rank and world size
 
     def __init__(self, trainer: pl.Trainer) -> None:
-        super().__init__({})
         self.trainer = trainer
         self._state: dict[str, Any] = {}
         self._skip = 0
