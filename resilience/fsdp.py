@@ -54,7 +54,7 @@ class ShardedModel:
         return to_local(get_model_state_dict(self.module))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_model_state_dict(self.module, _on_mesh(state, mesh_of(self.module)))
+        set_model_state_dict(self.module, on_mesh(state, mesh_of(self.module)))
 
     def twins(self) -> tuple[int, ...]:
         return twins(self.module)
@@ -69,13 +69,27 @@ class ShardedModelOptimizer:
         self.module, self.optimizer = module, optimizer
 
     def state_dict(self) -> dict[str, Any]:
+        if not self.optimizer.state:
+            # Before its first step. DCP would make the lazy state by stepping on zero gradients,
+            # which AdamW counts: every later step's bias correction was one step off, and the
+            # run ended with other parameters than the same run without sres.
+            return {"state": {}, "param_groups": _hyperparameters(self.optimizer)}
         return to_local(get_optimizer_state_dict(self.module, self.optimizer))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_optimizer_state_dict(self.module, self.optimizer, _on_mesh(state, mesh_of(self.module)))
+        state = on_mesh(state, mesh_of(self.module))
+        if not state["state"]:  # taken before the first step: nothing but the hyperparameters
+            for group, saved in zip(self.optimizer.param_groups, state["param_groups"], strict=True):
+                group.update({k: v for k, v in saved.items() if k != "params"})
+            return
+        set_optimizer_state_dict(self.module, self.optimizer, state)
 
     def twins(self) -> tuple[int, ...]:
         return twins(self.module)
+
+
+def _hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
 
 
 def adapt(name: str, obj: Any, registered: Iterable[Any]) -> Any:
@@ -197,7 +211,8 @@ def _placements_in(placements: Iterable[tuple[str, int]]) -> tuple[Placement, ..
     return tuple(Shard(dim) if kind == "shard" else Replicate() for kind, dim in placements)
 
 
-def _on_mesh(state: dict[str, Any], mesh: Any) -> Any:
+def on_mesh(state: dict[str, Any], mesh: Any) -> Any:
+    """A snapshot form (this rank's, or every old rank's after a resize) as DTensors on ``mesh``."""
     if "shards" in state:  # every old rank's form: another world size
         return reshard(state["shards"], mesh)
     return from_local(state, mesh)

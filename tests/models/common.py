@@ -44,11 +44,15 @@ def parse_args(
     batch: int = 4,
     lr: float = 1e-3,
     flags: tuple[tuple[str, str], ...] = (),
+    paths: tuple[tuple[str, str], ...] = (),
 ) -> argparse.Namespace:
-    """The zoo's common arguments; ``flags``: (name, help) of a case's own on/off options."""
+    """The zoo's common arguments; ``flags``: (name, help) of a case's own on/off options;
+    ``paths``: (name, help) of its own path options."""
     parser = argparse.ArgumentParser(description=description)
     for name, text in flags:
         parser.add_argument(name, action="store_true", help=text)
+    for name, text in paths:
+        parser.add_argument(name, type=Path, help=text)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--batch", type=int, default=batch, help="samples per rank and step")
     parser.add_argument("--lr", type=float, default=lr)

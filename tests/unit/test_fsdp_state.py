@@ -77,6 +77,29 @@ def test_fsdp_state_goes_through_a_snapshot_and_loads_into_a_new_model(world_of_
     assert all(torch.equal(a, b) for a, b in zip(flat(model.state_dict()), flat(model2.state_dict())))
 
 
+def test_a_commit_before_the_first_step_leaves_the_training_unchanged(world_of_one):
+    """The state taken before any step (every run's first boundary) must not step the optimizer:
+    DCP's ``get_optimizer_state_dict`` makes AdamW's lazy state by stepping on zero gradients,
+    which counted a step, so every sres run with FSDP2 ended with other parameters than the same
+    loop without sres (torchtitan's Llama under sres against torchtitan alone: another loss)."""
+    model, opt = build(world_of_one)
+    plain, plain_opt = build(world_of_one)
+    ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=-1)
+    ctx.register(model=model, optimizer=opt)
+    taken = ctx.states()["sharded"]["optimizer"]
+    assert taken["state"] == {} and not opt.state  # hyperparameters only; nothing made
+    for seed in range(3):
+        train_step(model, opt, seed)
+        train_step(plain, plain_opt, seed)
+    pairs = zip(flat(model.state_dict()), flat(plain.state_dict()), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    fresh, fresh_opt = build(world_of_one, seed=1)
+    ctx2 = Context(rank=0, world_size=1, local_rank=0, generation=2, step=-1)
+    ctx2.register(model=fresh, optimizer=fresh_opt)
+    ctx2._objects["optimizer"].load_state_dict(taken)  # a state of no step loads as hyperparameters
+    assert not fresh_opt.state and fresh_opt.param_groups[0]["lr"] == 0.1
+
+
 def test_an_optimizer_of_an_unregistered_fsdp_model_is_refused(world_of_one):
     _, opt = build(world_of_one)
     ctx = Context(rank=0, world_size=1, local_rank=0, generation=1, step=-1)
