@@ -4,9 +4,9 @@ The suite itself runs in an environment with the test extras, whose packages pul
 (``transformers`` brings ``safetensors``): a dependency the product forgot to declare is there by
 luck. This builds the wheel as ``pip install .`` does, installs it with ``torch==2.13.0`` (the CPU
 build) and nothing else into a venv of its own, imports every module of the product there, and
-runs ``sres demo`` as the README says, from an empty folder. An integration
-(``resilience.integrations.lightning``, ``.hf``, ``.accelerate``) imports the user's framework,
-which that venv lacks: its import must fail in one line naming its extra, and no other module's
+runs ``sres demo`` as the README says, from an empty folder. An integration (``.lightning``,
+``.hf``, ``.accelerate``, ``.torchtitan`` of ``resilience.integrations``) imports the user's
+framework, which that venv lacks: its import must fail in one line naming its extra, and no other module's
 may. The demo's run is also the demo's test (a second run of it cost CI 40 s): the fault run ends
 bitwise like the reference, and both runs' goodput accounts add up (no negative part, the parts
 sum to the wall time, no straggler time in runs without a slow node).
@@ -87,6 +87,7 @@ def test_the_readme_s_first_command_works_in_a_fresh_venv_without_extras_and_its
         "resilience.integrations.accelerate",
         "resilience.integrations.hf",
         "resilience.integrations.lightning",
+        "resilience.integrations.torchtitan",
     ], imported
     out = _run(["sres", "demo"], here, env, 600)
     assert "bitwise identical on all 4 ranks: YES" in out, out[-3000:]

@@ -11,10 +11,16 @@ step of an epoch, the others from inside one."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.models.test_zoo import check_sample_log, finals, sample_differences, succeeded
-from tests.support.zoo_runs import FAULTS, ZooRun, zoo_run
+from tests.support.sres_runs import clean_env
+from tests.support.titan_env import titan_python
+from tests.support.zoo_runs import FAULTS, NODES, STEPS, ZooRun, zoo_run
 
 pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
 
@@ -104,3 +110,64 @@ def test_what_cannot_resume_exactly_is_refused_in_one_line(tmp_path, case, flag,
     assert "Traceback" not in run.stderr
     assert not run.of("fault") or all(f["kind"] == "refused" for f in run.of("fault")), run.of("fault")
     assert not any(run.sample_lines().values())
+
+
+# --- torchtitan: in an environment of its own (tests/support/titan_env.py), in the slow set -----
+
+TITAN = "torchtitan_llama"
+
+
+@pytest.fixture(scope="module")
+def titan(tmp_path_factory) -> tuple[str, tuple[str, ...]]:
+    """The interpreter with torchtitan, and the case's arguments (its tokenizer and 40 texts:
+    about 11 steps an epoch, so 18 steps re-loop the dataset with torchtitan's shuffle)."""
+    python = titan_python()
+    assets = tmp_path_factory.mktemp("titan-assets")
+    made = [python, "-m", f"tests.models.{TITAN}", "--make-assets", *EPOCHS, "--out", str(assets)]
+    subprocess.run(made, check=True, timeout=120, capture_output=True)
+    return python, (*EPOCHS, "--assets", str(assets))
+
+
+def _torchtitan_alone(tmp_path: Path, python: str, train_args: tuple[str, ...]) -> dict[int, dict]:
+    """torchtitan as its users run it, under torchrun, no sres piece: rank -> its final shas."""
+    out = tmp_path / "alone"
+    cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NODES)]
+    cmd += ["-m", f"tests.models.{TITAN}", "--steps", str(STEPS), "--out", str(out), *train_args]
+    cmd += ["--classic-every", str(STEPS + 1)]  # its checkpoints on: one, after the last step
+    env = clean_env(OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ended = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+    return {data["rank"]: {k: data[k] for k in ("model_sha", "optimizer_sha")} for data in ended}
+
+
+@pytest.mark.slow
+def test_torchtitan_ends_bitwise_identical_and_as_torchtitan_alone(tmp_path, titan):
+    """Its Trainer on the replicate path (HSDP, shard 1) under the three fault kinds: the same
+    samples at every step and the same bits as its fault-free sres run, and as torchtitan run
+    without sres at all (what a user compares with)."""
+    python, train_args = titan
+    reference = zoo_run(tmp_path, TITAN, train_args=train_args, name="reference", python=python)
+    succeeded(reference)
+    run = zoo_run(tmp_path, TITAN, *FAULTS, train_args=train_args, python=python)
+    succeeded(run)
+    hows = {(r["rank"], r["how"]) for r in run.of("replaced")}
+    assert {(1, "standby"), (1, "spare")} <= hows, run.of("replaced")
+    assert {r["source"] for r in run.of("recovered")} >= {"peer", "ram"}, run.of("recovered")
+    assert {r["step"] for r in run.of("recovered")} == {4, 8, 12}, run.of("recovered")
+    check_sample_log(run)
+    differences = sample_differences(run, reference)
+    assert not differences, "\n".join(differences[:8])
+    assert finals(run) == finals(reference)
+    alone = _torchtitan_alone(tmp_path, python, train_args)
+    assert alone == {rank: {k: v[k] for k in alone[rank]} for rank, v in run.finals().items()}
+
+
+@pytest.mark.slow
+def test_torchtitan_with_pipeline_parallelism_is_refused_in_one_line(tmp_path, titan):
+    python, train_args = titan
+    run = zoo_run(tmp_path, TITAN, train_args=(*train_args, "--pipeline"), steps=4, python=python)
+    assert run.returncode == 1, run.tail()
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "pipeline_parallel_degree=2" in lines[0], run.tail()
+    assert "Traceback" not in run.stderr

@@ -51,9 +51,10 @@ def sres_command(
     train_args: tuple[str, ...],
     hang_timeout: float = 3,
     reform_timeout: float = 20,
+    python: str = sys.executable,
 ) -> list[str]:
     """``sres run`` of ``python -m module`` with the tests' short timeouts, writing its results
-    to ``log_dir/out``."""
+    to ``log_dir/out``; ``python``: the ranks' interpreter (a framework's own environment)."""
     return [
         sys.executable,
         "-m",
@@ -69,7 +70,7 @@ def sres_command(
         str(reform_timeout),
         *args,
         "--",
-        sys.executable,
+        python,
         "-m",
         module,
         "--steps",

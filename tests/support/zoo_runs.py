@@ -4,6 +4,7 @@ fault-free references made once per session, when a test first needs one."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +72,13 @@ def zoo_run(
     steps: int = STEPS,
     timeout: float = 420,
     train_args: tuple[str, ...] = (),
+    python: str = sys.executable,
 ) -> ZooRun:
     log_dir = tmp / name
     module = f"tests.models.{case}"
-    cmd = sres_command(log_dir, NODES, args, module, steps, train_args, hang_timeout=5, reform_timeout=30)
+    cmd = sres_command(
+        log_dir, NODES, args, module, steps, train_args, hang_timeout=5, reform_timeout=30, python=python
+    )
     run = run_command(cmd, clean_env(), log_dir, timeout)
     return ZooRun(run.returncode, run.stdout, run.stderr, run.log_dir)
 
