@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,8 +85,8 @@ def config(args: argparse.Namespace, world_size: int):
     c.metrics.log_freq = 1000
     c.debug.seed = args.seed
     c.dump_folder = str(args.out / "titan")
-    c.parallelism.data_parallel_replicate_degree = world_size
-    c.parallelism.data_parallel_shard_degree = 1
+    c.parallelism.data_parallel_replicate_degree = 1 if args.fsdp else world_size
+    c.parallelism.data_parallel_shard_degree = world_size if args.fsdp else 1
     c.parallelism.spmd_backend = "partial_dtensor"
     return c
 
@@ -98,6 +99,7 @@ def main() -> None:
         flags=(
             ("--make-assets", "write the tokenizer and --dataset-size texts to --out, and stop"),
             ("--pipeline", "pipeline_parallel_degree 2 (refused: not covered)"),
+            ("--fsdp", "the FSDP path (shard over every rank) instead of the replicate path"),
         ),
         paths=(("--assets", "where --make-assets wrote them"),),
     )
@@ -138,6 +140,8 @@ def stepping(base: type, args: argparse.Namespace, rank: Callable[[], int]) -> t
         def train_step(self, data_iterator) -> None:
             common.step_began(args, rank(), self.step - 1)
             super().train_step(data_iterator)
+            if args.sleep_s:  # simulated compute, as the other cases' progress() sleeps
+                time.sleep(args.sleep_s)
             common.step_done(args, rank(), self.step - 1)
 
     return Stepping
