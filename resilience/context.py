@@ -170,6 +170,18 @@ class Context:
             )
         self._begin(step)
 
+    def start_after(self, step: int) -> None:
+        """The framework resumed from its own checkpoint of ``step`` in a run that sres starts
+        afresh (no commit in peers' memory or in the tiers): the loop goes on at ``step + 1``, and
+        the first commit is of that step. Only before the first step of an entry that restored
+        nothing: a commit is always newer than a framework's checkpoint."""
+        if self.step >= 0 or self._current is not None:
+            raise CommitOrderError(
+                f"start_after({step}) in an entry that resumed after step {self.step} or began a step: "
+                "only a run that starts afresh may go on from the framework's own checkpoint"
+            )
+        self.step = step
+
     def _begin(self, step: int) -> None:
         if self._open:
             raise CommitOrderError(

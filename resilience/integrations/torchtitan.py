@@ -18,11 +18,12 @@ registered with ``ctx``; each step's commit opened by the optimizer's step (afte
 clipping, before the update) and closed when ``train_step`` returns, after the scheduler moved.
 Re-entered after a fault, the Trainer goes on at the step after the last commit, its loader at
 the batch after it; torchtitan's own checkpoints (``checkpoint.enable``) are still written at
-their interval, the persistent complement, and are read only by a run that starts afresh.
+their interval, the persistent complement: a run that sres starts afresh (nothing in peers' memory
+or in its tiers: a requeue without ``--persistent-dir``) resumes from the newest as torchtitan
+would, and its commits go on from there (``ctx.start_after``).
 
 Refused in one line: a run that may resize (the loader's position and the meshes are per world
-size), pipeline parallelism (several model parts: not covered yet), a torchtitan checkpoint of a
-later step loaded at the start of an sres run (sres resumes from its own commits).
+size), pipeline parallelism (several model parts: not covered yet).
 """
 
 from __future__ import annotations
@@ -74,15 +75,21 @@ class ResilientTrainer(Trainer):
             optimizer.register_step_pre_hook(self._sres_open_commit)
         if ctx.step >= 0:  # resumed from a commit: torchtitan's checkpoint on disk is older
             self.checkpointer.load = _nothing_loaded  # type: ignore[method-assign]
+        else:  # nothing restored: torchtitan may resume from its own newest checkpoint
+            self.checkpointer.load = self._sres_load_own_checkpoint(self.checkpointer.load)  # type: ignore[method-assign]
+
+    def _sres_load_own_checkpoint(self, own_load: Any) -> Any:
+        def load(step: int = -1) -> bool:
+            loaded = own_load(step)
+            if self.step > 0:  # its checkpoint of that step: the commits go on from there
+                self._sres_counters.capture()
+                self._sres_ctx.start_after(self.step - 1)
+            return bool(loaded)
+
+        return load
 
     def train_step(self, data_iterator: Any) -> None:
         ctx = self._sres_ctx
-        if ctx.step < 0 and self.step != 1:
-            raise RegistrationError(
-                f"torchtitan loaded its checkpoint of step {self.step - 1} at the start of an sres run: "
-                "sres resumes from its own commits; start from weights with checkpoint.initial_load_path "
-                "and checkpoint.initial_load_model_only"
-            )
         ctx.begin_step(self.step - 1)  # torchtitan counts steps from 1, sres from 0
         self._sres_training = True
         try:

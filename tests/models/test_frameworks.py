@@ -134,14 +134,19 @@ def titan(tmp_path_factory) -> tuple[str, tuple[str, ...]]:
     return python, (*EPOCHS, "--assets", str(assets))
 
 
-def _torchtitan_alone(tmp_path: Path, python: str, train_args: tuple[str, ...]) -> dict[int, dict]:
-    """torchtitan as its users run it, under torchrun, no sres piece: rank -> its final shas."""
-    out = tmp_path / "alone"
+def _under_torchrun(python: str, out: Path, train_args: tuple[str, ...], *extra: str):
+    """The torchtitan case as its users run it, under torchrun, no sres piece."""
     cmd = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(NODES)]
-    cmd += ["-m", f"tests.models.{TITAN}", "--steps", str(STEPS), "--out", str(out), *train_args]
-    cmd += ["--classic-every", str(STEPS + 1)]  # its checkpoints on: one, after the last step
-    env = clean_env(OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    cmd += ["-m", f"tests.models.{TITAN}", "--steps", str(STEPS), "--out", str(out), *train_args, *extra]
+    return subprocess.run(
+        cmd, env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
+    )
+
+
+def _torchtitan_alone(tmp_path: Path, python: str, train_args: tuple[str, ...]) -> dict[int, dict]:
+    """torchtitan alone, its checkpoints on (one, after the last step): rank -> its final shas."""
+    out = tmp_path / "alone"
+    done = _under_torchrun(python, out, train_args, "--classic-every", str(STEPS + 1))
     assert done.returncode == 0, done.stderr[-4000:]
     ended = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     return {data["rank"]: {k: data[k] for k in ("model_sha", "optimizer_sha")} for data in ended}
@@ -169,3 +174,20 @@ def test_torchtitan_with_pipeline_parallelism_is_refused_in_one_line(tmp_path, t
     lines = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and "pipeline_parallel_degree=2" in lines[0], run.tail()
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_torchtitan_started_afresh_goes_on_from_its_own_checkpoint(tmp_path, titan):
+    """A job requeued with nothing of sres's left (no peer, no tier): torchtitan's own newest
+    checkpoint (step 10 of a run that crashed at 12) is where the commits go on from, and the run
+    ends as torchtitan alone does."""
+    python, train_args = titan
+    out = tmp_path / "run" / "out"
+    done = _under_torchrun(python, out, train_args, "--classic-every", "5", "--crash-at", "12")
+    assert done.returncode != 0 and (out / "crashed.json").exists(), done.stderr[-3000:]
+    run = zoo_run(tmp_path, TITAN, train_args=train_args, python=python)
+    succeeded(run)
+    trained = sorted({step for _, step in run.trained()})
+    assert trained == list(range(10, STEPS)), trained  # torchtitan's steps 11..18: sres's 10..17
+    alone = _torchtitan_alone(tmp_path, python, train_args)
+    assert alone == {rank: {k: v[k] for k in alone[rank]} for rank, v in run.finals().items()}

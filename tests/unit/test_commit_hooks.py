@@ -77,3 +77,25 @@ def test_a_frameworks_loader_position_is_refused_in_a_run_that_may_resize():
     ctx = Context(rank=0, world_size=2, local_rank=0, generation=1, step=-1, resizable=True)
     with pytest.raises(RegistrationError, match="may change its world size"):
         ctx.register(loader=EpochBatches([1, 2, 3]))
+
+
+def test_a_fresh_run_goes_on_after_the_frameworks_own_checkpoint():
+    """torchtitan loaded its checkpoint of step 9 where sres had nothing: the loop goes on at 10."""
+    ctx = _ctx()
+    ctx.start_after(9)
+    with pytest.raises(CommitOrderError, match="must go on at step 10"):
+        ctx.begin_step(0)
+    ctx.begin_step(10)
+    ctx.open_commit()
+    ctx.close_commit()
+    assert ctx.step == 10
+
+
+def test_only_an_entry_that_restored_nothing_goes_on_after_a_frameworks_checkpoint():
+    resumed = Context(rank=0, world_size=1, local_rank=0, generation=2, step=4)
+    with pytest.raises(CommitOrderError, match="resumed after step 4"):
+        resumed.start_after(9)
+    began = _ctx()
+    began.begin_step(0)
+    with pytest.raises(CommitOrderError, match="began a step"):
+        began.start_after(9)
