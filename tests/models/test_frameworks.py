@@ -185,7 +185,7 @@ def test_torchtitan_started_afresh_goes_on_from_its_own_checkpoint(tmp_path, tit
     out = tmp_path / "run" / "out"
     done = _under_torchrun(python, out, train_args, "--classic-every", "5", "--crash-at", "12")
     assert done.returncode != 0 and (out / "crashed.json").exists(), done.stderr[-3000:]
-    run = zoo_run(tmp_path, TITAN, train_args=train_args, python=python)
+    run = zoo_run(tmp_path, TITAN, train_args=(*train_args, "--own-checkpoints"), python=python)
     succeeded(run)
     trained = sorted({step for _, step in run.trained()})
     assert trained == list(range(10, STEPS)), trained  # torchtitan's steps 11..18: sres's 10..17

@@ -79,8 +79,8 @@ def config(args: argparse.Namespace, world_size: int):
     c.optimizer = default_adamw(lr=args.lr)
     c.activation_checkpoint = None
     c.validator.enable = False
-    c.checkpoint.enable = bool(args.classic_every)
-    c.checkpoint.interval = args.classic_every or 10
+    c.checkpoint.enable = bool(args.classic_every) or args.own_checkpoints
+    c.checkpoint.interval = args.classic_every or 5
     c.checkpoint.folder = "checkpoint"
     c.metrics.log_freq = 1000
     c.debug.seed = args.seed
@@ -100,6 +100,7 @@ def main() -> None:
             ("--make-assets", "write the tokenizer and --dataset-size texts to --out, and stop"),
             ("--pipeline", "pipeline_parallel_degree 2 (refused: not covered)"),
             ("--fsdp", "the FSDP path (shard over every rank) instead of the replicate path"),
+            ("--own-checkpoints", "under sres too, torchtitan's checkpoint every 5 steps (and its load)"),
         ),
         paths=(("--assets", "where --make-assets wrote them"),),
     )
