@@ -57,7 +57,7 @@ class ResilientTrainer(Trainer):
             raise RegistrationError(
                 "torchtitan's ResilientTrainer with pipeline parallelism "
                 f"(parallelism.pipeline_parallel_degree={config.parallelism.pipeline_parallel_degree}): "
-                "several model parts are not covered yet; use data, tensor or context parallelism"
+                "several model parts are not covered yet; use data parallelism (replicate or FSDP)"
             )
         self._sres_ctx, self._sres_training = ctx, False
         super().__init__(config)
