@@ -80,7 +80,7 @@ class ShardedModelOptimizer:
         state = on_mesh(state, mesh_of(self.module))
         if not state["state"]:  # taken before the first step: nothing but the hyperparameters
             for group, saved in zip(self.optimizer.param_groups, state["param_groups"], strict=True):
-                group.update({k: v for k, v in saved.items() if k != "params"})
+                group.update(_without_params(saved))
             return
         set_optimizer_state_dict(self.module, self.optimizer, state)
 
@@ -89,7 +89,11 @@ class ShardedModelOptimizer:
 
 
 def _hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    return [_without_params(group) for group in optimizer.param_groups]
+
+
+def _without_params(group: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in group.items() if k != "params"}
 
 
 def adapt(name: str, obj: Any, registered: Iterable[Any]) -> Any:

@@ -73,15 +73,18 @@ class ResilientTrainer(Trainer):
         )
         for optimizer in optimizers:
             optimizer.register_step_pre_hook(self._sres_open_commit)
-        if ctx.step >= 0:  # resumed from a commit: torchtitan's checkpoint on disk is older
-            self.checkpointer.load = _nothing_loaded  # type: ignore[method-assign]
-        else:  # nothing restored: torchtitan may resume from its own newest checkpoint
-            self.checkpointer.load = self._sres_load_own_checkpoint(self.checkpointer.load)  # type: ignore[method-assign]
+        self.checkpointer.load = self._sres_load(self.checkpointer.load)  # type: ignore[method-assign]
 
-    def _sres_load_own_checkpoint(self, own_load: Any) -> Any:
+    def _sres_load(self, own_load: Any) -> Any:
+        """``CheckpointManager.load`` under sres: an entry resumed from a commit loads nothing (the
+        live state is newer than torchtitan's checkpoint); one that restored nothing lets torchtitan
+        resume from its own newest checkpoint, and the commits go on from that step."""
+
         def load(step: int = -1) -> bool:
+            if self._sres_ctx.step >= 0:
+                return False
             loaded = own_load(step)
-            if self.step > 0:  # its checkpoint of that step: the commits go on from there
+            if self.step > 0:
                 self._sres_counters.capture()
                 self._sres_ctx.start_after(self.step - 1)
             return bool(loaded)
@@ -105,11 +108,6 @@ class ResilientTrainer(Trainer):
         # (loading a commit into a new rank's optimizer).
         if self._sres_training and not self._sres_ctx.commit_open:  # several optimizers: one commit
             self._sres_ctx.open_commit()
-
-
-def _nothing_loaded(step: int = -1) -> bool:
-    """``CheckpointManager.load`` in an entry resumed from a commit: the live state is newer."""
-    return False
 
 
 class _ModelShards(fsdp.ShardedModel):

@@ -21,8 +21,9 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+import torch.distributed as dist
 
 import resilience
 from tests.models import common
@@ -88,6 +89,7 @@ def config(args: argparse.Namespace, world_size: int):
     c.parallelism.data_parallel_replicate_degree = 1 if args.fsdp else world_size
     c.parallelism.data_parallel_shard_degree = world_size if args.fsdp else 1
     c.parallelism.spmd_backend = "partial_dtensor"
+    c.parallelism.pipeline_parallel_degree = 2 if args.pipeline else 1
     return c
 
 
@@ -122,7 +124,7 @@ def main() -> None:
         with_sres(args)
 
 
-def stepping(base: type, args: argparse.Namespace, rank: Callable[[], int]) -> type:
+def stepping(base: type, args: argparse.Namespace) -> type:
     """``base`` (a torchtitan Trainer) with the zoo's step records: the classic run's crash, step
     times, and each step's samples and loss."""
 
@@ -139,11 +141,11 @@ def stepping(base: type, args: argparse.Namespace, rank: Callable[[], int]) -> t
             return loss
 
         def train_step(self, data_iterator) -> None:
-            common.step_began(args, rank(), self.step - 1)
+            common.step_began(args, dist.get_rank(), self.step - 1)
             super().train_step(data_iterator)
             if args.sleep_s:  # simulated compute, as the other cases' progress() sleeps
                 time.sleep(args.sleep_s)
-            common.step_done(args, rank(), self.step - 1)
+            common.step_done(args, dist.get_rank(), self.step - 1)
 
     return Stepping
 
@@ -151,7 +153,7 @@ def stepping(base: type, args: argparse.Namespace, rank: Callable[[], int]) -> t
 def with_sres(args: argparse.Namespace) -> None:
     from resilience.integrations.torchtitan import ResilientTrainer
 
-    class Trained(stepping(ResilientTrainer, args, lambda: int(os.environ["RANK"]))):
+    class Trained(stepping(ResilientTrainer, args)):
         """Records each step's samples as its commit opens (the optimizer's pre-step hook)."""
 
         def __init__(self, ctx: resilience.Context, cfg) -> None:
@@ -166,10 +168,7 @@ def with_sres(args: argparse.Namespace) -> None:
             self.seen = []
 
     def train(ctx: resilience.Context) -> None:
-        cfg = config(args, ctx.world_size)
-        if args.pipeline:
-            cfg.parallelism.pipeline_parallel_degree = 2
-        trainer = Trained(ctx, cfg)
+        trainer = Trained(ctx, config(args, ctx.world_size))
         try:
             trainer.train()
         finally:
@@ -183,10 +182,9 @@ def classic(args: argparse.Namespace) -> None:
     """torchtitan as its users run it, under torchrun: its own checkpoint every ``--classic-every``
     steps, loaded by the next attempt (benchmarks/frameworks.py); with an interval past the last
     step: plain torchtitan, what a fault-free sres run must equal."""
-    import torch.distributed as dist
     from torchtitan.trainer import Trainer
 
-    Classic = stepping(Trainer, args, lambda: dist.get_rank())
+    Classic = stepping(Trainer, args)
     trainer = Classic(config(args, int(os.environ["WORLD_SIZE"])))
     try:
         trainer.train()

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 REQUIREMENTS = ("torchtitan==0.3.0", "triton")
-"""As the ``torchtitan`` extra of pyproject.toml, at the version the zoo was written for."""
+"""The ``torchtitan`` extra of pyproject.toml at the version the zoo was written for (torchdata,
+datasets and tokenizers, which the extra also names, come with torchtitan)."""
 
 
 def titan_python() -> str:
