@@ -129,3 +129,8 @@ class UnsupportedBatch(ResilienceError, TypeError):
 
 class CacheTooSmall(ResilienceError, OSError):
     """The node's memory filesystem cannot hold the batches the cache must keep."""
+
+
+class Fenced(ResilienceError, RuntimeError):
+    """This process's lease from the supervisor ran out (it could not reach it for longer than the
+    bound): a newer generation may already hold its rank, so it writes nothing more and ends."""

@@ -51,7 +51,7 @@ from resilience import tiers
 from resilience.contract.messages import Plan
 from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
-from resilience.contract import run_secret
+from resilience.contract import lease, run_secret
 from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import RankEnv
 
@@ -347,6 +347,7 @@ class Supervisor:
             local_rank=local,
             injections=c.injections,
             heartbeat_s=c.beat_s,
+            lease_s=lease.lease_s(c.hang_timeout_s),
             liveness_port=self.liveness.port,
             run_secret=self.liveness.secret,
             log_dir=str(Path(c.log_dir).resolve()),
@@ -365,8 +366,9 @@ class Supervisor:
         """
         if self.config.tiers is None or not self.config.tiers.persistent_dir or self.books.plan is None:
             return None
+        plan = self.books.plan
         return flush_persistent(
-            self.store.clone(), self.books.plan.members, self.events, timeout_s, self.clock, self.sleep
+            self.store.clone(), plan.members, self.events, timeout_s, self.clock, self.sleep, plan.generation
         )
 
     def _say(self, text: str) -> None:

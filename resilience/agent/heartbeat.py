@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from resilience.agent.abort import GroupSockets, release
 from resilience.contract.link import RankLink
-from resilience.contract.messages import STUCK_EXIT
+from resilience.contract.messages import FENCED_EXIT, STUCK_EXIT
 from resilience.contract.run_store import RunStore
 
 log = logging.getLogger("resilience")
@@ -131,6 +131,26 @@ class Heartbeat:
         self._thread.start()
         if self.link is not None:
             threading.Thread(target=self._watch_supervisor, name="sres-supervisor-link", daemon=True).start()
+        if self.link is not None and self.link.lease is not None:
+            threading.Thread(target=self._fence_when_cut_off, name="sres-lease", daemon=True).start()
+
+    def _fence_when_cut_off(self) -> None:
+        """End this process once its lease runs out: cut off from the supervisor (a partition, a
+        dropped direction, a long stop) it may already have been replaced, and a partition must
+        heal into one run, never two. Its own thread: the beat may block on a full socket, the
+        main thread in a collective. Writes on other threads ask the lease too (the store's
+        guard, the tiers): between its expiry and this exit they are refused, not made."""
+        assert self.link is not None and self.link.lease is not None
+        lease = self.link.lease
+        while not self._stop.wait(min(max(lease.left_s(), 0.0), self.POLL_S)):
+            if lease.expired():
+                with contextlib.suppress(OSError):
+                    os.write(
+                        2,
+                        f"sres: cut off from the supervisor for over {lease.length_s:g} s (its lease): "
+                        f"fenced, exiting without another write\n".encode(),
+                    )
+                os._exit(FENCED_EXIT)
 
     def stop(self) -> None:
         self._stop.set()

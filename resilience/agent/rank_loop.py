@@ -59,18 +59,7 @@ class Agent:
         """``resilience.run(train, batches=...)``: a batch cache of this node has a producer."""
         key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""
         self.store = RunStore.connect(env.store_host, env.store_port, key)
-        self._liveness = (
-            RankLink(
-                liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id),
-                env.run_secret,
-                env.slot,
-            )
-            if env.liveness_port
-            else None
-        )
-        if self._liveness is not None:  # waits are woken by the supervisor's notices, not polled
-            self.store.plans.notices = self._liveness.notices
-            self.store.liveness.doorbell = self.store.events.doorbell = self._liveness.wrote
+        self._liveness = self._link(env)
         self.state = RankState.STARTING
         self.kept = Kept()
         elastic = env.elastic
@@ -93,6 +82,8 @@ class Agent:
             env.store_host,
             env.node_name,
         )
+        if self.tiers is not None and self._liveness is not None and self._liveness.lease is not None:
+            self.tiers.saver.guard = self._liveness.lease.check  # so does every copy to a tier
         self.commits = CommitPipeline(
             env,
             self.store,
@@ -102,6 +93,20 @@ class Agent:
             elastic is not None and elastic.elastic,
             self._liveness,
         )
+
+    def _link(self, env: RankEnv) -> RankLink | None:
+        """This process's liveness connection (None: the supervisor gave it none). Waits are
+        woken by the supervisor's notices, not polled, and every write to the store first asks
+        the lease the supervisor's echoes renew (:mod:`resilience.contract.lease`)."""
+        if not env.liveness_port:
+            return None
+        sock = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
+        link = RankLink(sock, env.run_secret, env.slot, env.lease_s)
+        self.store.plans.notices = link.notices
+        self.store.liveness.doorbell = self.store.events.doorbell = link.wrote
+        if link.lease is not None:
+            self.store.core.guard = link.lease.check
+        return link
 
     # --- the hooks ``Context`` calls: the commit pipeline's ---------------------------------------
 

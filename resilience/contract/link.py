@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from resilience.contract.lease import Lease
 from resilience.contract.messages import RecentSteps
 
 BEAT, STEPS, WROTE = "b", "t", "w"
@@ -33,11 +34,13 @@ BEAT, STEPS, WROTE = "b", "t", "w"
 wrote a report or an event to the store (``report`` or ``event``: the supervisor reads the store's
 counter of them when told, not every tick)."""
 DOORBELLS = ("report", "event")
-PLANNED, PAUSE, SHUTDOWN = "g", "p", "s"
-"""Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over."""
+PLANNED, PAUSE, SHUTDOWN, ECHO = "g", "p", "s", "e"
+"""Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over;
+the newest of the rank's lines it read (its sequence number: the rank's lease,
+:mod:`resilience.contract.lease`)."""
 ACCEPTED = "a"
 """Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
-UP, DOWN = frozenset((BEAT, STEPS, WROTE)), frozenset((PLANNED, PAUSE, SHUTDOWN))
+UP, DOWN = frozenset((BEAT, STEPS, WROTE)), frozenset((PLANNED, PAUSE, SHUTDOWN, ECHO))
 BEATS_PER_S = 1024
 """Heartbeats a second the supervisor is sent at most, all ranks together: past 512 ranks at the
 default half second, each rank beats less often (:func:`beat_period`). A beat only proves that a
@@ -136,8 +139,10 @@ class Notices:
 class RankLink:
     """This process's end of its liveness connection, after the hello."""
 
-    def __init__(self, sock: socket.socket, secret: str, slot: str) -> None:
+    def __init__(self, sock: socket.socket, secret: str, slot: str, lease_s: float | None = None) -> None:
         self.sock, self.slot = sock, slot
+        self.lease = Lease(lease_s) if lease_s else None
+        """Renewed by the supervisor's echoes of this process's lines; None: never runs out."""
         self._key = link_key(secret)
         self._send_lock = threading.Lock()
         self._sent = 0
@@ -168,8 +173,11 @@ class RankLink:
     def _send(self, kind: str, payload: str) -> None:
         with self._send_lock:
             self._sent += 1
+            now = time.monotonic()
+            if self.lease is not None:
+                self.lease.sent(self._sent, now)
             self.sock.sendall(line(self._key, self.slot, self._sent, kind, payload))
-            self._sent_t = time.monotonic()
+            self._sent_t = now
 
     def listen(self) -> None:
         """Read the supervisor's notices until its end of the connection closes (returns then)."""
@@ -186,8 +194,12 @@ class RankLink:
             while b"\n" in buffer:
                 raw, buffer = buffer.split(b"\n", 1)
                 notice = parse(self._key, self.slot, raw, DOWN, self._heard)
-                if notice is not None:  # anything else cannot be the supervisor's: ignored
-                    self._heard = notice.seq
+                if notice is None:  # it cannot be the supervisor's: ignored
+                    continue
+                self._heard = notice.seq
+                if notice.kind != ECHO:
                     self.notices.heard(notice)
+                elif self.lease is not None and notice.payload.isdigit():
+                    self.lease.echoed(int(notice.payload))
             if len(buffer) > MAX_LINE:
                 buffer = b""

@@ -36,6 +36,9 @@ GATHER_S = 0.005
 """After reading what was ready, the server waits this long before it looks again, so that one
 look reads many ranks' lines: at 4,096 ranks a look per line was 15% of the supervisor's CPU. A
 closed connection is still read within a tick (20 ms)."""
+ECHO_EVERY_S = 0.25
+"""The newest line read from a rank is echoed at most this often (its lease: :mod:`.lease`): a
+rank's lines come every beat period or step, and the echo of a batch of them renews as much."""
 _STEP = re.compile(r"[0-9]{0,20}")
 GREETING = "sres-liveness"
 
@@ -63,7 +66,8 @@ class _Link:
     heard: int = 0
     said: int = 0
     mute: bool = False
-    """A notice could not be written whole: no more are (the rank polls the store instead)."""
+    """A notice could not be written whole: no more are (nor echoes: the rank's lease runs out)."""
+    echoed_t: float = float("-inf")
 
 
 @dataclass
@@ -151,20 +155,25 @@ class LivenessServer:
         many it was written. Never blocks: a connection that cannot take a short line whole is
         not written to again."""
         assert kind in link.DOWN, kind
-        sent = 0
         with self._lock:
             links = [(conn, state) for conn, state in self._links.items() if not state.mute]
-        for conn, state in links:
-            with self._lock:
-                state.said += 1
-                data = link.line(self._key, state.slot, state.said, kind, str(number))
+        return sum(self._say(conn, state, kind, str(number)) for conn, state in links)
+
+    def _say(self, conn: socket.socket, state: _Link, kind: str, payload: str) -> bool:
+        """Write one line down ``conn`` whole, or mark it mute. Numbered and sent under the lock:
+        the serving thread's echoes and the supervisor's notices share the sequence, and a line
+        sent after a higher-numbered one would be refused by the rank as a replay."""
+        with self._lock:
+            if state.mute:
+                return False
+            state.said += 1
+            data = link.line(self._key, state.slot, state.said, kind, payload)
             try:
                 whole = conn.send(data) == len(data)
             except OSError:
                 whole = False
             state.mute = not whole
-            sent += whole
-        return sent
+            return whole
 
     def take_lost(self) -> list[str]:
         """Slots whose connection closed since the last call (their process ended, or is ending)."""
@@ -234,6 +243,10 @@ class LivenessServer:
             elif got.kind == link.WROTE and got.payload in self._rung:
                 with self._lock:
                     self._rung[got.payload] += 1
+        now = self.clock()
+        if state.heard and now - state.echoed_t >= ECHO_EVERY_S:  # renews the rank's lease
+            state.echoed_t = now
+            self._say(conn, state, link.ECHO, str(state.heard))
         if len(state.buffer) > link.MAX_LINE:
             self._drop(conn, f"a line from {state.slot} longer than {link.MAX_LINE} bytes")
 

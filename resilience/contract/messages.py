@@ -20,6 +20,10 @@ STUCK_EXIT = 75
 """The exit code of a rank that could not leave a generation that had already ended (a call in
 torch that the release did not interrupt, past the grace time) and ended itself to be restarted:
 the fault that ended the generation was elsewhere, so its node is not blamed for it."""
+FENCED_EXIT = 76
+"""The exit code of a rank whose lease ran out (:mod:`resilience.contract.lease`): cut off from the
+supervisor for longer than the bound, it ended itself rather than act for a run that may have
+replaced it."""
 
 
 class Message:
@@ -299,6 +303,9 @@ class FlushRequest(Message):
     id: int
     step: int | None
     timeout_s: float = 300.0
+    generation: int = 0
+    """The generation whose ranks answer (0: any): a rank of an older one, cut off and back, or
+    dropped by a shrink while it still holds its old rank number, never answers for a member."""
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ _VARS = {
     "backend": "SRES_BACKEND",
     "injections": "SRES_INJECT",
     "heartbeat_s": "SRES_HEARTBEAT_S",
+    "lease_s": "SRES_LEASE_S",
     "reform_timeout_s": "SRES_REFORM_TIMEOUT_S",
     "replication_factor": "SRES_REPLICATION_FACTOR",
     "copy_pace": "SRES_COPY_PACE",
@@ -96,6 +97,9 @@ class RankEnv:
     injections: tuple[Injection, ...] = ()
     """Faults to inject (``--inject`` specs, separated by ``;``)."""
     heartbeat_s: float = HEARTBEAT_S
+    lease_s: float = 0.0
+    """How long the rank may act without the supervisor's echo (:mod:`resilience.contract.lease`);
+    0: no lease (a run without a liveness connection)."""
     reform_timeout_s: float = REFORM_TIMEOUT_S
     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S
     replication_factor: int = REPLICATION_FACTOR
@@ -259,6 +263,7 @@ def _parse(env: Mapping[str, str]) -> dict[str, Any]:
         backend=env.get(v["backend"], BACKEND),
         injections=parse_env(env.get(v["injections"])),
         heartbeat_s=float(env.get(v["heartbeat_s"], HEARTBEAT_S)),
+        lease_s=float(env.get(v["lease_s"], "0")),
         reform_timeout_s=float(env.get(v["reform_timeout_s"], REFORM_TIMEOUT_S)),
         replication_factor=int(env.get(v["replication_factor"], REPLICATION_FACTOR)),
         copy_pace=float(env.get(v["copy_pace"], COPY_PACE)),

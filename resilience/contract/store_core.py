@@ -40,6 +40,9 @@ class StoreCore:
         self.raw: dist.Store = SignedStore(store, secret) if secret else store
         self.forged: deque[str] = deque(maxlen=100)  # keys refused (each once); the supervisor empties it
         self._forged_seen: set[str] = set()
+        self.guard: Callable[[str], None] | None = None
+        """A rank's lease check (:meth:`resilience.contract.lease.Lease.check`), asked before every
+        write: a rank cut off from the supervisor past its lease writes nothing (it raises)."""
 
     @classmethod
     def host(cls, secret: str, timeout_s: float = 60.0, address: str = "127.0.0.1") -> "StoreCore":
@@ -82,6 +85,7 @@ class StoreCore:
         raw = self.raw.clone()  # type: ignore[attr-defined]
         twin = StoreCore(raw.under if isinstance(raw, SignedStore) else raw)
         twin.raw, twin.forged, twin._forged_seen = raw, self.forged, self._forged_seen
+        twin.guard = self.guard
         return twin
 
     def end_waits(self, prefix: str, of: "StoreCore") -> int:
@@ -173,26 +177,33 @@ class StoreCore:
 
     # --- writing ----------------------------------------------------------------------------
 
+    def _set(self, key: str, value: str) -> None:
+        if self.guard is not None:
+            self.guard(f"write {key}")
+        self.raw.set(key, value)
+
     def put(self, key: str, message: Message) -> None:
-        self.raw.set(key, message.encode())
+        self._set(key, message.encode())
 
     def put_text(self, key: str, text: str) -> None:
-        self.raw.set(key, text)
+        self._set(key, text)
 
     def put_float(self, key: str, number: float) -> None:
-        self.raw.set(key, repr(number))
+        self._set(key, repr(number))
 
     def put_int(self, key: str, number: int) -> None:
-        self.raw.set(key, str(number))
+        self._set(key, str(number))
 
     def put_quoted(self, key: str, text: str) -> None:
         """Text that may be empty: quoted, so an empty answer is still a value."""
-        self.raw.set(key, json.dumps(text))
+        self._set(key, json.dumps(text))
 
     def flag(self, key: str) -> None:
-        self.raw.set(key, "1")
+        self._set(key, "1")
 
     def add(self, key: str, amount: int = 1) -> int:
+        if self.guard is not None:
+            self.guard(f"add to {key}")
         return self.raw.add(key, amount)
 
     def numbered(self, counter: str, key: str, make: Callable[[int], Message]) -> int:
@@ -204,6 +215,8 @@ class StoreCore:
 
     def first_int(self, key: str, proposal: int) -> int:
         """The first number any client proposed for ``key`` (this one's when it was first)."""
+        if self.guard is not None:
+            self.guard(f"propose {key}")
         return int(self.raw.compare_set(key, "", str(proposal)))
 
     def take(self, key: str) -> bool:

@@ -51,11 +51,18 @@ class TierAgent:
         self.server = None
         if config.neighbour:
             self.server = NeighbourServer(
-                neighbour_root(config.job_id, self.ram_node), config.job_id, config.keep_ram, secret, host
+                neighbour_root(config.job_id, self.ram_node),
+                config.job_id,
+                config.keep_ram,
+                secret,
+                host,
+                generation=lambda: self.plan.generation if self.plan else 0,
             ).start()
             store.tiers.publish_address(slot, self.server.address)
         self.saver = TierSaver(config, TierPlace(-1, 0, self.ram_node), self.emit)
-        self.flush = FlushWatcher(store.clone(), self.saver, rank).start()
+        self.flush = FlushWatcher(
+            store.clone(), self.saver, rank, generation=lambda: self.plan.generation if self.plan else 0
+        ).start()
 
     @classmethod
     def create(
@@ -84,7 +91,7 @@ class TierAgent:
     def enter(self, plan: Plan, rank: int) -> None:
         """A new generation: the saver writes as this rank, copies go to the next node of the plan."""
         self.plan = plan
-        self.saver.place = TierPlace(rank, plan.world_size, self.ram_node, self._neighbour)
+        self.saver.place = TierPlace(rank, plan.world_size, self.ram_node, self._neighbour, plan.generation)
 
     def _neighbour(self) -> NeighbourLink | None:
         plan = self.plan

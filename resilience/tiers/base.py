@@ -43,6 +43,8 @@ class Where:
     neighbour: Callable[[], NeighbourLink | None] | None = None
     """The next node's neighbour server, asked when a copy is sent: the plan, and with it the
     next node, changes between generations. None where nothing is sent."""
+    generation: int = 0
+    """The writing rank's generation: its manifests and neighbour copies carry it."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class Offer:
     per_rank: bool = False
     """The copy holds its owner's own part too (random streams, loader positions): another rank
     served from it gets the replicated state only, and is no longer exact."""
+    generation: int = 0
+    """The generation that wrote it: a step's copies are restored from one generation."""
 
 
 class Tier(ABC):
@@ -130,6 +134,7 @@ class Tier(ABC):
                         m.world_size,
                         "replicated" in kinds and "sharded" not in kinds,
                         "rank" in kinds,
+                        m.generation,
                     )
                 )
         return out
@@ -156,7 +161,16 @@ class Tier(ABC):
         if isinstance(source, Path):
             return mf.copy_checkpoint(source, root, step, rank, fsync=fsync, share=share, group=group)
         return mf.write(
-            root, where.config.job_id, step, world_size, rank, source, fsync=fsync, share=share, group=group
+            root,
+            where.config.job_id,
+            step,
+            world_size,
+            rank,
+            source,
+            fsync=fsync,
+            share=share,
+            group=group,
+            generation=where.generation,
         )
 
     def read(

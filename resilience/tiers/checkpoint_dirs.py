@@ -45,6 +45,10 @@ class Manifest:
     """file name -> rank whose directory of the same step holds that file (its size and
     checksum are still this rank's own, in ``files``)."""
     format: int = FORMAT
+    generation: int = 0
+    """The generation whose rank wrote it (0: written before manifests carried one). A reader
+    takes a step's copies from one generation only: two timelines are never mixed, and a copy
+    written late by a rank cut off from a newer generation is never one of its set."""
 
     def path_of(self, path: Path, name: str) -> Path:
         """Where file ``name`` of the checkpoint directory ``path`` is."""
@@ -76,6 +80,7 @@ class Manifest:
                 layout=dict(data.get("layout", {})),
                 created=float(data.get("created", 0.0)),
                 shared={str(k): _count(v) for k, v in data.get("shared", {}).items()},
+                generation=_count(data.get("generation", 0)),
             )
         except CheckpointInvalid:
             raise

@@ -22,11 +22,18 @@ class FlushWatcher:
     """
 
     def __init__(
-        self, store: RunStore, saver: TierSaver, rank: Callable[[], int], poll_s: float = 0.25
+        self,
+        store: RunStore,
+        saver: TierSaver,
+        rank: Callable[[], int],
+        poll_s: float = 0.25,
+        generation: Callable[[], int] = lambda: 0,
     ) -> None:
         self.store = store
         self.saver = saver
         self.rank = rank
+        self.generation = generation
+        """The generation this process is a member of: it answers that generation's requests only."""
         self.poll_s = poll_s
         self.seen = 0
         self._stop = threading.Event()
@@ -45,6 +52,8 @@ class FlushWatcher:
                 request = self.store.tiers.flush_request()
                 if request is None or request.id <= self.seen or self.rank() < 0:
                     continue
+                if request.generation and request.generation != self.generation():
+                    continue  # not this process's to answer: another generation holds its rank
                 self.seen = request.id
                 if request.step is None:
                     step, why = self.saver.flush_hold(request.timeout_s)

@@ -148,7 +148,8 @@ def record_job_config(config: TierConfig, root: Path | None = None) -> None:
 
 def complete_steps(root: Path, job_id: str | None = None) -> dict[int, int]:
     """step -> world size of every checkpoint under ``root`` whose manifests exist for all its
-    ranks (a cheap check: manifests and file sizes, not checksums), newest first."""
+    ranks, all written by one generation (a cheap check: manifests and file sizes, not
+    checksums), newest first."""
     return complete_steps_of(root, dirs.steps_in(root), job_id)
 
 
@@ -165,6 +166,7 @@ def complete_steps_of(root: Path, steps: list[int], job_id: str | None = None) -
             manifests
             and sorted(m.rank for m in manifests) == list(range(manifests[0].world_size))
             and all(m.world_size == manifests[0].world_size and m.step == step for m in manifests)
+            and len({m.generation for m in manifests}) == 1
         ):
             out[step] = manifests[0].world_size
     return out

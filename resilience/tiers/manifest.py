@@ -56,6 +56,7 @@ def write(
     now: float | None = None,
     share: Mapping[str, int] | None = None,
     group: bool = False,
+    generation: int = 0,
 ) -> Path:
     """Write a rank's snapshots (kind -> snapshot) as a checkpoint; the manifest last, then an
     atomic rename. Files named in ``share`` are not written: the manifest says which rank's
@@ -73,7 +74,15 @@ def write(
             files[name] = tier_file.entry(snap) if name in share else tier_file.write(tmp / name, snap, fsync)
         layout = {kind: {k: v.numel() for k, v in snap.buffers.items()} for kind, snap in snaps.items()}
         manifest = Manifest(
-            job_id, step, world_size, rank, files, layout, time.time() if now is None else now, shared=share
+            job_id,
+            step,
+            world_size,
+            rank,
+            files,
+            layout,
+            time.time() if now is None else now,
+            shared=share,
+            generation=generation,
         )
         _write_atomic(tmp / MANIFEST, manifest.to_json().encode(), fsync)
         if group:

@@ -43,5 +43,5 @@ class NeighbourTier(Tier):
             return None
         if not isinstance(source, Path):
             raise mf.CheckpointError("the neighbour tier sends the RAM tier's directory, not the state")
-        push_checkpoint(link, source, where.config.job_id, rank, step)
+        push_checkpoint(link, source, where.config.job_id, rank, step, generation=where.generation)
         return source

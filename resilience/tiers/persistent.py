@@ -67,8 +67,13 @@ class PersistentTier(Tier):
         out = []
         for step in mf.steps_in(root):
             if step in complete:
+                try:  # one generation wrote them all (complete_steps)
+                    generation = mf.read_manifest(mf.rank_dir(root, step, 0), where.config.job_id).generation
+                except mf.CheckpointInvalid:
+                    continue  # pruned since
                 out += [
-                    Offer(self.name, SHARED_HOLDER, r, step, complete[step]) for r in range(complete[step])
+                    Offer(self.name, SHARED_HOLDER, r, step, complete[step], generation=generation)
+                    for r in range(complete[step])
                 ]
                 continue
             for owner in mf.ranks_in(root, step):

@@ -73,25 +73,32 @@ def plan_restore(
 
 def _newest(world: int, usable: list[Offer], lendable: Callable[[Offer], bool]) -> TierPlan | None:
     for step in sorted({o.step for o in usable}, reverse=True):
-        here = [o for o in usable if o.step == step and o.world_size == world]
-        sources = []
-        for owner in range(world):
-            mine = [o for o in here if o.owner == owner] or [o for o in here if lendable(o)]
-            if not mine:
-                break
-            best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder, o.owner))
-            sources.append(Source(owner, best.tier, best.holder, best.owner))
-        else:
-            return TierPlan(step, world, tuple(sources))
-        for other in sorted({o.world_size for o in usable if o.step == step and o.world_size != world}):
-            for shared in (t.name for t in registry.TIERS if t.shared):
-                owners = {
-                    o.owner for o in usable if o.step == step and o.world_size == other and o.tier == shared
-                }
-                if owners == set(range(other)):
-                    return TierPlan(
-                        step, other, tuple(Source(r, shared, SHARED_HOLDER, r) for r in range(other))
-                    )
+        for generation in sorted({o.generation for o in usable if o.step == step}, reverse=True):
+            plan = _at(world, [o for o in usable if o.step == step and o.generation == generation], lendable)
+            if plan is not None:
+                return plan
+    return None
+
+
+def _at(world: int, copies: list[Offer], lendable: Callable[[Offer], bool]) -> TierPlan | None:
+    """A plan from ``copies``: one step's, written by one generation (a step rewritten by a later
+    generation, or written late by a rank cut off from it, is never mixed with another's)."""
+    step = copies[0].step
+    here = [o for o in copies if o.world_size == world]
+    sources = []
+    for owner in range(world):
+        mine = [o for o in here if o.owner == owner] or [o for o in here if lendable(o)]
+        if not mine:
+            break
+        best = min(mine, key=lambda o: (registry.cost(o.tier), o.holder != owner, o.holder, o.owner))
+        sources.append(Source(owner, best.tier, best.holder, best.owner))
+    else:
+        return TierPlan(step, world, tuple(sources))
+    for other in sorted({o.world_size for o in copies if o.world_size != world}):
+        for shared in (t.name for t in registry.TIERS if t.shared):
+            owners = {o.owner for o in copies if o.world_size == other and o.tier == shared}
+            if owners == set(range(other)):
+                return TierPlan(step, other, tuple(Source(r, shared, SHARED_HOLDER, r) for r in range(other)))
     return None
 
 

@@ -22,6 +22,7 @@ supervisor's "persist now", :mod:`resilience.tiers.flush`) go through the persis
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from resilience.errors import Fenced
 from resilience.state import snapshot
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
@@ -39,6 +41,8 @@ from resilience.tiers.lanes import Commit, Emit, Pins, TierLane
 from resilience.tiers.layout import NodeKey, TierConfig, own_root
 from resilience.tiers.registry import PERSISTENT, TIERS
 from resilience.tiers.transport import NeighbourLink
+
+log = logging.getLogger("resilience")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class TierPlace:
     node: NodeKey
     """This rank's node's part of the RAM tier (``tiers.NodeKey``)."""
     neighbour: Callable[[], NeighbourLink | None] = lambda: None
+    generation: int = 0
 
 
 def fed_tiers(config: TierConfig) -> list[Tier]:
@@ -83,6 +88,9 @@ class TierSaver:
         """The lane flushes go through."""
         self.commits = 0
         self._carry_force = False
+        self.guard: Callable[[str], None] | None = None
+        """The rank's lease check, asked before each copy and prune: a rank cut off from the
+        supervisor past its lease writes and removes nothing (:mod:`resilience.contract.lease`)."""
 
     def lane(self, tier: str) -> TierLane | None:
         """The lane of tier ``tier``; None when this job's saves do not write it."""
@@ -91,7 +99,7 @@ class TierSaver:
     def _where(self) -> Where:
         """The tiers as this rank sees them now (the place changes between generations)."""
         place = self.place
-        return Where(self.config, place.node, self._ram_base, place.neighbour)
+        return Where(self.config, place.node, self._ram_base, place.neighbour, place.generation)
 
     # --- the blocking part ---------------------------------------------------------------------
 
@@ -154,8 +162,11 @@ class TierSaver:
         place, where = self.place, self._where()
         try:
             started = time.perf_counter()
+            if self._fenced(f"write step {job.step} to the {lane.tier.name} tier"):
+                self._release(job)
+                return
             path = self._write(lane, job, place, where)
-            if path is None:
+            if path is None or self._fenced(f"prune the {lane.tier.name} tier or feed the next"):
                 return
             job.ok = True
             if lane is self._persistent:
@@ -177,6 +188,17 @@ class TierSaver:
                 self._pins.unpin(job.step)
             if job.done is not None:
                 job.done.set()
+
+    def _fenced(self, what: str) -> bool:
+        """Whether the lease forbids ``what`` now (the process is about to end itself)."""
+        if self.guard is None:
+            return False
+        try:
+            self.guard(what)
+        except Fenced as err:
+            log.warning("%s", err)
+            return True
+        return False
 
     def _write(self, lane: TierLane, job: Commit, place: TierPlace, where: Where) -> Path | None:
         """``Tier.write`` of the job's commit: the new copy, or None when the tier skipped it or

@@ -25,7 +25,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,14 @@ def _proof(secret: str, challenge: str, header: dict[str, Any]) -> str:
     manifest the xxh3 of every file, which the restore verifies: the copy is authenticated end
     to end while only the manifest (kilobytes) is hashed twice, never the state itself."""
     files = json.dumps(header["files"], separators=(",", ":"))
-    parts = (str(header["job"]), str(header["owner"]), str(header["step"]), files, str(header["manifest"]))
+    parts = (
+        str(header["job"]),
+        str(header["owner"]),
+        str(header["step"]),
+        files,
+        str(header["manifest"]),
+        str(header.get("generation", 0)),
+    )
     return run_secret.proof(secret, challenge, *parts)
 
 
@@ -122,6 +129,8 @@ def _checked_header(line: bytes, secret: str, challenge: str, job_id: str) -> di
         raise ValueError(f"a checkpoint of job {header['job']} sent to job {job_id}")
     if not (isinstance(owner, int) and owner >= 0 and isinstance(step, int) and step >= 0):
         raise ValueError("bad owner or step")
+    if not isinstance(header.get("generation", 0), int):
+        raise ValueError("bad generation")
     if not isinstance(files, list) or not 0 < len(files) <= MAX_FILES:
         raise ValueError("bad file list")
     for entry in files:
@@ -142,10 +151,21 @@ class NeighbourServer:
     written, and a refused connection is logged and closed, never the server's end.
     """
 
-    def __init__(self, root: Path, job_id: str, keep: int, secret: str, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        root: Path,
+        job_id: str,
+        keep: int,
+        secret: str,
+        host: str = "127.0.0.1",
+        generation: Callable[[], int] = lambda: 0,
+    ) -> None:
         if not run_secret.is_secret(secret):
             raise ValueError("the neighbour server needs the run's secret")
         self.root, self.job_id, self.keep, self.secret = Path(root), job_id, keep, secret
+        self.generation = generation
+        """The newest generation this node's rank knows: a copy sent by a rank of an older one
+        (cut off from the run and back) is refused before a byte of it is written."""
         self._sock = socket.create_server((host, 0))
         self.address = f"{host}:{self._sock.getsockname()[1]}"
         self._stop = threading.Event()
@@ -197,6 +217,8 @@ class NeighbourServer:
         reader = conn.makefile("rb")
         header = _checked_header(reader.readline(MAX_HEADER + 1), self.secret, challenge, self.job_id)
         self.unproven.proved(conn)
+        if header.get("generation", 0) < (newest := self.generation()):
+            raise ValueError(f"a copy from generation {header.get('generation', 0)} after {newest} began")
         conn.settimeout(None)
         if not self._slots.acquire(timeout=HELLO_TIMEOUT_S):
             raise ValueError(f"more than {MAX_CONNECTIONS} copies at once")
@@ -227,7 +249,13 @@ class NeighbourServer:
 
 
 def push_checkpoint(
-    link: NeighbourLink, src: Path, job_id: str, owner: int, step: int, timeout_s: float = 300.0
+    link: NeighbourLink,
+    src: Path,
+    job_id: str,
+    owner: int,
+    step: int,
+    timeout_s: float = 300.0,
+    generation: int = 0,
 ) -> int:
     """Send a checkpoint directory to a neighbour's server; returns the bytes sent. Raises
     OSError/ConnectionError when the neighbour did not confirm it, ValueError when what
@@ -242,6 +270,7 @@ def push_checkpoint(
         "step": step,
         "files": [[p.name, p.stat().st_size] for p in files],
         "manifest": hashlib.sha256(files[-1].read_bytes()).hexdigest(),
+        "generation": generation,
     }
     sent = 0
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:

@@ -25,15 +25,16 @@ def flush_persistent(
     timeout_s: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    generation: int = 0,
 ) -> int | None:
     """The step persisted on every rank, or None (nothing committed, a failure, the timeout;
     a ``flush-failed`` event says why). Callable from any thread with its own store clone."""
     ranks = list(ranks)
     deadline = clock() + timeout_s
-    answers = _round(store, ranks, None, deadline, clock, sleep)
+    answers = _round(store, ranks, None, deadline, clock, sleep, generation)
     target = max((a.step for a in answers or () if a.step is not None), default=None)
     if answers and target is not None and all(a.step is not None for a in answers):
-        answers = _round(store, ranks, target, deadline, clock, sleep)
+        answers = _round(store, ranks, target, deadline, clock, sleep, generation)
         if answers and all(a.step == target for a in answers):
             events.emit("flushed", step=target, tier=PERSISTENT.name)
             return target
@@ -49,8 +50,10 @@ def _round(
     deadline: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    generation: int,
 ) -> list[FlushDone] | None:
-    request = store.tiers.request_flush(step, max(1.0, deadline - clock()))
+    """One request to ``generation``'s ranks, and their answers (None: not all by the deadline)."""
+    request = store.tiers.request_flush(step, max(1.0, deadline - clock()), generation)
     while (answers := store.tiers.flush_answers(request, ranks)) is None:
         if clock() > deadline:
             return None

@@ -21,10 +21,12 @@ class TierChannel(Channel):
     def address(self, slot: str) -> str | None:
         return self._core.text(keys.tier_address(slot))
 
-    def request_flush(self, step: int | None, timeout_s: float) -> int:
-        """Supervisor: ask every rank to persist now; returns the request's id."""
+    def request_flush(self, step: int | None, timeout_s: float, generation: int = 0) -> int:
+        """Supervisor: ask every rank of ``generation`` to persist now; returns the request's id."""
         return self._core.numbered(
-            keys.FLUSH_SEQ, keys.FLUSH_REQUEST, lambda request: FlushRequest(request, step, timeout_s)
+            keys.FLUSH_SEQ,
+            keys.FLUSH_REQUEST,
+            lambda request: FlushRequest(request, step, timeout_s, generation),
         )
 
     def flush_request(self) -> FlushRequest | None:

@@ -1,0 +1,78 @@
+"""A rank's lease from the supervisor: how long it may still act as a member of its run.
+
+A rank cut off from the supervisor (a NIC down, a switch port gone, one direction dropped) is
+alive and still believes it is in the current generation; meanwhile the supervisor, hearing
+nothing, replaces it. The lease bounds how long it may believe so. Every line the rank sends
+up its liveness connection has a sequence number; the supervisor echoes the newest it read,
+and the rank extends its lease to *the time it sent that line* plus the lease length. Both ends
+of that sum are the rank's own monotonic clock: no clock skew between machines enters, and an
+echo that sat in a buffer through a partition (or a SIGSTOP) renews nothing, since the line it
+answers was sent long ago.
+
+The lease is shorter than the supervisor's silence limit (the hang timeout: see
+:func:`lease_s`), so a cut-off rank has stopped writing before the supervisor decides to replace
+it; the generation carried by every write it made before (the store's fenced values, the tiers'
+manifests and fences, the neighbour copies' headers) covers a write already in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from resilience.errors import Fenced
+
+KEEP_SENT = 4096
+"""Send times remembered (by sequence number): far more lines than a lease's worth."""
+
+
+def lease_s(hang_timeout_s: float) -> float:
+    """The lease length for a run whose supervisor replaces a silent rank after ``hang_timeout_s``:
+    half of it, so that the rank has fenced itself for half the timeout before it is replaced
+    (its last echoed line was sent at most a beat period before the supervisor's last hearing)."""
+    return hang_timeout_s / 2
+
+
+class Lease:
+    """Until when this process may act for its run (its own monotonic clock)."""
+
+    def __init__(self, length_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if length_s <= 0:
+            raise ValueError(f"a lease needs a positive length, not {length_s}")
+        self.length_s, self.clock = length_s, clock
+        self._lock = threading.Lock()
+        self._sent: deque[tuple[int, float]] = deque(maxlen=KEEP_SENT)
+        self._until = clock() + length_s
+        """Granted at the hello's acceptance, which the supervisor answered just now."""
+        self.fenced_why = ""
+
+    def sent(self, seq: int, t: float) -> None:
+        with self._lock:
+            self._sent.append((seq, t))
+
+    def echoed(self, seq: int) -> None:
+        """The supervisor read this process's line ``seq``: extend to when it was sent + length."""
+        with self._lock:
+            while self._sent and self._sent[0][0] < seq:
+                self._sent.popleft()
+            if self._sent and self._sent[0][0] == seq:
+                self._until = max(self._until, self._sent[0][1] + self.length_s)
+
+    def left_s(self) -> float:
+        with self._lock:
+            return self._until - self.clock()
+
+    def expired(self) -> bool:
+        return self.left_s() <= 0
+
+    def check(self, what: str) -> None:
+        """Raise :class:`Fenced` instead of doing ``what`` once the lease has run out."""
+        left = self.left_s()
+        if left <= 0:
+            self.fenced_why = (
+                f"no word from the supervisor for {self.length_s - left:.1f} s (lease {self.length_s:g} s): "
+                f"refused to {what}"
+            )
+            raise Fenced(self.fenced_why)
