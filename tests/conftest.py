@@ -26,6 +26,7 @@ TIERS = {
     "cluster": "cluster",
     "security": "local",
     "submitit": "local",
+    "network": "local",
 }
 """tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""

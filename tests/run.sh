@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what is missing first:
-#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium (needs root)
+#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium iproute2 (root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
 # Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x; --all runs the slow tests too;
 # --store-durations records each test's time into tests/durations.json, which balances the lanes
@@ -19,6 +19,8 @@ command -v scontrol >/dev/null || missing+=(slurm-client)
 command -v munged >/dev/null || missing+=(munge)
 [ -f /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ip >/dev/null || missing+=(iproute2)  # the network tests' namespaces, links and their faults
+command -v tc >/dev/null || missing+=(iproute2)
 command -v cc >/dev/null || missing+=(gcc)  # builds the SPANK plugin against spank.h
 command -v chromium >/dev/null || missing+=(chromium)  # renders sres report's page in a real browser
 if [ ${#missing[@]} -gt 0 ]; then

@@ -29,6 +29,8 @@ class NodeEvidence:
     slurm_reason: str = ""
     reclaimed: bool = False
     """The node was lent to the run (a satellite) and Slurm is taking it back: not a fault of the node."""
+    reachable: bool = True
+    """The node answers on the network (False: cut off, its processes perhaps alive: unreachable)."""
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,14 @@ def _placement(
         placement, liveness = _srun_placement(request, config.log_dir, environ, job_hosts)
         hosts = ", ".join(placement.hosts[: request.nodes + request.spares])
         return placement, liveness, f"job {placement.job_id} ({hosts})"
+    from launcher.placement import namespaced
     from launcher.placement.local import LocalPlacement
 
-    placement = LocalPlacement(config.log_dir, repair_after_s=request.options.repair_after, rerun=rerun)
-    return placement, None, "this machine"
+    kept = dict(repair_after_s=request.options.repair_after, rerun=rerun)
+    if environ.get(namespaced.VARIABLE):  # a test's nodes, each with a network of its own
+        layout = namespaced.NetnsLayout.parse(environ[namespaced.VARIABLE])
+        return namespaced.NamespacedPlacement(layout, config.log_dir, **kept), None, "network namespaces"
+    return LocalPlacement(config.log_dir, **kept), None, "this machine"
 
 
 def _srun_placement(

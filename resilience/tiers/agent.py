@@ -78,7 +78,7 @@ class TierAgent:
     ) -> "TierAgent | None":
         if config is None or not config.enabled:
             return None
-        host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else socket.gethostname()
+        host = "127.0.0.1" if store_host in ("127.0.0.1", "localhost") else _address_toward(store_host)
         return cls(config, store, slot, node, rank, secret, host, node_name)
 
     def emit(self, event: str, **fields: Any) -> None:
@@ -137,3 +137,15 @@ class TierAgent:
         self.saver.close()
         if self.server is not None:
             self.server.stop()
+
+
+def _address_toward(host: str) -> str:
+    """This machine's address on the network that reaches ``host`` (the supervisor's): where the
+    neighbour server listens. The host name's address was another interface's on machines with
+    several (a node in a network namespace of its own had none of the name's)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # UDP: no packet is sent, the route is looked up
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostname()

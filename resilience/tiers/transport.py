@@ -254,10 +254,12 @@ def push_checkpoint(
     job_id: str,
     owner: int,
     step: int,
-    timeout_s: float = 300.0,
+    timeout_s: float = 10.0,
     generation: int = 0,
 ) -> int:
-    """Send a checkpoint directory to a neighbour's server; returns the bytes sent. Raises
+    """Send a checkpoint directory to a neighbour's server; returns the bytes sent. ``timeout_s``
+    bounds each wait for progress, not the copy: a neighbour cut off mid-copy (a link gone, no
+    reset ever comes) held the lane, and the run's end, for as long as the timeout. Raises
     OSError/ConnectionError when the neighbour did not confirm it, ValueError when what
     answered is not a neighbour server."""
     host, port = link.address.rsplit(":", 1)

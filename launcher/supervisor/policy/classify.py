@@ -19,6 +19,7 @@ from resilience.contract.messages import STUCK_EXIT, Report
 INJECTED_NODE_LOSS = "node lost (injected fault)"
 SPARE_PROCESS_DIED = "a warm spare process of this node died"
 RECLAIMED = "Slurm took the lent node back (preempted)"
+UNREACHABLE = "unreachable: no answer over the network (its processes may be alive; they fence themselves)"
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -110,6 +111,8 @@ def node_verdict(evidence: NodeEvidence, process_faults: int, limit: int) -> str
     """
     if evidence.reclaimed:
         return RECLAIMED
+    if not evidence.reachable:
+        return UNREACHABLE
     if not evidence.slurmd_answers:
         return "slurmd not responding"
     if not evidence.slurm_usable:
