@@ -158,6 +158,19 @@ EVENT_TYPES: tuple[EventType, ...] = (
         (Field("node", "int", "the spare node's number"), Field("slot", "str", "the process that died")),
     ),
     EventType(
+        "network-fault",
+        "An injected network fault was done to a node's link (`--inject cut:N:...` and its kin; nodes "
+        "with networks of their own, `SRES_NETNS`): its processes live on, and what follows is found "
+        "as a real fault would be.",
+        SUPERVISOR,
+        (
+            *_node_fields("node"),
+            Field("kind", "str", "`cut`, `cut-supervisor`, `drop-out`, `flap` or `slow-link`"),
+            Field("spec", "str", "the `--inject` spec"),
+            Field("what", "str", "what was done, in words"),
+        ),
+    ),
+    EventType(
         "standby-ready",
         "A warm standby process is ready to take over a rank on its node (`--standby`).",
         SUPERVISOR,

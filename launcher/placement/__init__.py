@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from resilience.contract.injections import Injection
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,14 @@ class NewNode:
     grew) or "local" (a simulated node)."""
     seconds: float
     returned: bool = False
+
+
+@runtime_checkable
+class NodeLinks(Protocol):
+    """Breaks a node's network link as an injected fault says (nodes with networks of their own)."""
+
+    def break_link(self, injection: Injection) -> str:
+        """Do it; what was done, in words (the ``network-fault`` event's)."""
 
 
 class RankProcesses(Protocol):

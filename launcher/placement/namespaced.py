@@ -19,47 +19,18 @@ the cut must then fence itself (its lease) -- the property under test.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-from launcher.errors import ConfigError
 from launcher.placement import NodeEvidence
+from launcher.placement.links import LinkFaults, NetnsLayout
 from launcher.placement.local import LocalPlacement
+from resilience.contract.injections import Injection
 
-VARIABLE = "SRES_NETNS"
-"""``prefix=<name prefix>,host=<the supervisor's address>,first=<node 0's address>,dev=<the
-interface inside each namespace>``: set by a test that made the namespaces."""
+
 PROBE_PORT = 9
 """A port nothing listens on (discard): a reachable node's kernel refuses the connection."""
 PROBE_S = 0.5
-
-
-@dataclass(frozen=True)
-class NetnsLayout:
-    prefix: str
-    host: str
-    """The supervisor's address on the bridge: its store and liveness server listen there."""
-    first: str
-    """Node 0's address; node k's is ``first + k``."""
-    dev: str = "sres0"
-
-    @classmethod
-    def parse(cls, text: str) -> "NetnsLayout":
-        try:
-            fields = dict(part.split("=", 1) for part in text.split(","))
-            layout = cls(fields["prefix"], fields["host"], fields["first"], fields.get("dev", "sres0"))
-            ipaddress.IPv4Address(layout.host), ipaddress.IPv4Address(layout.first)
-        except (ValueError, KeyError) as err:
-            raise ConfigError(f"{VARIABLE}={text!r}: expected prefix=,host=,first=[,dev=] ({err})") from None
-        return layout
-
-    def namespace(self, node: int) -> str:
-        return f"{self.prefix}{node}"
-
-    def address(self, node: int) -> str:
-        return str(ipaddress.IPv4Address(self.first) + node)
 
 
 def reachable(address: str, timeout_s: float = PROBE_S) -> bool:
@@ -83,6 +54,7 @@ class NamespacedPlacement(LocalPlacement):
         self.layout, self._probe = layout, probe
         self.store_host = layout.host
         self._node_of: dict[str, int] = {}
+        self.links = LinkFaults(layout)
 
     def _inside(self, slot: str, node: int, command: Sequence[str]) -> list[str]:
         self._node_of[slot] = node
@@ -123,3 +95,8 @@ class NamespacedPlacement(LocalPlacement):
 
     def evidence(self, node: int) -> NodeEvidence:
         return NodeEvidence(reachable=self.reachable(node))
+
+    def break_link(self, injection: Injection) -> str:
+        """An injected network fault on its node's link (``NodeLinks``); what was done, in words."""
+        assert injection.node is not None, "a link fault names its node"
+        return self.links.break_link(injection.kind, injection.node, injection.seconds, injection.mbit)

@@ -53,6 +53,7 @@ def supervise(
     restart_count = rerun.restart_count if rerun is not None else None
     config = configs.run_config(request, log_dir, _injections(request, log_dir), environ, restart_count)
     placement, liveness, where = _placement(request, config, environ, job_hosts, rerun)
+    _links_can_break(config.injections, placement)
     print(
         f"sres: {config.nodes} node(s) x {config.procs_per_node} rank(s), {config.spares} spare node(s) "
         f"on {where}; log dir {config.log_dir}",
@@ -64,6 +65,20 @@ def supervise(
     outcome = Supervisor(config, placement, liveness).run()
     print(f"sres: the run's report: sres report {config.log_dir}", file=sys.stderr)
     return rerun.exit_code if rerun is not None and outcome.requeued else exit_code(outcome)
+
+
+def _links_can_break(injected: tuple[Injection, ...], placement: Placement) -> None:
+    """A network fault needs nodes whose links can be broken: refused in one line before the start."""
+    from launcher.errors import ConfigError
+    from launcher.placement import NodeLinks
+    from resilience.contract.injections import FAULT_KINDS
+
+    asked = [i.spec for i in injected if FAULT_KINDS[i.kind].effect == "break-link"]
+    if asked and not isinstance(placement, NodeLinks):
+        raise ConfigError(
+            f"--inject {asked[0]}: network faults need nodes with networks of their own "
+            f"(SRES_NETNS: see docs/explanation/fencing.md); this run's nodes share one"
+        )
 
 
 def exit_code(outcome: Outcome) -> int:
@@ -96,12 +111,12 @@ def _placement(
         placement, liveness = _srun_placement(request, config.log_dir, environ, job_hosts)
         hosts = ", ".join(placement.hosts[: request.nodes + request.spares])
         return placement, liveness, f"job {placement.job_id} ({hosts})"
-    from launcher.placement import namespaced
+    from launcher.placement import links, namespaced
     from launcher.placement.local import LocalPlacement
 
     kept = dict(repair_after_s=request.options.repair_after, rerun=rerun)
-    if environ.get(namespaced.VARIABLE):  # a test's nodes, each with a network of its own
-        layout = namespaced.NetnsLayout.parse(environ[namespaced.VARIABLE])
+    if environ.get(links.VARIABLE):  # a test's nodes, each with a network of its own
+        layout = links.NetnsLayout.parse(environ[links.VARIABLE])
         return namespaced.NamespacedPlacement(layout, config.log_dir, **kept), None, "network namespaces"
     return LocalPlacement(config.log_dir, **kept), None, "this machine"
 

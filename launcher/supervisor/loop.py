@@ -30,7 +30,7 @@ from launcher.observability import metrics
 from launcher.run import rank_threads, signal_latch
 from launcher.run.options import rank_fields
 from launcher.observability.events import INTERRUPTED, EventLog
-from launcher.placement import ForkHosts, Placement, RankProcesses
+from launcher.placement import ForkHosts, NodeLinks, Placement, RankProcesses
 from launcher.placement.forks import ForkingProcesses
 from launcher.placement.local import LocalPlacement
 from launcher.supervisor.perform.books import Books, Outcome
@@ -196,6 +196,7 @@ class Supervisor:
             out=out,
             answer=self.control.answer,
             ram_root=lambda: tiers.ram_root(self.liveness.secret),
+            links=p if isinstance(p, NodeLinks) else None,
         )
 
     @property

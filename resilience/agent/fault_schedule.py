@@ -36,6 +36,10 @@ every rank restarts from that tier; a sender dies in the transfer to a rank that
 killed; a full disk frees up again (on the same rank), after two persistent saves at the default
 ``persist_every`` of 4 (with one, a save still queued when another fault killed the rank left
 the full disk unseen: CI saw it under load)."""
+LINK_DEFAULTS = {"cut": 0.0, "cut-supervisor": 0.0, "drop-out": 0.0, "flap": 2.0}
+"""A link fault drawn at random: cut for good (the node is replaced), or flapping for 2 s;
+``slow-link`` caps its node at :data:`SLOW_LINK_MBIT`."""
+SLOW_LINK_MBIT = 20.0
 _SPEC = re.compile(
     r"^random:seed=(\d+):every=(\d+(?:\.\d+)?)((?::(?:kinds=[a-z,-]+|from=\d+|to=\d+|count=\d+))*)$"
 )
@@ -111,7 +115,9 @@ def expand(faults: RandomFaults, *, world_size: int, first_index: int = 0) -> tu
             rank = 0 if FAULT_KINDS[kind].performer == "supervisor" else None
         else:  # node: the node of a rank, as node indices change when spares replace nodes
             rank = rng.randrange(world_size)
-        out.append(Injection(kind, step, rank=rank, index=first_index + len(out)))
+        seconds = LINK_DEFAULTS.get(kind)
+        mbit = SLOW_LINK_MBIT if kind == "slow-link" else None
+        out.append(Injection(kind, step, rank=rank, index=first_index + len(out), seconds=seconds, mbit=mbit))
         if kind in _PAIRED:
             partner, later = _PAIRED[kind]
             if partner != kind and partner in ("kill-all", "kill"):  # free-disk: the same rank

@@ -15,6 +15,7 @@ replays step S after recovery does not fault again.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import signal
 import sys
@@ -103,6 +104,9 @@ def fire(
     effect = FAULT_KINDS[injection.kind].effect
     if effect == "kill-spare":  # the supervisor's to do
         store.faults.request_child_kill(injection.spec)
+        return
+    if effect == "break-link":  # the supervisor's to do; this rank trains on through it
+        store.faults.request_link_fault(dataclasses.replace(injection, node=node, rank=None).spec)
         return
     if effect == "slow":  # the node is slow from now on, for every rank it runs
         assert injection.factor is not None, "parse() gives every slow spec its factor"

@@ -29,8 +29,9 @@ Effect = Literal[
     "free-disk",
     "kill-node",
     "kill-spare",
+    "break-link",
 ]
-SUPERVISOR_EFFECTS = ("kill-node", "kill-spare")
+SUPERVISOR_EFFECTS = ("kill-node", "kill-spare", "break-link")
 """Effects a rank asks the supervisor for (through the store) instead of carrying out itself."""
 Random = Literal["default", "optional", "never"]
 
@@ -61,10 +62,12 @@ class FaultKind:
 
     @property
     def syntax(self) -> str:
-        if self.target == "node":
-            return "node:N:step=S | node:rank=R:step=S" + (" (gen=G for step=S)" if self.generation else "")
-        target = ":rank=R" if self.target == "rank" else ""
         more = "".join(f":{o}" for o in self.options)
+        if self.name == "node":
+            return "node:N:step=S | node:rank=R:step=S" + (" (gen=G for step=S)" if self.generation else "")
+        if self.target == "node":
+            return f"{self.name}:N{more}:step=S"
+        target = ":rank=R" if self.target == "rank" else ""
         return f"{self.name}{target}{more}:step=S" + (" (gen=G for step=S)" if self.generation else "")
 
     @property
@@ -72,7 +75,7 @@ class FaultKind:
         return "supervisor" if self.effect in SUPERVISOR_EFFECTS else "rank"
 
 
-_KINDS = (
+_KINDS: tuple[FaultKind, ...] = (
     # The order of the first twelve is the random schedule's (a seed draws from it by position).
     FaultKind("kill", "rank", "step", "sigkill", "SIGKILL rank R as it starts step S", True, "default"),
     FaultKind(
@@ -183,6 +186,59 @@ _KINDS = (
         random="never",
     ),
 )
+_LINK_KINDS = (
+    # Done by the supervisor to a node's link (sres run on nodes with networks of their own,
+    # SRES_NETNS): the processes live on, and the fault is found as a real one would be.
+    FaultKind(
+        "cut",
+        "node",
+        "step",
+        "break-link",
+        "node N's link goes down: nothing in or out, nothing refused (a pulled cable); for=D brings "
+        "it back after D s (0: never)",
+        random="optional",
+        options=("for=D",),
+    ),
+    FaultKind(
+        "cut-supervisor",
+        "node",
+        "step",
+        "break-link",
+        "node N and the supervisor's node lose each other; its peers still reach it (a management "
+        "network down, the data network up); for=D as for cut",
+        random="optional",
+        options=("for=D",),
+    ),
+    FaultKind(
+        "drop-out",
+        "node",
+        "step",
+        "break-link",
+        "node N's packets to the supervisor vanish; the supervisor's still arrive (one direction "
+        "dropped); for=D as for cut",
+        random="optional",
+        options=("for=D",),
+    ),
+    FaultKind(
+        "flap",
+        "node",
+        "step",
+        "break-link",
+        "node N's link goes down and up every 0.2 s for D s (a flapping port)",
+        random="optional",
+        options=("for=D",),
+    ),
+    FaultKind(
+        "slow-link",
+        "node",
+        "step",
+        "break-link",
+        "node N's link, both ways, capped at M Mbit/s (tbf) from step S on (a degraded cable)",
+        random="optional",
+        options=("mbit=M",),
+    ),
+)
+_KINDS = (*_KINDS, *_LINK_KINDS)
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in _KINDS}
 """Every fault kind, by name: the one place a kind is declared."""
 KINDS = tuple(FAULT_KINDS)
@@ -217,6 +273,10 @@ class Injection:
     generation: int | None = None
     factor: float | None = None
     """``slow``: how many times slower."""
+    seconds: float | None = None
+    """A link fault's ``for=D`` (0: for good)."""
+    mbit: float | None = None
+    """``slow-link``: the cap, in Mbit/s."""
 
     @property
     def spec(self) -> str:
@@ -226,6 +286,11 @@ class Injection:
             return f"{self.kind}:{when}"
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
+        target = f"{self.node}" if self.node is not None else f"rank={self.rank}"
+        if self.kind == "slow-link":
+            return f"slow-link:{target}:mbit={self.mbit:g}:{when}"
+        if self.seconds is not None:
+            return f"{self.kind}:{target}:for={self.seconds:g}:{when}"
         target = f"{self.node}" if kind.target == "node" and self.node is not None else f"rank={self.rank}"
         return f"{self.kind}:{target}:{when}"
 
@@ -241,6 +306,8 @@ _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
 _ALL_SPEC = re.compile(rf"^({_names('job')}):step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
+_LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS)
+_LINK_SPEC = re.compile(rf"^({_LINK_NAMES}):(\d+|rank=\d+):(for|mbit)=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
 def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
@@ -262,6 +329,8 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
                     "slow", int(m.group(3)), rank=int(m.group(1)), index=index, factor=float(m.group(2))
                 )
             )
+        elif m := _LINK_SPEC.match(raw):
+            out.append(_link(raw, m, index))
         elif m := _ALL_SPEC.match(raw):  # one the supervisor performs is asked for by rank 0
             rank = 0 if FAULT_KINDS[m.group(1)].performer == "supervisor" else None
             out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))
@@ -278,6 +347,23 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
                 )
             raise InjectSpecError(f"bad --inject spec {raw!r} (bad form): use {FAULT_KINDS[kind].syntax}")
     return tuple(out)
+
+
+def _link(raw: str, m: re.Match[str], index: int) -> Injection:
+    kind, where, option = m.group(1), m.group(2), m.group(3)
+    value, step = float(m.group(4)), int(m.group(5))
+    # node N, or the node that runs rank R then (a random schedule's: nodes change numbers)
+    target = {"rank": int(where[5:])} if where.startswith("rank=") else {"node": int(where)}
+    wanted = FAULT_KINDS[kind].options[0].split("=")[0]
+    if option != wanted:
+        raise InjectSpecError(f"bad --inject spec {raw!r} (bad form): use {FAULT_KINDS[kind].syntax}")
+    if kind == "slow-link":
+        if value <= 0:
+            raise InjectSpecError(f"bad --inject spec {raw!r}: mbit must be positive")
+        return Injection(kind, step, index=index, mbit=value, **target)
+    if kind == "flap" and value <= 0:
+        raise InjectSpecError(f"bad --inject spec {raw!r}: a flap lasts for=D > 0 seconds")
+    return Injection(kind, step, index=index, seconds=value, **target)
 
 
 def _injection(kind: str, when: str, value: int, index: int, **target: int) -> Injection:

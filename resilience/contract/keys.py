@@ -34,6 +34,7 @@ PREEMPT = "preempt"
 RECLAIMS = "reclaim-count"
 RANK_EVENTS = "rank-events"
 NODE_KILLS = "inject-node-count"
+LINK_FAULTS = "inject-link-count"
 CHILD_KILL = "inject-supervisor-child"
 FLUSH_SEQ = "tier-flush-seq"
 FLUSH_REQUEST = "tier-flush"
@@ -149,6 +150,10 @@ def fired(index: int) -> str:
 
 def node_kill(node: int) -> str:
     return f"inject-node/{node}"
+
+
+def link_fault(number: int) -> str:
+    return f"inject-link/{number}"
 
 
 def slow(node: int) -> str:

@@ -9,7 +9,7 @@ of that sum are the rank's own monotonic clock: no clock skew between machines e
 echo that sat in a buffer through a partition (or a SIGSTOP) renews nothing, since the line it
 answers was sent long ago.
 
-The lease is shorter than the supervisor's silence limit (the hang timeout: see
+The lease is shorter than the supervisor's silence limit (three quarters of the hang timeout:
 :func:`lease_s`), so a cut-off rank has stopped writing before the supervisor decides to replace
 it; the generation carried by every write it made before (the store's fenced values, the tiers'
 manifests and fences, the neighbour copies' headers) covers a write already in flight.
@@ -28,11 +28,17 @@ KEEP_SENT = 4096
 """Send times remembered (by sequence number): far more lines than a lease's worth."""
 
 
+LEASE_OF_HANG = 0.75
+"""The lease's share of the hang timeout. Any share below 1 fences a cut-off rank before the
+supervisor calls it silent (its last echoed line was sent no later than the supervisor's last
+hearing of it); the rest is the margin before its replacement can write. Not lower: a rank
+whose heartbeat thread is starved (a loaded machine, a long collective holding the GIL) for the
+lease ends itself, and at half the tests' 3 s hang timeout that was 1.5 s of starvation."""
+
+
 def lease_s(hang_timeout_s: float) -> float:
-    """The lease length for a run whose supervisor replaces a silent rank after ``hang_timeout_s``:
-    half of it, so that the rank has fenced itself for half the timeout before it is replaced
-    (its last echoed line was sent at most a beat period before the supervisor's last hearing)."""
-    return hang_timeout_s / 2
+    """The lease length for a run whose supervisor replaces a silent rank after ``hang_timeout_s``."""
+    return hang_timeout_s * LEASE_OF_HANG
 
 
 class Lease:

@@ -3,12 +3,10 @@ a veth pair into it, addresses from a private /24 that exists only between them;
 real link has, done to those links alone (iproute2's ``ip``).
 
 Everything is named with this process's id and removed at the end: no address or interface
-outside what the test made is ever touched. The kernel here has no ``sch_netem`` and no tc
-classifiers (checked: ``tc qdisc add ... netem`` and ``tc filter ... matchall`` are refused), so
-the faults use what it has: a cut is the link's host end set down (the node's end loses its
-carrier: nothing is refused, packets vanish, as with a pulled cable); one direction dropped is a
-static neighbour entry on the node's side pointing at no one (its frames to that address go
-nowhere, the other direction is untouched); a slow link is ``tbf`` on both ends.
+outside what the test made is ever touched. The faults are the run's own
+(:mod:`launcher.placement.links`, what ``--inject cut:N:...`` does), done here from the test. The
+kernel here has no ``sch_netem`` and no tc classifiers (checked: ``tc qdisc add ... netem`` and
+``tc filter ... matchall`` are refused): no per-packet loss or delay.
 """
 
 from __future__ import annotations
@@ -22,6 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+
+from launcher.placement.links import LinkFaults, NetnsLayout
+
 
 DEV = "sres0"
 """The interface inside each namespace."""
@@ -54,9 +55,8 @@ class Network:
     def tag(self) -> str:
         return f"{os.getpid() % 100000}{self.number % 100}"
 
-    @property
-    def subnet(self) -> int:
-        return 100 + (os.getpid() + self.number) % 150
+    subnet: int = 0
+    """The third number of its /24, ``10.213.<subnet>.0``: the first free one (:meth:`up`)."""
 
     @property
     def prefix(self) -> str:
@@ -83,10 +83,14 @@ class Network:
     @property
     def variable(self) -> str:
         """``SRES_NETNS`` for a run on these nodes."""
-        return f"prefix={self.prefix},host={self.host},first={self.address(0)},dev={DEV}"
+        return (
+            f"prefix={self.prefix},host={self.host},first={self.address(0)},dev={DEV},"
+            f"veth=sresv{self.tag}n,bridge={self.bridge}"
+        )
 
     def up(self) -> "Network":
         self.down()
+        self.subnet = _free_subnet()
         run("ip", "link", "add", self.bridge, "type", "bridge")
         run("ip", "addr", "add", f"{self.host}/24", "dev", self.bridge)
         run("ip", "link", "set", self.bridge, "up")
@@ -110,30 +114,34 @@ class Network:
         with contextlib.suppress(subprocess.CalledProcessError):
             run("ip", "link", "del", self.bridge)
 
-    # --- faults ----------------------------------------------------------------------------------
+    # --- faults: the run's own (launcher/placement/links.py), done from the test ------------------
+
+    @property
+    def links(self) -> LinkFaults:
+        return LinkFaults(NetnsLayout.parse(self.variable))
 
     def cut(self, node: int) -> None:
         """Node ``node`` loses its link: nothing in or out, nothing refused."""
-        run("ip", "link", "set", self.outside(node), "down")
+        self.links.cut(node)
 
     def heal(self, node: int) -> None:
-        run("ip", "link", "set", self.outside(node), "up")
-
-    def drop_towards(self, node: int, address: str) -> None:
-        """Node ``node``'s packets to ``address`` go nowhere (a neighbour entry with no one's
-        hardware address); packets from there still arrive."""
-        run("ip", "-n", self.namespace(node), "neigh", "replace", address, "lladdr", "02:00:00:00:00:01",
-            "dev", DEV, "nud", "permanent")  # fmt: skip
-
-    def undrop(self, node: int, address: str) -> None:
-        run("ip", "-n", self.namespace(node), "neigh", "del", address, "dev", DEV)
+        self.links.cut(node, down=False)
 
     def slow(self, node: int, rate: str) -> None:
-        """Both directions of node ``node``'s link capped at ``rate`` (e.g. ``100mbit``)."""
-        for argv in (("ip", "netns", "exec", self.namespace(node)), ()):
-            dev = DEV if argv else self.outside(node)
-            run(*argv, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "256kb",
-                "latency", "200ms")  # fmt: skip
+        """Both directions of node ``node``'s link capped at ``rate`` Mbit/s."""
+        self.links.slow(node, float(rate))
+
+
+def _free_subnet() -> int:
+    """A ``10.213.X.0/24`` no interface of this machine has an address in (another test's, or a
+    leftover of a run that was killed, would take its packets)."""
+    shown = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True).stdout
+    used = {int(part.split(".")[2]) for part in shown.split() if part.startswith("10.213.")}
+    start = 100 + os.getpid() % 150
+    free = next((n for n in range(start, start + 150) if n % 250 + 1 not in used), None)
+    if free is None:
+        raise RuntimeError("no free 10.213.X.0/24 left for a test network")
+    return free % 250 + 1
 
 
 @pytest.fixture
@@ -142,8 +150,8 @@ def network(request) -> Iterator[Network]:
     why = available()
     if why is not None:
         pytest.fail(f"the network tests need namespaces: {why}")
-    net = Network(getattr(request, "param", 4)).up()
+    net = Network(getattr(request, "param", 4))
     try:
-        yield net
-    finally:
+        yield net.up()
+    finally:  # also when up() failed half-way: nothing of it is left
         net.down()

@@ -97,7 +97,8 @@ def test_kill_all_does_not_wait_for_a_rank_that_an_earlier_fault_took():
 def _example(syntax: str) -> str:
     """The first spec a kind's syntax line shows, with numbers in place of its letters."""
     first = syntax.split(" | ")[0].split(" (")[0]
-    return first.replace("=R", "=1").replace("=S", "=4").replace("=F", "=2").replace(":N:", ":1:")
+    first = first.replace("=R", "=1").replace("=S", "=4").replace("=F", "=2").replace(":N:", ":1:")
+    return first.replace("=D", "=3").replace("=M", "=20")
 
 
 def test_every_registered_kind_parses_from_the_syntax_it_declares_and_prints_back_the_same():
@@ -126,6 +127,30 @@ def test_a_bad_form_of_a_known_kind_names_that_kind_s_syntax():
     with pytest.raises(InjectSpecError) as info:
         parse(["slow:rank=1:step=3"])
     assert str(info.value).endswith("use slow:rank=R:factor=F:step=S")
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("cut:1:mbit=3:step=2", "use cut:N:for=D:step=S"),
+        ("slow-link:1:for=3:step=2", "use slow-link:N:mbit=M:step=S"),
+        ("slow-link:1:mbit=0:step=2", "mbit must be positive"),
+        ("flap:1:for=0:step=2", "a flap lasts for=D > 0 seconds"),
+    ],
+)
+def test_a_link_fault_takes_its_own_option_in_its_own_range(bad, words):
+    with pytest.raises(InjectSpecError, match=words):
+        parse([bad])
+
+
+def test_a_link_fault_on_nodes_that_share_one_network_is_refused_before_the_start(tmp_path):
+    from launcher.errors import ConfigError
+    from launcher.placement.local import LocalPlacement
+    from launcher.run.supervise import _links_can_break
+
+    with pytest.raises(ConfigError, match=r"^--inject cut:1:for=0:step=3: network faults need nodes"):
+        _links_can_break(parse(["kill:rank=0:step=2", "cut:1:for=0:step=3"]), LocalPlacement(tmp_path))
+    _links_can_break(parse(["kill:rank=0:step=2"]), LocalPlacement(tmp_path))  # nothing to break: fine
 
 
 @pytest.mark.local  # two threads and a wait

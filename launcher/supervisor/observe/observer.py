@@ -125,7 +125,7 @@ class Observer:
         """The effects of the run's injected faults: their requests are looked for every tick,
         a round trip a tick that a run without them does not pay."""
         self._next_heartbeat_check = 0.0
-        self._node_kills_seen = 0
+        self._node_kills_seen = self._link_faults_seen = 0
         self._limits: tuple[float | None, float | None] | None = None
         self.step_reports = StepReports(store, config.straggler, link)
         self._steps: list[RankStep] = []
@@ -167,6 +167,7 @@ class Observer:
             hung=tuple(hung),
             spares_exited=spares_exited,
             node_kills=self._node_kill_requests(members, set(dead_nodes)),
+            link_faults=self._link_fault_requests(),
             child_kill=self._child_kill_request(),
             preempted=self.preempted,
             time_left_s=left,
@@ -342,6 +343,13 @@ class Observer:
 
     def _child_kill_request(self) -> bool:
         return "kill-spare" in self._injected and self.store.faults.take_child_kill()
+
+    def _link_fault_requests(self) -> tuple[str, ...]:
+        """Link faults a fault injection (``cut:N:for=D:step=S``, ...) asked the supervisor for."""
+        if "break-link" not in self._injected:
+            return ()
+        self._link_faults_seen, specs = self.store.faults.link_faults_after(self._link_faults_seen)
+        return tuple(specs)
 
     def _node_kill_requests(self, members: Mapping[int, str], dead_nodes: set[int]) -> tuple[int, ...]:
         """Nodes a fault injection (``node:N:step=S``) asked the supervisor to kill."""

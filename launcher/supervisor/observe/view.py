@@ -73,6 +73,8 @@ class Observation:
     reports: Mapping[str, Report] = field(default_factory=dict)
     hung: tuple[str, ...] = ()
     node_kills: tuple[int, ...] = ()
+    link_faults: tuple[str, ...] = ()
+    """Link faults a fault injection asked for (their specs: ``cut:1:for=0:step=8``)."""
     child_kill: bool = False
     """A fault injection asked the supervisor to kill one of its warm spares' processes."""
     spares_exited: tuple[tuple[int, str], ...] = ()

@@ -24,6 +24,7 @@ from launcher.supervisor.observe.view import Observation, RunState
 PERFORMERS: dict[type, Callable[[Hands, Any], Outcome | None]] = {
     act.KillSlot: faults.kill_slot,
     act.KillNode: faults.kill_node,
+    act.BreakLink: faults.break_link,
     act.DropSpare: faults.drop_spare,
     act.HoldForCulprit: faults.hold,
     act.OpenFault: faults.open_fault,

@@ -13,6 +13,7 @@ from launcher.supervisor.policy import actions as act
 from launcher.supervisor.perform.hands import Hands
 from launcher.supervisor.policy.classify import error_at
 from launcher.supervisor.observe.view import FaultState
+from resilience.contract import injections
 from resilience.contract.messages import Report
 
 
@@ -21,6 +22,20 @@ def kill_slot(h: Hands, a: act.KillSlot) -> None:
     state.killed_as, state.killed_t = a.as_, h.clocks.wall()
     h.books.killed.add(a.slot)
     h.processes.kill(a.slot)
+
+
+def break_link(h: Hands, a: act.BreakLink) -> None:
+    """An injected network fault: done to the node's link by the placement, then left to be found."""
+    (injection,) = injections.parse([a.spec])
+    assert injection.node is not None, "a link fault names its node"
+    if h.links is None:  # refused before the start (supervise): a bug if it comes here
+        raise SresError(f"--inject {a.spec}: this placement has no links to break")
+    what = h.links.break_link(injection)
+    host = h.names.host(injection.node)
+    h.events.emit(
+        "network-fault", node=injection.node, host=host, kind=injection.kind, spec=a.spec, what=what
+    )
+    h.say(f"injected {a.spec}: {host}: {what}")
 
 
 def kill_node(h: Hands, a: act.KillNode) -> None:

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TextIO
 
 from launcher.observability.events import EventLog
-from launcher.placement import JobControl, NewNode, NodeExits, NodeNames, NodeSupply, RankProcesses
+from launcher.placement import (
+    JobControl,
+    NewNode,
+    NodeExits,
+    NodeLinks,
+    NodeNames,
+    NodeSupply,
+    RankProcesses,
+)
 from launcher.supervisor.perform.books import Books
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe.observer import SlotState
@@ -66,6 +74,8 @@ class Hands:
     answer: Callable[..., None] = _no_answer
     ram_root: Callable[[], Path | None] = lambda: None
     """This run's RAM root as its ranks found it (None: the default), for the cleanup at its end."""
+    links: NodeLinks | None = None
+    """Nodes' network links, where the placement can break them (injected network faults)."""
 
     def spawn(self, slot: str, node: int, local: int) -> bool:
         """Start the slot's process; True when it is forked from its machine's fork server."""

@@ -34,6 +34,14 @@ class KillNode:
 
 
 @dataclass(frozen=True)
+class BreakLink:
+    """An injected network fault: the placement breaks a node's link as ``spec`` says; its
+    processes live on, and what follows is found as a real one would be."""
+
+    spec: str
+
+
+@dataclass(frozen=True)
 class DropSpare:
     """A spare node whose waiting process died can no longer take a whole node's ranks."""
 
@@ -250,6 +258,7 @@ class Fail:
 Action = (
     KillSlot
     | KillNode
+    | BreakLink
     | DropSpare
     | HoldForCulprit
     | OpenFault

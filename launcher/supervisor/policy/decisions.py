@@ -23,6 +23,7 @@ from typing import Literal
 
 from launcher.supervisor.policy.actions import (
     Action,
+    BreakLink,
     Drain,
     DropSpare,
     Fail,
@@ -106,6 +107,7 @@ def _kills(obs: Observation, state: RunState, config: RunConfig) -> list[Action]
     if obs.child_kill and state.spare_nodes:
         actions.append(KillSlot(node_slots(state.spare_nodes[0], config.procs_per_node)[0], "injected"))
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
+    actions += [BreakLink(spec) for spec in obs.link_faults]
     for node in obs.node_kills:  # an injected node loss: the node goes, as a real lost node does
         actions += [KillNode(node), Drain(node, INJECTED_NODE_LOSS)]
     return actions

@@ -36,6 +36,16 @@ class FaultChannel(Channel):
         """Supervisor: whether node N was asked to be killed (the request is consumed)."""
         return self._core.take(keys.node_kill(node))
 
+    def request_link_fault(self, spec: str) -> None:
+        """Ask the supervisor to break a node's link (``cut:N:for=D:step=S`` and its kin)."""
+        self._core.put_text(keys.link_fault(self._core.add(keys.LINK_FAULTS)), spec)
+
+    def link_faults_after(self, seen: int) -> tuple[int, list[str]]:
+        """Supervisor: how many link faults were asked for, and the specs of those after ``seen``."""
+        count = self._core.count(keys.LINK_FAULTS)
+        specs = [self._core.text(keys.link_fault(n)) for n in range(seen + 1, count + 1)]
+        return count, [s for s in specs if s]
+
     def request_child_kill(self, spec: str) -> None:
         self._core.put_text(keys.CHILD_KILL, spec)
 
