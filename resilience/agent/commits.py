@@ -225,7 +225,7 @@ class CommitPipeline:
             self.step_times.append(step_s)
         self._commits_this_generation += 1
         if self.rank == 0:
-            self.store.progress.set_step(step)
+            self.store.progress.set_step(step, plan.generation)
             if self._commits_this_generation == 1:
                 batch = ctx.batch
                 if batch is not None:

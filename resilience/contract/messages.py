@@ -224,6 +224,14 @@ class BatchInfo(Message):
 
 
 @dataclass(frozen=True)
+class Progress(Message):
+    """The run's newest committed step, and the generation whose rank 0 committed it."""
+
+    step: int
+    generation: int = 0
+
+
+@dataclass(frozen=True)
 class RunStats(Message):
     median_step_s: float
     """Commit to commit, each generation's first step left out (rank 0's, at the end)."""
@@ -357,6 +365,7 @@ MESSAGES: tuple[type[Message], ...] = (
     RecoveryInfo,
     BatchInfo,
     RunStats,
+    Progress,
     RecentSteps,
     FlushRequest,
     FlushDone,

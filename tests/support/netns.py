@@ -127,6 +127,17 @@ class Network:
     def heal(self, node: int) -> None:
         self.links.cut(node, down=False)
 
+    def reset(self) -> None:
+        """Every link as :meth:`up` made it: up, no lost direction, no cap."""
+        for node in range(self.nodes):
+            self.heal(node)
+            for argv, dev in ((("ip", "-n", self.namespace(node)), DEV), (("ip",), self.bridge)):
+                with contextlib.suppress(subprocess.CalledProcessError):  # ours only: dev named
+                    run(*argv, "neigh", "flush", "dev", dev, "nud", "permanent")
+            for argv, dev in (((), self.outside(node)), (("ip", "netns", "exec", self.namespace(node)), DEV)):
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    run(*argv, "tc", "qdisc", "del", "dev", dev, "root")
+
     def slow(self, node: int, rate: str) -> None:
         """Both directions of node ``node``'s link capped at ``rate`` Mbit/s."""
         self.links.slow(node, float(rate))

@@ -56,6 +56,7 @@ SAMPLES: dict[type[m.Message], m.Message] = {
     ),
     m.BatchInfo: m.BatchInfo(global_batch=64, accumulation=2, lr_scale=0.5, kept=True),
     m.RunStats: m.RunStats(median_step_s=0.031),
+    m.Progress: m.Progress(step=41, generation=3),
     m.RecentSteps: m.RecentSteps(
         (m.StepRecord(5, 0.01, 0.02, 1e9, 0.0), m.StepRecord(6, 0.011, 0.021, 1e9 + 1, 0.001))
     ),
@@ -226,7 +227,7 @@ def test_a_value_written_without_the_runs_secret_reads_as_absent_and_is_noted():
     under.add(keys.NODE_KILLS, 1)
     under.set(keys.PROGRESS, "99999")
     assert store.plans.get(1) is None and not store.plans.has(1)
-    assert not store.signals.preempted() and not store.faults.take_node_kill(0)
+    assert store.signals.preempted_by() is None and not store.faults.take_node_kill(0)
     assert store.progress.step() is None
     assert set(store.forged) == {keys.plan(1), keys.PREEMPT, keys.node_kill(0), keys.PROGRESS}
     under.set(f"{keys.pg_prefix(1)}/0", b"10.0.0.9:1234")  # where torch's rendezvous looks for rank 0

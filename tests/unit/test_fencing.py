@@ -133,3 +133,36 @@ def test_a_neighbour_copy_from_an_older_generation_is_refused_before_a_byte_is_w
         assert mf.read_manifest(mf.rank_dir(tmp_path / "in", 5, 1), "J").generation == 3
     finally:
         server.stop()
+
+
+def test_progress_from_an_older_generation_is_refused_once_a_newer_one_wrote():
+    """A rank 0 cut off in generation 2, whose write sat in its socket through the partition,
+    reads generation 3's progress first on the same connection and writes nothing."""
+    import torch.distributed as dist
+
+    from resilience.contract.run_store import RunStore
+
+    store = RunStore(dist.HashStore())
+    assert store.progress.set_step(12, generation=2)
+    assert store.progress.set_step(14, generation=3)
+    assert not store.progress.set_step(13, generation=2)  # the stale rank's late write
+    assert store.progress.step() == 14
+    assert store.progress.set_step(15, generation=3) and store.progress.step() == 15
+
+
+def test_a_rank_past_its_lease_writes_nothing_to_the_store():
+    import torch.distributed as dist
+
+    from resilience.contract.run_store import RunStore
+
+    clock = Clock()
+    lease = Lease(2.0, clock)
+    store = RunStore(dist.HashStore())
+    store.core.guard = lease.check
+    store.progress.set_step(3, generation=1)
+    clock.t += 2.5
+    with pytest.raises(Fenced, match="refused to write progress"):
+        store.progress.set_step(4, generation=1)
+    with pytest.raises(Fenced):
+        store.clone().events.push("checkpoint-saved", tier="ram", step=4, seconds=0.1)  # clones too
+    assert store.progress.step() == 3

@@ -292,7 +292,8 @@ class Observer:
             return []
         self._next_heartbeat_check = now + self.config.beat_s / 2
         self._read_steps(generation, members)
-        if self.preempted is None and self.store.signals.preempted():
+        by = self.store.signals.preempted_by() if self.preempted is None else None
+        if by is not None and by in self.slots and self._watch(by).alive:  # not a replaced process's
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]

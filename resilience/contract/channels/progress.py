@@ -5,19 +5,27 @@ writes, the supervisor reads for its events, goodput and straggler reports.
 from __future__ import annotations
 
 from resilience.contract import keys
-from resilience.contract.messages import BatchInfo, RecentSteps, RecoveryInfo, RunStats
+from resilience.contract.messages import BatchInfo, Progress, RecentSteps, RecoveryInfo, RunStats
 from resilience.contract.store_core import Channel
 
 
 class ProgressChannel(Channel):
     """Facts about training that outlive the rank that wrote them (the store is the supervisor's)."""
 
-    def set_step(self, step: int) -> None:
-        self._core.put_int(keys.PROGRESS, step)
+    def set_step(self, step: int, generation: int = 0) -> bool:
+        """Record ``step`` as committed by ``generation``'s rank 0; False (nothing written) when
+        a newer generation already recorded one: a rank cut off and back, whose write sat in a
+        socket through the partition, reads the newer value first on the same connection."""
+        old = self._core.get(keys.PROGRESS, Progress)
+        if old is not None and old.generation > generation:
+            return False
+        self._core.put(keys.PROGRESS, Progress(step, generation))
+        return True
 
     def step(self) -> int | None:
         """The newest committed step; None before the first."""
-        return self._core.get_int(keys.PROGRESS)
+        progress = self._core.get(keys.PROGRESS, Progress)
+        return None if progress is None else progress.step
 
     def mark_first_step(self, generation: int, t: float) -> None:
         self._core.put_float(keys.first_step(generation), t)

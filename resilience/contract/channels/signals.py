@@ -37,8 +37,9 @@ class SignalChannel(Channel):
     def mark_preempted(self, by: str) -> None:
         self._core.put_text(keys.PREEMPT, by)
 
-    def preempted(self) -> bool:
-        return self._core.has(keys.PREEMPT)
+    def preempted_by(self) -> str | None:
+        """The slot of the rank that caught the preemption signal; None while none did."""
+        return self._core.text(keys.PREEMPT)
 
     def report_reclaimed(self, slot: str) -> None:
         """A rank on a lent node got Slurm's signal that the node is being taken back (the
