@@ -285,6 +285,14 @@ class Observer:
         self._steps, self._stragglers = [], []
         return found
 
+    def _replaced(self, slot: str, members: Mapping[int, str]) -> bool:
+        """Whether ``slot``'s process left the run's plan lost (it ended, or was killed as hung or
+        with its node): what it says now is a stale process's (cut off, then back). A member's
+        word counts even when its process has already ended (Slurm's preemption kills it next)."""
+        state = self.slots.get(slot)
+        lost = slot in self._gone or (state is not None and state.killed_as is not None)
+        return lost and slot not in members.values()
+
     def _silent(self, now: float, generation: int, members: Mapping[int, str]) -> list[str]:
         # Every half period is enough to see a silence of hang_timeout; every tick would cost
         # store round trips that compete with the ranks for CPU (measured: 9% on 2 cores).
@@ -293,7 +301,7 @@ class Observer:
         self._next_heartbeat_check = now + self.config.beat_s / 2
         self._read_steps(generation, members)
         by = self.store.signals.preempted_by() if self.preempted is None else None
-        if by is not None and by in self.slots and self._watch(by).alive:  # not a replaced process's
+        if by is not None and not self._replaced(by, members):
             self.preempted = f"preempted (a rank received {self.config.preempt_signal_name})"
         self._read_reclaims()
         alive = [s for s in self.slots if self._watch(s).alive]
