@@ -11,8 +11,8 @@ answers was sent long ago.
 
 The lease is shorter than the supervisor's silence limit (three quarters of the hang timeout:
 :func:`lease_s`), so a cut-off rank has stopped writing before the supervisor decides to replace
-it; the generation carried by every write it made before (the store's fenced values, the tiers'
-manifests and fences, the neighbour copies' headers) covers a write already in flight.
+it; the generation carried by what it wrote before (the run's progress, the tiers' manifests, the
+neighbour copies' headers, flush requests) covers a write already in flight.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class Lease:
         self._sent: deque[tuple[int, float]] = deque(maxlen=KEEP_SENT)
         self._until = clock() + length_s
         """Granted at the hello's acceptance, which the supervisor answered just now."""
-        self.fenced_why = ""
 
     def sent(self, seq: int, t: float) -> None:
         with self._lock:
@@ -77,8 +76,7 @@ class Lease:
         """Raise :class:`Fenced` instead of doing ``what`` once the lease has run out."""
         left = self.left_s()
         if left <= 0:
-            self.fenced_why = (
+            raise Fenced(
                 f"no word from the supervisor for {self.length_s - left:.1f} s (lease {self.length_s:g} s): "
                 f"refused to {what}"
             )
-            raise Fenced(self.fenced_why)
