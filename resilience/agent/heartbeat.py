@@ -21,7 +21,8 @@ import torch.distributed as dist
 
 from resilience.agent.abort import GroupSockets, release
 from resilience.contract.link import RankLink
-from resilience.contract.messages import FENCED_EXIT, STUCK_EXIT
+from resilience.contract.lease import fence
+from resilience.contract.messages import STUCK_EXIT
 from resilience.contract.run_store import RunStore
 
 log = logging.getLogger("resilience")
@@ -144,13 +145,7 @@ class Heartbeat:
         lease = self.link.lease
         while not self._stop.wait(min(max(lease.left_s(), 0.0), self.POLL_S)):
             if lease.expired():
-                with contextlib.suppress(OSError):
-                    os.write(
-                        2,
-                        f"sres: cut off from the supervisor for over {lease.length_s:g} s (its lease): "
-                        f"fenced, exiting without another write\n".encode(),
-                    )
-                os._exit(FENCED_EXIT)
+                fence(f"cut off from the supervisor for over {lease.length_s:g} s (its lease)")
 
     def stop(self) -> None:
         self._stop.set()

@@ -33,13 +33,14 @@ from resilience.agent.states import RankState
 from resilience.context import Context, dtensors_loaded
 from resilience import fork_server
 from resilience.contract import liveness, run_secret
+from resilience.contract.lease import fence
 from resilience.contract.link import RankLink
 from resilience.contract.messages import Plan, Report, RunStats
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.open_files import raise_open_files_limit
 from resilience.ddp import deterministic_by_default
-from resilience.errors import CommitOrderError, RegistrationError, Unrecoverable
+from resilience.errors import CommitOrderError, Fenced, RegistrationError, Unrecoverable
 from resilience.rank_place import RankPlace, place_of, torch_variables
 from resilience.state import snapshot
 from resilience.data.batch_link import BatchLink
@@ -60,6 +61,11 @@ class Agent:
         key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""
         self.store = RunStore.connect(env.store_host, env.store_port, key)
         self._liveness = self._link(env)
+        self._watch = GenerationWatch()
+        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
+        # Beat from here: the lease granted at the hello runs out unless lines are echoed, and on a
+        # loaded machine what follows took long enough to fence healthy ranks before their first step.
+        self._heartbeat.start()
         self.state = RankState.STARTING
         self.kept = Kept()
         elastic = env.elastic
@@ -69,8 +75,6 @@ class Agent:
         self.place: RankPlace | None = None
         self.state_group: dist.ProcessGroup | None = None
         self._live: Context | None = None
-        self._watch = GenerationWatch()
-        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self._requeue_hooks = RequeueHooks(self.store, env.slot)
         self.tiers = TierAgent.create(
             env.tiers,
@@ -125,7 +129,13 @@ class Agent:
     # --- the generation loop --------------------------------------------------------------
 
     def run(self, train: Callable[[Context], None]) -> None:
-        self._heartbeat.start()
+        """Every generation given to this process; a write the lease refused ends it, as its thread would."""
+        try:
+            self._run(train)
+        except Fenced as err:
+            fence(str(err))
+
+    def _run(self, train: Callable[[Context], None]) -> None:
         self._relay_preemption()
         if self.env.deterministic_ddp:
             deterministic_by_default()
@@ -208,6 +218,8 @@ class Agent:
             digest = self._train_generation(plan, local_rank, train)
         except Paused:
             failure = self._leave_at_boundary()
+        except Fenced:
+            raise  # not a fault to report: nothing may be written any more
         except Exception as err:  # noqa: BLE001 - every failure of a generation is reported
             failure = self._failure(err)
         self._enter(RankState.LEAVING)

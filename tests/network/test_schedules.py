@@ -5,7 +5,7 @@ schedule is a real ``sres run`` on nodes with networks of their own, checked aga
 fault-free run bitwise (exact mode: the world's size changes no bit) with every sample trained
 exactly once.
 
-``SRES_SCHEDULES`` sets how many are drawn (default 200, the slow set's; CI runs a few in
+``SRES_SCHEDULES`` sets how many are drawn (default 200, the slow set's; CI runs :data:`IN_CI` in
 ``test_a_few_schedules``). A failing one is printed as its ``sres run`` arguments, to replay.
 """
 
@@ -34,6 +34,8 @@ FAULTS = ("kill", "node", "kill-in-formation", "cut", "drop-out")
 @st.composite
 def schedules(draw) -> tuple[list[str], tuple[str, ...]]:
     """(``sres run`` options, the training's options) of one schedule."""
+    spares = draw(st.integers(0, 1))
+    nodes = NODES - spares  # a spare is no node of the run until it takes a rank: not a target
     specs = []
     for _ in range(draw(st.integers(1, 2))):
         kind = draw(st.sampled_from(FAULTS))
@@ -41,12 +43,11 @@ def schedules(draw) -> tuple[list[str], tuple[str, ...]]:
         if kind == "kill":
             specs.append(f"kill:rank={draw(st.integers(0, 1))}:step={step}")
         elif kind == "node":
-            specs.append(f"node:{draw(st.integers(0, NODES - 1))}:step={step}")
+            specs.append(f"node:{draw(st.integers(0, nodes - 1))}:step={step}")
         elif kind == "kill-in-formation":
             specs.append("kill:rank=0:gen=2")
         else:
-            specs.append(f"{kind}:{draw(st.integers(0, NODES - 1))}:for=0:step={step}")
-    spares = draw(st.integers(0, 1))
+            specs.append(f"{kind}:{draw(st.integers(0, nodes - 1))}:for=0:step={step}")
     options = ["--min-nodes", "1", *(f"--inject={s}" for s in dict.fromkeys(specs))]
     options += ["--spares", str(spares)] if spares else []
     options += [] if draw(st.booleans()) else ["--no-tiers"]
@@ -70,8 +71,8 @@ def reference(tmp_path_factory) -> set[str]:
 def check(tmp: Path, net, reference: set[str], options: list[str], train: tuple[str, ...]) -> None:
     net.reset()
     log_dir = tmp / f"run-{len(list(tmp.iterdir()))}"
-    nodes = NODES - int("--spares" in options)
-    cmd = sres_command(log_dir, nodes, tuple(options), "resilience.examples.train_mlp", STEPS, train, 4)
+    members = NODES - int("--spares" in options)
+    cmd = sres_command(log_dir, members, tuple(options), "resilience.examples.train_mlp", STEPS, train, 4)
     run = run_command(cmd, clean_env(SRES_NETNS=net.variable), log_dir, 240)
     replay = f"sres run {' '.join(options)} -- ... {' '.join(train)}"
     assert model_digests(run) == reference, replay
@@ -87,16 +88,24 @@ def drawn(count: int):
     )
 
 
+IN_CI = 20
+
+
+@pytest.mark.timeout(120 * IN_CI)
 @pytest.mark.parametrize("network", [NODES], indirect=True)
-@drawn(3)
+@drawn(IN_CI)
 @given(schedule=schedules())
 def test_a_few_schedules(tmp_path, network, reference, schedule):
     check(tmp_path, network, reference, *schedule)
 
 
+SCHEDULES = int(os.environ.get("SRES_SCHEDULES", "200"))
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(120 * SCHEDULES)  # pytest-timeout's limit is for all of hypothesis's examples
 @pytest.mark.parametrize("network", [NODES], indirect=True)
-@drawn(int(os.environ.get("SRES_SCHEDULES", "200")))
+@drawn(SCHEDULES)
 @given(schedule=schedules())
 def test_every_schedule_ends_with_the_fault_free_bits(tmp_path, network, reference, schedule):
     check(tmp_path, network, reference, *schedule)

@@ -41,6 +41,13 @@ class Run:
     def of(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["event"] == kind]
 
+    def rank_logs(self, tail: int = 1500) -> str:
+        """The end of each rank process's log: what an assertion on faults shows when it fails."""
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-tail:]}"
+            for path in sorted((self.log_dir / "ranks").glob("*.log"))
+        )
+
 
 def sres_command(
     log_dir: Path,
