@@ -165,7 +165,12 @@ EVENT_TYPES: tuple[EventType, ...] = (
         SUPERVISOR,
         (
             *_node_fields("node"),
-            Field("kind", "str", "`cut`, `cut-supervisor`, `drop-out`, `flap` or `slow-link`"),
+            Field(
+                "kind",
+                "str",
+                "`cut`, `cut-supervisor`, `drop-out`, `flap`, `slow-link`, or `isolate-supervisor` (one "
+                "event for each node it cut off)",
+            ),
             Field("spec", "str", "the `--inject` spec"),
             Field("what", "str", "what was done, in words"),
         ),

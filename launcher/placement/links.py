@@ -141,7 +141,7 @@ class LinkFaults:
             self.cut(node)
             self.undo_after(heal, lambda: self.cut(node, False))
             return "link down"
-        if kind == "cut-supervisor":
+        if kind in ("cut-supervisor", "isolate-supervisor"):  # the latter: done to every node
             self.cut_supervisor(node)
             self.undo_after(heal, lambda: self.cut_supervisor(node, False))
             return "cut off from the supervisor's node, not from its peers"

@@ -303,8 +303,13 @@ class Supervisor:
         obs = self.observer.observe(
             now, plan.generation, plan.members, self.executor.spare_slots(), b.dead_nodes
         )
-        if obs.lost:
-            obs = self.observer.with_evidence(obs, lambda r: b.slots[plan.members[r]].info.node, b.dead_nodes)
+        if obs.lost or obs.spares_exited:
+            obs = self.observer.with_evidence(
+                obs,
+                lambda r: b.slots[plan.members[r]].info.node,
+                b.dead_nodes,
+                lambda: {s.info.node for s in b.slots.values() if s.alive},
+            )
         self.step_log.append(obs.steps)  # observing wrote nothing: the steps it read are kept here
         if self.metrics is not None:
             self.metrics.steps(s.record.blocked_s / s.record.steps for s in obs.steps)  # per commit

@@ -229,6 +229,17 @@ _LINK_KINDS = (
         options=("for=D",),
     ),
     FaultKind(
+        "isolate-supervisor",
+        "job",
+        "step",
+        "break-link",
+        "the supervisor's node loses every node of the run (its own link down); the nodes still reach "
+        "each other. The ranks fence themselves and the run cannot go on: it requeues under Slurm, else "
+        "stops in one line; no node is drained. for=D as for cut",
+        random="never",
+        options=("for=D",),
+    ),
+    FaultKind(
         "slow-link",
         "node",
         "step",
@@ -283,7 +294,9 @@ class Injection:
         when = f"gen={self.generation}" if self.generation is not None else f"step={self.step}"
         kind = FAULT_KINDS[self.kind]
         if kind.target == "job":
-            return f"{self.kind}:{when}"
+            return (
+                f"{self.kind}:{when}" if self.seconds is None else f"{self.kind}:for={self.seconds:g}:{when}"
+            )
         if self.kind == "slow":
             return f"slow:rank={self.rank}:factor={self.factor:g}:{when}"
         target = f"{self.node}" if self.node is not None else f"rank={self.rank}"
@@ -306,7 +319,9 @@ _NODE_SPEC = re.compile(r"^node:(\d+):(step|gen)=(\d+)$")
 _NODE_OF_RANK_SPEC = re.compile(r"^node:rank=(\d+):step=(\d+)$")
 _ALL_SPEC = re.compile(rf"^({_names('job')}):step=(\d+)$")
 _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
-_LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS)
+_LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS if k.target == "node")
+_JOB_LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS if k.target == "job")
+_JOB_LINK_SPEC = re.compile(rf"^({_JOB_LINK_NAMES}):for=(\d+(?:\.\d+)?):step=(\d+)$")
 _LINK_SPEC = re.compile(rf"^({_LINK_NAMES}):(\d+|rank=\d+):(for|mbit)=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
@@ -331,6 +346,8 @@ def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
             )
         elif m := _LINK_SPEC.match(raw):
             out.append(_link(raw, m, index))
+        elif m := _JOB_LINK_SPEC.match(raw):  # asked for by rank 0, done to every node's link
+            out.append(Injection(m.group(1), int(m.group(3)), rank=0, index=index, seconds=float(m.group(2))))
         elif m := _ALL_SPEC.match(raw):  # one the supervisor performs is asked for by rank 0
             rank = 0 if FAULT_KINDS[m.group(1)].performer == "supervisor" else None
             out.append(Injection(m.group(1), int(m.group(2)), rank=rank, index=index))

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.support.sres_runs import sres_run
+from tests.support.sres_runs import freeze, sres_run
 from tests.support.training_jobs import STEPS, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +38,7 @@ def test_a_sharded_job_cut_off_mid_save_is_requeued_and_restores_the_common_step
         train_args=("--sharded",),
     )
     job.wait_step(10)
-    subprocess.run(["pkill", "-STOP", "-f", str(tmp_path)], check=True)  # the whole job, frozen
+    freeze(str(tmp_path))  # the whole job, every thread stopped
     ram = hooked.ram_root / f"job-{job.job_id}"
     first, second = job.hosts()[:2]
     newest = max(_complete(ram, second, "own", 1))

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.supervisor.policy.classify import UNREACHABLE
+from launcher.supervisor.policy.classify import ISOLATED, UNREACHABLE
+from resilience.contract.lease import lease_s
 from resilience.tiers.layout import default_job_id
 from tests.network.conftest import STEPS, TRAIN
 from tests.support.sres_runs import Run, clean_env, slot_pids, sres_command
@@ -122,8 +123,9 @@ def test_a_slow_then_flapping_link_ends_with_the_uncut_bits(tmp_path, network, u
     assert run.returncode == 0, run.stderr[-3000:]
     assert set(run.digests().values()) == uncut
     assert tuple(e["spec"] for e in run.of("network-fault")) == specs
-    assert all(e["why"] == UNREACHABLE and e["node"] == 1 for e in run.of("drained"))
-    assert all(f["t"] > run.of("network-fault")[1]["t"] for f in run.of("fault"))  # the slow link: none
+    said = f"{run.stderr[-3000:]}\n{run.rank_logs()}"
+    assert all(e["why"] == UNREACHABLE and e["node"] == 1 for e in run.of("drained")), said
+    assert all(f["t"] > run.of("network-fault")[1]["t"] for f in run.of("fault")), said  # the slow link: none
 
 
 @pytest.mark.parametrize("network", [3], indirect=True)
@@ -151,3 +153,29 @@ def test_a_cut_off_node_that_comes_back_after_its_replacement_writes_nothing(tmp
     run = finish(proc, log_dir)
     assert_replaced_as_unreachable(run, uncut, nodes=[1], spares=[2])
     assert not any(Path(f"/proc/{pid}").exists() for pid in stale)
+
+
+@pytest.mark.parametrize("network", [3], indirect=True)
+def test_the_supervisor_cut_off_from_every_node_drains_none_and_stops_in_one_line(tmp_path, network):
+    """At step 8 the supervisor's node loses every node of the run (``isolate-supervisor``: its
+    own link down; the nodes still reach each other). Every process, the spare's too, hears no
+    echo and fences itself; the supervisor, reaching no node, blames none: it drains nothing and
+    stops with one line (a batch job would requeue and resume from the tiers). No copy of the
+    run's state is written once the lease of the last node cut has run out."""
+    run = finish(*start(tmp_path, network, "isolate-supervisor:for=0:step=8"))
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert f"sres: error: {ISOLATED.format(nodes=3)}" in run.stderr.splitlines()
+    assert run.of("drained") == []
+    cuts = run.of("network-fault")
+    assert sorted(e["node"] for e in cuts) == [0, 1, 2]
+    for node in range(3):
+        log = run.log_dir / "ranks" / f"n{node}p0.log"
+        assert "fenced, exiting without another write" in log.read_text(), node
+    leases_out = max(e["t"] for e in cuts) + lease_s(HANG_S)
+    job = default_job_id({}, run.log_dir)
+    late = [
+        str(manifest)
+        for manifest in Path(os.environ["SRES_RAM_ROOT"]).rglob("manifest.json")
+        if (data := json.loads(manifest.read_text()))["job_id"] == job and data["created"] > leases_out
+    ]
+    assert late == []

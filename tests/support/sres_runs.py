@@ -143,6 +143,29 @@ def when_event(log_dir: Path, predicate, then, timeout_s: float = 180) -> thread
     return thread
 
 
+def freeze(pattern: str, timeout_s: float = 10.0) -> None:
+    """SIGSTOP every process whose command line holds ``pattern``, and return once each of their
+    threads is stopped. ``kill`` returns at once, and a thread inside a system call finishes it
+    first: on a loaded CI machine a tier copy's last rename landed after the test had listed the
+    copies it then removed, and the requeued job restored a step the test meant to be incomplete."""
+    subprocess.run(["pkill", "-STOP", "-f", pattern], check=True)
+    pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            while (state := _state(task)) not in ("T", "t", "Z", "X", None):
+                assert time.monotonic() < deadline, f"thread {task.name} of {pid} is still {state}"
+                time.sleep(0.01)
+
+
+def _state(task: Path) -> str | None:
+    """A thread's scheduler state (``/proc/PID/task/TID/stat``'s third field), None once gone."""
+    try:
+        return task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def slot_of(pid: int) -> str | None:
     """The slot of one of the run's processes: its environment's ``SRES_SLOT``, except for a rank
     forked from a fork server, whose environment is its server's (``n<node>f``: a fork execs

@@ -26,7 +26,7 @@ from launcher.supervisor.policy.actions import (
     StartStandby,
     UseIdleNode,
 )
-from launcher.supervisor.policy.classify import error_at
+from launcher.supervisor.policy.classify import ISOLATED, UNREACHABLE, error_at
 from launcher.supervisor.policy.decisions import Decision
 from launcher.supervisor.policy.replace import REPLACEMENT_ORDER, serving_source
 from launcher.supervisor.observe.view import ErrorAt, FaultState, Observation, RunState
@@ -47,6 +47,7 @@ CONFIG = RunConfig(
 )
 NOW = 100.0
 DEAD = NodeEvidence(slurmd_answers=False)
+CUT = NodeEvidence(reachable=False)
 
 
 def state(**kw) -> RunState:
@@ -469,6 +470,37 @@ CASES = {
         ),
         CONFIG,
         [Fail("node gpu1 was lost and no spare node is left (start with --spares)")],
+    ),
+    # --- the supervisor's own link cut: no node answers, none is to blame ------------------------
+    "every node unreachable, the spare too: the supervisor is cut off; nothing drained": (
+        Observation(lost={0: "exit 76", 1: "exit 76"}, evidence=dict.fromkeys(range(4), CUT)),
+        state(),
+        CONFIG,
+        [Fail(ISOLATED.format(nodes=4))],
+    ),
+    "... in a batch job: requeued (it resumes from the tiers the nodes keep)": (
+        Observation(lost={2: "exit 76"}, evidence=dict.fromkeys(range(4), CUT)),
+        state(requeueable=True),
+        CONFIG,
+        [Requeue(ISOLATED.format(nodes=4))],
+    ),
+    "a spare fenced itself (its node unreachable): drained as unreachable": (
+        Observation(spares_exited=((3, "n3p0"),), evidence={3: CUT, 0: NodeEvidence()}),
+        state(),
+        CONFIG,
+        [DropSpare(3, "n3p0"), Drain(3, UNREACHABLE)],
+    ),
+    "one node still answers: the lost ones are cut off, not the supervisor": (
+        Observation(
+            lost={1: "exit 76", 2: "exit 76"}, evidence={**dict.fromkeys(range(3), CUT), 3: NodeEvidence()}
+        ),
+        state(),
+        CONFIG,
+        [
+            OpenFault(0.0, {1: "node", 2: "node"}, {1: UNREACHABLE, 2: UNREACHABLE}, None, {1: 1, 2: 1}),
+            KillNode(1, UNREACHABLE),
+            KillNode(2, UNREACHABLE),
+        ],
     ),
 }
 

@@ -216,15 +216,25 @@ class Observer:
             reports[slot] = report
 
     def with_evidence(
-        self, obs: Observation, node_of: Callable[[int], int], dead_nodes: set[int]
+        self,
+        obs: Observation,
+        node_of: Callable[[int], int],
+        dead_nodes: set[int],
+        every: Callable[[], set[int]] = set,
     ) -> Observation:
-        """Ask about the nodes that lost a rank (Slurm, a slurmd probe): only when a fault is seen."""
-        nodes = {node_of(rank) for rank in obs.lost} - dead_nodes
+        """Ask about the nodes that lost a process (Slurm, a probe): only when a fault is seen.
+        When none of them answers over the network, the others of the run (``every``) are asked
+        too, until one answers: if none does, the supervisor's own link is the cut."""
+        nodes = ({node_of(rank) for rank in obs.lost} | {node for node, _ in obs.spares_exited}) - dead_nodes
         if not nodes:
             return obs
-        return dataclasses.replace(
-            obs, evidence={node: self.inspector.evidence(node) for node in sorted(nodes)}
-        )
+        evidence = {node: self.inspector.evidence(node) for node in sorted(nodes)}
+        if not any(e.reachable for e in evidence.values()):
+            for node in sorted(every() - dead_nodes - nodes):
+                evidence[node] = self.inspector.evidence(node)
+                if evidence[node].reachable:
+                    break
+        return dataclasses.replace(obs, evidence=evidence)
 
     def _watch(self, slot: str) -> _Watch:
         """This Observer's record of a slot, begun when it first looks at one the executor started."""

@@ -25,17 +25,20 @@ def kill_slot(h: Hands, a: act.KillSlot) -> None:
 
 
 def break_link(h: Hands, a: act.BreakLink) -> None:
-    """An injected network fault: done to the node's link by the placement, then left to be found."""
+    """An injected network fault: done to the node's link by the placement, then left to be found.
+    A job-wide one (``isolate-supervisor``) is done to every node that has a process of the run."""
     (injection,) = injections.parse([a.spec])
-    assert injection.node is not None, "a link fault names its node"
     if h.links is None:  # refused before the start (supervise): a bug if it comes here
         raise SresError(f"--inject {a.spec}: this placement has no links to break")
-    what = h.links.break_link(injection)
-    host = h.names.host(injection.node)
-    h.events.emit(
-        "network-fault", node=injection.node, host=host, kind=injection.kind, spec=a.spec, what=what
-    )
-    h.say(f"injected {a.spec}: {host}: {what}")
+    if injection.node is not None:
+        nodes = [injection.node]
+    else:
+        nodes = sorted({s.info.node for s in h.books.slots.values() if s.alive} - h.books.dead_nodes)
+    for node in nodes:
+        what = h.links.break_link(dataclasses.replace(injection, node=node))
+        host = h.names.host(node)
+        h.events.emit("network-fault", node=node, host=host, kind=injection.kind, spec=a.spec, what=what)
+        h.say(f"injected {a.spec}: {host}: {what}")
 
 
 def kill_node(h: Hands, a: act.KillNode) -> None:

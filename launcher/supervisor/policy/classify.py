@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from launcher.supervisor.policy.actions import Action, Fail, KillNode, OpenFault
+from launcher.supervisor.policy.requeue import requeue_or_fail
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.observe.view import ErrorAt, NodeEvidence, Observation, RunState
 from resilience.contract.messages import STUCK_EXIT, Report
@@ -20,6 +21,10 @@ INJECTED_NODE_LOSS = "node lost (injected fault)"
 SPARE_PROCESS_DIED = "a warm spare process of this node died"
 RECLAIMED = "Slurm took the lent node back (preempted)"
 UNREACHABLE = "unreachable: no answer over the network (its processes may be alive; they fence themselves)"
+ISOLATED = (
+    "the supervisor reaches none of the run's {nodes} nodes: its own link is cut (no node is drained; "
+    "their ranks fence themselves within their lease)"
+)
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -58,6 +63,22 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
             Fail(f"gave up after {config.max_restarts} restart(s)", errors=own_errors(obs.errors.values()))
         )
     return actions
+
+
+def cut_off_from_every_node(obs: Observation, state: RunState) -> bool:
+    """Whether no node of the run answers the supervisor (each one's evidence: unreachable). Then
+    the common cause is the supervisor's own link, not every node's at once: the nodes are not
+    to blame and no spare could be reached either. One node alone cannot tell the two apart."""
+    nodes = {state.node_of(rank) for rank in state.members} | set(state.spare_nodes)
+    return len(nodes) > 1 and all(node in obs.evidence and not obs.evidence[node].reachable for node in nodes)
+
+
+def isolated(state: RunState, config: RunConfig) -> Action:
+    """Nothing can go on from here: every rank has fenced itself or will. A requeue resumes from
+    the tiers (the nodes keep their RAM tier; none is drained); outside a batch job, one line."""
+    nodes = len({state.node_of(rank) for rank in state.members} | set(state.spare_nodes))
+    why = ISOLATED.format(nodes=nodes)
+    return requeue_or_fail(why, config) if state.requeueable else Fail(why)
 
 
 def own_errors(reports: Iterable[Report]) -> tuple[Report, ...]:

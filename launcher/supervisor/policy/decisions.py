@@ -41,7 +41,10 @@ from launcher.supervisor.config import RunConfig
 from launcher.supervisor.policy.classify import (
     INJECTED_NODE_LOSS,
     SPARE_PROCESS_DIED,
+    UNREACHABLE,
     await_culprit,
+    cut_off_from_every_node,
+    isolated,
     open_fault,
 )
 from launcher.supervisor.policy.replace import replace_lost
@@ -58,13 +61,14 @@ Why = Literal[
     "unrecoverable",
     "refused",
     "culprit awaited",
+    "isolated",
     "new fault",
     "done",
     "running",
 ]
 """Which rule of :func:`decide` answered: the run's start, an open fault's replacement, a
-requeue signal, a failure the ranks reported, a wait for a fault's culprit, a fault opened, the
-run's end, or a run going on (which may decide nothing)."""
+requeue signal, a failure the ranks reported, a wait for a fault's culprit, the supervisor cut
+off from every node, a fault opened, the run's end, or a run going on (which may decide nothing)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
     answers = on_requests(obs.requests, state, config)
     if state.fault is not None:
         return _decision("replacing", answers, replace_lost(now, state, config))
+    if (obs.lost or obs.spares_exited) and cut_off_from_every_node(obs, state):
+        return _decision("isolated", [isolated(state, config)], answers)  # blame no node, drain none
     kills = _kills(obs, state, config)
     ending = _fault_or_end(now, obs, state, config)
     if ending is not None:
@@ -103,7 +109,8 @@ def _kills(obs: Observation, state: RunState, config: RunConfig) -> list[Action]
     """What this look asks to kill at once: dead spares, hung ranks, injected faults."""
     actions: list[Action] = []
     for node, slot in obs.spares_exited:  # a node that cannot keep a process alive is not a spare
-        actions += [DropSpare(node, slot), Drain(node, SPARE_PROCESS_DIED)]
+        why = SPARE_PROCESS_DIED if obs.evidence_of(node).reachable else UNREACHABLE  # it fenced itself
+        actions += [DropSpare(node, slot), Drain(node, why)]
     if obs.child_kill and state.spare_nodes:
         actions.append(KillSlot(node_slots(state.spare_nodes[0], config.procs_per_node)[0], "injected"))
     actions += [KillSlot(slot, "hang") for slot in obs.hung]
