@@ -69,15 +69,19 @@ def cut_off_from_every_node(obs: Observation, state: RunState) -> bool:
     """Whether no node of the run answers the supervisor (each one's evidence: unreachable). Then
     the common cause is the supervisor's own link, not every node's at once: the nodes are not
     to blame and no spare could be reached either. One node alone cannot tell the two apart."""
-    nodes = {state.node_of(rank) for rank in state.members} | set(state.spare_nodes)
+    nodes = _run_nodes(state)
     return len(nodes) > 1 and all(node in obs.evidence and not obs.evidence[node].reachable for node in nodes)
+
+
+def _run_nodes(state: RunState) -> set[int]:
+    """The nodes the run holds: its members' and its spares'."""
+    return {state.node_of(rank) for rank in state.members} | set(state.spare_nodes)
 
 
 def isolated(state: RunState, config: RunConfig) -> Action:
     """Nothing can go on from here: every rank has fenced itself or will. A requeue resumes from
     the tiers (the nodes keep their RAM tier; none is drained); outside a batch job, one line."""
-    nodes = len({state.node_of(rank) for rank in state.members} | set(state.spare_nodes))
-    why = ISOLATED.format(nodes=nodes)
+    why = ISOLATED.format(nodes=len(_run_nodes(state)))
     return requeue_or_fail(why, config) if state.requeueable else Fail(why)
 
 
