@@ -176,3 +176,20 @@ def test_node_losses_due_at_one_step_reach_the_supervisor_together():
     first.join(timeout=5)
     assert not first.is_alive() and store.faults.node_kill_requests() >= 1
     assert [node for node in (0, 1, 2) if store.faults.take_node_kill(node)] == [1, 2]
+
+
+def test_a_link_fault_counted_but_not_yet_written_is_read_at_the_next_look():
+    """Seen in CI: the supervisor read the request counter between a rank's two writes (its
+    number, then its spec), took the empty request as seen, and the cut never came."""
+    import torch.distributed as dist
+
+    from resilience.contract import keys
+    from resilience.contract.run_store import RunStore
+
+    store = RunStore(dist.HashStore())
+    number = store.core.add(keys.LINK_FAULTS)  # the rank's first write; its second is still to come
+    assert store.faults.link_faults_after(0) == (0, [])
+    store.core.put_text(keys.link_fault(number), "cut:1:for=0:step=8")
+    store.faults.request_link_fault("flap:0:for=2:step=9")
+    assert store.faults.link_faults_after(0) == (2, ["cut:1:for=0:step=8", "flap:0:for=2:step=9"])
+    assert store.faults.link_faults_after(2) == (2, [])
