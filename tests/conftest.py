@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _pytest.mark import deselect_by_mark  # pytest's -m, which has no public form
 
 from tests.support import lanes
 from tests.support.running_cluster import running
@@ -56,8 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the lane into the test's group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    pinned: dict[str, str] = {}  # nodeid -> lane
-    movable: list[tuple[str, str]] = []  # (nodeid, file): a local test, either lane
+    tiers: dict[str, set[str]] = {}  # nodeid -> its tier markers
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
         tier = TIERS.get(folder)
@@ -65,11 +65,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier is not None and not marked:  # a test may say its own tier (a unit test that spawns: local)
             item.add_marker(getattr(pytest.mark, tier))
             marked = {tier}
+        tiers[item.nodeid] = marked
+    # ``-m`` now, as pytest's own hook would after this one: the lanes are balanced over the tests
+    # that run. Balanced over the slow ones too, one lane had 9 min more than the other in CI.
+    deselect_by_mark(items, config)
+    pinned: dict[str, str] = {}  # nodeid -> lane
+    movable: list[tuple[str, str]] = []  # (nodeid, file): a local test, either lane
+    for item in items:
+        folder = item.path.relative_to(Path(__file__).parent).parts[0]
         if folder in PINNED_FOLDERS:
             pinned[item.nodeid] = LANES[PINNED_FOLDERS[folder]]
-        elif "cluster" in marked:
+        elif "cluster" in tiers[item.nodeid]:
             pinned[item.nodeid] = LANES["cluster"]
-        elif "local" in marked:
+        elif "local" in tiers[item.nodeid]:
             movable.append((item.nodeid, item.nodeid.partition("::")[0]))
     plan = lanes.balance(pinned, movable, lanes.load(), tuple(sorted(set(LANES.values()))))
     config.stash[PLAN] = plan

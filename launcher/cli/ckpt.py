@@ -17,8 +17,9 @@ from pathlib import Path
 
 from launcher.errors import ConfigError
 from launcher.privileges import call_as
-from resilience.tiers import manifest as mf
+from resilience.errors import CheckpointInvalid
 from resilience.tiers import TierConfig
+from resilience.tiers import checkpoint_dirs as dirs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -58,16 +59,16 @@ def tier_config(args: argparse.Namespace, log_dir: Path) -> TierConfig | None:
 
 def _rows(root: Path) -> list[tuple[int, int | None, int, bool, str]]:
     rows = []
-    for step in mf.steps_in(root):
-        ranks = mf.ranks_in(root, step)
+    for step in dirs.steps_in(root):
+        ranks = dirs.ranks_in(root, step)
         size, world, why = 0, None, ""
         for rank in ranks:
-            path = mf.rank_dir(root, step, rank)
+            path = dirs.rank_dir(root, step, rank)
             size += sum(p.stat().st_size for p in path.iterdir() if p.is_file())
             try:
-                m = mf.read_manifest(path)
+                m = dirs.read_manifest(path)
                 world = m.world_size
-            except mf.CheckpointInvalid as err:
+            except CheckpointInvalid as err:
                 why = why or str(err)
         complete = not why and world is not None and ranks == list(range(world))
         if not why and not complete:
@@ -116,7 +117,7 @@ def _steps_of(root: Path) -> list[int]:
     finds nothing to check must not pass."""
     if not root.is_dir():
         raise ConfigError(f"{root}: no such directory")
-    steps = mf.steps_in(root)
+    steps = dirs.steps_in(root)
     if not steps:
         try:  # none, or none that could be listed: say which
             os.listdir(root)
@@ -131,17 +132,19 @@ def _steps_of(root: Path) -> list[int]:
 def _verify_step(root: Path, step: int) -> bool:
     """Every rank's copy of ``step`` checked, each bad one named; "ok" only when all are good
     and every rank of the world is there."""
-    ranks = mf.ranks_in(root, step)
-    if not ranks and (mf.step_dir(root, step) / mf.MANIFEST).exists():
+    from resilience.tiers import manifest  # torch: not for every ``sres`` command's start
+
+    ranks = dirs.ranks_in(root, step)
+    if not ranks and (dirs.step_dir(root, step) / dirs.MANIFEST).exists():
         return _verify_dcp_step(root, step)
     worlds, bad = set(), 0
     for rank in ranks:
-        path = mf.rank_dir(root, step, rank)
+        path = dirs.rank_dir(root, step, rank)
         try:
-            m = mf.read_manifest(path)
+            m = dirs.read_manifest(path)
             worlds.add(m.world_size)
-            mf.verify(path, m)
-        except mf.CheckpointInvalid as err:
+            manifest.verify(path, m)
+        except CheckpointInvalid as err:
             print(f"BAD step {step} rank {rank}: {err}", file=sys.stderr)
             bad += 1
     if len(worlds) > 1:
@@ -164,8 +167,8 @@ def _verify_dcp_step(root: Path, step: int) -> bool:
     from resilience.tiers.dcp import verify_dcp_checkpoint
 
     try:
-        top = verify_dcp_checkpoint(mf.step_dir(root, step))
-    except mf.CheckpointInvalid as err:
+        top = verify_dcp_checkpoint(dirs.step_dir(root, step))
+    except CheckpointInvalid as err:
         print(f"BAD step {step} (DCP): {err}", file=sys.stderr)
         return False
     print(f"ok  step {step} (DCP): {top.world_size} rank(s), every checksum matches")
