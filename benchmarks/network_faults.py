@@ -10,9 +10,10 @@ one fault as step ``--fault-at`` begins on node 1:
             itself after its lease (3/4 of ``--hang-timeout``) and the node is drained unreachable
   dead/10x  as dead, every node's link capped with tbf at ``--slow-mbit`` against ``--fast-mbit``
             (the recovery's state transfer crosses the capped links)
+  dead/loss as dead, every node's link losing ``--loss-percent`` of its packets each way (a
+            forwarder in each link's path, what ``--inject lossy`` does: this kernel has no netem)
 Measured from the fault: detected (its ``fault`` event), back (its ``recovered`` event), and the
-run's end against the same run without a fault. The kernel here has no sch_netem, so packet loss
-and delay are not measured (docs/explanation/fencing.md).
+run's end against the same run without a fault.
 
     sudo python benchmarks/network_faults.py [--repeat 3] [--hang-timeout 6]
 """
@@ -53,6 +54,22 @@ def one(kind: str, args: argparse.Namespace, net: Network, where: Path) -> dict[
     )
     for node in range(3):
         net.slow(node, args.slow_mbit if kind == "dead/10x" else args.fast_mbit)
+    links = net.links
+    if kind == "dead/loss":
+        for node in range(3):
+            links.impair(node, loss=args.loss_percent / 100)
+    try:
+        return _measured(kind, args, net, cmd, log_dir)
+    finally:
+        for forwarder in links.forwarders.values():  # each puts its link back on the bridge
+            forwarder.terminate()
+            forwarder.wait(30)
+        net.reset()
+
+
+def _measured(
+    kind: str, args: argparse.Namespace, net: Network, cmd: list[str], log_dir: Path
+) -> dict[str, float]:
     started = time.time()
     proc = subprocess.Popen(cmd, env=clean_env(SRES_NETNS=net.variable), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -90,8 +107,9 @@ def main() -> None:
     p.add_argument("--hang-timeout", type=float, default=6.0)
     p.add_argument("--fast-mbit", default="1000")
     p.add_argument("--slow-mbit", default="100")
+    p.add_argument("--loss-percent", type=float, default=5.0)
     args = p.parse_args()
-    kinds = ("none", "dead", "cut", "dead/10x")
+    kinds = ("none", "dead", "cut", "dead/10x", "dead/loss")
     results: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="sres-net-bench-") as tmp:
         net = Network(3)
@@ -116,6 +134,10 @@ def main() -> None:
     dead = statistics.median(r["detected"] for r in results["dead"])
     cut = statistics.median(r["detected"] for r in results["cut"])
     print(f"\ncut / dead detection: {cut / dead:.1f}x ({cut:.2f} s vs {dead:.2f} s)")
+    for kind in ("dead/10x", "dead/loss"):
+        back = statistics.median(r["back"] for r in results[kind])
+        base_back = statistics.median(r["back"] for r in results["dead"])
+        print(f"{kind} recovery / dead: {back / base_back:.1f}x ({back:.2f} s vs {base_back:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -168,8 +168,8 @@ EVENT_TYPES: tuple[EventType, ...] = (
             Field(
                 "kind",
                 "str",
-                "`cut`, `cut-supervisor`, `drop-out`, `flap`, `slow-link`, or `isolate-supervisor` (one "
-                "event for each node it cut off)",
+                "`cut`, `cut-supervisor`, `drop-out`, `flap`, `slow-link`, `lossy`, `delay`, or "
+                "`isolate-supervisor` (one event for each node it cut off)",
             ),
             Field("spec", "str", "the `--inject` spec"),
             Field("what", "str", "what was done, in words"),

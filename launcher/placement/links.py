@@ -6,7 +6,8 @@ The kernels this runs on may lack ``sch_netem`` and tc's classifiers (this machi
 fault uses what every kernel has: a cut is the link's host end set down (the node's end loses its
 carrier: nothing is refused, packets vanish, as with a pulled cable); a lost direction is a
 permanent neighbour entry pointing at no one (frames to that address go nowhere, the other way is
-untouched); a degraded cable is ``tbf`` on both ends of the link.
+untouched); a degraded cable is ``tbf`` on both ends of the link; packet loss and added delay are a
+forwarder process put in the link's path (:mod:`.impaired_link`: a TAP device and a packet socket).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.errors import ConfigError, SresError
+from resilience.contract.injections import Injection
 
 VARIABLE = "SRES_NETNS"
 """``prefix=<namespace prefix>,host=<the supervisor's address>,first=<node 0's address>,dev=<the
@@ -80,8 +82,15 @@ def ip(*argv: str) -> None:
 class LinkFaults:
     """The faults of the links of a :class:`NetnsLayout`'s nodes."""
 
-    def __init__(self, layout: NetnsLayout, run: Callable[..., None] = ip) -> None:
-        self.layout, self.run = layout, run
+    def __init__(
+        self,
+        layout: NetnsLayout,
+        run: Callable[..., None] = ip,
+        spawn: Callable[..., subprocess.Popen[str]] = subprocess.Popen,
+    ) -> None:
+        self.layout, self.run, self.spawn = layout, run, spawn
+        self.forwarders: dict[int, subprocess.Popen[str]] = {}
+        """Node -> the process carrying its impaired link (:mod:`.impaired_link`)."""
 
     def outside(self, node: int) -> str:
         return f"{self.layout.veth}{node}"
@@ -106,6 +115,27 @@ class LinkFaults:
         for where, dev in ((self.inside(node), self.layout.dev), ((), self.outside(node))):
             self.run(*where, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
                      "burst", "256kb", "latency", "400ms")  # fmt: skip
+
+    def impair(self, node: int, loss: float = 0.0, delay_s: float = 0.0, seconds: float = 0.0) -> None:
+        """Both directions of node ``node``'s link lose ``loss`` of their packets and hold each
+        ``delay_s`` (a forwarder process in the link's path, :mod:`.impaired_link`), for ``seconds``
+        (0: for as long as this process lives). Returns once the forwarder is in the path."""
+        if node in self.forwarders:
+            raise SresError(f"network fault: node {node}'s link is impaired already")
+        argv = [
+            sys.executable, "-m", "launcher.placement.impaired_link",
+            "--link", self.outside(node), "--bridge", self.layout.bridge,
+            "--loss", f"{loss:g}", "--delay-ms", f"{delay_s * 1000:g}", "--for", f"{seconds:g}",
+            "--seed", str(node),
+            "--node-namespace", self.layout.namespace(node), "--node-dev", self.layout.dev,
+        ]  # fmt: skip
+        proc = self.spawn(argv, stdout=subprocess.PIPE, text=True)
+        ready = proc.stdout.readline() if proc.stdout is not None else ""
+        if ready.strip() != "ready":
+            proc.wait(timeout=30)
+            why = f"exit {proc.returncode}: its error is on the run's console"
+            raise SresError(f"network fault: the impaired link of node {node} did not start ({why})")
+        self.forwarders[node] = proc
 
     def flap(self, node: int, seconds: float, sleep: Callable[[float], None] = time.sleep) -> None:
         """Down and up every :data:`FLAP_S` for ``seconds``, ending up (call it on a thread)."""
@@ -134,9 +164,10 @@ class LinkFaults:
             timer.daemon = True  # the run may end first: its links go with the test's namespaces
             timer.start()
 
-    def break_link(self, kind: str, node: int, seconds: float | None, mbit: float | None) -> str:
-        """Do ``kind`` (an injection's) to node ``node``; what was done, in words."""
-        heal = seconds or 0.0
+    def break_link(self, injection: Injection) -> str:
+        """Do ``injection`` to its node's link; what was done, in words."""
+        kind, node, heal, mbit = injection.kind, injection.node, injection.seconds or 0.0, injection.mbit
+        assert node is not None, "a link fault names its node"
         if kind == "cut":
             self.cut(node)
             self.undo_after(heal, lambda: self.cut(node, False))
@@ -156,6 +187,14 @@ class LinkFaults:
             assert mbit is not None, "parse() gives every slow-link spec its cap"
             self.slow(node, mbit)
             return f"link capped at {mbit:g} Mbit/s"
+        if kind == "lossy":
+            assert injection.percent is not None, "parse() gives every lossy spec its share"
+            self.impair(node, loss=injection.percent / 100)
+            return f"{injection.percent:g}% of its packets lost each way"
+        if kind == "delay":
+            assert injection.ms is not None, "parse() gives every delay spec its time"
+            self.impair(node, delay_s=injection.ms / 1000)
+            return f"{injection.ms:g} ms added to each packet each way"
         raise ValueError(f"not a link fault: {kind}")
 
 

@@ -98,5 +98,4 @@ class NamespacedPlacement(LocalPlacement):
 
     def break_link(self, injection: Injection) -> str:
         """An injected network fault on its node's link (``NodeLinks``); what was done, in words."""
-        assert injection.node is not None, "a link fault names its node"
-        return self.links.break_link(injection.kind, injection.node, injection.seconds, injection.mbit)
+        return self.links.break_link(injection)

@@ -9,13 +9,39 @@ state, config) -> Decision``, with ``classify``, ``replace``, ``resize``, ``requ
 events), ``tickers`` (the background services' protocol) and ``loop`` (the Supervisor).
 """
 
-from launcher.supervisor.config import RunConfig
-from launcher.supervisor.perform.books import Outcome
-from launcher.supervisor.loop import Supervisor
-from launcher.supervisor.observe.observer import silent_slots
-from launcher.supervisor.policy.classify import await_culprit, node_verdict
-from launcher.supervisor.policy.decisions import decide
-from launcher.supervisor.policy.replace import replace
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.supervisor.config import RunConfig
+    from launcher.supervisor.loop import Supervisor
+    from launcher.supervisor.observe.observer import silent_slots
+    from launcher.supervisor.perform.books import Outcome
+    from launcher.supervisor.policy.classify import await_culprit, node_verdict
+    from launcher.supervisor.policy.decisions import decide
+    from launcher.supervisor.policy.replace import replace
+
+_WHERE = {
+    "RunConfig": "config",
+    "Outcome": "perform.books",
+    "Supervisor": "loop",
+    "silent_slots": "observe.observer",
+    "await_culprit": "policy.classify",
+    "node_verdict": "policy.classify",
+    "decide": "policy.decisions",
+    "replace": "policy.replace",
+}
+"""Loaded when first asked for (PEP 562): ``sres status`` and its kin import ``control`` from here,
+and the loop's modules import torch (its store), 1.5 s of CPU each time a test polled a run."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "RunConfig",

@@ -13,6 +13,7 @@ background copies, step timer and step times; the agent (:mod:`resilience.agent.
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from resilience.contract.channels.plans import pause_check_every
 from resilience.contract.link import RankLink
 from resilience.context import Context
 from resilience.contract.injections import FAULT_KINDS, Injection, kinds_firing
-from resilience.contract.messages import BatchInfo, Plan, record_window
+from resilience.contract.messages import BatchInfo, Plan, RunStats, record_window
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.errors import ResilienceError
@@ -124,7 +125,11 @@ class CommitPipeline:
         self._timer.activate()
 
     def publish_times(self) -> None:
+        """The generation's last step times; from rank 0, the run's median step (``stats/G``)."""
         self._timer.publish()
+        if self.rank == 0 and self.step_times and self.plan is not None:
+            median = RunStats(statistics.median(self.step_times))
+            self.store.progress.publish_stats(self.plan.generation, median)
 
     def leave(self) -> None:
         """The generation ends: its copies are finished or left behind, its group forgotten."""

@@ -17,7 +17,6 @@ import gc
 import logging
 import os
 import signal
-import statistics
 import time
 import traceback
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from resilience import fork_server
 from resilience.contract import liveness, run_secret
 from resilience.contract.lease import fence
 from resilience.contract.link import RankLink
-from resilience.contract.messages import Plan, Report, RunStats
+from resilience.contract.messages import Plan, Report
 from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.open_files import raise_open_files_limit
@@ -228,8 +227,6 @@ class Agent:
             self._report(failure)
             self._teardown()
             return False
-        if self.rank == 0 and self.commits.step_times:
-            self.store.progress.publish_stats(RunStats(statistics.median(self.commits.step_times)))
         self.commits.publish_times()  # before "done": the supervisor's account reads every step
         self._report(Report("done", self.rank, digest=digest))
         self._teardown()

@@ -11,69 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
+from resilience.contract.fault_kind import FaultKind, Target, Where
+from resilience.contract.link_kinds import LINK_KINDS
 from resilience.errors import InjectSpecError
-
-Target = Literal["rank", "node", "job"]
-Where = Literal["step", "commit", "copy", "capture", "transfer"]
-Effect = Literal[
-    "sigkill",
-    "sigstop",
-    "hold-gil",
-    "raise",
-    "stall",
-    "slow",
-    "corrupt-ram",
-    "fill-disk",
-    "free-disk",
-    "kill-node",
-    "kill-spare",
-    "break-link",
-]
-SUPERVISOR_EFFECTS = ("kill-node", "kill-spare", "break-link")
-"""Effects a rank asks the supervisor for (through the store) instead of carrying out itself."""
-Random = Literal["default", "optional", "never"]
-
-
-@dataclass(frozen=True)
-class FaultKind:
-    """One kind of fault ``--inject`` can ask for, declared once: the parser, the spec's text,
-    ``--inject help``, the random schedule's choices, the reference page and where a rank fires
-    it are all read from here, so a new kind is one entry (and its effect, if it is a new one)."""
-
-    name: str
-    target: Target
-    """``rank``: ``:rank=R``; ``node``: ``node:N`` or ``node:rank=R``; ``job``: nobody named (every
-    rank, whoever sends, or rank 0 asking the supervisor)."""
-    fires: Where
-    """Where a rank fires it: as it starts a step, inside a commit, half-way through a buddy copy,
-    half-way through a snapshot, or while sending state in a recovery."""
-    effect: Effect
-    """What is done: a signal to the rank itself, an exception, a stall, a file broken or filled,
-    or a request that the supervisor acts (:data:`SUPERVISOR_EFFECTS`)."""
-    doc: str
-    generation: bool = False
-    """``gen=G`` may stand for ``step=S``: fires as the target enters generation G (recovery)."""
-    random: Random = "optional"
-    """In ``random:`` schedules: by default, when named in ``kinds=``, or never."""
-    options: tuple[str, ...] = ()
-    """More fields of its spec, after the target (``factor=F``)."""
-
-    @property
-    def syntax(self) -> str:
-        more = "".join(f":{o}" for o in self.options)
-        if self.name == "node":
-            return "node:N:step=S | node:rank=R:step=S" + (" (gen=G for step=S)" if self.generation else "")
-        if self.target == "node":
-            return f"{self.name}:N{more}:step=S"
-        target = ":rank=R" if self.target == "rank" else ""
-        return f"{self.name}{target}{more}:step=S" + (" (gen=G for step=S)" if self.generation else "")
-
-    @property
-    def performer(self) -> str:
-        return "supervisor" if self.effect in SUPERVISOR_EFFECTS else "rank"
-
 
 _KINDS: tuple[FaultKind, ...] = (
     # The order of the first twelve is the random schedule's (a seed draws from it by position).
@@ -186,69 +127,7 @@ _KINDS: tuple[FaultKind, ...] = (
         random="never",
     ),
 )
-_LINK_KINDS = (
-    # Done by the supervisor to a node's link (sres run on nodes with networks of their own,
-    # SRES_NETNS): the processes live on, and the fault is found as a real one would be.
-    FaultKind(
-        "cut",
-        "node",
-        "step",
-        "break-link",
-        "node N's link goes down: nothing in or out, nothing refused (a pulled cable); for=D brings "
-        "it back after D s (0: never)",
-        random="optional",
-        options=("for=D",),
-    ),
-    FaultKind(
-        "cut-supervisor",
-        "node",
-        "step",
-        "break-link",
-        "node N and the supervisor's node lose each other; its peers still reach it (a management "
-        "network down, the data network up); for=D as for cut",
-        random="optional",
-        options=("for=D",),
-    ),
-    FaultKind(
-        "drop-out",
-        "node",
-        "step",
-        "break-link",
-        "node N's packets to the supervisor vanish; the supervisor's still arrive (one direction "
-        "dropped); for=D as for cut",
-        random="optional",
-        options=("for=D",),
-    ),
-    FaultKind(
-        "flap",
-        "node",
-        "step",
-        "break-link",
-        "node N's link goes down and up every 0.2 s for D s (a flapping port)",
-        random="optional",
-        options=("for=D",),
-    ),
-    FaultKind(
-        "isolate-supervisor",
-        "job",
-        "step",
-        "break-link",
-        "the supervisor's node loses every node of the run (its own link down); the nodes still reach "
-        "each other. The ranks fence themselves and the run cannot go on: it requeues under Slurm, else "
-        "stops in one line; no node is drained. for=D as for cut",
-        random="never",
-        options=("for=D",),
-    ),
-    FaultKind(
-        "slow-link",
-        "node",
-        "step",
-        "break-link",
-        "node N's link, both ways, capped at M Mbit/s (tbf) from step S on (a degraded cable)",
-        random="optional",
-        options=("mbit=M",),
-    ),
-)
+_LINK_KINDS = LINK_KINDS
 _KINDS = (*_KINDS, *_LINK_KINDS)
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in _KINDS}
 """Every fault kind, by name: the one place a kind is declared."""
@@ -288,6 +167,10 @@ class Injection:
     """A link fault's ``for=D`` (0: for good)."""
     mbit: float | None = None
     """``slow-link``: the cap, in Mbit/s."""
+    percent: float | None = None
+    """``lossy``: the share of packets lost each way, in percent."""
+    ms: float | None = None
+    """``delay``: the time added to each packet each way, in milliseconds."""
 
     @property
     def spec(self) -> str:
@@ -302,6 +185,10 @@ class Injection:
         target = f"{self.node}" if self.node is not None else f"rank={self.rank}"
         if self.kind == "slow-link":
             return f"slow-link:{target}:mbit={self.mbit:g}:{when}"
+        if self.kind == "lossy":
+            return f"lossy:{target}:percent={self.percent:g}:{when}"
+        if self.kind == "delay":
+            return f"delay:{target}:ms={self.ms:g}:{when}"
         if self.seconds is not None:
             return f"{self.kind}:{target}:for={self.seconds:g}:{when}"
         target = f"{self.node}" if kind.target == "node" and self.node is not None else f"rank={self.rank}"
@@ -322,7 +209,7 @@ _SLOW_SPEC = re.compile(r"^slow:rank=(\d+):factor=(\d+(?:\.\d+)?):step=(\d+)$")
 _LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS if k.target == "node")
 _JOB_LINK_NAMES = "|".join(re.escape(k.name) for k in _LINK_KINDS if k.target == "job")
 _JOB_LINK_SPEC = re.compile(rf"^({_JOB_LINK_NAMES}):for=(\d+(?:\.\d+)?):step=(\d+)$")
-_LINK_SPEC = re.compile(rf"^({_LINK_NAMES}):(\d+|rank=\d+):(for|mbit)=(\d+(?:\.\d+)?):step=(\d+)$")
+_LINK_SPEC = re.compile(rf"^({_LINK_NAMES}):(\d+|rank=\d+):(for|mbit|percent|ms)=(\d+(?:\.\d+)?):step=(\d+)$")
 
 
 def parse(specs: Iterable[str]) -> tuple[Injection, ...]:
@@ -378,6 +265,14 @@ def _link(raw: str, m: re.Match[str], index: int) -> Injection:
         if value <= 0:
             raise InjectSpecError(f"bad --inject spec {raw!r}: mbit must be positive")
         return Injection(kind, step, index=index, mbit=value, **target)
+    if kind == "lossy":
+        if not 0 < value < 100:
+            raise InjectSpecError(f"bad --inject spec {raw!r}: percent must be above 0 and below 100")
+        return Injection(kind, step, index=index, percent=value, **target)
+    if kind == "delay":
+        if value <= 0:
+            raise InjectSpecError(f"bad --inject spec {raw!r}: ms must be positive")
+        return Injection(kind, step, index=index, ms=value, **target)
     if kind == "flap" and value <= 0:
         raise InjectSpecError(f"bad --inject spec {raw!r}: a flap lasts for=D > 0 seconds")
     return Injection(kind, step, index=index, seconds=value, **target)

@@ -17,7 +17,7 @@ Layout (G: a generation, S: a slot, R: a rank, N: a node index):
 ``tier-addr/S``              the slot's neighbour-copy server
 ``tier-flush*``              persist-now requests and answers
 ``rank-events``, ``rank-event/I``  events from ranks for the supervisor's log
-``progress``, ``stats``      the newest committed step; the run's median step time
+``progress``, ``stats/G``    the newest committed step; the run's median step time
 ``preempt``, ``reclaim*``    a rank caught the preemption signal; lent nodes taken back
 ``inject-*``                 fault injection: fired once, node kills, slow nodes, spare kills
 ``batch-producer/N``         a rank of node N asked for the node's batch producer (``-asks``: how often)
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 SHUTDOWN = "shutdown"
 PROGRESS = "progress"
-STATS = "stats"
 PREEMPT = "preempt"
 RECLAIMS = "reclaim-count"
 RANK_EVENTS = "rank-events"
@@ -102,6 +101,10 @@ def batch(generation: int) -> str:
 
 def first_step(generation: int) -> str:
     return f"first-step/{generation}"
+
+
+def stats(generation: int) -> str:
+    return f"stats/{generation}"
 
 
 def heartbeat(slot: str) -> str:

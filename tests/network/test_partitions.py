@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -126,6 +127,47 @@ def test_a_slow_then_flapping_link_ends_with_the_uncut_bits(tmp_path, network, u
     said = f"{run.stderr[-3000:]}\n{run.rank_logs()}"
     assert all(e["why"] == UNREACHABLE and e["node"] == 1 for e in run.of("drained")), said
     assert all(f["t"] > run.of("network-fault")[1]["t"] for f in run.of("fault")), said  # the slow link: none
+
+
+def retransmitted(net, node: int) -> int:
+    """TCP segments node ``node``'s kernel sent again (its namespace's own counter)."""
+    snmp = subprocess.run(
+        ["ip", "netns", "exec", net.namespace(node), "cat", "/proc/net/snmp"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    names, values = (line.split() for line in snmp.splitlines() if line.startswith("Tcp:"))
+    return int(values[names.index("RetransSegs")])
+
+
+def median_step_s(run: Run, steps: range) -> float:
+    times = [
+        json.loads(line)["step_s"]
+        for line in (run.log_dir / "step_times.jsonl").read_text().splitlines()
+        if json.loads(line)["step"] in steps
+    ]
+    return statistics.median(times)
+
+
+@pytest.mark.parametrize("network", [3], indirect=True)
+def test_a_lossy_and_a_slow_to_answer_link_end_with_the_uncut_bits(tmp_path, network, uncut):
+    """From step 30, node 0's link loses 2% of its packets each way and node 1's holds each packet
+    25 ms each way (a forwarder in each link's path: this kernel has no netem). TCP retransmits
+    and waits; the last steps are slower, and the run ends with the uncut bits (or a node is
+    replaced as unreachable, should a lease run out across the losses: the same bits). Late in the
+    run: at 3% and 50 ms from step 5, each step took 1.3 s instead of 0.19 (the neighbour copies,
+    2.3 MB a step, cross node 0's link too)."""
+    specs = ("lossy:0:percent=2:step=30", "delay:1:ms=25:step=30")
+    before = retransmitted(network, 0)
+    run = finish(*start(tmp_path, network, *specs))
+    said = f"{run.stderr[-3000:]}\n{run.rank_logs()}"
+    assert run.returncode == 0, said
+    assert set(run.digests().values()) == uncut
+    assert sorted(e["spec"] for e in run.of("network-fault")) == sorted(specs)  # asked by two ranks
+    assert all(e["why"] == UNREACHABLE for e in run.of("drained")), said
+    assert retransmitted(network, 0) > before  # the losses were real: node 0's TCP sent again
+    # and so was the delay: a step's all-reduce crosses node 1's link, 50 ms a round trip
+    assert median_step_s(run, range(32, STEPS)) - median_step_s(run, range(1, 29)) > 0.04, said
+    assert "frames passed" in run.stderr and " lost" in run.stderr  # each forwarder's account
 
 
 @pytest.mark.parametrize("network", [3], indirect=True)

@@ -128,9 +128,12 @@ class Network:
         self.links.cut(node, down=False)
 
     def reset(self) -> None:
-        """Every link as :meth:`up` made it: up, no lost direction, no cap."""
+        """Every link as :meth:`up` made it: up, on the bridge (an impaired link's forwarder put it
+        back when it ended), no lost direction, no cap, a packet a frame no more."""
         for node in range(self.nodes):
             self.heal(node)
+            run("ip", "link", "set", self.outside(node), "master", self.bridge)
+            run("ip", "-n", self.namespace(node), "link", "set", DEV, "gso_max_segs", "65535")
             for argv, dev in ((("ip", "-n", self.namespace(node)), DEV), (("ip",), self.bridge)):
                 with contextlib.suppress(subprocess.CalledProcessError):  # ours only: dev named
                     run(*argv, "neigh", "flush", "dev", dev, "nud", "permanent")

@@ -105,12 +105,12 @@ def test_the_store_accessors_carry_each_message_whole():
     )
     store.progress.publish_recovery(3, SAMPLES[m.RecoveryInfo])
     store.progress.publish_batch(3, SAMPLES[m.BatchInfo])
-    store.progress.publish_stats(SAMPLES[m.RunStats])
+    store.progress.publish_stats(3, SAMPLES[m.RunStats])
     store.progress.publish_steps(3, "n0p0", SAMPLES[m.RecentSteps])
     assert (
         store.progress.recovery(3),
         store.progress.batch(3),
-        store.progress.stats(),
+        store.progress.stats(3),
         store.progress.recent_steps(3, "n0p0"),
     ) == (
         SAMPLES[m.RecoveryInfo],

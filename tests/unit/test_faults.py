@@ -98,7 +98,7 @@ def _example(syntax: str) -> str:
     """The first spec a kind's syntax line shows, with numbers in place of its letters."""
     first = syntax.split(" | ")[0].split(" (")[0]
     first = first.replace("=R", "=1").replace("=S", "=4").replace("=F", "=2").replace(":N:", ":1:")
-    return first.replace("=D", "=3").replace("=M", "=20")
+    return first.replace("=D", "=3").replace("=M", "=20").replace("=P", "=5")
 
 
 def test_every_registered_kind_parses_from_the_syntax_it_declares_and_prints_back_the_same():
@@ -136,6 +136,9 @@ def test_a_bad_form_of_a_known_kind_names_that_kind_s_syntax():
         ("slow-link:1:for=3:step=2", "use slow-link:N:mbit=M:step=S"),
         ("slow-link:1:mbit=0:step=2", "mbit must be positive"),
         ("flap:1:for=0:step=2", "a flap lasts for=D > 0 seconds"),
+        ("lossy:1:ms=3:step=2", "use lossy:N:percent=P:step=S"),
+        ("lossy:1:percent=100:step=2", "percent must be above 0 and below 100"),
+        ("delay:1:ms=0:step=2", "ms must be positive"),
     ],
 )
 def test_a_link_fault_takes_its_own_option_in_its_own_range(bad, words):

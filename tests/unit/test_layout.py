@@ -270,6 +270,23 @@ def test_admin_hooks_and_the_slurm_client_never_import_torch():
     assert done.stdout.strip() == "[]", f"imported: {done.stdout.strip()[:300]}"
 
 
+@pytest.mark.local  # spawns: a fresh interpreter
+def test_the_cli_starts_without_torch_until_a_command_needs_it():
+    """``sres status``, ``grow``, ``shrink``, ``report`` and ``ckpt ls`` read files and sockets; the
+    tests poll ``sres status`` in loops, and importing torch cost each call 1.5 s of CPU. Only what
+    runs a supervisor or a rank (``sres run``, ``srun``, ``demo``) imports it, when it runs."""
+    script = (
+        "import sys\n"
+        "import launcher.cli, launcher.cli.parser, launcher.supervisor.control\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"imported: {done.stdout.strip()[:300]}"
+
+
 POLICY = "launcher.supervisor.policy"
 """The folder of the supervisor's pure decisions: every module under it is held to the rule below."""
 POLICY_MAY_IMPORT = {

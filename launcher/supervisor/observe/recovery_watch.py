@@ -158,7 +158,7 @@ class RecoveryWatch:
     def finished(self, end_t: float) -> dict[str, Any]:
         """Fields of the ``finished`` event: steps done, wall time, goodput (the share of the
         wall time that became steps) and the account of that time by cause."""
-        progress, stats = self.store.progress.step(), self.store.progress.stats()
+        progress, stats = self.store.progress.step(), self.store.progress.stats(self.generation())
         steps = progress + 1 if progress is not None else 0
         first_step_t = self.store.progress.first_step_t(1)
         median = stats.median_step_s if stats is not None else None

@@ -14,14 +14,16 @@ from __future__ import annotations
 from json.encoder import encode_basestring  # the C-accelerated one json uses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.observability.events import read_jsonl
 from launcher.observability.straggler import Straggler, StragglerConfig, StragglerDetector
 from launcher.supervisor.observe.view import RankStep
 from resilience.contract.messages import StepRecord, record_window
 from resilience.contract.run_dir import RunDir
-from resilience.contract.run_store import RunStore
+
+if TYPE_CHECKING:  # torch: ``sres report`` and ``status`` read files, not a store
+    from resilience.contract.run_store import RunStore
 
 
 def read_file(log_dir: Path) -> list[dict[str, Any]]:

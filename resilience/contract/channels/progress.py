@@ -45,11 +45,13 @@ class ProgressChannel(Channel):
     def batch(self, generation: int) -> BatchInfo | None:
         return self._core.get(keys.batch(generation), BatchInfo)
 
-    def publish_stats(self, stats: RunStats) -> None:
-        self._core.put(keys.STATS, stats)
+    def publish_stats(self, generation: int, stats: RunStats) -> None:
+        """Rank 0's, as generation G ends. Keyed by G: a replaced rank's write still in flight
+        lands under its old generation, which the supervisor does not read."""
+        self._core.put(keys.stats(generation), stats)
 
-    def stats(self) -> RunStats | None:
-        return self._core.get(keys.STATS, RunStats)
+    def stats(self, generation: int) -> RunStats | None:
+        return self._core.get(keys.stats(generation), RunStats)
 
     def publish_steps(self, generation: int, slot: str, steps: RecentSteps) -> None:
         self._core.put(keys.compute(generation, slot), steps)
