@@ -231,7 +231,7 @@ class StubRank:
         if done:
             timer.publish()
             if rank == 0:
-                store.progress.publish_stats(RunStats(STEP_S))
+                store.progress.publish_stats(plan.generation, RunStats(STEP_S))
             store.liveness.report(plan.generation, self.env.slot, Report("done", rank, digest="stub"))
         else:
             report = Report(

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 
-from tests.support.sres_runs import freeze, sres_run
+from tests.support.sres_runs import freeze, sres_run, thaw
 from tests.support.training_jobs import STEPS, sres_srun, submit_training, wait_job
 
 pytestmark = pytest.mark.cluster
@@ -38,10 +39,17 @@ def test_a_sharded_job_cut_off_mid_save_is_requeued_and_restores_the_common_step
         train_args=("--sharded",),
     )
     job.wait_step(10)
-    freeze(str(tmp_path))  # the whole job, every thread stopped
     ram = hooked.ram_root / f"job-{job.job_id}"
     first, second = job.hosts()[:2]
-    newest = max(_complete(ram, second, "own", 1))
+    for _ in range(20):  # stopped where both ranks hold the same newest step and the one before
+        freeze(str(tmp_path))  # the whole job, every thread stopped
+        newest = max(_complete(ram, second, "own", 1))
+        if {newest, newest - 1} <= _complete(ram, first, "own", 0):
+            break
+        thaw(str(tmp_path))  # CI: rank 0 held {9, 10} and rank 1 {8, 9}: no common step to restore
+        time.sleep(0.2)
+    else:
+        raise AssertionError("rank 0 and rank 1 never held the same two newest steps")
     for host, sub in ((second, "own"), (first, "neighbour")):  # rank 1's save of `newest` never was
         for step in _complete(ram, host, sub, 1):
             if step >= newest:

@@ -158,6 +158,11 @@ def freeze(pattern: str, timeout_s: float = 10.0) -> None:
                 time.sleep(0.01)
 
 
+def thaw(pattern: str) -> None:
+    """SIGCONT what :func:`freeze` stopped."""
+    subprocess.run(["pkill", "-CONT", "-f", pattern], check=True)
+
+
 def _state(task: Path) -> str | None:
     """A thread's scheduler state (``/proc/PID/task/TID/stat``'s third field), None once gone."""
     try:

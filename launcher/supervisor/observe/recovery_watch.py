@@ -158,7 +158,9 @@ class RecoveryWatch:
     def finished(self, end_t: float) -> dict[str, Any]:
         """Fields of the ``finished`` event: steps done, wall time, goodput (the share of the
         wall time that became steps) and the account of that time by cause."""
-        progress, stats = self.store.progress.step(), self.store.progress.stats(self.generation())
+        progress, generation = self.store.progress.step(), self.generation()
+        # the last generation that trained a step wrote it (one that formed after the last step did not)
+        stats = next(filter(None, map(self.store.progress.stats, range(generation, 0, -1))), None)
         steps = progress + 1 if progress is not None else 0
         first_step_t = self.store.progress.first_step_t(1)
         median = stats.median_step_s if stats is not None else None
