@@ -55,11 +55,6 @@ class Impairment:
         if not 0 <= self.loss < 1 or self.delay_s < 0:
             raise ValueError(f"an impairment needs 0 <= loss < 1 and delay >= 0: {self}")
 
-    def words(self) -> str:
-        said = [f"{self.loss * 100:g}% of its packets lost"] if self.loss else []
-        said += [f"{self.delay_s * 1000:g} ms added each way"] if self.delay_s else []
-        return " and ".join(said) or "nothing"
-
 
 class Direction:
     """Frames one way: each dropped or queued until it is due, in order (one delay for all)."""
