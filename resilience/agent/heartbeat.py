@@ -145,7 +145,7 @@ class Heartbeat:
         lease = self.link.lease
         while not self._stop.wait(min(max(lease.left_s(), 0.0), self.POLL_S)):
             if lease.expired():
-                fence(f"cut off from the supervisor for over {lease.length_s:g} s (its lease)")
+                fence(f"cut off from the supervisor: {lease.account()}")
 
     def stop(self) -> None:
         self._stop.set()

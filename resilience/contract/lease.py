@@ -56,14 +56,18 @@ class Lease:
         self._sent: deque[tuple[int, float]] = deque(maxlen=KEEP_SENT)
         self._until = clock() + length_s
         """Granted at the hello's acceptance, which the supervisor answered just now."""
+        self._last_sent: float | None = None
+        self._last_echo: float | None = None
 
     def sent(self, seq: int, t: float) -> None:
         with self._lock:
             self._sent.append((seq, t))
+            self._last_sent = t
 
     def echoed(self, seq: int) -> None:
         """The supervisor read this process's line ``seq``: extend to when it was sent + length."""
         with self._lock:
+            self._last_echo = self.clock()
             while self._sent and self._sent[0][0] < seq:
                 self._sent.popleft()
             if self._sent and self._sent[0][0] == seq:
@@ -78,12 +82,24 @@ class Lease:
 
     def check(self, what: str) -> None:
         """Raise :class:`Fenced` instead of doing ``what`` once the lease has run out."""
-        left = self.left_s()
-        if left <= 0:
-            raise Fenced(
-                f"no word from the supervisor for {self.length_s - left:.1f} s (lease {self.length_s:g} s): "
-                f"refused to {what}"
-            )
+        if self.expired():
+            raise Fenced(f"{self.account()}: refused to {what}")
+
+    def account(self) -> str:
+        """Why the lease ran out, in words that tell a cut link from a starved process: lines
+        sent lately but no echo read points at the link or the supervisor; no line sent for as
+        long as the lease points at this process (its threads not scheduled, a stop)."""
+        with self._lock:
+            now, until, sent, echo = self.clock(), self._until, self._last_sent, self._last_echo
+
+        def ago(t: float | None) -> str:
+            return "never" if t is None else f"{now - t:.1f} s ago"
+
+        silent = self.length_s + now - until
+        return (
+            f"no word from the supervisor for {silent:.1f} s (lease {self.length_s:g} s; "
+            f"last line sent {ago(sent)}, last echo read {ago(echo)})"
+        )
 
 
 def fence(why: str) -> NoReturn:

@@ -7,8 +7,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from resilience.contract.messages import FlushDone
+from resilience.contract.messages import FlushDone, FlushRequest
 from resilience.contract.run_store import RunStore
+from resilience.errors import Fenced
 from resilience.tiers.saver import TierSaver
 
 log = logging.getLogger("resilience")
@@ -55,11 +56,20 @@ class FlushWatcher:
                 if request.generation and request.generation != self.generation():
                     continue  # not this process's to answer: another generation holds its rank
                 self.seen = request.id
-                if request.step is None:
-                    step, why = self.saver.flush_hold(request.timeout_s)
-                else:
-                    step, why = self.saver.flush_persistent(request.step, request.timeout_s)
-                self.store.tiers.answer_flush(request.id, self.rank(), FlushDone(step, why))
+                self.store.tiers.answer_flush(request.id, self.rank(), self._answer(request))
             except Exception as err:  # noqa: BLE001 - the store is gone: the run ended
                 log.debug("flush watcher: %s", err)
                 return
+
+    def _answer(self, request: FlushRequest) -> FlushDone:
+        """The saver's half of the flush, or why it failed: a flush left unanswered holds the
+        preempted job for the whole save timeout (a minute), then requeues it with nothing saved."""
+        try:
+            if request.step is None:
+                return FlushDone(*self.saver.flush_hold(request.timeout_s))
+            return FlushDone(*self.saver.flush_persistent(request.step, request.timeout_s))
+        except Fenced:
+            raise  # nothing may be written any more, not even the answer
+        except Exception as err:  # noqa: BLE001 - said to the supervisor, whose flush-failed event shows it
+            log.warning("flush of step %s failed: %s", request.step, err)
+            return FlushDone(None, f"{type(err).__name__}: {err}")

@@ -47,6 +47,8 @@ class Commit:
     done: threading.Event | None = None
     """Set when the job ended; someone waits for this very job (a flush): never replaced."""
     ok: bool = False
+    number: int = 0
+    """Its place in its lane's submissions (the lane numbers it)."""
 
     @property
     def source(self) -> Source:
@@ -66,12 +68,17 @@ class Lane:
         self._busy = False
         self._stopped = False
         self.done_jobs = 0
+        self._submitted = 0
+        self._ended = 0
+        """The number of the newest job that ended: jobs run in the order they came."""
         self._thread = threading.Thread(target=self._run, name=f"sres-tier-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, job: Commit) -> Commit | None:
         with self._cond:
             dropped = self._replaceable()
+            self._submitted += 1
+            job.number = self._submitted
             self._pending.append(job)
             self._cond.notify_all()
             return dropped
@@ -87,14 +94,20 @@ class Lane:
         return None
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        """Until no job runs or waits. Only for a caller that is the lane's one submitter (or
+        when no one submits any more): while another thread commits faster than the lane
+        writes, the lane is never idle."""
         with self._cond:
-            while self._busy or self._pending:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
+            return self._cond.wait_for(lambda: not (self._busy or self._pending), timeout_s)
+
+    def wait_caught_up(self, timeout_s: float | None = None) -> bool:
+        """Until the newest job submitted so far has ended (or a newer one that replaced it), while
+        jobs may keep coming. A flush asked for this on a thread of its own, with ``wait_idle``;
+        CI, 2 cores: a RAM write slower than a step left the lane never idle, the flush's
+        minute ran out, and the preempted job was requeued a minute late, with nothing saved."""
+        with self._cond:
+            target = self._submitted
+            return self._cond.wait_for(lambda: self._ended >= target, timeout_s)
 
     def stop(self) -> None:
         with self._cond:
@@ -117,6 +130,7 @@ class Lane:
                 with self._cond:
                     self._busy = False
                     self.done_jobs += 1
+                    self._ended = job.number
                     self._cond.notify_all()
 
 

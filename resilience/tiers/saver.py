@@ -258,7 +258,7 @@ class TierSaver:
             return None, "no persistent tier configured"
         if not self.config.ram:
             return None, "flush needs the RAM tier"
-        if not self._first.wait_idle(timeout_s):
+        if not self._first.wait_caught_up(timeout_s):
             return None, "the RAM tier write did not finish in time"
         held = self._pins.hold(self._own_root(), self.place.rank, timeout_s)
         if not held:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.slurm_cluster import processes_with_env
-from tests.support.training_jobs import REPO, STEPS, sres_srun, submit_training, wait_job
+from tests.support.training_jobs import REPO, STEPS, sres_srun, submit_training
 
 pytestmark = pytest.mark.cluster
 
@@ -50,7 +50,7 @@ def test_no_spare_and_no_idle_node_requeues_and_resumes_from_saved_state(cluster
     assert {p.name for p in ram.glob("node-*")} == {f"node-{h}" for h in job.hosts()}
     victim = job.hosts()[1]
     cluster.kill_node(victim)
-    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
+    requeued = job.wait(lambda j: j.restart_count >= 1, timeout=60)
     assert requeued.restart_count == 1
     (fault,) = job.of("fault")
     assert job.of("requeue"), job.output
@@ -87,7 +87,7 @@ def test_preemption_signal_saves_requeues_and_resumes(cluster, tmp_path, referen
     )
     job.wait_step(8)
     subprocess.run(["scancel", "--signal=USR2", job.job_id], env=cluster.env(), check=True)
-    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
+    requeued = job.wait(lambda j: j.restart_count >= 1, timeout=60)
     assert requeued.restart_count == 1
     (flushed,) = job.of("flushed")
     assert flushed["step"] >= 7 and "preempted" in job.of("requeue")[0]["why"]
@@ -111,7 +111,7 @@ def test_preemption_signal_from_the_environment_during_start_up_requeues(cluster
     _wait_latched(job.job_id)
     assert not job.of("start"), "the supervisor was up before the signal: not a start-up signal"
     subprocess.run(["scancel", "--batch", "--signal=TERM", job.job_id], env=cluster.env(), check=True)
-    requeued = wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1 or j.finished, timeout=120)
+    requeued = job.wait(lambda j: j.restart_count >= 1 or j.finished, timeout=120)
     assert requeued.restart_count == 1, f"not requeued: {requeued.state}\n{job.output}"
     assert "preempted (SIGTERM, during start-up)" in job.of("requeue")[0]["why"], job.events
 

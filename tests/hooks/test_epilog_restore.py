@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.support.sres_runs import freeze, sres_run, thaw
-from tests.support.training_jobs import STEPS, sres_srun, submit_training, wait_job
+from tests.support.training_jobs import STEPS, sres_srun, submit_training
 
 pytestmark = pytest.mark.cluster
 
@@ -61,7 +61,7 @@ def test_a_sharded_job_cut_off_mid_save_is_requeued_and_restores_the_common_step
     assert common in _complete(ram, second, "own", 1)
 
     subprocess.run(["scontrol", "requeue", job.job_id], env=env, check=True, timeout=30)
-    wait_job(job.client, job.job_id, lambda j: j.restart_count >= 1, timeout=60)
+    job.wait(lambda j: j.restart_count >= 1, timeout=60)
     done = job.wait_done(timeout=240)
     assert done.state == "COMPLETED", job.output
     epilogs = hooked.events(hook="epilog", job=job.job_id, event="cleanup")

@@ -66,7 +66,7 @@ def test_a_stranger_with_the_ports_changes_nothing(tmp_path, reference):
     assert not errors, errors
     assert run.returncode == 0, run.stderr
     assert run.digests() == reference
-    assert not run.of("fault") and len(run.of("finished")) == 1
+    assert not run.of("fault") and len(run.of("finished")) == 1, run.stderr
     dropped = run.of("dropped-input")
     assert sorted(e["channel"] for e in dropped) == ["liveness"] * 2 + ["rank-event"] * 4, dropped
     assert sum("the run did not write" in e["why"] for e in dropped) == 4  # the store's values are signed

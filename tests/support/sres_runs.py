@@ -56,12 +56,16 @@ def sres_command(
     module: str,
     steps: int,
     train_args: tuple[str, ...],
-    hang_timeout: float = 3,
+    hang_timeout: float = 4,
     reform_timeout: float = 20,
     python: str = sys.executable,
 ) -> list[str]:
     """``sres run`` of ``python -m module`` with the tests' short timeouts, writing its results
-    to ``log_dir/out``; ``python``: the ranks' interpreter (a framework's own environment)."""
+    to ``log_dir/out``; ``python``: the ranks' interpreter (a framework's own environment).
+
+    ``hang_timeout`` 4 s: a rank's lease is 3/4 of it, less a beat. At 3 s, CI (2 cores, two
+    lanes) once starved a healthy rank's threads past its lease at its first step: it fenced
+    itself (exit 76) in a run that asserted no fault."""
     return [
         sys.executable,
         "-m",

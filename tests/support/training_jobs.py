@@ -81,8 +81,18 @@ class TrainingJob:
             assert time.monotonic() < deadline, f"no step {step} after {timeout:.0f} s:\n{self.output}"
             time.sleep(0.1)
 
+    def wait(self, predicate, timeout: float = 60.0) -> Job:
+        """:func:`wait_job` for this job; a failure shows what the job printed and its last events,
+        so that a CI log says where it stood."""
+        try:
+            return wait_job(self.client, self.job_id, predicate, timeout)
+        except AssertionError as err:
+            tail = "\n".join(json.dumps(e) for e in self.events[-25:])
+            output = self.output[-6000:]
+            raise AssertionError(f"{err}\n--- job output:\n{output}\n--- last events:\n{tail}") from None
+
     def wait_done(self, timeout: float = 180.0) -> Job:
-        return wait_job(self.client, self.job_id, lambda j: j.finished, timeout)
+        return self.wait(lambda j: j.finished, timeout)
 
 
 def submit_training(

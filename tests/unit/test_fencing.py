@@ -47,8 +47,22 @@ def test_an_echo_extends_the_lease_from_when_its_line_was_sent_not_when_it_came(
     clock.t = 110.0  # a partition (or a SIGSTOP): the echo of line 1, buffered, comes now
     lease.echoed(1)
     assert lease.expired()  # renews nothing: line 1 was sent at 101
-    with pytest.raises(Fenced, match=r"lease 4 s\): refused to write step 9"):
+    with pytest.raises(
+        Fenced,
+        match=r"for 8.0 s \(lease 4 s; last line sent 8.0 s ago, last echo read 0.0 s ago\): refused",
+    ):
         lease.check("write step 9")
+
+
+def test_a_starved_rank_and_a_silent_supervisor_read_apart():
+    """What the fenced rank prints tells the two causes apart: it sent nothing (its threads were
+    not run), or it sent and no echo came (a cut link, or the supervisor starved)."""
+    clock = Clock()
+    lease = Lease(2.0, clock)
+    clock.t = 103.0
+    assert "last line sent never, last echo read never" in lease.account()
+    lease.sent(1, 102.5)
+    assert "last line sent 0.5 s ago, last echo read never" in lease.account()
 
 
 def test_an_echo_of_a_line_never_sent_renews_nothing():

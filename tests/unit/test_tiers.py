@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from resilience.state import snapshot
 from resilience.sharded import partition, reshard
 from resilience.tiers.restore import Offer, plan_restore
 from resilience.tiers.persistent import PersistentTier
+from resilience.tiers.ram import RamTier
 from resilience.tiers.saver import TierPlace, TierSaver
 from resilience.tiers import (
     TierConfig,
@@ -349,6 +351,39 @@ def test_a_flush_queued_behind_a_slow_copy_is_not_replaced_by_the_next_periodic_
     saver.wait_idle(10)
     assert sorted(complete_steps(tmp_path / "p", "j")) == [2, 3]  # step 0 pruned: two kept
     saver.close()
+
+
+@pytest.mark.local
+def test_a_flush_is_answered_while_training_commits_faster_than_the_ram_tier_writes(tmp_path, monkeypatch):
+    """CI, 2 cores: each RAM write took longer than a step, so the lane was never idle; the
+    flush waited for it to be, its minute ran out, and the preempted job was requeued a minute
+    late with nothing saved. The flush waits for the newest commit made before it asked."""
+    config = TierConfig(job_id="j", neighbour=False, persistent_dir=str(tmp_path / "p"), fsync=False)
+    saver = TierSaver(config, TierPlace(0, 1, 0), lambda e, **f: None, node_root=tmp_path / "ram")
+    write = RamTier.write
+    monkeypatch.setattr(RamTier, "write", lambda *a, **k: (time.sleep(0.05), write(*a, **k))[1])
+    stop = threading.Event()
+
+    def train() -> None:
+        step = 0
+        while not stop.is_set():
+            saver.save(step, {"replicated": {"w": torch.full((10,), float(step))}})
+            step += 1
+            time.sleep(0.005)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    try:
+        time.sleep(0.3)
+        assert not saver.lane("ram").wait_idle(1.0)  # the lane is never idle...
+        step, why = saver.flush_hold(5)  # ...and the flush is answered all the same
+        assert why == "" and step is not None and step >= 3
+        assert saver.flush_persistent(step, 5) == (step, "")
+    finally:
+        stop.set()
+        trainer.join()
+        saver.close()
+    assert step in complete_steps(tmp_path / "p", "j")
 
 
 # --- replicated state persisted once --------------------------------------------------------------
