@@ -14,6 +14,8 @@ from _pytest.mark import deselect_by_mark  # pytest's -m, which has no public fo
 from tests.support import lanes
 from tests.support.running_cluster import running
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.sres_runs import sres_run
+from tests.support.training_jobs import STEPS
 
 pytest_plugins = ("tests.support.tier_guard",)  # fails a unit test that spawns or sleeps
 
@@ -163,3 +165,13 @@ def private_ram_tier():
         os.environ.pop("SRES_RAM_ROOT", None)
     else:
         os.environ["SRES_RAM_ROOT"] = old
+
+
+@pytest.fixture(scope="session")
+def reference3(tmp_path_factory) -> dict[int, str]:
+    """Final digests of a fault-free 3-rank run (local launcher; placement does not change the math)."""
+    run = sres_run(tmp_path_factory.mktemp("reference3"), nodes=3, steps=STEPS)
+    assert run.returncode == 0, run.stderr
+    digests = run.digests()
+    assert len(digests) == 3 and len(set(digests.values())) == 1
+    return digests

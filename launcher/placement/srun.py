@@ -42,17 +42,22 @@ from resilience.contract.rank_env import node_name_environ, reclaim_environ
 log = logging.getLogger(__name__)
 
 
-def slurmd_answers(address: str, port: int, timeout_s: float = 1.0) -> bool:
-    """Whether something accepts connections on the node's slurmd port.
+ANSWERS, REFUSED, SILENT = "answers", "refused", "silent"
 
-    A killed slurmd refuses at once; a powered-off node times out. Either is seen seconds
-    before slurmctld marks the node not responding (SlurmdTimeout).
-    """
+
+def slurmd_reach(address: str, port: int, timeout_s: float = 1.0) -> str:
+    """How the node's slurmd port answers a connection: it accepts (``answers``); the node's
+    kernel refuses it at once (``refused``: the node is up, its slurmd is not); nothing comes back
+    (``silent``: the node is cut off or powered off; what runs on it may still be alive). Either
+    failure is seen seconds before slurmctld marks the node not responding (SlurmdTimeout). The
+    slurmd port itself, not another: a site's firewall lets slurmctld's connections through."""
     try:
         with socket.create_connection((address, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+            return ANSWERS
+    except ConnectionRefusedError:
+        return REFUSED
+    except OSError:  # timed out, no route (an ARP that no one answers)
+        return SILENT
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class SrunPlacement:
         srun_args: Sequence[str] = (),
         partition: str | None = None,
         grow: bool = True,
-        probe: Callable[[str, int], bool] = slurmd_answers,
+        probe: Callable[[str, int], str] = slurmd_reach,
         echo: TextIO | None = sys.stdout,
         grow_by: str = "satellite",
         lend_partition: str | None = None,
@@ -239,9 +244,10 @@ class SrunPlacement:
             record = self.client.node(name)
         except SlurmError as err:
             return NodeEvidence(slurmd_answers=False, slurm_usable=False, slurm_reason=str(err))
-        answers = self.probe(record.address or record.hostname or name, record.port) if record.port else True
+        reach = self.probe(record.address or record.hostname or name, record.port) if record.port else ANSWERS
         return NodeEvidence(
-            slurmd_answers=answers,
+            slurmd_answers=reach == ANSWERS,
+            reachable=reach != SILENT,
             slurm_usable=record.usable,
             slurm_state=record.long_state,
             slurm_reason=record.reason,

@@ -7,20 +7,9 @@ import sys
 import pytest
 
 from slurm_plugins.spank.build import build, plugstack_line
-from tests.support.sres_runs import sres_run
-from tests.support.training_jobs import REPO, STEPS
+from tests.support.training_jobs import REPO
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="session")
-def reference3(tmp_path_factory) -> dict[int, str]:
-    """Final digests of a fault-free 3-rank run (local launcher; placement does not change the math)."""
-    run = sres_run(tmp_path_factory.mktemp("reference3"), nodes=3, steps=STEPS)
-    assert run.returncode == 0, run.stderr
-    digests = run.digests()
-    assert len(digests) == 3 and len(set(digests.values())) == 1
-    return digests
 
 
 @pytest.fixture

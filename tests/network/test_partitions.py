@@ -23,6 +23,7 @@ from launcher.supervisor.policy.classify import ISOLATED, UNREACHABLE
 from resilience.contract.lease import lease_s
 from resilience.tiers.layout import default_job_id
 from tests.network.conftest import STEPS, TRAIN
+from tests.support.fencing_checks import stale_copies
 from tests.support.sres_runs import Run, clean_env, slot_pids, sres_command
 
 pytestmark = pytest.mark.network
@@ -63,20 +64,6 @@ def started_step(log_dir: Path, step: int, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"step {step} not reached in {timeout_s:g} s")
 
 
-def stale_copies(run: Run) -> list[str]:
-    """Tier copies of this run written by a generation after a newer one replaced a node of it
-    (each manifest names the generation that wrote it)."""
-    job = default_job_id({}, run.log_dir)
-    replaced = {e["generation"]: e["t"] for e in run.of("generation") if e["replaced"]}
-    stale = []
-    for manifest in Path(os.environ["SRES_RAM_ROOT"]).rglob("manifest.json"):
-        data = json.loads(manifest.read_text())
-        newer = [t for g, t in replaced.items() if g > data.get("generation", 0)]
-        if data["job_id"] == job and newer and data["created"] > min(newer):
-            stale.append(f"{manifest}: generation {data.get('generation')}")
-    return stale
-
-
 def assert_replaced_as_unreachable(run: Run, uncut: set[str], nodes: list[int], spares: list[int]) -> None:
     """The run's bits; each of ``nodes`` drained as unreachable, its rank taken by the next spare,
     its rank's log ending in the fence; nothing written late by a replaced generation."""
@@ -96,7 +83,7 @@ def assert_replaced_as_unreachable(run: Run, uncut: set[str], nodes: list[int], 
     for node in nodes:
         log = run.log_dir / "ranks" / f"n{node}p0.log"
         assert "fenced, exiting without another write" in log.read_text(), node
-    assert stale_copies(run) == []
+    assert stale_copies(run.of, default_job_id({}, run.log_dir)) == []
 
 
 @pytest.mark.parametrize("network", [3], indirect=True)

@@ -11,6 +11,13 @@ every node: ``gpu`` (the default, never preempted), ``lend`` (low priority, pree
 that started it came up to a minute later (measured: a preemption-requeue test, 58 s -> 34 s).
 Busy production clusters tune this too; nothing in sres depends on it.
 
+``network=``: each slurmd in a network namespace of its own (``tests/support/netns.py``), one
+``NodeName`` line a node with its own ``NodeAddr``, slurmctld on the bridge's address. Everything
+Slurm starts on a node (the batch script, steps) inherits the namespace, so a link taken down cuts
+the node off as a switch port does. slurmd enters with ``nsenter --net``: ``ip netns exec``
+remounts /sys, and slurmd then finds no cgroup filesystem. Nothing else changes: srun reaches the
+nodes, and they it, at the addresses Slurm reads off each connection.
+
 By hand::
 
     python -m tests.support.slurm_cluster up [--nodes 5] [--dir /tmp/sres-cluster]
@@ -38,8 +45,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.run.leftovers import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
+
+if TYPE_CHECKING:
+    from tests.support.netns import Network
 
 NEEDED_COMMANDS = ("slurmctld", "slurmd", "munged", "sinfo", "scontrol", "srun", "sbatch", "salloc")
 STATE_FILE = "cluster.json"
@@ -74,7 +85,11 @@ class SlurmCluster:
         slurmd_timeout: int = 10,
         extra_conf: str = "",
         grace_time: int = 10,
+        network: Network | None = None,
     ) -> None:
+        """``network``: each node's slurmd (and so its jobs' processes) in that network's
+        namespace of the node, at its own address; slurmctld in this namespace, on the bridge.
+        Made and removed by the caller, with at least ``node_count`` nodes."""
         if node_count < 1:
             raise ValueError("node_count must be at least 1")
         self.directory = Path(directory).resolve()
@@ -82,6 +97,9 @@ class SlurmCluster:
         self.slurmd_timeout = slurmd_timeout
         self.extra_conf = extra_conf
         self.grace_time = grace_time
+        self.network = network
+        if network is not None and network.nodes < node_count:
+            raise ValueError(f"a network of {network.nodes} nodes for {node_count} slurmd")
         self.hostname = socket.gethostname()
         self._ctld: subprocess.Popen | None = None
         self._slurmd: dict[str, subprocess.Popen] = {}
@@ -178,9 +196,11 @@ class SlurmCluster:
         proc = self._slurmd.get(node)
         if proc is not None and proc.poll() is None:
             return
-        self._slurmd[node] = self._spawn(
-            ["slurmd", "-D", "-N", node, "-f", str(self.conf_path)], f"slurmd-{node}-stdout"
-        )
+        argv = ["slurmd", "-D", "-N", node, "-f", str(self.conf_path)]
+        if self.network is not None:
+            namespace = self.network.namespace(self.nodes.index(node))
+            argv = ["nsenter", f"--net=/run/netns/{namespace}", *argv]  # not ip netns exec: it remounts /sys
+        self._slurmd[node] = self._spawn(argv, f"slurmd-{node}-stdout")
         self._save_state()
 
     def kill_node(self, node: str) -> list[int]:
@@ -297,11 +317,20 @@ class SlurmCluster:
         node_range = f"n[1-{len(self.nodes)}]" if len(self.nodes) > 1 else "n1"
         lend_preemption = f"PreemptMode=CANCEL GraceTime={self.grace_time}"
         port = f"{first}-{last}" if len(self.nodes) > 1 else str(first)
+        ctld_address = "127.0.0.1" if self.network is None else self.network.host
+        host = f"NodeHostname={self.hostname}"
+        nodes = f"NodeName={node_range} {host} NodeAddr=127.0.0.1 Port={port} {NODE_RESOURCES}"
+        if self.network is not None:  # one line a node: an address of its own
+            nodes = "\n".join(
+                f"NodeName={name} {host} NodeAddr={self.network.address(i)} "
+                f"Port={self.node_ports[i]} {NODE_RESOURCES}"
+                for i, name in enumerate(self.nodes)
+            )
         d = self.directory
         return f"""\
 # Written by tests/support/slurm_cluster.py: a {len(self.nodes)}-node cluster on one host.
 ClusterName={self.cluster_name}
-SlurmctldHost={self.hostname}(127.0.0.1)
+SlurmctldHost={self.hostname}({ctld_address})
 SlurmctldPort={self.ctld_port}
 SlurmUser=root
 SlurmdUser=root
@@ -334,7 +363,7 @@ GresTypes=gpu
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 {self.extra_conf}
-NodeName={node_range} NodeHostname={self.hostname} NodeAddr=127.0.0.1 Port={port} {NODE_RESOURCES}
+{nodes}
 PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
 PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 {lend_preemption}
 PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 
 import pytest
 
 from launcher.slurm import templates
 from launcher.placement import NodeEvidence
+from launcher.placement.srun import slurmd_reach
 from launcher.errors import ConfigError
 from launcher.slurm.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict
+from launcher.supervisor.policy.classify import UNREACHABLE
 
 
 def test_srun_line_splits_into_shape_step_options_and_command():
@@ -86,6 +89,27 @@ def test_sres_options_are_picked_out_of_srun_options():
 )
 def test_node_verdict(evidence, faults, verdict):
     assert node_verdict(evidence, faults, limit=2) == verdict
+
+
+def test_a_dead_slurmd_and_a_node_cut_off_read_apart():
+    """A refused connection to the slurmd port: the node's kernel answered, its slurmd is gone
+    ("slurmd not responding"). No answer at all: the node is cut off or off ("unreachable"), and
+    what runs there may be alive. A full accept queue drops a connection as a cut link does."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = server.getsockname()[1]
+    assert slurmd_reach("127.0.0.1", port, 0.2) == "answers"
+    queued = [socket.socket() for _ in range(2)]
+    for sock in queued:  # the accept queue (never accepted) fills: the next handshake goes unanswered
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+    try:
+        assert slurmd_reach("127.0.0.1", port, 0.2) == "silent"
+    finally:
+        for sock in queued:
+            sock.close()
+        server.close()
+    assert slurmd_reach("127.0.0.1", port, 0.2) == "refused"
+    assert node_verdict(NodeEvidence(slurmd_answers=False, reachable=False), 1, limit=2) == UNREACHABLE
 
 
 def test_usr1_is_refused_as_preemption_signal():
