@@ -34,6 +34,10 @@ class NodeEvidence:
     """The node was lent to the run (a satellite) and Slurm is taking it back: not a fault of the node."""
     reachable: bool = True
     """The node answers on the network (False: cut off, its processes perhaps alive: unreachable)."""
+    slurm_answers: bool = True
+    """slurmctld answered the question about this node (False: it could not be asked)."""
+    runs_supervisor: bool = False
+    """The supervisor runs on this node: that it answers says nothing of the supervisor's own link."""
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,15 @@ import selectors
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from launcher.errors import SresError
+from launcher.placement import links
 
 TUNSETIFF = 0x400454CA
 IFF_TAP, IFF_NO_PI, IFF_VNET_HDR = 0x0002, 0x1000, 0x4000
@@ -101,7 +103,7 @@ def open_packet_socket(interface: str) -> socket.socket:
 
 
 def ip(*argv: str) -> None:
-    subprocess.run(("ip", *argv), check=True, capture_output=True, timeout=30)
+    links.ip("ip", *argv)
 
 
 def forward(args: argparse.Namespace, impairment: Impairment) -> tuple[Direction, Direction]:
@@ -175,10 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         impairment = Impairment(args.loss, args.delay_ms / 1000)
         out, back = forward(args, impairment)
-    except (OSError, ValueError, subprocess.SubprocessError) as err:
-        detail = getattr(err, "stderr", b"") or b""
-        said = detail.decode(errors="replace").strip() if isinstance(detail, bytes) else str(detail)
-        print(f"sres: impaired link {args.link}: {said or err}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, SresError) as err:  # SresError: an ip command, with its stderr
+        print(f"sres: impaired link {args.link}: {err}", file=sys.stderr, flush=True)
         return 1
     print(
         f"impaired link {args.link}: {out.passed + back.passed} frames passed, "

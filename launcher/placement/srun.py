@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 
 ANSWERS, REFUSED, SILENT = "answers", "refused", "silent"
+SLURM_SILENT_S = 30.0
+"""After slurmctld failed to answer about a node, how long the evidence of other nodes is taken
+from their probes alone."""
 
 
 def slurmd_reach(address: str, port: int, timeout_s: float = 1.0) -> str:
@@ -68,6 +71,11 @@ class JobHosts:
     hosts: tuple[str, ...]
     store_host: str
     batch_job: bool
+    here: str = ""
+    """The node the supervisor runs on."""
+    slurmd_at: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """node -> its slurmd's (address, port), as Slurm said at the start: probed also when
+    slurmctld no longer answers (the supervisor's own link cut)."""
 
 
 def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
@@ -83,7 +91,9 @@ def place(client: SlurmClient, env: Mapping[str, str], needed: int) -> JobHosts:
             + (f"; unhealthy: {bad}" if bad else "")
         )
     store_host = alloc.addresses.get(here) or here
-    return JobHosts(alloc.job_id, tuple(hosts), store_host, job.extra.get("BatchFlag", "1") != "0")
+    slurmd_at = {n: (alloc.addresses[n], alloc.ports[n]) for n in alloc.nodes if alloc.ports.get(n)}
+    batch = job.extra.get("BatchFlag", "1") != "0"
+    return JobHosts(alloc.job_id, tuple(hosts), store_host, batch, here, slurmd_at)
 
 
 class SrunPlacement:
@@ -119,6 +129,10 @@ class SrunPlacement:
         self._own = tuple(placement.hosts)
         self._apart = bool(satellite_nodes)
         self.store_host = placement.store_host
+        self._here = placement.here
+        self._slurmd_at = dict(placement.slurmd_at)
+        self._slurm_silent_until, self._slurm_silent_why = 0.0, ""
+        """slurmctld did not answer a node question: the others of the same look are not asked."""
         self.requeueable = placement.batch_job
         self._limit_at_start: tuple[float, float] | None = self._read_limit() if self.requeueable else None
         """(time limit, its monotonic deadline) read at start: what a requeue signal falls back on
@@ -228,7 +242,8 @@ class SrunPlacement:
 
     def kill(self, slot: str) -> None:
         peer = self.liveness.peer(slot)
-        if peer is not None and peer.step_id and peer.lost_t is None:
+        slurm_answers = time.monotonic() >= self._slurm_silent_until  # else the process alone
+        if peer is not None and peer.step_id and peer.lost_t is None and slurm_answers:
             try:
                 self.client.cancel(f"{self.job_of(self._node_of_slot[slot])}.{peer.step_id}", signal="KILL")
             except SlurmError as err:
@@ -239,18 +254,38 @@ class SrunPlacement:
         self.processes.echo_slot = slot
 
     def evidence(self, node: int) -> NodeEvidence:
+        """Slurm's record of the node and a probe of its slurmd. When slurmctld does not answer,
+        the probe still goes to the address Slurm gave before: a supervisor whose own link is cut
+        then finds every other node silent, not merely unknown to a Slurm it cannot reach."""
         name = self.hosts[node]
+        own = bool(self._here) and name == self._here
         try:
+            if time.monotonic() < self._slurm_silent_until:  # each try costs scontrol's retries (10-30 s)
+                raise SlurmError(self._slurm_silent_why)
             record = self.client.node(name)
         except SlurmError as err:
-            return NodeEvidence(slurmd_answers=False, slurm_usable=False, slurm_reason=str(err))
-        reach = self.probe(record.address or record.hostname or name, record.port) if record.port else ANSWERS
+            if time.monotonic() >= self._slurm_silent_until:
+                self._slurm_silent_until, self._slurm_silent_why = time.monotonic() + SLURM_SILENT_S, str(err)
+            known = self._slurmd_at.get(name)
+            reach = self.probe(*known) if known else REFUSED
+            return NodeEvidence(
+                slurmd_answers=reach == ANSWERS,
+                slurm_usable=False,
+                slurm_reason=str(err),
+                reachable=reach != SILENT,
+                slurm_answers=False,
+                runs_supervisor=own,
+            )
+        if record.port:
+            self._slurmd_at[name] = (record.address or record.hostname or name, record.port)
+        reach = self.probe(*self._slurmd_at[name]) if record.port else ANSWERS
         return NodeEvidence(
             slurmd_answers=reach == ANSWERS,
             reachable=reach != SILENT,
             slurm_usable=record.usable,
             slurm_state=record.long_state,
             slurm_reason=record.reason,
+            runs_supervisor=own,
             reclaimed=node in self._satellite_of and self.satellites.reclaimed(name),
         )
 

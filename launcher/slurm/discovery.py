@@ -50,6 +50,8 @@ class Allocation:
     unhealthy: Mapping[str, str] = field(default_factory=dict)
     """node -> why it is not usable (``"DOWN+NOT_RESPONDING"``, ``"drained: sres: ..."``)."""
     addresses: Mapping[str, str] = field(default_factory=dict)
+    ports: Mapping[str, int] = field(default_factory=dict)
+    """node -> its slurmd's port (0: not known)."""
 
     @property
     def master_node(self) -> str:
@@ -78,6 +80,7 @@ def classify(job_id: str, job_nodes: Iterable[str], records: Iterable[Node]) -> 
     healthy: list[str] = []
     unhealthy: dict[str, str] = {}
     addresses: dict[str, str] = {}
+    ports: dict[str, int] = {}
     nodes = tuple(job_nodes)
     for name in nodes:
         node = by_name.get(name)
@@ -85,13 +88,14 @@ def classify(job_id: str, job_nodes: Iterable[str], records: Iterable[Node]) -> 
             unhealthy[name] = "unknown to Slurm"
             continue
         addresses[name] = node.address or node.hostname or name
+        ports[name] = node.port
         if node.usable:
             healthy.append(name)
         elif node.drained:
             unhealthy[name] = f"drained: {node.reason}" if node.reason else "drained"
         else:
             unhealthy[name] = node.long_state
-    return Allocation(job_id, nodes, tuple(healthy), unhealthy, addresses)
+    return Allocation(job_id, nodes, tuple(healthy), unhealthy, addresses, ports)
 
 
 def discover(

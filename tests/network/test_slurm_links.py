@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from launcher.run.leftovers import pid_alive
-from launcher.supervisor.policy.classify import UNREACHABLE
+from launcher.supervisor.policy.classify import ISOLATED, UNREACHABLE
 from tests.support.fencing_checks import stale_copies
 from tests.support.netns import DEV, Network, available
 from tests.support.running_cluster import running
@@ -81,3 +81,42 @@ def test_under_slurm_a_node_cut_off_is_drained_as_unreachable_and_its_rank_fence
         assert not [p for p in rank if pid_alive(p)], "the cut-off rank did not fence itself"
     finally:
         net.heal(node)
+
+
+
+def test_under_slurm_the_supervisor_cut_off_requeues_once_its_link_is_back_and_ends_exact(
+    netns_cluster, tmp_path, reference3
+):
+    """At step 8 the batch host's link goes down: the supervisor and rank 0 on one side, the other
+    two ranks and slurmctld on the other. Slurm marks the batch host down but keeps a ``--no-kill``
+    job running; the two ranks fence themselves; the supervisor finds every other node silent and
+    slurmctld too, blames and drains no node, and asks for a requeue until Slurm answers. The link
+    comes back; the job is requeued, resumes from the tiers, and ends with the uncut bits."""
+    cluster, net = netns_cluster
+    cluster.reset()
+    srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3")
+    job = submit_training(
+        cluster, tmp_path, ["-N3", "--no-kill", "--requeue"], f"export GLOO_SOCKET_IFNAME={DEV}\n{srun}"
+    )
+    job.wait_step(8)
+    hosts = job.hosts()
+    others = {p for slot in ("n1p0", "n2p0") for p in slot_pids(job.log_dir, slot)}
+    node = cluster.nodes.index(hosts[0])
+    net.cut(node)
+    try:
+        deadline = time.monotonic() + 120
+        while not job.of("requeue"):
+            assert time.monotonic() < deadline, job.events[-10:]
+            time.sleep(0.5)
+        assert ISOLATED.format(nodes=2) in job.of("requeue")[0]["why"]
+        assert not job.of("drained") and not job.of("fault"), job.events  # no node blamed
+        fenced = not [p for p in others if pid_alive(p)]
+        assert fenced, "a rank cut off from the supervisor did not fence itself"
+    finally:
+        net.heal(node)
+    done = job.wait_done(timeout=240)
+    import json; print("\n".join(json.dumps(e)[:400] for e in job.events)); print(done)
+    assert done.state == "COMPLETED" and done.restart_count == 1, job.output
+    assert job.digests() == reference3, job.output
+    reasons = {name: job.client.node(name).reason for name in cluster.nodes}
+    assert not [r for r in reasons.values() if r.startswith("sres:")], reasons  # sres drained none

@@ -26,7 +26,7 @@ from launcher.supervisor.policy.actions import (
     StartStandby,
     UseIdleNode,
 )
-from launcher.supervisor.policy.classify import ISOLATED, UNREACHABLE, error_at
+from launcher.supervisor.policy.classify import ISOLATED, ISOLATED_REQUEUE_WAIT_S, UNREACHABLE, error_at
 from launcher.supervisor.policy.decisions import Decision
 from launcher.supervisor.policy.replace import REPLACEMENT_ORDER, serving_source
 from launcher.supervisor.observe.view import ErrorAt, FaultState, Observation, RunState
@@ -48,6 +48,7 @@ CONFIG = RunConfig(
 NOW = 100.0
 DEAD = NodeEvidence(slurmd_answers=False)
 CUT = NodeEvidence(reachable=False)
+CUT_NO_SLURM = NodeEvidence(reachable=False, slurmd_answers=False, slurm_usable=False, slurm_answers=False)
 
 
 def state(**kw) -> RunState:
@@ -482,7 +483,28 @@ CASES = {
         Observation(lost={2: "exit 76"}, evidence=dict.fromkeys(range(4), CUT)),
         state(requeueable=True),
         CONFIG,
-        [Requeue(ISOLATED.format(nodes=4))],
+        [Requeue(ISOLATED.format(nodes=4), wait_s=ISOLATED_REQUEUE_WAIT_S)],  # asked until the link is back
+    ),
+    "under Slurm the supervisor's own node answers it, and proves nothing: the others are all cut": (
+        Observation(
+            lost={1: "exit 76", 2: "exit 76"},
+            evidence={0: NodeEvidence(runs_supervisor=True), **dict.fromkeys((1, 2, 3), CUT_NO_SLURM)},
+        ),
+        state(requeueable=True),
+        CONFIG,
+        [Requeue(ISOLATED.format(nodes=3), wait_s=ISOLATED_REQUEUE_WAIT_S)],
+    ),
+    "one other node cut while Slurm answers: that node is unreachable, not the supervisor": (
+        Observation(lost={1: "exit 76"}, evidence={0: NodeEvidence(runs_supervisor=True), 1: CUT}),
+        state(members={0: "n0p0", 1: "n1p0"}, spare_nodes=()),
+        CONFIG,
+        [OpenFault(0.0, {1: "node"}, {1: UNREACHABLE}, None, {1: 1}), KillNode(1, UNREACHABLE)],
+    ),
+    "one other node cut and Slurm silent too: the supervisor's own link": (
+        Observation(lost={1: "exit 76"}, evidence={0: NodeEvidence(runs_supervisor=True), 1: CUT_NO_SLURM}),
+        state(members={0: "n0p0", 1: "n1p0"}, spare_nodes=(), requeueable=True),
+        CONFIG,
+        [Requeue(ISOLATED.format(nodes=1), wait_s=ISOLATED_REQUEUE_WAIT_S)],
     ),
     "a spare fenced itself (its node unreachable): drained as unreachable": (
         Observation(spares_exited=((3, "n3p0"),), evidence={3: CUT, 0: NodeEvidence()}),

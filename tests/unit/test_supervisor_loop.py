@@ -16,9 +16,11 @@ import pytest
 
 from launcher.observability.events import read_events
 from launcher.observability.timeline import Timeline
+from launcher.errors import SlurmError
 from launcher.placement import NewNode, NodeEvidence
 from launcher.supervisor import RunConfig, Supervisor, loop
 from launcher.supervisor.policy import decisions
+from launcher.supervisor.policy.classify import ISOLATED
 from launcher.supervisor.policy.decisions import Decision
 from launcher.supervisor.policy.actions import OpenFault, UseIdleNode
 from launcher.supervisor.perform.books import Outcome
@@ -226,6 +228,33 @@ def test_with_no_node_anywhere_a_batch_job_requeues(tmp_path: Path) -> None:
     assert placement.requeued == [
         "node gpu1 was lost and no spare node is left, nor an idle node to grow into"
     ]
+
+
+def test_an_isolated_supervisor_asks_slurm_to_requeue_until_it_answers(tmp_path: Path) -> None:
+    """Its own node answers it (it runs there); every other node and slurmctld are silent: no node
+    is drained, and the requeue is asked for again until the link is back (here: the third try)."""
+    placement, script = FakePlacement(requeueable=True), Script()
+    placement.evidence_of[0] = NodeEvidence(runs_supervisor=True)
+    for node in (1, 2):
+        placement.evidence_of[node] = NodeEvidence(
+            reachable=False, slurmd_answers=False, slurm_usable=False, slurm_answers=False
+        )
+    refusals = [SlurmError("Unable to contact slurm controller")] * 2
+    asked = placement.requeue
+
+    def requeue(why: str) -> None:
+        if refusals:
+            raise refusals.pop()
+        asked(why)
+
+    placement.requeue = requeue  # type: ignore[method-assign]
+    script.at(3, lambda: placement.rc.update({"n1p0": 76, "n2p0": 76}))
+    outcome, events = run(tmp_path, placement, script)
+    assert outcome.requeued and kinds(events)[-1] == "requeue"
+    assert "drained" not in kinds(events) and placement.retired == []
+    assert placement.requeued == [ISOLATED.format(nodes=2)]
+    said = script.out.getvalue()
+    assert "cannot requeue yet (Unable to contact slurm controller); asking again every 5 s" in said
 
 
 def test_a_hung_rank_is_killed_after_the_hang_timeout(tmp_path: Path) -> None:

@@ -224,7 +224,8 @@ class Observer:
     ) -> Observation:
         """Ask about the nodes that lost a process (Slurm, a probe): only when a fault is seen.
         When none of them answers over the network, the others of the run (``every``) are asked
-        too, until one answers: if none does, the supervisor's own link is the cut."""
+        too, until one answers: if none does, the supervisor's own link is the cut. The node the
+        supervisor runs on always answers it, and so proves nothing."""
         nodes = ({node_of(rank) for rank in obs.lost} | {node for node, _ in obs.spares_exited}) - dead_nodes
         if not nodes:
             return obs
@@ -232,7 +233,7 @@ class Observer:
         if not any(e.reachable for e in evidence.values()):
             for node in sorted(every() - dead_nodes - nodes):
                 evidence[node] = self.inspector.evidence(node)
-                if evidence[node].reachable:
+                if evidence[node].reachable and not evidence[node].runs_supervisor:
                     break
         return dataclasses.replace(obs, evidence=evidence)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.errors import SresError
+from launcher.errors import SlurmError, SresError
 from launcher.observability.events import summary
 from launcher.supervisor.policy import actions as act
 from launcher.supervisor.perform.books import Outcome
@@ -22,6 +22,8 @@ from resilience.contract.messages import Report
 
 HOOKS_MIN_S = 5.0
 """The ranks' requeue hooks get at least this long, whatever persisting the commit took."""
+REQUEUE_RETRY_S = 5.0
+"""Between two requeue requests Slurm did not answer (each already waits out scontrol's retries)."""
 LATE_ERRORS_S = 2.0
 """How long a failing run waits for its ranks still running to report: ranks that raise alike
 (submitit's tasks) report moments apart, and the failed event must name the lowest of them, not
@@ -58,10 +60,28 @@ def requeue(h: Hands, a: act.Requeue) -> Outcome:
     for slot in h.books.slots:  # what they held is saved: a rank still starting up must not delay the end
         h.processes.kill(slot)
     try:
-        h.job.requeue(a.why)
+        _ask_until(h, a)
     except SresError as err:
         return fail(h, act.Fail(f"{a.why}; and the job cannot be requeued: {err}"))
     return Outcome(False, f"requeued: {a.why}", h.events.events, requeued=True)
+
+
+def _ask_until(h: Hands, a: act.Requeue) -> None:
+    """``scontrol requeue``, asked again while Slurm does not answer, for up to ``a.wait_s``
+    (an isolated supervisor: nothing but its link coming back lets the job go on)."""
+    deadline = h.clocks.clock() + a.wait_s
+    said = False
+    while True:
+        try:
+            h.job.requeue(a.why)
+            return
+        except SlurmError as err:
+            if h.clocks.clock() + REQUEUE_RETRY_S > deadline:
+                raise
+            if not said:
+                h.say(f"cannot requeue yet ({err}); asking again every {REQUEUE_RETRY_S:g} s, {a.wait_s:g} s")
+                said = True
+            h.clocks.sleep(REQUEUE_RETRY_S)
 
 
 def finish(h: Hands, a: act.Finish) -> Outcome:

@@ -235,6 +235,8 @@ class Requeue:
     save: bool = False
     cause: str = "fault"
     """``fault`` (no node left), ``preemption`` or ``time-limit``: the requeue event says which."""
+    wait_s: float = 0.0
+    """How long to keep asking when Slurm does not answer the requeue (0: ask once)."""
 
 
 @dataclass(frozen=True)

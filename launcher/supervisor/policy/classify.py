@@ -22,9 +22,13 @@ SPARE_PROCESS_DIED = "a warm spare process of this node died"
 RECLAIMED = "Slurm took the lent node back (preempted)"
 UNREACHABLE = "unreachable: no answer over the network (its processes may be alive; they fence themselves)"
 ISOLATED = (
-    "the supervisor reaches none of the run's {nodes} nodes: its own link is cut (no node is drained; "
+    "the supervisor reaches none of the run's {nodes} other nodes: its own link is cut (no node is drained; "
     "their ranks fence themselves within their lease)"
 )
+ISOLATED_REQUEUE_WAIT_S = 600.0
+"""How long an isolated supervisor keeps asking Slurm to requeue the job: its link may come back
+(a switch rebooting, a flapping port), and nothing else can requeue a ``--no-kill`` job whose
+batch host Slurm sees down (Slurm keeps it RUNNING, checked on the test cluster)."""
 COLLATERAL_GRACE_S = 1.0
 """How long reports of collateral errors alone wait for the process death that caused them."""
 
@@ -68,9 +72,19 @@ def open_fault(obs: Observation, state: RunState, config: RunConfig) -> list[Act
 def cut_off_from_every_node(obs: Observation, state: RunState) -> bool:
     """Whether no node of the run answers the supervisor (each one's evidence: unreachable). Then
     the common cause is the supervisor's own link, not every node's at once: the nodes are not
-    to blame and no spare could be reached either. One node alone cannot tell the two apart."""
-    nodes = _run_nodes(state)
-    return len(nodes) > 1 and all(node in obs.evidence and not obs.evidence[node].reachable for node in nodes)
+    to blame and no spare could be reached either. The node the supervisor runs on answers it
+    whatever its link does, and is left out. One other node alone cannot tell the two apart,
+    unless Slurm could not be asked either: then it is the supervisor's link too."""
+    others = _others(obs, state)
+    seen = [obs.evidence[n] for n in others if n in obs.evidence]
+    if not others or len(seen) < len(others) or any(e.reachable for e in seen):
+        return False
+    return len(others) > 1 or not any(e.slurm_answers for e in seen)
+
+
+def _others(obs: Observation, state: RunState) -> list[int]:
+    """The run's nodes but the one the supervisor runs on (none when it runs apart)."""
+    return sorted(n for n in _run_nodes(state) if not obs.evidence_of(n).runs_supervisor)
 
 
 def _run_nodes(state: RunState) -> set[int]:
@@ -78,11 +92,11 @@ def _run_nodes(state: RunState) -> set[int]:
     return {state.node_of(rank) for rank in state.members} | set(state.spare_nodes)
 
 
-def isolated(state: RunState, config: RunConfig) -> Action:
+def isolated(obs: Observation, state: RunState, config: RunConfig) -> Action:
     """Nothing can go on from here: every rank has fenced itself or will. A requeue resumes from
     the tiers (the nodes keep their RAM tier; none is drained); outside a batch job, one line."""
-    why = ISOLATED.format(nodes=len(_run_nodes(state)))
-    return requeue_or_fail(why, config) if state.requeueable else Fail(why)
+    why = ISOLATED.format(nodes=len(_others(obs, state)))
+    return requeue_or_fail(why, config, wait_s=ISOLATED_REQUEUE_WAIT_S) if state.requeueable else Fail(why)
 
 
 def own_errors(reports: Iterable[Report]) -> tuple[Report, ...]:

@@ -92,7 +92,7 @@ def decide(now: float, obs: Observation, state: RunState, config: RunConfig) -> 
     if state.fault is not None:
         return _decision("replacing", answers, replace_lost(now, state, config))
     if (obs.lost or obs.spares_exited) and cut_off_from_every_node(obs, state):
-        return _decision("isolated", [isolated(state, config)], answers)  # blame no node, drain none
+        return _decision("isolated", [isolated(obs, state, config)], answers)  # blame no node, drain none
     kills = _kills(obs, state, config)
     ending = _fault_or_end(now, obs, state, config)
     if ending is not None:

@@ -10,7 +10,9 @@ from launcher.supervisor.policy.actions import Action, Fail, Requeue
 from launcher.supervisor.config import RunConfig
 
 
-def requeue_or_fail(why: str, config: RunConfig, save: bool = False, cause: str = "fault") -> Action:
+def requeue_or_fail(
+    why: str, config: RunConfig, save: bool = False, cause: str = "fault", wait_s: float = 0.0
+) -> Action:
     """The job cannot go on here: requeue it (it resumes from its saved state) unless it
     already used its requeues. Time-limit requeues have a cap of their own when one is set
     (``--max-timeout-requeues``, submitit's ``max_num_timeout``): a job that cannot finish in
@@ -23,7 +25,7 @@ def requeue_or_fail(why: str, config: RunConfig, save: bool = False, cause: str 
                 f"time limit ({flag} {cap})"
             )
         return Fail(f"{why}; the job was already requeued {used} time(s) ({flag} {cap})")
-    return Requeue(why, save, cause)
+    return Requeue(why, save, cause, wait_s)
 
 
 def requeues_counted(config: RunConfig, cause: str) -> tuple[int, int | None, str]:
