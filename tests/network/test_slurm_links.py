@@ -27,6 +27,11 @@ from tests.support.training_jobs import STEPS, sres_srun, submit_training
 
 pytestmark = [pytest.mark.network, pytest.mark.cluster]  # cluster: the lane of the Slurm tests
 
+SLURMD_TIMEOUT_S = 60
+"""Slurm's own silence limit for a node, far above sres's (``--hang-timeout 5``), as on clusters
+(often 300 s): sres acts on a cut first. Past it, Slurm kills a ``--no-kill`` job's batch step
+on a node it sets down, and a supervisor cut off on that node can no longer requeue its job."""
+
 
 @pytest.fixture(scope="module")
 def netns_cluster(tmp_path_factory) -> Iterator[tuple[SlurmCluster, Network]]:
@@ -37,7 +42,8 @@ def netns_cluster(tmp_path_factory) -> Iterator[tuple[SlurmCluster, Network]]:
     net = Network(4)
     try:
         net.up()
-        cluster = SlurmCluster(tmp_path_factory.mktemp("netns-slurm"), node_count=4, network=net)
+        directory = tmp_path_factory.mktemp("netns-slurm")
+        cluster = SlurmCluster(directory, node_count=4, slurmd_timeout=SLURMD_TIMEOUT_S, network=net)
         with running(cluster, "Slurm test cluster in namespaces"):
             yield cluster, net
     finally:
@@ -83,7 +89,6 @@ def test_under_slurm_a_node_cut_off_is_drained_as_unreachable_and_its_rank_fence
         net.heal(node)
 
 
-
 def test_under_slurm_the_supervisor_cut_off_requeues_once_its_link_is_back_and_ends_exact(
     netns_cluster, tmp_path, reference3
 ):
@@ -115,7 +120,6 @@ def test_under_slurm_the_supervisor_cut_off_requeues_once_its_link_is_back_and_e
     finally:
         net.heal(node)
     done = job.wait_done(timeout=240)
-    import json; print("\n".join(json.dumps(e)[:400] for e in job.events)); print(done)
     assert done.state == "COMPLETED" and done.restart_count == 1, job.output
     assert job.digests() == reference3, job.output
     reasons = {name: job.client.node(name).reason for name in cluster.nodes}
