@@ -32,6 +32,7 @@ from typing import TextIO
 from launcher.errors import ConfigError, ShrinkRefused, SlurmError, SresError
 from launcher.placement import NewNode, NodeEvidence
 from launcher.placement.processes import Processes
+from launcher.placement.slurmd_probe import ANSWERS, SILENT, NodeProbe, slurmd_reach
 from launcher.slurm import discovery as node_discovery
 from launcher.slurm.injected_drains import InjectedDrains
 from launcher.slurm.satellites import GROW_BY, Satellites
@@ -40,27 +41,6 @@ from resilience.contract.liveness import LivenessServer
 from resilience.contract.rank_env import node_name_environ, reclaim_environ
 
 log = logging.getLogger(__name__)
-
-
-ANSWERS, REFUSED, SILENT = "answers", "refused", "silent"
-SLURM_SILENT_S = 30.0
-"""After slurmctld failed to answer about a node, how long the evidence of other nodes is taken
-from their probes alone."""
-
-
-def slurmd_reach(address: str, port: int, timeout_s: float = 1.0) -> str:
-    """How the node's slurmd port answers a connection: it accepts (``answers``); the node's
-    kernel refuses it at once (``refused``: the node is up, its slurmd is not); nothing comes back
-    (``silent``: the node is cut off or powered off; what runs on it may still be alive). Either
-    failure is seen seconds before slurmctld marks the node not responding (SlurmdTimeout). The
-    slurmd port itself, not another: a site's firewall lets slurmctld's connections through."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout_s):
-            return ANSWERS
-    except ConnectionRefusedError:
-        return REFUSED
-    except OSError:  # timed out, no route (an ARP that no one answers)
-        return SILENT
 
 
 @dataclass(frozen=True)
@@ -128,11 +108,7 @@ class SrunPlacement:
         self.hosts = list(placement.hosts)
         self._own = tuple(placement.hosts)
         self._apart = bool(satellite_nodes)
-        self.store_host = placement.store_host
-        self._here = placement.here
-        self._slurmd_at = dict(placement.slurmd_at)
-        self._slurm_silent_until, self._slurm_silent_why = 0.0, ""
-        """slurmctld did not answer a node question: the others of the same look are not asked."""
+        self.store_host, self._here = placement.store_host, placement.here
         self.requeueable = placement.batch_job
         self._limit_at_start: tuple[float, float] | None = self._read_limit() if self.requeueable else None
         """(time limit, its monotonic deadline) read at start: what a requeue signal falls back on
@@ -141,7 +117,7 @@ class SrunPlacement:
         self.srun_args = tuple(srun_args)
         self.partition = partition
         self.grow_allowed = grow
-        self.probe = probe
+        self.nodes_reach = NodeProbe(placement.slurmd_at, probe)
         self._used: set[int] = set()
         self._retired: set[int] = set()
         self._injected = InjectedDrains(self.client)
@@ -242,7 +218,7 @@ class SrunPlacement:
 
     def kill(self, slot: str) -> None:
         peer = self.liveness.peer(slot)
-        slurm_answers = time.monotonic() >= self._slurm_silent_until  # else the process alone
+        slurm_answers = self.nodes_reach.slurm_answers()  # else the process alone
         if peer is not None and peer.step_id and peer.lost_t is None and slurm_answers:
             try:
                 self.client.cancel(f"{self.job_of(self._node_of_slot[slot])}.{peer.step_id}", signal="KILL")
@@ -254,20 +230,15 @@ class SrunPlacement:
         self.processes.echo_slot = slot
 
     def evidence(self, node: int) -> NodeEvidence:
-        """Slurm's record of the node and a probe of its slurmd. When slurmctld does not answer,
-        the probe still goes to the address Slurm gave before: a supervisor whose own link is cut
-        then finds every other node silent, not merely unknown to a Slurm it cannot reach."""
+        """Slurm's record of the node and a probe of its slurmd (:class:`NodeProbe`)."""
         name = self.hosts[node]
         own = bool(self._here) and name == self._here
         try:
-            if time.monotonic() < self._slurm_silent_until:  # each try costs scontrol's retries (10-30 s)
-                raise SlurmError(self._slurm_silent_why)
+            self.nodes_reach.check_slurm()
             record = self.client.node(name)
         except SlurmError as err:
-            if time.monotonic() >= self._slurm_silent_until:
-                self._slurm_silent_until, self._slurm_silent_why = time.monotonic() + SLURM_SILENT_S, str(err)
-            known = self._slurmd_at.get(name)
-            reach = self.probe(*known) if known else REFUSED
+            self.nodes_reach.slurm_failed(err)
+            reach = self.nodes_reach.reach(name)
             return NodeEvidence(
                 slurmd_answers=reach == ANSWERS,
                 slurm_usable=False,
@@ -276,9 +247,8 @@ class SrunPlacement:
                 slurm_answers=False,
                 runs_supervisor=own,
             )
-        if record.port:
-            self._slurmd_at[name] = (record.address or record.hostname or name, record.port)
-        reach = self.probe(*self._slurmd_at[name]) if record.port else ANSWERS
+        address = record.address or record.hostname
+        reach = self.nodes_reach.reach(name, address, record.port) if record.port else ANSWERS
         return NodeEvidence(
             slurmd_answers=reach == ANSWERS,
             reachable=reach != SILENT,

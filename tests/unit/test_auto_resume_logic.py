@@ -8,7 +8,8 @@ import pytest
 
 from launcher.slurm import templates
 from launcher.placement import NodeEvidence
-from launcher.placement.srun import slurmd_reach
+from launcher.errors import SlurmError
+from launcher.placement.slurmd_probe import SLURM_SILENT_S, NodeProbe, slurmd_reach
 from launcher.errors import ConfigError
 from launcher.slurm.srun_args import parse, split_ours
 from launcher.supervisor import RunConfig, node_verdict
@@ -110,6 +111,23 @@ def test_a_dead_slurmd_and_a_node_cut_off_read_apart():
         server.close()
     assert slurmd_reach("127.0.0.1", port, 0.2) == "refused"
     assert node_verdict(NodeEvidence(slurmd_answers=False, reachable=False), 1, limit=2) == UNREACHABLE
+
+
+def test_a_silent_slurmctld_is_not_asked_again_and_nodes_are_probed_where_they_were():
+    """The supervisor's link cut: slurmctld's silence costs scontrol's retries once, not once a node;
+    each node's slurmd is still probed, at the address Slurm gave before."""
+    now, probed = [0.0], []
+    silent = lambda address, port: probed.append((address, port)) or "silent"  # noqa: E731 - nothing is contacted
+    probe = NodeProbe({"n2": ("10.0.0.12", 6818)}, silent, lambda: now[0])
+    probe.check_slurm()  # not silent yet: ask
+    probe.slurm_failed(SlurmError("Unable to contact slurm controller"))
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        probe.check_slurm()
+    assert probe.reach("n2") == "silent" and probed == [("10.0.0.12", 6818)]
+    assert probe.reach("n9") == "refused"  # never known: not probed
+    now[0] = SLURM_SILENT_S
+    probe.check_slurm()  # asked again
+    assert probe.reach("n2", "10.0.0.22", 7000) == "silent" and probed[-1] == ("10.0.0.22", 7000)
 
 
 def test_usr1_is_refused_as_preemption_signal():

@@ -222,10 +222,9 @@ class Observer:
         dead_nodes: set[int],
         every: Callable[[], set[int]] = set,
     ) -> Observation:
-        """Ask about the nodes that lost a process (Slurm, a probe): only when a fault is seen.
-        When none of them answers over the network, the others of the run (``every``) are asked
-        too, until one answers: if none does, the supervisor's own link is the cut. The node the
-        supervisor runs on always answers it, and so proves nothing."""
+        """Ask about the nodes that lost a process (Slurm, a probe), only at a fault. When none of
+        them answers, the others of the run (``every``) are asked until one (not the supervisor's
+        own node: it proves nothing) does: if none does, the supervisor's own link is the cut."""
         nodes = ({node_of(rank) for rank in obs.lost} | {node for node, _ in obs.spares_exited}) - dead_nodes
         if not nodes:
             return obs
