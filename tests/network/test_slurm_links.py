@@ -6,13 +6,16 @@ sres and the ranks see only what they would see on a cluster.
 
 What a user checks: the job completes with the bits of the same run without the cut; the cut-off
 node is drained as unreachable, not dead; its rank, alive but silent, fenced itself and wrote no
-tier copy after it was replaced.
+tier copy after it was replaced. When the cut is the supervisor's own (the batch host's link), no
+node is blamed, every rank it cannot reach fences itself, and the job is requeued once the link is
+back, then ends with the same bits.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +26,7 @@ from tests.support.netns import DEV, Network, available
 from tests.support.running_cluster import running
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.sres_runs import slot_pids
-from tests.support.training_jobs import STEPS, sres_srun, submit_training
+from tests.support.training_jobs import STEPS, TrainingJob, sres_srun, submit_training
 
 pytestmark = [pytest.mark.network, pytest.mark.cluster]  # cluster: the lane of the Slurm tests
 
@@ -50,6 +53,17 @@ def netns_cluster(tmp_path_factory) -> Iterator[tuple[SlurmCluster, Network]]:
         net.down()
 
 
+def training(cluster: SlurmCluster, tmp_path: Path, nodes: int, step: int) -> TrainingJob:
+    """3 ranks under ``sres srun --auto-resume=1`` in a job of ``nodes`` nodes, at ``step``; gloo
+    told the namespaces' interface (its own guess, the hostname, is this machine's loopback)."""
+    cluster.reset()
+    srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3")
+    script = f"export GLOO_SOCKET_IFNAME={DEV}\n{srun}"
+    job = submit_training(cluster, tmp_path, [f"-N{nodes}", "--no-kill", "--requeue"], script)
+    job.wait_step(step)
+    return job
+
+
 def test_under_slurm_a_node_cut_off_is_drained_as_unreachable_and_its_rank_fences_itself(
     netns_cluster, tmp_path, reference3
 ):
@@ -58,12 +72,7 @@ def test_under_slurm_a_node_cut_off_is_drained_as_unreachable_and_its_rank_fence
     slurmd silent too (not refused, as a dead slurmd's port is): unreachable. The idle node takes
     the rank; the cut-off rank's lease runs out and it ends itself."""
     cluster, net = netns_cluster
-    cluster.reset()
-    srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3")
-    job = submit_training(
-        cluster, tmp_path, ["-N4", "--no-kill", "--requeue"], f"export GLOO_SOCKET_IFNAME={DEV}\n{srun}"
-    )
-    job.wait_step(6)
+    job = training(cluster, tmp_path, nodes=4, step=6)
     victim, spare = job.hosts()[1], job.hosts()[3]
     node = cluster.nodes.index(victim)
     rank = slot_pids(job.log_dir, "n1p0")  # rank 1: sres's node 1, its first process
@@ -98,12 +107,7 @@ def test_under_slurm_the_supervisor_cut_off_requeues_once_its_link_is_back_and_e
     slurmctld too, blames and drains no node, and asks for a requeue until Slurm answers. The link
     comes back; the job is requeued, resumes from the tiers, and ends with the uncut bits."""
     cluster, net = netns_cluster
-    cluster.reset()
-    srun = sres_srun(tmp_path / "run", "--auto-resume=1", "-N", "3")
-    job = submit_training(
-        cluster, tmp_path, ["-N3", "--no-kill", "--requeue"], f"export GLOO_SOCKET_IFNAME={DEV}\n{srun}"
-    )
-    job.wait_step(8)
+    job = training(cluster, tmp_path, nodes=3, step=8)
     hosts = job.hosts()
     others = {p for slot in ("n1p0", "n2p0") for p in slot_pids(job.log_dir, slot)}
     node = cluster.nodes.index(hosts[0])
