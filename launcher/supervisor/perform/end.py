@@ -79,7 +79,8 @@ def _ask_until(h: Hands, a: act.Requeue) -> None:
             if h.clocks.clock() + REQUEUE_RETRY_S > deadline:
                 raise
             if not said:
-                h.say(f"cannot requeue yet ({err}); asking again every {REQUEUE_RETRY_S:g} s, {a.wait_s:g} s")
+                every = f"every {REQUEUE_RETRY_S:g} s for up to {a.wait_s:g} s"
+                h.say(f"cannot requeue yet ({err}); asking again {every}")
                 said = True
             h.clocks.sleep(REQUEUE_RETRY_S)
 
