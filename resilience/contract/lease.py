@@ -56,13 +56,11 @@ class Lease:
         self._sent: deque[tuple[int, float]] = deque(maxlen=KEEP_SENT)
         self._until = clock() + length_s
         """Granted at the hello's acceptance, which the supervisor answered just now."""
-        self._last_sent: float | None = None
         self._last_echo: float | None = None
 
     def sent(self, seq: int, t: float) -> None:
         with self._lock:
             self._sent.append((seq, t))
-            self._last_sent = t
 
     def echoed(self, seq: int) -> None:
         """The supervisor read this process's line ``seq``: extend to when it was sent + length."""
@@ -90,7 +88,9 @@ class Lease:
         sent lately but no echo read points at the link or the supervisor; no line sent for as
         long as the lease points at this process (its threads not scheduled, a stop)."""
         with self._lock:
-            now, until, sent, echo = self.clock(), self._until, self._last_sent, self._last_echo
+            # an echo drops only older lines: the newest line sent is always the last one kept
+            sent = self._sent[-1][1] if self._sent else None
+            now, until, echo = self.clock(), self._until, self._last_echo
 
         def ago(t: float | None) -> str:
             return "never" if t is None else f"{now - t:.1f} s ago"

@@ -67,7 +67,6 @@ class Lane:
         self._pending: deque[Commit] = deque()
         self._busy = False
         self._stopped = False
-        self.done_jobs = 0
         self._submitted = 0
         self._ended = 0
         """The number of the newest job that ended: jobs run in the order they came."""
@@ -129,7 +128,6 @@ class Lane:
             finally:
                 with self._cond:
                     self._busy = False
-                    self.done_jobs += 1
                     self._ended = job.number
                     self._cond.notify_all()
 
