@@ -109,12 +109,17 @@ class Heartbeat:
     def __init__(
         self,
         store: RunStore,
+        own: RunStore,
         slot: str,
         period_s: float,
         watch: GenerationWatch,
         link: RankLink | None = None,
     ) -> None:
-        self.store = store.clone()
+        self.store = own
+        """The beat thread's own connection (``store.clone()``), made by the caller before the
+        hello grants the lease: a new connection can wait seconds on a nameserver (torch's client
+        looks up the name of the address it connects to), and made between the hello and
+        :meth:`start` that wait ran the lease out before the first beat."""
         self.main_store = store
         """The main thread's connection: a release wakes it from a wait in the ended rendezvous."""
         self.link = link

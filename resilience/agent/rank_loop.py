@@ -59,12 +59,14 @@ class Agent:
         """``resilience.run(train, batches=...)``: a batch cache of this node has a producer."""
         key = run_secret.store_key(env.run_secret, env.store_nonce) if env.run_secret else ""
         self.store = RunStore.connect(env.store_host, env.store_port, key)
+        # Every store connection first, then the hello: the lease it grants runs out unless lines
+        # are echoed, and a connection can wait 5 s on a silent nameserver (torch's client asks the
+        # name of the address it connects to), which fenced healthy ranks before their first step.
+        beats = self.store.clone()
         self._liveness = self._link(env)
         self._watch = GenerationWatch()
-        self._heartbeat = Heartbeat(self.store, env.slot, env.heartbeat_s, self._watch, self._liveness)
-        # Beat from here: the lease granted at the hello runs out unless lines are echoed, and on a
-        # loaded machine what follows took long enough to fence healthy ranks before their first step.
-        self._heartbeat.start()
+        self._heartbeat = Heartbeat(self.store, beats, env.slot, env.heartbeat_s, self._watch, self._liveness)
+        self._heartbeat.start()  # beat from here: on a loaded machine what follows takes seconds
         self.state = RankState.STARTING
         self.kept = Kept()
         elastic = env.elastic

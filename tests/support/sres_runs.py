@@ -63,11 +63,10 @@ def sres_command(
     """``sres run`` of ``python -m module`` with the tests' short timeouts, writing its results
     to ``log_dir/out``; ``python``: the ranks' interpreter (a framework's own environment).
 
-    ``hang_timeout`` 8 s: a rank's lease is 3/4 of it (6 s), less a beat. On this 2-core machine a
-    healthy rank's whole process stood still for 5.0 s at start-up in two CI-sized runs (its log:
-    ``last line sent 0.0 s ago, last echo read never`` -- no thread of it ran, the reference run's
-    ranks fenced themselves and every test using it errored); at 3 s the same had fenced a rank
-    of a no-fault run. Tests of detection pass their own (``tests/network``: 4 s)."""
+    ``hang_timeout`` 8 s: a rank's lease is 3/4 of it (6 s), less a beat, room for a loaded 2-core
+    machine. (The 5.0 s start-up stall that made it 8 was a store connection made after the hello,
+    waiting on a silent nameserver: fixed, ``tests/network/test_slow_nameserver.py``.) Tests of
+    detection pass their own (``tests/network``: 4 s)."""
     return [
         sys.executable,
         "-m",
