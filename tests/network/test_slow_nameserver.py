@@ -29,7 +29,9 @@ def test_a_nameserver_answering_later_than_the_lease_fences_no_rank(tmp_path):
     if why is not None:
         pytest.fail(f"this test needs namespaces: {why}")
     log_dir = tmp_path / "run"
-    sres = sres_command(log_dir, 2, ("--no-tiers",), "resilience.examples.train_mlp", 4, (), hang_timeout=4)
+    # Formation may take its time: each of a rank's store connections waits for the nameserver.
+    example, timeouts = "resilience.examples.train_mlp", {"hang_timeout": 4, "reform_timeout": 60}
+    sres = sres_command(log_dir, 2, ("--no-tiers",), example, 4, (), **timeouts)
     cmd = ["unshare", "-m", "-n", *sres[:1], "-m", "tests.support.slow_nameserver", "--delay-s", str(DELAY_S)]
     run = run_command([*cmd, "--", *sres], clean_env(), log_dir, 120)
     assert f"a lookup took {DELAY_S}" in run.stderr, run.stderr  # the fault was in place
