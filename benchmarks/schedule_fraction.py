@@ -3,13 +3,16 @@ that pass before and after the fix", as a table.
 
     sudo python benchmarks/schedule_fraction.py --count 200
     sudo python benchmarks/schedule_fraction.py --count 200 --before /tmp/before   # and a baseline
+    sudo python benchmarks/schedule_fraction.py --count 200 --before /tmp/before --skip 120 --trees before
 
 The schedules are hypothesis's draws of ``tests/network/test_schedules.py`` (derandomized: the same
 ones in every run, in the same order); each runs whole on namespaced nodes, and a failing one does
 not stop the rest (the property test stops at the first). ``--before``: each schedule also runs,
 right after, on that checkout's code (its ``sres run``, its ranks; the harness stays this one's):
 "before a fix" is a worktree with the fix taken out. Needs root (namespaces); ~15 s a schedule and
-a tree on 2 cores.
+a tree on 2 cores. ``--skip N`` draws the first N schedules and runs none of them (an earlier run
+measured them: the draws are the same, in the same order, as long as ``run_one`` is unchanged:
+hypothesis seeds them from its source); ``--trees`` runs a schedule on some of the checkouts only.
 """
 
 from __future__ import annotations
@@ -71,16 +74,37 @@ def outcome(
     return "passed"
 
 
+class Trees(dict):
+    """The checkouts each drawn schedule runs on, by name; none for the first ``skip`` draws.
+    ``run_one`` asks for them once a schedule (``items()``), and its source must not change (it
+    seeds hypothesis's draws), so skipping is done here."""
+
+    def __init__(self, trees: dict[str, Path], skip: int) -> None:
+        super().__init__(trees)
+        self.skip, self.drawn = skip, 0
+
+    def items(self):  # type: ignore[override]
+        self.drawn += 1
+        return super().items() if self.drawn > self.skip else {}.items()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=200, help="schedules drawn (default 200)")
     p.add_argument("--before", type=Path, help="a checkout to run each schedule on too (the baseline)")
+    p.add_argument("--skip", type=int, default=0, help="draw the first N schedules, run none of them")
+    p.add_argument("--trees", help="run each schedule on these only, e.g. before (default: all)")
     args = p.parse_args()
     why = available()
     if why is not None:
         print(f"error: {why}", file=sys.stderr)
         return 1
-    trees = {"now": REPO, **({"before": args.before.resolve()} if args.before else {})}
+    every = {"now": REPO, **({"before": args.before.resolve()} if args.before else {})}
+    chosen = args.trees.split(",") if args.trees else list(every)
+    if not set(chosen) <= set(every):
+        print(f"error: --trees {args.trees}: not among {', '.join(every)}", file=sys.stderr)
+        return 1
+    trees = Trees({name: every[name] for name in chosen}, args.skip)
     rows: list[tuple[str, str, str, float]] = []  # (tree, kind, outcome, seconds)
     tmp = Path(tempfile.mkdtemp(prefix="sres-schedules-"))
     ram = Path(tempfile.mkdtemp(prefix="sres-schedules-ram-", dir="/dev/shm"))
@@ -118,7 +142,7 @@ def main() -> int:
 
 def print_table(rows: list[tuple[str, str, str, float]], trees: dict[str, Path]) -> None:
     minutes = sum(r[3] for r in rows) / 60
-    code = ", ".join(f"{name} {tree}" for name, tree in trees.items())
+    code = ", ".join(f"{name} {trees[name]}" for name in trees)
     print(f"\n{len(rows)} runs in {minutes:.1f} min; code: {code}\n")
     print("| code | schedules | run | passed | other bits | samples twice or never | failed | share |")
     print("|---|---|---|---|---|---|---|---|")
