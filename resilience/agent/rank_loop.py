@@ -63,7 +63,7 @@ class Agent:
         # are echoed, and a connection can wait 5 s on a silent nameserver (torch's client asks the
         # name of the address it connects to), which fenced healthy ranks before their first step.
         beats = self.store.clone()
-        self._liveness = self._link(env)
+        self._liveness = self._link(env, beats)
         self._watch = GenerationWatch()
         self._heartbeat = Heartbeat(self.store, beats, env.slot, env.heartbeat_s, self._watch, self._liveness)
         self._heartbeat.start()  # beat from here: on a loaded machine what follows takes seconds
@@ -99,7 +99,7 @@ class Agent:
             self._liveness,
         )
 
-    def _link(self, env: RankEnv) -> RankLink | None:
+    def _link(self, env: RankEnv, beats: RunStore) -> RankLink | None:
         """This process's liveness connection (None: the supervisor gave it none). Waits are
         woken by the supervisor's notices, not polled, and every write to the store first asks
         the lease the supervisor's echoes renew (:mod:`resilience.contract.lease`)."""
@@ -110,7 +110,7 @@ class Agent:
         self.store.plans.notices = link.notices
         self.store.liveness.doorbell = self.store.events.doorbell = link.wrote
         if link.lease is not None:
-            self.store.core.guard = link.lease.check
+            self.store.core.guard = beats.core.guard = link.lease.check  # each connection made before
         return link
 
     # --- the hooks ``Context`` calls: the commit pipeline's ---------------------------------------
