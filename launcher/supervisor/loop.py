@@ -36,6 +36,7 @@ from launcher.placement.local import LocalPlacement
 from launcher.supervisor.perform.books import Books, Outcome
 from launcher.supervisor.config import RunConfig
 from launcher.supervisor.control import ControlServer
+from launcher.supervisor import name_lookup
 from launcher.supervisor.perform.executor import Executor
 from launcher.supervisor.perform.persist_now import flush_persistent
 from launcher.supervisor.perform.hands import Clocks, Hands
@@ -222,6 +223,7 @@ class Supervisor:
             restart_count=c.restart_count,
             hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)],
         )
+        name_lookup.watch(self.placement.store_host, self._say)  # a slow nameserver, said once
         if self.metrics is not None:
             where = self.events.emit("metrics", **self.metrics.where())
             self._say(f"metrics: {where['url'] or where['textfile']}")

@@ -1,10 +1,10 @@
 """Real node losses in one Slurm job (3 in CI, 10 under ``-m slow``): spares consumed and given
 back, the result exact.
 
-Each round kills the slurmd (and every process) of a random node that holds a rank, waits
-for the job to recover, brings slurmd back and resumes the node as an admin or the health
-hooks would; the job takes the resumed node back as a warm spare (a node of the job that it
-drained and that is healthy again). The batch host is never the victim: it runs the
+Each round kills the slurmd (and every process) of a random node that holds a rank, brings
+slurmd back once the job has drained the node, waits for the job to recover and resumes the node
+as an admin or the health hooks would; the job takes the resumed node back as a warm spare (a
+node of the job that it drained and that is healthy again). The batch host is never the victim: it runs the
 supervisor (a job that must survive its loss needs the supervisor off the training nodes).
 """
 
@@ -79,10 +79,14 @@ def test_node_losses_in_one_job_with_spares_consumed_and_returned(cluster, tmp_p
     for loss in range(1, losses + 1):
         where.update({e["rank"]: e["host"] for e in job.of("replaced")})
         victim = rng.choice(sorted({h for h in where.values() if h != batch_host}))
-        recovered = len(job.of("recovered"))
+        recovered, drained = len(job.of("recovered")), len(job.of("drained"))
         cluster.kill_node(victim)
+        # slurmd back once the job has drained the node, before SlurmdTimeout (10 s) marks it DOWN,
+        # which takes it out of the job for good. Not after the recovery: CI (2 cores, both lanes
+        # busy) once took 16 s to recover from the third loss, and that node never came back.
+        _until(f"the drain of {victim}", lambda: len(job.of("drained")) > drained, job)
+        cluster.restart_node(victim)
         _until(f"recovery from loss {loss} ({victim})", lambda: len(job.of("recovered")) > recovered, job)
-        cluster.restart_node(victim)  # slurmd back before SlurmdTimeout: the node stays in the job
         cluster.resume(victim)  # it was drained ("sres: slurmd not responding"); an admin resumes it
         # The first loss's node left the job (its one NodeList shrink); every later one comes back.
         _until(f"a spare after loss {loss}", lambda: 2 - loss + len(job.of("node-added")) >= 1, job)

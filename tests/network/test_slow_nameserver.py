@@ -39,3 +39,6 @@ def test_a_nameserver_answering_later_than_the_lease_fences_no_rank(tmp_path):
     assert "fenced" not in run.stderr, run.stderr[-3000:]
     assert not run.of("fault"), run.stderr[-3000:]
     assert len(run.digests()) == 2
+    # ... and the run said why its start was slow, and what to do (launcher/supervisor/name_lookup.py)
+    assert "warning: a reverse name lookup of ::ffff:127.0.0.1" in run.stderr, run.stderr[-3000:]
+    assert f"took {DELAY_S} s" in run.stderr

@@ -2,8 +2,8 @@
 ``ResilientExecutor(folder, cluster="local")`` in place of ``LocalExecutor`` (and of
 ``AutoExecutor(cluster="local")`` in ``test_setup``); submitit's ``weird_tmp_path`` fixture is a
 parametrization here. Nothing else is changed but the times of ``test_requeuing`` and
-``test_custom_checkpoint``, scaled to our start-up (:data:`SLEEP_S`), and the mark of
-``test_long_running_job``, one of submitit's slow tests (``-m slow`` runs it). Not ported:
+``test_custom_checkpoint``, scaled to our start-up (:data:`SLEEP_S`, :data:`SLACKER_TIMEOUT_S`),
+and the mark of ``test_long_running_job``, one of submitit's slow tests (``-m slow`` runs it). Not ported:
 ``test_make_subprocess`` tests submitit's controller alone, with no executor.
 """
 
@@ -25,15 +25,18 @@ from submitit.local import local, test_debug
 from launcher.submitit import ResilientExecutor
 
 
-SLEEP_S, TIMEOUT_S, SIGNAL_DELAY_S, SLACKER_TIMEOUT_S = 5, 20, 3, 12
-"""test_requeuing's and test_custom_checkpoint's times, submitit's (1 s, 3 s, 1 s; 2 s) scaled: a
-job here starts in about 2.5 s (the supervisor, then a rank that imports torch) where
-LocalExecutor's starts in 0.3 s, so a 3-second time limit ends it before the function starts.
-Scaled, the signal (at 17 s) still comes after one to three of the functions ran for any start-up
-up to 12 s (a loaded machine), the second run times out too, and there is time to requeue between
-the signal and the limit. The slacker's signal comes at 9 s: a machine 1.5x slower than ours
-took more than 5 s to start its rank (the fork server still importing torch), and the signal at
-5 s ended it before it could slack; its 10-second sleep still outlasts 9 s from any start."""
+SLEEP_S, TIMEOUT_S, SIGNAL_DELAY_S = 5, 20, 3
+"""test_requeuing's times, submitit's (1 s, 3 s, 1 s) scaled: a job here starts in about 2.5 s (the
+supervisor, then a rank that imports torch) where LocalExecutor's starts in 0.3 s, so a 3-second
+time limit ends it before the function starts. Scaled, the signal (at 17 s) still comes after one
+to three of the functions ran for any start-up up to 12 s (a loaded machine), the second run times
+out too, and there is time to requeue between the signal and the limit."""
+
+SLACKER_TIMEOUT_S, SLACKER_SLEEP_S = 20, 30
+"""test_custom_checkpoint's (submitit's: 2 s, and a 10-second sleep): the slacker must have started
+slacking when the signal comes (at 17 s), and still be slacking. The signal came at 5 s, then at
+9 s, and each time a loaded machine (CI: 2 cores, both lanes busy) had not started the rank yet,
+so there was no checkpoint to make; 17 s is seven times our start-up, and the sleep outlasts it."""
 
 
 def executor_at(folder: Path) -> ResilientExecutor:
@@ -205,7 +208,7 @@ def test_custom_checkpoint(tmp_path: Path) -> None:
         def __call__(self, slack: bool = True):
             if slack:
                 print("Slacking", flush=True)
-                time.sleep(10)
+                time.sleep(SLACKER_SLEEP_S)
                 raise RuntimeError("I really don't want to work")
             print("Working hard", flush=True)
             return "worked hard"

@@ -1,7 +1,8 @@
 """Run a command whose every name lookup is answered late: in a network and mount namespace of
 its own (``unshare -m -n``, made by the caller), with a loopback of its own, ``/etc/resolv.conf``
 replaced there by one naming a nameserver on that loopback, which answers each query "no such
-name" after ``--delay-s``. Nothing outside the namespaces sees the nameserver or the file.
+name" after ``--delay-s``, and ``/etc/hosts`` by :data:`HOSTS`. Nothing outside the namespaces
+sees the nameserver or the files.
 
     unshare -m -n python -m tests.support.slow_nameserver --delay-s 4 -- sres run ...
 
@@ -24,6 +25,11 @@ from pathlib import Path
 ADDRESS = "127.0.0.53"
 """On the namespace's own loopback: no other process on the machine can be reached there."""
 
+HOSTS = "127.0.0.1 localhost\n"
+"""The namespace's ``/etc/hosts``: the loopback in its IPv4 form only, as a fresh Debian machine
+has it, so the store's lookups (of ``::ffff:127.0.0.1``) go to the late nameserver whatever the
+machine's own file holds (``tests/run.sh`` adds the mapped forms for the rest of the suite)."""
+
 
 def serve(sock: socket.socket, delay_s: float) -> None:
     """Answer every query NXDOMAIN (flags 0x8183), each after ``delay_s``, on its own timer so
@@ -41,9 +47,12 @@ def main() -> int:
     args = p.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    conf = Path(tempfile.mkdtemp(prefix="sres-resolv-")) / "resolv.conf"
+    folder = Path(tempfile.mkdtemp(prefix="sres-resolv-"))
+    conf, hosts = folder / "resolv.conf", folder / "hosts"
     conf.write_text(f"nameserver {ADDRESS}\noptions timeout:{int(args.delay_s) + 2} attempts:1\n")
-    subprocess.run(["mount", "--bind", str(conf), "/etc/resolv.conf"], check=True)
+    hosts.write_text(HOSTS)
+    for mine, theirs in ((conf, "/etc/resolv.conf"), (hosts, "/etc/hosts")):
+        subprocess.run(["mount", "--bind", str(mine), theirs], check=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((ADDRESS, 53))
     threading.Thread(target=serve, args=(sock, args.delay_s), daemon=True).start()
