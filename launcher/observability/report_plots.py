@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -105,28 +107,68 @@ def goodput_bar(path: Path, causes: Mapping[str, float]) -> None:
     _save(fig, path)
 
 
-def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
-    """Compute time per rank and step (ms): a straggler is a bright row."""
+MAX_ROWS, MAX_COLUMNS = 64, 400
+"""The heatmap's most rows and columns. A row a rank made the picture 0.35 inch a rank tall (a
+1,400-inch PNG at 4,096 ranks) and its grid a float per rank and step (40 million at 4,096 ranks
+and 10,000 steps); past these, neighbouring ranks and steps share a cell."""
+
+
+@dataclass(frozen=True)
+class HeatGrid:
+    """Compute time per step (ms), a row per rank or run of neighbouring ranks, a column per step
+    or run of steps. A cell holds the slowest of what it covers, so a straggler stays bright when
+    its row is shared; NaN where no rank of the row reported a step of the column."""
+
+    values: np.ndarray
+    ranks: list[tuple[int, int]]
+    """Each row's first and last rank."""
+    steps: list[tuple[int, int]]
+    """Each column's first and last step."""
+
+
+def _spans(items: Sequence[int], most: int) -> tuple[list[tuple[int, int]], int]:
+    """``items`` (sorted) cut into at most ``most`` runs of equal length; and that length."""
+    width = max(1, math.ceil(len(items) / most))
+    return [(items[i], items[min(i + width, len(items)) - 1]) for i in range(0, len(items), width)], width
+
+
+def heat_grid(
+    steps: Sequence[Mapping[str, Any]], max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS
+) -> HeatGrid:
     ranks = sorted({s["rank"] for s in steps})
     numbers = sorted({s["step"] for s in steps})
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(ranks))))
-    if ranks and numbers:
-        column = {n: i for i, n in enumerate(numbers)}
-        row = {r: i for i, r in enumerate(ranks)}
-        grid = [[math.nan] * len(numbers) for _ in ranks]
-        for s in steps:
-            grid[row[s["rank"]]][column[s["step"]]] = s["compute_s"] / s.get("steps", 1) * 1000  # per step
+    row_spans, per_row = _spans(ranks, max_rows)
+    column_spans, per_column = _spans(numbers, max_columns)
+    row = {r: i // per_row for i, r in enumerate(ranks)}
+    column = {n: i // per_column for i, n in enumerate(numbers)}
+    values = np.full((len(row_spans), len(column_spans)), np.nan)
+    if steps:
+        at = (np.array([row[s["rank"]] for s in steps]), np.array([column[s["step"]] for s in steps]))
+        ms = np.array([s["compute_s"] / s.get("steps", 1) * 1000 for s in steps])  # per step
+        np.fmax.at(values, at, ms)
+    return HeatGrid(values, row_spans, column_spans)
+
+
+def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
+    """Compute time per rank and step (ms): a straggler is a bright row."""
+    grid = heat_grid(steps)
+    rows = len(grid.ranks)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * min(rows, 16) + 0.1 * max(0, rows - 16)))
+    if grid.ranks and grid.steps:
         image = ax.imshow(
-            grid,
+            grid.values,
             aspect="auto",
             interpolation="nearest",
             cmap="viridis",
-            extent=(numbers[0] - 0.5, numbers[-1] + 0.5, len(ranks) - 0.5, -0.5),
+            extent=(grid.steps[0][0] - 0.5, grid.steps[-1][1] + 0.5, rows - 0.5, -0.5),
         )
-        fig.colorbar(image, ax=ax, label="compute (ms)")
-        ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+        shared = any(first != last for first, last in grid.ranks)
+        fig.colorbar(image, ax=ax, label="compute (ms)" + (", slowest of the cell" if shared else ""))
+        every = max(1, math.ceil(rows / 32))  # at most 32 labels
+        labels = [str(a) if a == b else f"{a}-{b}" for a, b in grid.ranks]
+        ax.set_yticks(range(0, rows, every), labels[::every], fontsize=8 if shared else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("rank")
+    ax.set_ylabel("ranks" if any(a != b for a, b in grid.ranks) else "rank")
     _save(fig, path)
 
 
