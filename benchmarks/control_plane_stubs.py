@@ -163,6 +163,9 @@ class StubRank:
         env = self.env
         key = run_secret.store_key(env.run_secret, env.store_nonce)
         store = RunStore.connect(env.store_host, env.store_port, key)
+        # The heartbeat's own connection before the hello, as Agent.__init__ makes it (older trees:
+        # Heartbeat clones it itself, after).
+        beats = store.clone() if "own" in inspect.signature(Heartbeat).parameters else None
         self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
         watch = GenerationWatch()
         link: Any = self.link
@@ -171,7 +174,11 @@ class StubRank:
             store.plans.notices = link.notices
             if hasattr(link, "wrote"):  # older trees read the reports' counter every tick
                 store.liveness.doorbell = store.events.doorbell = link.wrote
-        self.heartbeat = Heartbeat(store, env.slot, env.heartbeat_s, watch, link)
+        if beats is not None:
+            self.heartbeat = Heartbeat(store, beats, env.slot, env.heartbeat_s, watch, link)
+        else:
+            older: Any = Heartbeat
+            self.heartbeat = older(store, env.slot, env.heartbeat_s, watch, link)
         self.heartbeat.start()
         gc.freeze()  # as Agent.run does before it marks itself warm
         store.liveness.mark_ready(env.slot, time.time())
