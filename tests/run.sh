@@ -53,20 +53,5 @@ args=()
 for arg in "$@"; do
   if [ "$arg" = "--all" ]; then select=(); else args+=("$arg"); fi
 done
-run=("$PYTHON" -m pytest --durations=40 "${select[@]}" "${lanes[@]}" "${args[@]}")
 say "running pytest ${select[*]:-(all tests)} ${lanes[*]}"
-
-# Name lookups of this machine's addresses answered without the network. torch's store asks the
-# name of the address at both ends of every connection, the client in its IPv6 form
-# (::ffff:127.0.0.1), which /etc/hosts lines in IPv4 form do not answer, so each asks the machine's
-# nameserver; one that drops queries (CI's did) costs 5-10 s a connection and fails tests that are
-# not about it (tests/network/test_slow_nameserver.py is, with a nameserver of its own). Root
-# only, for this run only: a mount namespace of its own, the machine's /etc/hosts unchanged.
-if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && [ "${SRES_TEST_HOSTS:-1}" = 1 ]; then
-  hosts=$(mktemp /tmp/sres-test-hosts.XXXXXX)
-  { cat /etc/hosts; awk '$1 ~ /^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$/ { $1 = "::ffff:" $1; print }' /etc/hosts; } >"$hosts"
-  chmod 644 "$hosts"
-  say "/etc/hosts for this run: the machine's, with the ::ffff: forms of its IPv4 lines (SRES_TEST_HOSTS=0: as is)"
-  exec unshare -m sh -c 'mount --bind "$0" /etc/hosts && rm -f "$0" && exec "$@"' "$hosts" "${run[@]}"
-fi
-exec "${run[@]}"
+exec "$PYTHON" -m pytest --durations=40 "${select[@]}" "${lanes[@]}" "${args[@]}"

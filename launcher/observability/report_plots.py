@@ -135,6 +135,10 @@ def _spans(items: Sequence[int], most: int) -> tuple[list[tuple[int, int]], int]
 def heat_grid(
     steps: Sequence[Mapping[str, Any]], max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS
 ) -> HeatGrid:
+    """The grid of ``steps`` (step reports: rank, step, compute_s over ``steps`` steps), no larger
+    than ``max_rows`` x ``max_columns`` however many ranks and steps reported."""
+    if max_rows < 1 or max_columns < 1:
+        raise ValueError(f"a grid needs a row and a column (got {max_rows} x {max_columns})")
     ranks = sorted({s["rank"] for s in steps})
     numbers = sorted({s["step"] for s in steps})
     row_spans, per_row = _spans(ranks, max_rows)
@@ -163,12 +167,13 @@ def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
             extent=(grid.steps[0][0] - 0.5, grid.steps[-1][1] + 0.5, rows - 0.5, -0.5),
         )
         shared = any(first != last for first, last in grid.ranks)
-        fig.colorbar(image, ax=ax, label="compute (ms)" + (", slowest of the cell" if shared else ""))
+        binned = shared or any(first != last for first, last in grid.steps)
+        fig.colorbar(image, ax=ax, label="compute (ms)" + (", slowest of the cell" if binned else ""))
         every = max(1, math.ceil(rows / 32))  # at most 32 labels
         labels = [str(a) if a == b else f"{a}-{b}" for a, b in grid.ranks]
         ax.set_yticks(range(0, rows, every), labels[::every], fontsize=8 if shared else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("ranks" if any(a != b for a, b in grid.ranks) else "rank")
+    ax.set_ylabel("ranks" if any(first != last for first, last in grid.ranks) else "rank")
     _save(fig, path)
 
 

@@ -95,8 +95,10 @@ class Supervisor:
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         out: TextIO | None = None,
+        name_check: Callable[[str, Callable[[str], None]], object] = name_lookup.watch,
     ) -> None:
         self.config = config
+        self.name_check = name_check  # the start's look at the nameserver (tests: a fake)
         self.placement: Placement = placement or LocalPlacement(config.log_dir)
         self.liveness = liveness or LivenessServer(
             run_secret.kept_in(config.log_dir), host=self.placement.store_host
@@ -223,7 +225,7 @@ class Supervisor:
             restart_count=c.restart_count,
             hosts=[self.placement.host(n) for n in range(c.nodes + c.spares)],
         )
-        name_lookup.watch(self.placement.store_host, self._say)  # a slow nameserver, said once
+        self.name_check(self.placement.store_host, self._say)  # a slow nameserver, said once
         if self.metrics is not None:
             where = self.events.emit("metrics", **self.metrics.where())
             self._say(f"metrics: {where['url'] or where['textfile']}")

@@ -40,7 +40,8 @@ def client_form(host: str) -> str:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:  # a host name: what the client resolves it to, as it does
-        infos = socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM, 0, socket.AI_V4MAPPED)
+        flags = socket.AI_V4MAPPED | socket.AI_ALL
+        infos = socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM, 0, flags)
         return str(infos[0][4][0])
     return f"::ffff:{address}" if address.version == 4 else str(address)
 
@@ -77,12 +78,14 @@ def watch(store_host: str, say: Callable[[str], None], slow_s: float = SLOW_S) -
     def ask() -> None:
         try:
             found = look_up(client_form(store_host))
-        except OSError as err:  # the host's own name did not resolve: the store's start says so
-            say(f"warning: could not resolve the store's address {store_host}: {err}")
-            return
-        line = warning(found, store_host, slow_s)
+            line = warning(found, store_host, slow_s)
+        except (OSError, ValueError) as err:  # a name that does not resolve (or cannot: IDNA)
+            line = f"warning: could not resolve the store's address {store_host}: {err}"
         if line is not None:
-            say(line)
+            try:
+                say(line)
+            except ValueError:  # the run has ended and closed its output: a late answer is moot
+                pass
 
     thread = threading.Thread(target=ask, name="sres-name-lookup", daemon=True)
     thread.start()

@@ -12,6 +12,7 @@ a lease of 3 s.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -40,5 +41,6 @@ def test_a_nameserver_answering_later_than_the_lease_fences_no_rank(tmp_path):
     assert not run.of("fault"), run.stderr[-3000:]
     assert len(run.digests()) == 2
     # ... and the run said why its start was slow, and what to do (launcher/supervisor/name_lookup.py)
-    assert "warning: a reverse name lookup of ::ffff:127.0.0.1" in run.stderr, run.stderr[-3000:]
-    assert f"took {DELAY_S} s" in run.stderr
+    warned = r"warning: a reverse name lookup of ::ffff:127\.0\.0\.1 .*? took ([0-9.]+) s"
+    said = re.search(warned, run.stderr)
+    assert said is not None and float(said.group(1)) >= DELAY_S - 0.05, run.stderr[-3000:]

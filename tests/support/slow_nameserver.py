@@ -1,7 +1,7 @@
 """Run a command whose every name lookup is answered late: in a network and mount namespace of
 its own (``unshare -m -n``, made by the caller), with a loopback of its own, ``/etc/resolv.conf``
 replaced there by one naming a nameserver on that loopback, which answers each query "no such
-name" after ``--delay-s``, and ``/etc/hosts`` by :data:`HOSTS`. Nothing outside the namespaces
+name" after ``--delay-s``, and ``/etc/hosts`` by :func:`plain_hosts`. Nothing outside the namespaces
 sees the nameserver or the files.
 
     unshare -m -n python -m tests.support.slow_nameserver --delay-s 4 -- sres run ...
@@ -25,10 +25,13 @@ from pathlib import Path
 ADDRESS = "127.0.0.53"
 """On the namespace's own loopback: no other process on the machine can be reached there."""
 
-HOSTS = "127.0.0.1 localhost\n"
-"""The namespace's ``/etc/hosts``: the loopback in its IPv4 form only, as a fresh Debian machine
-has it, so the store's lookups (of ``::ffff:127.0.0.1``) go to the late nameserver whatever the
-machine's own file holds (``tests/run.sh`` adds the mapped forms for the rest of the suite)."""
+
+def plain_hosts(machine: str) -> str:
+    """The namespace's ``/etc/hosts``: the machine's without lines for ``::ffff:`` addresses, so
+    the store's lookups (of ``::ffff:127.0.0.1``) go to the late nameserver whatever the machine's
+    file holds, and its own name and ``::1`` still resolve without it (gloo looks the host up)."""
+    lines = machine.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.lstrip().startswith("::ffff:"))
 
 
 def serve(sock: socket.socket, delay_s: float) -> None:
@@ -50,7 +53,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="sres-resolv-"))
     conf, hosts = folder / "resolv.conf", folder / "hosts"
     conf.write_text(f"nameserver {ADDRESS}\noptions timeout:{int(args.delay_s) + 2} attempts:1\n")
-    hosts.write_text(HOSTS)
+    hosts.write_text(plain_hosts(Path("/etc/hosts").read_text()))
     for mine, theirs in ((conf, "/etc/resolv.conf"), (hosts, "/etc/hosts")):
         subprocess.run(["mount", "--bind", str(mine), theirs], check=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
