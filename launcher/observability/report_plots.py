@@ -157,6 +157,7 @@ def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
     """Compute time per rank and step (ms): a straggler is a bright row."""
     grid = heat_grid(steps)
     rows = len(grid.ranks)
+    shared = any(first != last for first, last in grid.ranks)  # neighbouring ranks share a row
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * min(rows, 16) + 0.1 * max(0, rows - 16)))
     if grid.ranks and grid.steps:
         image = ax.imshow(
@@ -166,14 +167,13 @@ def heatmap(path: Path, steps: Sequence[Mapping[str, Any]]) -> None:
             cmap="viridis",
             extent=(grid.steps[0][0] - 0.5, grid.steps[-1][1] + 0.5, rows - 0.5, -0.5),
         )
-        shared = any(first != last for first, last in grid.ranks)
         binned = shared or any(first != last for first, last in grid.steps)
         fig.colorbar(image, ax=ax, label="compute (ms)" + (", slowest of the cell" if binned else ""))
         every = max(1, math.ceil(rows / 32))  # at most 32 labels
         labels = [str(a) if a == b else f"{a}-{b}" for a, b in grid.ranks]
         ax.set_yticks(range(0, rows, every), labels[::every], fontsize=8 if shared else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("ranks" if any(first != last for first, last in grid.ranks) else "rank")
+    ax.set_ylabel("ranks" if shared else "rank")
     _save(fig, path)
 
 
