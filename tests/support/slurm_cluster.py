@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.run.leftovers import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
+from tests.support.ports import free_range
 
 if TYPE_CHECKING:
     from tests.support.netns import Network
@@ -514,26 +514,15 @@ def _wait_dead(pids: list[int], timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _free_ports(node_count: int, attempts: int = 200) -> tuple[int, list[int]]:
+def _free_ports(node_count: int) -> tuple[int, list[int]]:
     """A free controller port and a contiguous free range for the slurmd, chosen at random
-    so that two test runs on one machine do not collide."""
-    rng = random.Random()
-    for _ in range(attempts):
-        base = rng.randrange(20000, 60000 - node_count - 1)
-        ports = list(range(base, base + node_count + 1))
-        if all(_port_free(p) for p in ports):
-            return ports[0], ports[1:]
-    raise ClusterUnavailable("no free range of TCP ports found for the test cluster")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+    so that two test runs on one machine do not collide, below the ephemeral range
+    (tests/support/ports.py says why)."""
+    try:
+        ports = free_range(node_count + 1)
+    except RuntimeError as err:
+        raise ClusterUnavailable(str(err)) from None
+    return ports[0], ports[1:]
 
 
 def _stop_pid(pid: int, timeout: float = 10.0) -> None:

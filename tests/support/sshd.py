@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.ports import free_range
+
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 REFUSING = "127.0.0.2"
 
@@ -40,19 +42,13 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(root: Path, timeout: float = 20.0) -> Sshd:
     root.mkdir(parents=True, exist_ok=True)
     for name in ("host_key", "user_key", "other_key"):
         _keygen(root / name)
     (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
     (root / "authorized_keys_other").write_text((root / "other_key.pub").read_text())
-    port = _free_port()
+    port = free_range(1)[0]  # not bind(0): an outgoing connection could take it before sshd
     listen = "\n".join(f"ListenAddress {a}" for a in ADDRESSES)
     (root / "sshd_config").write_text(f"""\
 Port {port}
