@@ -146,8 +146,8 @@ class StubPlacement:
 
     def poll(self, slot: str) -> int | None:
         rc = self.rc.get(slot)
-        if rc is None and self.liveness is not None and self.liveness.lost_at(slot) is not None:
-            return -9
+        if rc is None and self.liveness is not None:
+            return self.liveness.lost_as(slot, killed=-9)  # as SrunPlacement.poll: its connection
         return rc
 
     def kill(self, slot: str) -> None:

@@ -19,7 +19,6 @@ of the MLP's own CPU work. Every number is a median over the repeats.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
 from benchmarks.checkpoint import make_state, nbytes  # noqa: E402
+from launcher.supervisor.observe import step_reports  # noqa: E402
 from resilience.examples.train_mlp import state_mb  # noqa: E402
 from resilience.state import snapshot  # noqa: E402
 
@@ -68,8 +68,7 @@ def one_run(work: Path, mib: int, tiers: bool, compute_s: float) -> tuple[float,
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"run failed ({log_dir}):\n{done.stderr[-2000:]}")
-    steps = [json.loads(line) for line in (log_dir / "step_times.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if s["step"] >= 2]
+    steps = [s for s in step_reports.read_file(log_dir) if s["step"] >= 2]
     return statistics.median(s["step_s"] for s in steps), statistics.median(s["blocked_s"] for s in steps)
 
 

@@ -133,7 +133,13 @@ if rank == 0:
 def baseline(size: int, work: Path) -> float:
     """Seconds from starting new processes to the first step done, restoring from disk."""
     width, depth, batch, _, _ = SHAPES[size]
-    ckpt = work / f"ckpt-{size}.pt"
+    return restart_from_disk(width, depth, batch, work, NODES)
+
+
+def restart_from_disk(width: int, depth: int, batch: int, work: Path, world: int) -> float:
+    """What a job restart does at best: ``world`` new processes, torch.distributed, ``torch.load``
+    of a checkpoint already in the page cache, one step; seconds from their start to that step."""
+    ckpt = work / f"ckpt-{width}x{depth}.pt"
     if not ckpt.exists():
         import torch
 
@@ -144,12 +150,13 @@ def baseline(size: int, work: Path) -> float:
         model(torch.randn(2, width)).sum().backward()
         opt.step()
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, ckpt)
-        ckpt.read_bytes()  # into the page cache: the baseline's best case
+    ckpt.read_bytes()  # into the page cache: the baseline's best case
     script = work / "baseline_rank.py"
     script.write_text(BASELINE_RANK)
     start = time.time()
     procs = spawn_world(
         [sys.executable, str(script), str(ROOT), str(width), str(depth), str(batch), str(ckpt)],
+        world=world,
         stdout=subprocess.PIPE,
     )
     out = procs[0].communicate(timeout=900)[0]

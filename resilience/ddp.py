@@ -64,10 +64,8 @@ def ddp(module: torch.nn.Module, *, exact: bool = False, **kwargs: Any) -> torch
         from resilience.exact import ExactDataParallel
 
         return ExactDataParallel(module, **kwargs)
-    from resilience.context import _restored_modules
-
     kwargs.setdefault("gradient_as_bucket_view", True)
-    if module in _restored_modules:
+    if _restored(module):
         kwargs.setdefault("init_sync", False)
     model = DistributedDataParallel(module, **kwargs)
     model.register_comm_hook(kwargs.get("process_group"), per_parameter_allreduce)
@@ -77,6 +75,12 @@ def ddp(module: torch.nn.Module, *, exact: bool = False, **kwargs: Any) -> torch
 def deterministic_by_default() -> None:
     """Give every DDP built from now on :func:`per_parameter_allreduce`, at its first forward,
     unless a comm hook was registered on it by then (its code's own choice wins).
+
+    Such a DDP also skips its initial broadcast of the module's state when ``ctx.register``
+    just loaded all of it (:func:`ddp` does the same): every rank then holds the commit's bits,
+    and the broadcast only cost the first step after each recovery time that grows with the
+    model (0.13 s at 80 MiB of parameters, gloo, this machine), on survivors and replacements
+    alike. An explicit ``init_sync`` is kept.
 
     Called by the rank agent before ``train`` (``resilience.run(..., deterministic_ddp=False)``
     leaves DDP alone). Patches the class once per process: user code builds its DDP itself.
@@ -90,6 +94,8 @@ def deterministic_by_default() -> None:
     }
 
     def init(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+        if _restored(args[0] if args else kwargs.get("module")):
+            kwargs.setdefault("init_sync", False)
         original_init(self, *args, **kwargs)
         self._sres_first_forward = self.register_forward_pre_hook(_hook_at_first_forward)
 
@@ -104,6 +110,13 @@ def deterministic_by_default() -> None:
     for name in originals:
         setattr(DistributedDataParallel, name, own_hook(name))
     DistributedDataParallel._sres_deterministic = True
+
+
+def _restored(module: Any) -> bool:
+    """Whether ``ctx.register`` just loaded ``module``'s whole state from a commit."""
+    from resilience.context import _restored_modules  # the context imports the rank agent
+
+    return module is not None and module in _restored_modules
 
 
 def _hook_at_first_forward(module: DistributedDataParallel, _: Any) -> None:

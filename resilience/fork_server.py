@@ -18,6 +18,7 @@ output goes through it): its death is a fault of the ranks it forked, replaced a
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -134,23 +135,45 @@ def _open_sockets() -> int:
     return count
 
 
-def _cuda_initialized() -> bool:
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def cuda_started() -> bool:
+    """Whether this process started CUDA: torch's own lazy init, or only the driver's ``cuInit``
+    (``torch.cuda.is_available()`` without ``PYTORCH_NVML_BASED_CUDA_CHECK``, which leaves
+    ``torch.cuda.is_initialized()`` False). Either way a forked child cannot use the GPU.
+    The driver is asked only where this process has already loaded it (``cuCtxGetCurrent``
+    starts nothing: before ``cuInit`` it answers CUDA_ERROR_NOT_INITIALIZED)."""
     torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
+    if torch is not None and torch.cuda.is_initialized():
+        return True
+    try:
+        with open("/proc/self/maps") as maps:
+            if not any("libcuda.so" in line for line in maps):
+                return False
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    context = ctypes.c_void_p()
+    return int(driver.cuCtxGetCurrent(ctypes.byref(context))) != CUDA_ERROR_NOT_INITIALIZED
+
+
+def _refuse_if_cuda_started(when: str) -> None:
+    if cuda_started():
+        print(
+            f"sres: warning: CUDA was started {when}: ranks cannot be forked (CUDA does not "
+            "survive a fork); every rank of this node starts cold",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(3)
 
 
 def serve(warm_up: Callable[[], None] | None = None) -> None:
     """Serve forks until the supervisor closes stdin, then exit; return only in a forked child,
     whose environment then is its rank's. ``warm_up``: a callable paying first-use costs."""
     t0 = time.monotonic()
-    if _cuda_initialized():
-        print(
-            "sres: warning: CUDA was initialized before resilience.run: ranks cannot be forked "
-            "(CUDA does not survive a fork); every rank of this node starts cold",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(3)
+    _refuse_if_cuda_started("before resilience.run")
     unsafe = unsafe_to_fork()
     if unsafe:
         print(
@@ -161,6 +184,7 @@ def serve(warm_up: Callable[[], None] | None = None) -> None:
         )
     if warm_up is not None:
         warm_up()
+        _refuse_if_cuda_started("by the warm-up")  # ours to fix, but never a broken rank
     gc.collect()
     gc.freeze()  # what the children share stays shared: the collector never touches it
     server = _Server(os.dup(1), selectors.DefaultSelector())

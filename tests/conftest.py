@@ -30,6 +30,7 @@ TIERS = {
     "security": "local",
     "submitit": "local",
     "network": "local",
+    "gpu": "local",  # skipped without CUDA (tests/gpu/conftest.py)
 }
 """tests/<folder> -> its tier marker: ``-m unit`` is the fast set, ``-m "not cluster"`` needs no
 Slurm, ``-m "not slow"`` (tests/run.sh's default) is the CI set."""

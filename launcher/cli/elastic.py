@@ -58,6 +58,13 @@ def _status_text(s: dict) -> str:
             else "none"
         )
     )
+    p = s.get("protection")
+    if p:
+        lines.append(
+            f"protection   tiers copy every {p['every']} step(s), {p['steps_at_risk']} step(s) at risk "
+            f"({100 * p['overhead']:.1f}% of step time, budget {100 * p['budget']:g}%; "
+            f"since step {p['step']})"
+        )
     lent = {host: job for host, job in (s.get("jobs") or {}).items() if job != s.get("job_id")}
     if s.get("jobs"):
         held = ", ".join(f"{host} (job {job})" for host, job in lent.items())

@@ -98,6 +98,14 @@ class RunMetrics:
             registry=r,
             buckets=BLOCKED_BUCKETS,
         )
+        self.protect_every = Gauge(
+            "sres_protection_every",
+            "The RAM and neighbour tiers copy every N-th step (the protection budget's cadence)",
+            registry=r,
+        )
+        self.steps_at_risk = Gauge(
+            "sres_steps_at_risk", "The most steps a fault redoes when the RAM tier serves it", registry=r
+        )
         self.by_cause = Gauge(
             "sres_goodput_seconds",
             "The run's wall time by cause (set at the end; docs/guide/reports.md)",
@@ -119,6 +127,9 @@ class RunMetrics:
             self.resize.labels(why=record["why"]).observe(record["seconds"])
         elif kind == "checkpoint-saved" and record.get("seconds") is not None:
             self.tier_save.labels(tier=record.get("tier", "?")).observe(record["seconds"])
+        elif kind == "protection":
+            self.protect_every.set(record["every"])
+            self.steps_at_risk.set(record["steps_at_risk"])
         elif kind == "straggler":
             self.stragglers.inc()
         elif kind == "requeue":

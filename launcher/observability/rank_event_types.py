@@ -106,4 +106,19 @@ RANK_EVENT_TYPES: tuple[EventType, ...] = (
         RANK,
         (RANK_FIELD, Field("step", "int", "the step"), Field("error", "str", "what was wrong")),
     ),
+    EventType(
+        "protection",
+        "The ranks agreed how often the RAM and neighbour tiers copy a commit, under the protection "
+        "budget (`--protection-budget`); said at a generation's first decision and when it changes.",
+        RANK,
+        (
+            Field("step", "int", "the commit it was agreed at (it applies from there)"),
+            Field("every", "int", "the tiers copy the steps that are multiples of this"),
+            Field("steps_at_risk", "int", "the most steps a fault redoes when these tiers serve it"),
+            Field("overhead", "float", "the share of step time the copies take at this cadence (estimated)"),
+            Field("budget", "float", "the share they may take"),
+            Field("cost_s", "float", "CPU seconds of the copies per protected commit, the slowest rank's"),
+            Field("step_s", "float", "the median step, rank 0's"),
+        ),
+    ),
 )

@@ -127,6 +127,22 @@ def _protection_row(who: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def cadence_rows(data: RunData) -> list[dict[str, Any]]:
+    """The protection budget's decisions (``protection`` events): how often the RAM and
+    neighbour tiers copied a commit, from which step, and how many steps were at risk."""
+    return [
+        {
+            "from step": e["step"],
+            "every": e["every"],
+            "steps at risk": e["steps_at_risk"],
+            "overhead": f"{e['overhead']:.2%}",
+            "budget": f"{e['budget']:.2%}",
+        }
+        for e in data.events
+        if e.is_("protection")
+    ]
+
+
 def render(run_dir: Path, out: Path | None = None) -> Path:
     from launcher.observability import report_plots
 
@@ -167,6 +183,12 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
     fault_table = _table(faults) if faults else "<p>No fault.</p>"
     protection = protection_rows(data)
     protection_table = _table(protection) if protection else "<p>No step recorded.</p>"
+    cadence = cadence_rows(data)
+    cadence_table = (
+        f"<p>The tiers' cadence under the protection budget:</p>{_table(cadence)}"
+        if cadence
+        else "<p>The tiers copied every commit they were given (no protection budget in force).</p>"
+    )
     start = goodput.last_run(data.events)[0]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>sres report: {html.escape(str(run_dir))}</title>
@@ -183,6 +205,7 @@ th{{background:#eee}}.warn{{color:#a00;font-weight:bold}}img{{max-width:100%}}</
 <h2>What protection cost</h2>
 <p>Time commits waited for the previous commit's copies (snapshot, buddy copies, checkpoint
 tiers), which run while the next step computes.</p>{protection_table}
+{cadence_table}
 <h2>Compute time per rank</h2>{_img(images["heatmap"], "compute time per rank and step")}
 <h2>Faults</h2>{fault_table}
 </body></html>

@@ -102,8 +102,10 @@ class ForkHosts(Protocol):
     def machine(self, node: int) -> str:
         """What nodes on one machine share: the same fork server serves them."""
 
-    def rank_lost(self, slot: str) -> bool:
-        """Whether a rank's death was seen apart from its process (its liveness connection)."""
+    def rank_lost(self, slot: str) -> int | None:
+        """A rank's end seen apart from its process (its liveness connection closed), before its
+        exit code can be: the code it said it was exiting with, else a kill's (-9); None while
+        it is not seen lost."""
 
 
 class NodeNames(Protocol):

@@ -138,9 +138,9 @@ class ForkingProcesses:
         server = self._forked.get(slot)
         if server is None:
             return self.placement.poll(slot)
-        if self.placement.poll(server) is not None or self.hosts.rank_lost(slot):
+        if self.placement.poll(server) is not None:
             return KILLED
-        return None
+        return self.hosts.rank_lost(slot)
 
     def kill(self, slot: str) -> None:
         if self._waiting.pop(slot, None) is not None:

@@ -89,8 +89,8 @@ class LocalPlacement:
     def machine(self, node: int) -> str:
         return "local"  # every simulated node is this machine: one fork server serves them all
 
-    def rank_lost(self, slot: str) -> bool:
-        return False  # a local rank's death is its process's exit, which its fork server reports
+    def rank_lost(self, slot: str) -> int | None:
+        return None  # a local rank's death is its process's exit, which its fork server reports
 
     def poll(self, slot: str) -> int | None:
         return self.processes.poll(slot)

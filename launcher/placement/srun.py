@@ -205,14 +205,14 @@ class SrunPlacement:
     def machine(self, node: int) -> str:
         return self.hosts[node]
 
-    def rank_lost(self, slot: str) -> bool:
-        return self.liveness.lost_at(slot) is not None
+    def rank_lost(self, slot: str) -> int | None:
+        return self.liveness.lost_as(slot, killed=-signal.SIGKILL)
 
     def poll(self, slot: str) -> int | None:
         rc = self.processes.poll(slot)
-        if rc is None and self.liveness.lost_at(slot) is not None:
-            return -signal.SIGKILL  # the rank died; srun learns it only when Slurm declares the node dead
-        if rc is not None and rc > 128:
+        if rc is None:  # srun learns of a killed rank only when Slurm declares the node dead
+            return self.rank_lost(slot)
+        if rc > 128:
             return 128 - rc  # srun exits 128+N for a task killed by signal N: report it as Popen does
         return rc
 

@@ -114,6 +114,7 @@ def tier_config(options: RunOptions, log_dir: Path, environ: Mapping[str, str]) 
         "persistent_dir": options.persistent_dir,
         "persist_every": persist_every,
         "ram_every": options.ram_every,
+        "budget": None if options.protection_budget is None else options.protection_budget / 100,
     }
     try:
         if options.tier_config:

@@ -249,6 +249,14 @@ class RunOptions:
         metavar="N",
         rank="tiers",
     )
+    protection_budget: float | None = option(
+        None,
+        doc="percent of step time the RAM and neighbour tiers' copies may take",
+        help="percent of step time the RAM and neighbour tiers' copies may take; their cadence is "
+        "chosen online to stay within it (default 3; 0: every commit whatever it costs)",
+        metavar="PCT",
+        rank="tiers",
+    )
     tier_config: Path | None = option(
         None, doc="YAML file of tier settings", help="YAML file of tier settings (flags win)", rank="tiers"
     )

@@ -54,7 +54,7 @@ from resilience.contract.run_dir import RunDir
 from resilience.contract.run_store import RunStore
 from resilience.contract import lease, run_secret
 from resilience.contract.liveness import LivenessServer
-from resilience.contract.rank_env import RankEnv
+from resilience.contract.rank_env import FORK_SAFE_DEFAULTS, RankEnv
 
 TICK_S = 0.02
 MAX_DECISIONS_PER_TICK = 16
@@ -366,7 +366,7 @@ class Supervisor:
             **{name: getattr(c, name) for name in rank_fields()},  # the options ranks get as they are
         )
         threads = {rank_threads.VARIABLE: str(c.rank_threads)} if c.rank_threads else {}
-        return {**os.environ, **threads, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
+        return {**FORK_SAFE_DEFAULTS, **os.environ, **threads, **rank.to_environ(), "PYTHONUNBUFFERED": "1"}
 
     def flush_persistent(self, timeout_s: float) -> int | None:
         """Persist the newest committed state to the persistent tier now (preemption, requeue).

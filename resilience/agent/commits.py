@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from resilience.agent import faults
 from resilience.agent.heartbeat import GenerationWatch
 from resilience.agent.kept import Kept
+from resilience.agent.protection import Protection
 from resilience.agent.step_timer import StepTimer
 from resilience.contract.channels.plans import pause_check_every
 from resilience.contract.link import RankLink
@@ -81,6 +82,7 @@ class CommitPipeline:
         self.step_times: list[float] = []
         """Commit to commit, every generation's first step left out (it pays for warm-up and re-entry)."""
         self._changed_warned: set[str] = set()
+        self.protection = Protection(tiers.saver, store.events.push) if tiers is not None else None
         self._timer = StepTimer(store, env.slot, 0, link=link, every_s=env.heartbeat_s)  # one a generation
 
     # --- the generation it serves --------------------------------------------------------------
@@ -111,6 +113,8 @@ class CommitPipeline:
             kinds=kinds_firing("capture"),
         )
         self._commits_this_generation = 0
+        if self.protection is not None:
+            self.protection.enter(state_group)
 
     def start_training(self) -> None:
         assert self.plan is not None
@@ -245,6 +249,10 @@ class CommitPipeline:
         is final. Copies of it start here, in the background, while the next step computes."""
         if changed:
             self._changed_after_commit(step, ctx, changed)
+        if self.protection is not None and self.protection.due(step, self._commits_this_generation):
+            self.wait_background()  # nothing else on the state group meanwhile
+            plan, group = self._formed()
+            self.protection.at_commit(step, self.step_times, group, self.rank)
         if self.kept.sharded:
             # Only sharded runs snapshot at commits; data-parallel state is read at recovery.
             # (The tiers take their own copy in the same background thread.)

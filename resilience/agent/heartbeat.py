@@ -212,6 +212,8 @@ class Heartbeat:
                     )
                     sys.stderr.flush()
                     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+                    if self.link is not None:  # else, under Slurm, it reads as a kill
+                        self.link.exiting(STUCK_EXIT)
                     os._exit(STUCK_EXIT)
             except Exception:  # noqa: BLE001 - the store is gone: the supervisor ended
                 if not self._stop.is_set():

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from resilience.contract.lease import Lease
 from resilience.contract.messages import RecentSteps
 
-BEAT, STEPS, WROTE = "b", "t", "w"
+BEAT, STEPS, WROTE, EXITING = "b", "t", "w", "x"
 """Up, rank to supervisor: a heartbeat; new step records (``<generation> <RecentSteps JSON>``); it
 wrote a report or an event to the store (``report`` or ``event``: the supervisor reads the store's
-counter of them when told, not every tick)."""
+counter of them when told, not every tick); it is ending itself with this exit code (its last
+line: under Slurm the supervisor sees the connection close before srun reports the code)."""
 DOORBELLS = ("report", "event")
 PLANNED, PAUSE, SHUTDOWN, ECHO = "g", "p", "s", "e"
 """Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over;
@@ -40,7 +41,7 @@ the newest of the rank's lines it read (its sequence number: the rank's lease,
 :mod:`resilience.contract.lease`)."""
 ACCEPTED = "a"
 """Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
-UP, DOWN = frozenset((BEAT, STEPS, WROTE)), frozenset((PLANNED, PAUSE, SHUTDOWN, ECHO))
+UP, DOWN = frozenset((BEAT, STEPS, WROTE, EXITING)), frozenset((PLANNED, PAUSE, SHUTDOWN, ECHO))
 BEATS_PER_S = 1024
 """Heartbeats a second the supervisor is sent at most, all ranks together: past 512 ranks at the
 default half second, each rank beats less often (:func:`beat_period`). A beat only proves that a
@@ -167,6 +168,14 @@ class RankLink:
         assert what in DOORBELLS, what
         try:
             self._send(WROTE, what)
+        except OSError:
+            pass
+
+    def exiting(self, code: int) -> None:
+        """Say this process is about to ``os._exit(code)``: a deliberate exit (a rank stuck in an
+        ended generation) is then not taken for a kill. Best effort, like :meth:`wrote`."""
+        try:
+            self._send(EXITING, str(code))
         except OSError:
             pass
 

@@ -55,6 +55,8 @@ class Peer:
     lost_t: float | None = None
     beats: int = 0
     """Heartbeats received over the connection (a larger number than before: alive)."""
+    said_exit: int | None = None
+    """The exit code the process said it was ending itself with (its last line), if it did."""
 
 
 @dataclass
@@ -129,6 +131,15 @@ class LivenessServer:
         """When ``slot``'s process closed its connection; None while it is connected (or never was)."""
         peer = self.peer(slot)
         return peer.lost_t if peer else None
+
+    def lost_as(self, slot: str, killed: int) -> int | None:
+        """How ``slot``'s process ended, seen from its connection alone: None while it is
+        connected (or never was); the exit code it said it was ending itself with; else
+        ``killed`` (a process that said nothing died of something: a signal, its node)."""
+        peer = self.peer(slot)
+        if peer is None or peer.lost_t is None:
+            return None
+        return killed if peer.said_exit is None else peer.said_exit
 
     def beats(self, slot: str) -> int | None:
         """Lines the slot's process sent over its connection (beats, and step records, which
@@ -243,6 +254,9 @@ class LivenessServer:
             elif got.kind == link.WROTE and got.payload in self._rung:
                 with self._lock:
                     self._rung[got.payload] += 1
+            elif got.kind == link.EXITING and got.payload.lstrip("-").isdigit():
+                with self._lock:
+                    self._peers[state.slot].said_exit = int(got.payload)
         now = self.clock()
         if state.heard and now - state.echoed_t >= ECHO_EVERY_S:  # renews the rank's lease
             state.echoed_t = now

@@ -36,6 +36,12 @@ PREEMPT_SIGNAL = "USR2"
 BACKEND = "gloo"
 """The torch.distributed backend."""
 
+FORK_SAFE_DEFAULTS = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+"""Given to every process of a run unless the user's environment sets them: a script that asks
+``torch.cuda.is_available()`` before ``resilience.run`` (most do, to pick a device) would
+otherwise start CUDA's driver (``cuInit``) in its node's fork server, and no rank forked from it
+could use the GPU; with it torch asks NVML, which survives a fork."""
+
 # field -> variable. Slurm's own SLURM_STEP_ID and the conventional LOCAL_RANK are read too.
 _VARS = {
     "store_host": "SRES_STORE_HOST",

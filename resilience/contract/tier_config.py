@@ -41,6 +41,11 @@ class TierConfig:
     """Every N-th step (by step number, the same on every rank) goes to the RAM and neighbour
     tiers. 1 protects every commit; each save costs a copy, a /dev/shm write and a send in the
     background, which competes with training where CPU cores are scarce."""
+    budget: float = 0.03
+    """The protection budget: the share of step time the RAM and neighbour tiers' copies may
+    take; the cadence is chosen online from their measured cost to stay within it
+    (:mod:`resilience.tiers.budget`). 0 copies every ``ram_every``-th commit whatever it
+    costs; a ``ram_every`` above 1 fixes the cadence, and the budget is not used."""
     keep_ram: int = 2
     keep_persistent: int = 2
     fsync: bool = True
@@ -61,12 +66,18 @@ class TierConfig:
         check_job_id(self.job_id)
         for name, kind, what in _TYPED:
             value = getattr(self, name)
-            if type(value) is not kind and not (value is None and name == "persistent_dir"):
+            if (
+                type(value) is not kind
+                and not (value is None and name == "persistent_dir")
+                and not (kind is float and type(value) is int)
+            ):
                 raise TierConfigError(f"{name}: {value!r} is not {what}")
         if self.persist_every < 0:
             raise TierConfigError(f"persist_every must be >= 0 (got {self.persist_every})")
         if self.persist_every and not self.persistent_dir:
             raise TierConfigError("persist_every needs a persistent directory (--persistent-dir)")
+        if not 0 <= self.budget < 1:
+            raise TierConfigError(f"budget is a share of step time, 0 <= budget < 1 (got {self.budget})")
         if self.ram_every < 1:
             raise TierConfigError(f"ram_every must be >= 1 (got {self.ram_every})")
         if self.keep_ram < 1 or self.keep_persistent < 1:
@@ -79,6 +90,11 @@ class TierConfig:
     @property
     def enabled(self) -> bool:
         return self.ram or bool(self.persistent_dir)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the RAM and neighbour tiers' cadence is the budget's to choose."""
+        return self.ram and self.budget > 0 and self.ram_every == 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -124,6 +140,7 @@ _TYPED = (
     *((name, int, "a whole number") for name in _COUNTS),
     *((name, bool, "true or false") for name in _SWITCHES),
     ("persistent_dir", str, "a path"),
+    ("budget", float, "a number"),
 )
 """Settings come from YAML and JSON as they are written (``keep_ram: two``): each must be of
 its type before a bound is compared with it."""

@@ -20,8 +20,16 @@ from resilience.contract.run_store import RunStore
 from resilience.tiers.restore import Restored, Restorer
 from resilience.tiers.flush import FlushWatcher
 from resilience.tiers.saver import TierPlace, TierSaver
+from resilience.tiers.budget import CopyCost
 from resilience.tiers.transport import NeighbourLink, NeighbourServer
-from resilience.tiers.layout import NodeKey, TierConfig, neighbour_node, neighbour_root, record_job_config
+from resilience.tiers.layout import (
+    NodeKey,
+    TierConfig,
+    neighbour_node,
+    neighbour_root,
+    own_root,
+    record_job_config,
+)
 
 log = logging.getLogger("resilience")
 
@@ -48,6 +56,7 @@ class TierAgent:
         self._addresses: dict[str, str] = {}
         if config.ram:
             record_job_config(config)
+        cost = CopyCost()
         self.server = None
         if config.neighbour:
             self.server = NeighbourServer(
@@ -57,9 +66,11 @@ class TierAgent:
                 secret,
                 host,
                 generation=lambda: self.plan.generation if self.plan else 0,
+                cost=cost,
+                local=own_root(config.job_id, self.ram_node),
             ).start()
             store.tiers.publish_address(slot, self.server.address)
-        self.saver = TierSaver(config, TierPlace(-1, 0, self.ram_node), self.emit)
+        self.saver = TierSaver(config, TierPlace(-1, 0, self.ram_node), self.emit, cost=cost)
         self.flush = FlushWatcher(
             store.clone(), self.saver, rank, generation=lambda: self.plan.generation if self.plan else 0
         ).start()

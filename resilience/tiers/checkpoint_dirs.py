@@ -133,6 +133,22 @@ def rank_dir(root: Path, step: int, rank: int) -> Path:
     return step_dir(root, step) / f"rank-{rank:05d}"
 
 
+STAGING = ".tmp-"
+"""What a rank directory's name is followed by while it is written (then the writer's pid)."""
+
+
+def staging_dir(final: Path) -> Path:
+    """Where this process writes the rank directory ``final`` before renaming it into place:
+    named with its pid, so that a reader tells a copy being written from one whose writer died."""
+    return final.with_name(f"{final.name}{STAGING}{os.getpid()}")
+
+
+def staging_pid(name: str) -> int | None:
+    """The pid in a staging directory's name (:func:`staging_dir`); None for any other name."""
+    _, sep, pid = name.partition(STAGING)
+    return int(pid) if sep and pid.isdigit() else None
+
+
 def steps_in(root: Path) -> list[int]:
     """Steps that have a directory under ``root`` (complete or not), newest first."""
     out = []

@@ -35,9 +35,11 @@ from resilience.errors import CheckpointInvalid
 from resilience.errors import OtherJob as OtherJob
 from resilience.state.snapshot import Snapshot, matches
 from resilience.tiers import tier_file
-from resilience.tiers.checkpoint_dirs import MANIFEST, Manifest, rank_dir, read_manifest
+from resilience.tiers.checkpoint_dirs import MANIFEST, Manifest, rank_dir, read_manifest, staging_dir
+from resilience.tiers.checkpoint_dirs import STAGING as STAGING
 from resilience.tiers.checkpoint_dirs import FileEntry as FileEntry
 from resilience.tiers.checkpoint_dirs import ranks_in as ranks_in
+from resilience.tiers.checkpoint_dirs import staging_pid as staging_pid
 from resilience.tiers.checkpoint_dirs import step_dir as step_dir
 from resilience.tiers.checkpoint_dirs import steps_in as steps_in
 
@@ -64,7 +66,7 @@ def write(
     (:func:`private_step_dir`). Returns the checkpoint directory."""
     share = {name: owner for name, owner in (share or {}).items() if name[:-4] in snaps}
     final = rank_dir(root, step, rank)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    tmp = staging_dir(final)
     shutil.rmtree(tmp, ignore_errors=True)
     private_step_dir(tmp, group)
     try:
@@ -234,7 +236,7 @@ def copy_checkpoint(
     Files named in ``share`` are not copied: the copy's manifest says which rank's directory
     of the same step holds them."""
     final = rank_dir(dst_root, step, rank)
-    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    tmp = staging_dir(final)
     shutil.rmtree(tmp, ignore_errors=True)
     private_step_dir(tmp, group)
     try:

@@ -46,7 +46,7 @@ class PersistentTier(Tier):
             return super().write(where, step, world_size, rank, source, share)
         except OSError:
             # Leave nothing half-written behind (a full disk must not stay full of our debris).
-            for tmp in mf.step_dir(self._root(where), step).glob(f"rank-{rank:05d}.tmp-*"):
+            for tmp in mf.step_dir(self._root(where), step).glob(f"rank-{rank:05d}{mf.STAGING}*"):
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
 

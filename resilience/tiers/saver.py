@@ -37,6 +37,7 @@ from resilience.state import snapshot
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import manifest as mf
 from resilience.tiers.base import Tier, Where
+from resilience.tiers.budget import CopyCost
 from resilience.tiers.lanes import Commit, Emit, Pins, TierLane
 from resilience.tiers.layout import NodeKey, TierConfig, own_root
 from resilience.tiers.registry import PERSISTENT, TIERS
@@ -68,7 +69,12 @@ class TierSaver:
     """The saving side of the tiers for one rank process; lives as long as the process."""
 
     def __init__(
-        self, config: TierConfig, place: TierPlace, emit: Emit, node_root: Path | None = None
+        self,
+        config: TierConfig,
+        place: TierPlace,
+        emit: Emit,
+        node_root: Path | None = None,
+        cost: CopyCost | None = None,
     ) -> None:
         self.config = config
         self.place = place
@@ -80,7 +86,7 @@ class TierSaver:
         self.last_written = -1
         """The newest step the first lane wrote (the RAM tier's)."""
         self.persisted: set[int] = set()
-        lanes = [TierLane(tier, config, emit, self._run) for tier in fed_tiers(config)]
+        lanes = [TierLane(tier, config, emit, self._measured) for tier in fed_tiers(config)]
         self._lanes = {lane.tier.name: lane for lane in lanes}
         self._first: TierLane | None = lanes[0] if lanes else None
         self._later = lanes[1:]
@@ -88,6 +94,12 @@ class TierSaver:
         """The lane flushes go through."""
         self.commits = 0
         self._carry_force = False
+        self.every = config.ram_every
+        """The RAM and neighbour tiers take the multiples of this step: ``ram_every``, or what the
+        ranks agreed under the protection budget (:mod:`resilience.agent.protection`)."""
+        self.cost = cost or CopyCost()
+        """What the copies cost: the budget's measure (this node's neighbour server counts the
+        copies it receives into it too)."""
         self.guard: Callable[[str], None] | None = None
         """The rank's lease check, asked before each copy and prune: a rank cut off from the
         supervisor past its lease writes and removes nothing (:mod:`resilience.contract.lease`)."""
@@ -116,19 +128,21 @@ class TierSaver:
         persist = force_persistent or self._on_cadence(step)
         if not self.config.ram and not persist:
             return
-        if self.config.ram and step % self.config.ram_every and not persist:
+        if self.config.ram and step % self.every and not persist:
             return  # by step number, so that every rank saves the same steps
         if self._pins.holding:
             self._first.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()
-        snaps = {
-            kind: snapshot.capture(states[kind], step, buffers.get(kind), midway)
-            for kind in states
-            if states[kind]
-        }
-        for kind, snap in snaps.items():
-            if kind not in buffers and _pin_memory():
-                snaps[kind] = _pinned(snap)
+        with self.cost.measure():
+            snaps = {
+                kind: snapshot.capture(states[kind], step, buffers.get(kind), midway)
+                for kind in states
+                if states[kind]
+            }
+            for kind, snap in snaps.items():
+                if kind not in buffers and _pin_memory():
+                    snaps[kind] = _pinned(snap)
+        self.cost.protected()
         job = Commit(step, snaps=snaps, force=persist or self._carry_force)
         self._carry_force = False
         dropped = self._first.submit(job)
@@ -155,6 +169,14 @@ class TierSaver:
             job.snaps = None
 
     # --- the lanes ---------------------------------------------------------------------------------
+
+    def _measured(self, lane: TierLane, job: Commit) -> None:
+        """The budget counts the tiers it paces; the persistent tier keeps its own cadence."""
+        if lane is self._persistent:
+            self._run(lane, job)
+            return
+        with self.cost.measure():
+            self._run(lane, job)
 
     def _run(self, lane: TierLane, job: Commit) -> None:
         """One tier's copy of one commit, on that tier's lane: the write, then what follows a

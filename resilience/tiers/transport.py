@@ -36,7 +36,9 @@ import torch.distributed as dist
 from resilience.contract import run_secret
 from resilience.contract.unproven import UnprovenConnections
 from resilience.tiers import manifest as mf
+from resilience.tiers.budget import CopyCost
 from resilience.tiers.layout import prune
+from resilience.tiers.same_bits import SameBits
 
 log = logging.getLogger("resilience")
 
@@ -117,7 +119,7 @@ def _checked_header(line: bytes, secret: str, challenge: str, job_id: str) -> di
         raise ValueError("header too long or cut off")
     header = json.loads(line)
     if not isinstance(header, dict) or not all(
-        k in header for k in ("job", "owner", "step", "files", "manifest", "proof")
+        k in header for k in ("job", "owner", "step", "files", "manifest", "manifest_text", "proof")
     ):
         raise ValueError("not a neighbour-copy header")
     if not isinstance(header["proof"], str) or not hmac.compare_digest(
@@ -139,6 +141,11 @@ def _checked_header(line: bytes, secret: str, challenge: str, job_id: str) -> di
         _safe_name(entry[0] if isinstance(entry[0], str) else "")
     if files[-1][0] != mf.MANIFEST:
         raise ValueError("a copy without its manifest")
+    text = header["manifest_text"]
+    if not isinstance(text, str) or not hmac.compare_digest(
+        hashlib.sha256(text.encode()).hexdigest(), str(header["manifest"])
+    ):
+        raise ValueError("the manifest is not the one the header was proved for")
     return header
 
 
@@ -159,9 +166,18 @@ class NeighbourServer:
         secret: str,
         host: str = "127.0.0.1",
         generation: Callable[[], int] = lambda: 0,
+        cost: CopyCost | None = None,
+        local: Path | None = None,
     ) -> None:
         if not run_secret.is_secret(secret):
             raise ValueError("the neighbour server needs the run's secret")
+        self.same = SameBits(job_id, local, Path(root))
+        """Where a file of a copy may already be, bit for bit (this node's own RAM tier, the
+        copies received before): it is linked, not sent."""
+        self.cost = cost
+        """Where receiving a copy is counted (this node's rank's protection budget): in a ring
+        each rank receives about one copy per protected commit, and on a synchronous step a
+        receiver's CPU slows every rank as much as a sender's does."""
         self.root, self.job_id, self.keep, self.secret = Path(root), job_id, keep, secret
         self.generation = generation
         """The newest generation this node's rank knows: a copy sent by a rank of an older one
@@ -223,29 +239,36 @@ class NeighbourServer:
         if not self._slots.acquire(timeout=HELLO_TIMEOUT_S):
             raise ValueError(f"more than {MAX_CONNECTIONS} copies at once")
         try:
-            self._store(conn, reader, header)
+            with self.cost.measure(wall=False) if self.cost is not None else contextlib.nullcontext():
+                self._store(conn, reader, header)
         finally:
             self._slots.release()
+        conn.sendall(b"ok\n")
 
     def _store(self, conn: socket.socket, reader: Any, header: dict[str, Any]) -> None:
+        """Link the files this node holds the same bits of, ask for the others, write the
+        manifest last. In pure data parallelism the replicated state, most of a copy, is the
+        same on every rank at a step: the next node's own rank has just written it."""
         owner, step = header["owner"], header["step"]
-        view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
+        text: str = header["manifest_text"]
+        manifest = mf.Manifest.from_json(text, mf.rank_dir(self.root, step, owner))
+        sizes = dict(header["files"][:-1])
         with _staged(mf.rank_dir(self.root, step, owner)) as tmp:
-            for name, size in header["files"]:
+            need = [n for n in sizes if not self.same.link(step, n, manifest.files.get(n), tmp / n)]
+            conn.sendall(b"need " + json.dumps(need).encode() + b"\n")
+            view = memoryview(bytearray(_CHUNK))  # one buffer for the whole copy
+            for name in need:
                 with open(tmp / name, "wb") as f:
-                    left = size
+                    left = sizes[name]
                     while left:
                         n = reader.readinto(view[: min(left, _CHUNK)])
                         if not n:
                             raise ConnectionError("neighbour copy cut off")
                         f.write(view[:n])
                         left -= n
-            manifest = hashlib.sha256((tmp / mf.MANIFEST).read_bytes()).hexdigest()
-            if not hmac.compare_digest(manifest, header["manifest"]):
-                raise ValueError("the manifest is not the one the header was proved for")
+            (tmp / mf.MANIFEST).write_text(text)
         with self._lock:
             prune(self.root, self.keep, owner=owner)
-        conn.sendall(b"ok\n")
 
 
 def push_checkpoint(
@@ -266,14 +289,8 @@ def push_checkpoint(
     files = _files_of(src)
     if not files or files[-1].name != mf.MANIFEST:
         raise mf.CheckpointInvalid(f"{src} has no manifest")
-    header: dict[str, Any] = {
-        "job": job_id,
-        "owner": owner,
-        "step": step,
-        "files": [[p.name, p.stat().st_size] for p in files],
-        "manifest": hashlib.sha256(files[-1].read_bytes()).hexdigest(),
-        "generation": generation,
-    }
+    header = _header(files, job_id, owner, step, generation)
+    data = {p.name: p for p in files[:-1]}
     sent = 0
     with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
         reader = sock.makefile("rb")
@@ -283,8 +300,8 @@ def push_checkpoint(
         header["proof"] = _proof(link.secret, challenge.decode(), header)
         try:
             sock.sendall(json.dumps(header).encode() + b"\n")
-            for path in files:
-                with open(path, "rb") as f:
+            for name in _needed(reader.readline(MAX_HEADER), data):
+                with open(data[name], "rb") as f:
                     sent += sock.sendfile(f)
             sock.shutdown(socket.SHUT_WR)
             reply = reader.readline(16)
@@ -296,6 +313,33 @@ def push_checkpoint(
     if reply.strip() != b"ok":
         raise ConnectionError(f"neighbour {link.address} did not confirm step {step} of rank {owner}")
     return sent
+
+
+def _header(files: list[Path], job_id: str, owner: int, step: int, generation: int) -> dict[str, Any]:
+    """What a copy says before its files: the manifest itself among it, so that the receiver
+    knows each file's checksum before it asks for any (:class:`SameBits`)."""
+    text = files[-1].read_text()
+    return {
+        "job": job_id,
+        "owner": owner,
+        "step": step,
+        "files": [[p.name, p.stat().st_size] for p in files],
+        "manifest": hashlib.sha256(text.encode()).hexdigest(),
+        "manifest_text": text,
+        "generation": generation,
+    }
+
+
+def _needed(line: bytes, data: dict[str, Path]) -> list[str]:
+    """The files the neighbour asked for (``need <JSON list>``), in its order; a server that
+    refused the header closed instead (an empty line: nothing to send)."""
+    if not line:
+        return []
+    kind, _, names = line.strip().partition(b" ")
+    need = json.loads(names) if kind == b"need" else None
+    if not isinstance(need, list) or not all(isinstance(n, str) and n in data for n in need):
+        raise ValueError("the neighbour asked for files this copy does not have")
+    return need
 
 
 # --- gloo: transfers during recovery -----------------------------------------------------------

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from resilience.contract.messages import STUCK_EXIT
 from tests.support.sres_runs import sres_run
 from tests.support.training_jobs import TrainingJob, sres_srun, submit_training
 
@@ -100,7 +101,14 @@ def test_node_losses_in_one_job_with_spares_consumed_and_returned(cluster, tmp_p
     assert len(faults) == losses and all(e["why"] == "slurmd not responding" for e in faults), faults
     returned = [e for e in job.of("node-added") if e["how"] == "idle" and e.get("returned")]
     assert len(returned) >= losses - 2, returned
-    assert all(e["how"] in ("spare", "idle") for e in job.of("replaced")), _faults_and_replacements(job)
+    # Every rank a lost node held was replaced on a node. A survivor that a node's loss left in a
+    # collective the release could not interrupt in time (seen once in CI-sized runs: gloo, 2
+    # loaded cores) ends itself with STUCK_EXIT and is restarted where it was, its node not blamed.
+    stuck = {e["rank"] for e in job.of("fault") if e["kind"] == f"exit {STUCK_EXIT}"}
+    elsewhere = [
+        e for e in job.of("replaced") if e["how"] not in ("spare", "idle") and e["rank"] not in stuck
+    ]
+    assert not elsewhere, _faults_and_replacements(job)
     states = cluster.node_states()
     assert not [n for n, s in states.items() if "DRAIN" in s or "DOWN" in s], states  # every node resumed
     assert not cluster.queue(), cluster.queue()  # no job or step of the run left

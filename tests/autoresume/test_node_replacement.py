@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from resilience.contract.messages import STUCK_EXIT
+
 from tests.support.sres_runs import kill_slot, when_event
 from tests.support.training_jobs import STEPS, sres_srun, submit_training
 
@@ -35,14 +37,12 @@ def test_killed_node_is_drained_and_the_spare_takes_its_rank(cluster, tmp_path, 
     (recovered,) = job.of("recovered")
     assert drained["host"] == victim and replaced["host"] == spare and replaced["how"] == "spare"
     # The node is killed from outside, at any moment: inside the window between a commit and
-    # its copy reaching the buddy, the rank's part of that step is gone and the step before it
-    # is redone, from the tiers (the neighbour copy) when the peers hold only the newer commit.
-    # Never more than that one step (recovery_plan.plan_rank_parts; the digests are exact).
+    # its copy reaching the buddy, the rank's part of that step is on no live peer and the tiers
+    # serve it (the neighbour copy; the neighbour tier and the buddy copy race, so it may hold
+    # that very step or only the one before). Never more than one step redone
+    # (recovery_plan.plan_rank_parts; the digests are exact either way).
     assert recovered["steps_lost"] <= 1, recovered
-    assert recovered["source"] == "peer" or (recovered["steps_lost"], recovered["source"]) == (
-        1,
-        "neighbour",
-    ), recovered
+    assert recovered["source"] in ("peer", "neighbour"), recovered
     assert all(
         isinstance(e[k], float)
         for e, k in [
@@ -151,11 +151,16 @@ def test_a_killed_rank_is_forked_on_its_node_by_its_fork_server(cluster, tmp_pat
     assert done.state == "COMPLETED", job.output
     assert job.digests() == reference3, job.output
     hosts = job.hosts()
-    (fault,) = job.of("fault")
-    assert (fault["kind"], fault["rank"]) == ("kill", 1), job.output
-    (replaced,) = job.of("replaced")
+    # The kill may land while the first generation forms: a survivor then inside gloo's connect
+    # to the killed rank (it retries a refused connection until the timeout; no release reaches
+    # it) ends itself with STUCK_EXIT, and must be told apart from a second kill, which
+    # --auto-resume=1 would not survive (CI). It is restarted where it was, its node not blamed.
+    faults = job.of("fault")
+    stuck = {e["rank"] for e in faults if e["kind"] == f"exit {STUCK_EXIT}"}
+    assert [(e["kind"], e["rank"]) for e in faults if e["rank"] not in stuck] == [("kill", 1)], job.output
+    (replaced,) = [e for e in job.of("replaced") if e["rank"] not in stuck]
     assert (replaced["how"], replaced["host"], replaced["rank"]) == ("forked", hosts[1], 1), job.output
-    assert not job.client.node(hosts[1]).drained
+    assert not any(job.client.node(host).drained for host in hosts)
     assert job.of("recovered")[0]["steps_lost"] == 0
 
 

@@ -47,8 +47,8 @@ class Machines:
     def close_input(self, slot: str) -> None:
         pass
 
-    def rank_lost(self, slot: str) -> bool:
-        return slot in self.lost
+    def rank_lost(self, slot: str) -> int | None:
+        return -9 if slot in self.lost else None
 
     def poll(self, slot: str) -> int | None:
         return self.rc[slot]

@@ -226,3 +226,18 @@ def test_a_newer_plan_key_someone_else_wrote_does_not_hide_the_real_newest_plan(
     stranger.set(keys.plan(2), b"a sealed plan of another run")
     rank = RunStore.connect("127.0.0.1", server.port, SECRET)
     assert rank.plans.wait_for("n0p0", 0) == _plan(1, 2)
+
+
+def test_a_process_that_says_it_ends_itself_is_lost_with_its_code_and_one_that_does_not_as_killed(server):
+    """Under Slurm the supervisor sees a rank's connection close before srun reports its exit
+    code: a rank stuck in an ended generation ends itself with ``STUCK_EXIT`` (not a fault of its
+    node, not a restart) and must not be taken for a kill (CI: a run gave up at --auto-resume=1)."""
+    quitting, killed = rank_link(server, "n0p0"), rank_link(server, "n1p0")
+    assert server.lost_as("n0p0", killed=-9) is None  # connected
+    quitting.exiting(75)
+    quitting.sock.close()
+    killed.sock.close()
+    until(lambda: server.lost_at("n0p0") is not None and server.lost_at("n1p0") is not None)
+    assert server.lost_as("n0p0", killed=-9) == 75
+    assert server.lost_as("n1p0", killed=-9) == -9
+    assert server.lost_as("n9p9", killed=-9) is None  # never connected

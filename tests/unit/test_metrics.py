@@ -28,6 +28,7 @@ def test_events_and_steps_become_metrics():
         {"event": "resize", "why": "fault", "seconds": 1.5},
         {"event": "checkpoint-saved", "tier": "persistent", "seconds": 0.2},
         {"event": "requeue", "cause": "preemption"},
+        {"event": "protection", "step": 16, "every": 16, "steps_at_risk": 17},
     ]:
         m.on_event(record)
     for step in (10, 15, 30):
@@ -46,6 +47,7 @@ def test_events_and_steps_become_metrics():
     assert s[("sres_resize_seconds_count", (("why", "fault"),))] == 1
     assert s[("sres_tier_save_seconds_count", (("tier", "persistent"),))] == 1
     assert s[("sres_requeues_total", (("cause", "preemption"),))] == 1
+    assert (s[("sres_protection_every", ())], s[("sres_steps_at_risk", ())]) == (16, 17)
     m.on_event(
         {"event": "finished", "goodput": 0.97, "goodput_by_cause": {"productive": 9.7, "startup": 0.3}}
     )

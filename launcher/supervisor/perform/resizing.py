@@ -44,7 +44,18 @@ def status(h: Hands) -> dict[str, object]:
         "max_nodes": c.elastic.max_nodes,
         "job_id": h.names.job_id,
         "jobs": h.jobs(nodes),
+        "protection": _protection(h),
     }
+
+
+def _protection(h: Hands) -> dict[str, object] | None:
+    """The tiers' cadence the ranks last agreed (the ``protection`` event); None before any."""
+    said = next((e for e in reversed(h.events.events) if e.get("event") == "protection"), None)
+    return (
+        None
+        if said is None
+        else {k: said[k] for k in ("step", "every", "steps_at_risk", "overhead", "budget")}
+    )
 
 
 def begin_resize(h: Hands, a: act.BeginResize) -> None:
