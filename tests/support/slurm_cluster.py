@@ -61,6 +61,11 @@ class ClusterUnavailable(RuntimeError):
     """This machine cannot run the test cluster; the message says why in one line."""
 
 
+class PortTaken(Exception):
+    """A daemon's port was taken between its choice and the daemon's bind (not a RuntimeError:
+    the waits retry those)."""
+
+
 @dataclass
 class ClusterState:
     """What ``down`` needs to stop a cluster started by another process."""
@@ -129,7 +134,22 @@ class SlurmCluster:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def up(self, timeout: float = 60.0) -> "SlurmCluster":
+    def up(self, timeout: float = 60.0, attempts: int = 3) -> "SlurmCluster":
+        """Start every daemon and wait for every node idle; a daemon whose port was taken in the
+        meantime (by a listener that named it) is started again on fresh ports."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._up(timeout)
+            except PortTaken as err:
+                self.down()
+                self.log_dir.rename(self.directory / f"log-attempt-{attempt}")  # its bind error stays
+                if attempt == attempts:
+                    raise ClusterUnavailable(f"{err} ({attempts} times)") from None
+                self.ctld_port, self.node_ports = _free_ports(len(self.nodes))
+                self.cluster_name = f"sres{self.ctld_port}"
+        raise AssertionError("unreachable")
+
+    def _up(self, timeout: float) -> "SlurmCluster":
         check_machine()
         # Started with -i (ignore saved state): a previous cluster's state in the same
         # directory would only make slurmctld refuse to start (cluster name mismatch).
@@ -154,8 +174,20 @@ class SlurmCluster:
         )
         for node in self.nodes:
             self.start_node(node)
-        self.wait_idle(self.nodes, timeout)
+        for node in self.nodes:
+            self.wait_state(node, lambda s, node=node: self._slurmd_running(node) and s == "IDLE", timeout)
         return self
+
+    def _slurmd_running(self, node: str) -> bool:
+        """True while ``node``'s slurmd runs; :class:`PortTaken` once it exited unable to bind."""
+        proc = self._slurmd[node]
+        if proc.poll() is None:
+            return True
+        log = self.log_dir / f"slurmd-{node}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        if any("Address already in use" in line for line in lines):
+            raise PortTaken(f"slurmd of {node} could not bind port {self.node_ports[self.nodes.index(node)]}")
+        return False
 
     def down(self) -> None:
         """Stop every daemon this cluster started, by PID, and wait for them to exit."""
