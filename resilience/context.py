@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.errors import CommitOrderError, RegistrationError
 from resilience.rank_place import RankPlace
-from resilience import scheduled_lr
+from resilience import scheduled_lr, skip_init
 from resilience.state import committed, snapshot
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ class Context:
         self._checked = -2
         self._open = False
         """A commit opened by :meth:`open_commit` and not closed yet."""
+        self._unfilled: skip_init.Unfilled | None = None
 
     def on_requeue(self, hook: Callable[[str], None]) -> None:
         """Call ``hook(cause)`` when sres is about to requeue the job (``cause``: ``time-limit``
@@ -111,6 +112,18 @@ class Context:
         ``sres run`` nothing requeues the job: it is never called."""
         if self._runtime is not None:
             self._runtime.on_requeue(hook)
+
+    @contextlib.contextmanager
+    def skip_init(self) -> Iterator[None]:
+        """Build the model inside: when this entry restores a commit, ``torch.nn.init`` is
+        skipped (``register`` overwrites every parameter); otherwise nothing changes. A parameter
+        built inside and not restored is refused at the first step (:mod:`resilience.skip_init`)."""
+        if not self._restored:
+            yield
+            return
+        self._unfilled = self._unfilled or skip_init.Unfilled()
+        with skip_init.skipped(self._unfilled):
+            yield
 
     def register(self, **objects: Any) -> None:
         """Protect these objects' state (``state_dict``/``load_state_dict``, or plain dicts).
@@ -144,6 +157,8 @@ class Context:
                 _load(obj, self._restored.pop(name))
                 if _is_module(obj):
                     _restored_modules.add(obj)
+                    if self._unfilled is not None:
+                        self._unfilled.restored(obj)
             elif self.step >= 0 and committed.part_of(obj) == "rank":
                 raise RegistrationError(
                     f"register({name}=...): no position of this rank's data loader as of step {self.step} "
@@ -205,6 +220,8 @@ class Context:
             committed.set_rng_state(self._rng_pending)
             self._rng_pending = None
         if self._view_step != self.step:  # entry: nothing was committed in this generation yet
+            if self._unfilled is not None:
+                self._unfilled.check()
             self._take(self.step)
             self._checked = self.step
             return

@@ -155,7 +155,8 @@ def train(ctx: resilience.Context, args: argparse.Namespace) -> None:
     """The training function, as one writes it: build, register, then step and commit."""
     if args.fail_always:
         raise ValueError("this train function always fails")
-    model = build_model(args.width, args.depth, args.seed, args.dropout)
+    with ctx.skip_init():  # after a fault register() overwrites every parameter: no init first
+        model = build_model(args.width, args.depth, args.seed, args.dropout)
     if args.sharded:
         opt = resilience.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=args.lr)
     else:
