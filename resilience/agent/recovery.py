@@ -32,7 +32,7 @@ from resilience.errors import Unrecoverable
 from resilience.state import snapshot
 from resilience.state.recovery_plan import Holdings, RecoveryPlan, plan_rank_parts, plan_recovery
 from resilience.state.replication import SnapshotRing
-from resilience.state.transfer import broadcast_snapshot, recv_snapshot, send_snapshot, send_state
+from resilience.state.transfer import broadcast_snapshot, recv_striped, send_snapshot, send_state
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
 
@@ -140,15 +140,18 @@ def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | Non
     for t in recovery.transfers:
         if t.src == rank:
             ring = kept.own[t.part] if t.owner == rank else kept.replicas[t.owner]
-            snap = ring.get(recovery.step)
+            snap, stripe = ring.get(recovery.step), (t.stripe, t.stripes)
             if snap is not None:
-                moved += send_snapshot(snap, t.dst, scene.group, midway)
+                moved += send_snapshot(snap, t.dst, scene.group, midway, stripe=stripe)
             else:  # straight from the previous generation's objects: no copy first
                 assert live is not None, "the plan names a source only for what it said it holds"
                 skeleton, tensors, sizes = snapshot.describe(live.states)
-                moved += send_state(recovery.step, skeleton, tensors, sizes, t.dst, scene.group, midway)
-        elif t.dst == rank:
-            snap = recv_snapshot(t.src, scene.group)
+                moved += send_state(
+                    recovery.step, skeleton, tensors, sizes, t.dst, scene.group, midway, stripe=stripe
+                )
+        elif t.dst == rank and t.stripe == 0:  # every stripe at once
+            sources = recovery.stripes_to(rank) if t.part == "replicated" else [t.src]
+            snap = recv_striped(sources, scene.group)
             moved += snap.nbytes
             kept.own[t.part].put(snap)
             if t.part == "sharded":

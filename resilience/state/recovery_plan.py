@@ -43,6 +43,11 @@ class Holdings:
     """World size in which the per-rank parts held here were taken; 0: none."""
 
 
+MAX_STRIPES = 4
+"""Holders a replaced rank's replicated state comes from at once: a few streams fill a link that
+one (one socket, one copying thread a side) does not; more would only cut the pieces smaller."""
+
+
 @dataclass(frozen=True)
 class Transfer:
     src: int
@@ -51,6 +56,10 @@ class Transfer:
     owner: int
     """Whose snapshot ``src`` sends: the shard's owner (a buddy's copy), or ``src`` itself (a
     twin's own shard, or replicated state)."""
+    stripe: int = 0
+    stripes: int = 1
+    """Replicated state comes from up to :data:`MAX_STRIPES` holders at once: ``src`` sends the
+    ``stripe``-th of ``stripes`` shares of the stream (every ``stripes``-th piece)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,11 @@ class RecoveryPlan:
 
     def source(self, rank: int) -> str:
         return "peer" if any(t.dst == rank for t in self.transfers) else "self"
+
+    def stripes_to(self, rank: int) -> list[int]:
+        """The holders whose stripes of the replicated state ``rank`` receives, in stripe order."""
+        mine = [t for t in self.transfers if t.dst == rank and t.part == "replicated"]
+        return [t.src for t in sorted(mine, key=lambda t: t.stripe)]
 
 
 def plan_rank_parts(
@@ -161,9 +175,9 @@ def _transfers_at(
     transfers: list[Transfer] = []
     for rank in range(world):
         mine = holdings.get(rank, Holdings(rank))
-        if step not in mine.own:
-            donor = donors[rank % len(donors)]  # spread the load over live peers
-            transfers.append(Transfer(donor, rank, "replicated", donor))
+        if step not in mine.own:  # from several holders at once, each rank's from other ones first
+            picked = [donors[(rank + i) % len(donors)] for i in range(min(MAX_STRIPES, len(donors)))]
+            transfers += [Transfer(d, rank, "replicated", d, i, len(picked)) for i, d in enumerate(picked)]
         if sharded and step not in mine.shards:
             shard = _shard_transfer(step, rank, holdings)
             if shard is None:

@@ -27,6 +27,9 @@ from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, lay
 CHUNK_BYTES = 4 << 20
 """Largest message of a stream. Sender and receiver cut the same tensors alike."""
 
+Stripe = tuple[int, int]
+"""``(i, k)``: the i-th of k holders' share of one stream (every k-th piece from the i-th)."""
+
 
 def _pieces(tensors: list[torch.Tensor]) -> Iterator[torch.Tensor]:
     """Each tensor flat, in views of at most ``CHUNK_BYTES`` (an empty tensor is one empty piece)."""
@@ -61,8 +64,9 @@ def send_snapshot(
     group: dist.ProcessGroup | None = None,
     midway: Callable[[], None] | None = None,
     tag: int = 0,
+    stripe: Stripe = (0, 1),
 ) -> int:
-    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway, tag)
+    return send_state(snap.step, snap.skeleton, snap.regions(), layout(snap), dst, group, midway, tag, stripe)
 
 
 def send_state(
@@ -74,12 +78,15 @@ def send_state(
     group: dist.ProcessGroup | None = None,
     midway: Callable[[], None] | None = None,
     tag: int = 0,
+    stripe: Stripe = (0, 1),
 ) -> int:
     """Stream state to ``dst``: metadata, then the tensors in pieces. The tensors may be live
     ones (no copy into a snapshot first); the caller must not change them until this returns.
     ``midway`` runs when the metadata and half the pieces are out (where faults are injected).
-    ``tag`` keeps two streams between the same ranks apart (two background rounds at once)."""
-    return _stream(step, skeleton, tensors, sizes, (dst,), group, tag, midway)
+    ``tag`` keeps two streams between the same ranks apart (two background rounds at once).
+    ``stripe`` ``(i, k)``: only every k-th piece from the i-th, the metadata with stripe 0 only
+    (:func:`recv_striped` takes the k stripes from k holders of the same state at once)."""
+    return _stream(step, skeleton, tensors, sizes, (dst,), group, tag, midway, stripe=stripe)
 
 
 def exchange(
@@ -134,15 +141,17 @@ def _stream(
     tag: int,
     midway: Callable[[], None] | None,
     pace: Callable[[int], Pace] | None = None,
+    stripe: Stripe = (0, 1),
 ) -> int:
     """One stream to each of ``targets`` at once: each piece goes to all of them before the next."""
     if not targets:
         return 0
-    meta = _meta(step, skeleton, sizes, checksum(skeleton, tensors))
-    for head in _head(meta):
+    index, stripes = stripe
+    meta = _meta(step, skeleton, sizes, checksum(skeleton, tensors)) if index == 0 else b""
+    for head in _head(meta) if meta else ():
         for work in [dist.isend(head, dst, group=group, tag=tag) for dst in targets]:
             work.wait()
-    pieces = list(_pieces(tensors))
+    pieces = list(_pieces(tensors))[index::stripes]
     total = sum(p.numel() * p.element_size() for p in pieces)
     paced = pace(total) if pace is not None else None
     for i, piece in enumerate(pieces):
@@ -189,6 +198,25 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
     if snap is None and checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"shard broadcast by rank {src} for step {step} fails its checksum")
     return out
+
+
+def recv_striped(sources: Sequence[int], group: dist.ProcessGroup | None = None, tag: int = 0) -> Snapshot:
+    """One stream whose stripe i comes from ``sources[i]`` (:func:`send_state`'s ``stripe``):
+    every piece is posted at once, so the holders send side by side; checksum verified."""
+    if len(sources) == 1:
+        return recv_snapshot(sources[0], group, tag)
+    step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
+    snap = empty_like_layout(step, skeleton, sizes)
+    regions = snap.regions()
+    k = len(sources)
+    works = [
+        dist.irecv(piece, sources[i % k], group=group, tag=tag) for i, piece in enumerate(_pieces(regions))
+    ]
+    for work in works:
+        work.wait()
+    if checksum(skeleton, regions) != expected:
+        raise Unrecoverable(f"state received from ranks {list(sources)} for step {step} fails its checksum")
+    return snap
 
 
 def recv_snapshot(

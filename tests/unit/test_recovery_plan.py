@@ -2,6 +2,7 @@
 
 import pytest
 
+from resilience.state.recovery_plan import MAX_STRIPES
 from resilience.state.replication import Holdings, Transfer, Unrecoverable, buddies, plan_recovery
 
 
@@ -19,14 +20,30 @@ def test_replicated_state_comes_from_a_live_peer():
     }
     plan = plan_recovery(4, holdings)
     assert plan.step == 9
-    assert plan.transfers == (Transfer(2, 1, "replicated", 2),)
+    # from every holder at once, each its stripe; rank 1's from the holders after it first
+    assert plan.transfers == (
+        Transfer(2, 1, "replicated", 2, 0, 3),
+        Transfer(3, 1, "replicated", 3, 1, 3),
+        Transfer(0, 1, "replicated", 0, 2, 3),
+    )
+    assert plan.stripes_to(1) == [2, 3, 0] and plan.stripes_to(0) == []
     assert plan.source(1) == "peer" and plan.source(0) == "self"
+
+
+def test_replicated_state_comes_from_at_most_max_stripes_holders_spread_over_them():
+    holdings = {r: Holdings(r, own=(5,)) for r in range(10)} | {3: Holdings(3), 7: Holdings(7)}
+    plan = plan_recovery(10, holdings)
+    assert plan.stripes_to(3) == [4, 5, 6, 8] and plan.stripes_to(7) == [9, 0, 1, 2]
+    assert len(plan.transfers) == 2 * MAX_STRIPES
 
 
 def test_a_survivor_one_commit_behind_receives_the_newer_state():
     holdings = {0: Holdings(0, own=(9,)), 1: Holdings(1, own=(8,)), 2: Holdings(2, own=(9,))}
     plan = plan_recovery(3, holdings)
-    assert plan.step == 9 and plan.transfers == (Transfer(2, 1, "replicated", 2),)
+    assert plan.step == 9 and plan.transfers == (
+        Transfer(2, 1, "replicated", 2, 0, 2),
+        Transfer(0, 1, "replicated", 0, 1, 2),
+    )
 
 
 def test_a_sharded_survivor_one_commit_ahead_rolls_back():
