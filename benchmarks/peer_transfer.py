@@ -11,7 +11,8 @@ state of the example MLP with AdamW (width 1024) as the survivor holds it, and s
   wire       the same bytes as pieces into buffers allocated and touched before (no checksum):
              what loopback gloo itself costs (one holder)
 
-With ``--holders 1,2``, the same stream also comes from 2 holders of the same state at once (each
+One arm receives without ``resilience.state.prefault`` (pages fault in under the data, as before
+it). With ``--holders 1,2``, the same stream also comes from 2 holders of the same state at once (each
 every other piece, ``recv_striped``), as a replaced rank's does when several survivors hold it.
 
     python benchmarks/peer_transfer.py [--depths 4,20] [--repeat 5] [--chunks-mib 4,16]
@@ -28,6 +29,7 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -57,10 +59,11 @@ def rank_main(rank: int, world: int, path: str, depth: int, repeat: int, arms: l
     skeleton, tensors, sizes = snapshot.describe(states) if states is not None else (b"", [], {})
     rows = []
     for i in range(repeat + 1):
-        for chunk, holders in arms:
+        for chunk, holders, mapped in arms:
             transfer.CHUNK_BYTES = chunk << 20
+            transfer.prefault.ahead = prefault_ahead if mapped else _no_prefault
             dist.barrier()
-            row: dict[str, float] = {"chunk_mib": chunk, "holders": holders}
+            row: dict[str, float] = {"chunk_mib": chunk, "holders": holders, "prefault": mapped}
             if rank == 0:
                 t0 = time.perf_counter()
                 snap = transfer.recv_striped(list(range(1, holders + 1)))
@@ -86,6 +89,16 @@ def rank_main(rank: int, world: int, path: str, depth: int, repeat: int, arms: l
     dist.destroy_process_group()
 
 
+prefault_ahead = transfer.prefault.ahead
+
+
+def _no_prefault(tensors: list[torch.Tensor]) -> threading.Thread:
+    """The receive as before ``resilience.state.prefault``: pages fault in under the data."""
+    thread = threading.Thread(target=lambda: None)
+    thread.start()
+    return thread
+
+
 def _wire(rank: int, tensors: list[torch.Tensor]) -> float:
     """The pieces alone, into buffers received into before: gloo over loopback, nothing of ours."""
     dist.barrier()
@@ -96,7 +109,7 @@ def _wire(rank: int, tensors: list[torch.Tensor]) -> float:
 
 
 def run(depth: int, repeat: int, arms: list) -> list[dict]:
-    world = 1 + max(h for _, h in arms)
+    world = 1 + max(h for _, h, _ in arms)
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     path = f"/tmp/peer-transfer-{os.getpid()}-{depth}"
@@ -122,24 +135,31 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     chunks = [int(c) for c in args.chunks_mib.split(",")]
-    arms = [(c, 1) for c in chunks] + [(chunks[0], int(h)) for h in args.holders.split(",") if int(h) > 1]
+    arms = [(c, 1, True) for c in chunks] + [(chunks[0], 1, False)]
+    arms += [(chunks[0], int(h), True) for h in args.holders.split(",") if int(h) > 1]
     results = []
     for depth in (int(d) for d in args.depths.split(",")):
         rows = run(depth, args.repeat, arms)
         mib = sum(t.numel() * t.element_size() for t in snapshot.describe(live_state(depth))[1]) / 2**20
-        for chunk, holders in arms:
-            mine = [r for r in rows if (r["chunk_mib"], r["holders"]) == (chunk, holders)]
+        for chunk, holders, mapped in arms:
+            mine = [
+                r for r in rows if (r["chunk_mib"], r["holders"], r["prefault"]) == (chunk, holders, mapped)
+            ]
             med = {k: statistics.median(r[k] for r in mine) for k in mine[0] if isinstance(mine[0][k], float)}
-            results.append({"state_mib": round(mib), "chunk_mib": chunk, "holders": holders, **med})
+            results.append(
+                {"state_mib": round(mib), "chunk_mib": chunk, "holders": holders, "prefault": mapped, **med}
+            )
     print(
-        f"{'state':>9} {'chunk':>6} {'holders':>7} {'checksum':>9} {'stream':>8} {'receive':>8} "
-        f"{'wire':>7} {'GB/s':>6}"
+        f"{'state':>9} {'chunk':>6} {'holders':>7} {'prefault':>8} {'checksum':>9} {'stream':>8} "
+        f"{'receive':>8} {'wire':>7} {'GB/s':>6}"
     )
     for r in results:
         rate = r["state_mib"] * 2**20 / r["receive"] / 1e9
         wire = f"{r['wire']:>6.3f}s" if "wire" in r else f"{'-':>7}"
+        mapped = "yes" if r["prefault"] else "no"
         print(
-            f"{r['state_mib']:>5} MiB {r['chunk_mib']:>4} M {r['holders']:>7} {r['checksum']:>8.3f}s "
+            f"{r['state_mib']:>5} MiB {r['chunk_mib']:>4} M {r['holders']:>7} {mapped:>8} "
+            f"{r['checksum']:>8.3f}s "
             f"{r['stream']:>7.3f}s {r['receive']:>7.3f}s {wire} {rate:>6.2f}"
         )
     if args.json:

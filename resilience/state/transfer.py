@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from resilience.errors import Unrecoverable
+from resilience.state import prefault
 from resilience.state.pacing import Pace
 from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
 
@@ -207,6 +208,7 @@ def recv_striped(sources: Sequence[int], group: dist.ProcessGroup | None = None,
         return recv_snapshot(sources[0], group, tag)
     step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
     snap = empty_like_layout(step, skeleton, sizes)
+    filling = prefault.ahead(list(snap.buffers.values()))
     regions = snap.regions()
     k = len(sources)
     works = [
@@ -214,6 +216,7 @@ def recv_striped(sources: Sequence[int], group: dist.ProcessGroup | None = None,
     ]
     for work in works:
         work.wait()
+    filling.join()
     if checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"state received from ranks {list(sources)} for step {step} fails its checksum")
     return snap
@@ -226,9 +229,12 @@ def recv_snapshot(
     (the caller gives up ``reuse``: it is overwritten)."""
     step, skeleton, sizes, expected = _recv_meta(src, group, tag)
     snap = empty_like_layout(step, skeleton, sizes, reuse)
+    lent = reuse.buffers.values() if reuse is not None else ()
+    filling = prefault.ahead([b for b in snap.buffers.values() if all(b is not r for r in lent)])
     regions = snap.regions()
     for piece in _pieces(regions):
         dist.recv(piece, src, group=group, tag=tag)
+    filling.join()
     if checksum(skeleton, regions) != expected:
         raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
     return snap
