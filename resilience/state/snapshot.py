@@ -106,6 +106,20 @@ def checksum(skeleton: bytes, tensors: list[torch.Tensor]) -> str:
     return f"{CHECKSUM_KIND}:{_stream(xxhash.xxh3_64(skeleton), tensors).hexdigest()}"
 
 
+class RunningChecksum:
+    """:func:`checksum` fed one piece at a time, in order: the same value, since the stream does
+    not see where the bytes were cut. A receiver hashes each piece as it lands, beside the rest."""
+
+    def __init__(self, skeleton: bytes) -> None:
+        self._hash = xxhash.xxh3_64(skeleton)
+
+    def update(self, tensor: torch.Tensor) -> None:
+        _stream(self._hash, [tensor])
+
+    def value(self) -> str:
+        return f"{CHECKSUM_KIND}:{self._hash.hexdigest()}"
+
+
 def fingerprint(states: Mapping[str, Any]) -> str:
     """xxHash3-128 of ``states`` read in place (no copy): a run's final state, cheap enough to
     take at the end of every run (SHA-256 of a copy, ``Snapshot.digest``, costs seconds per GiB)."""

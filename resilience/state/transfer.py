@@ -23,7 +23,7 @@ import torch.distributed as dist
 from resilience.errors import Unrecoverable
 from resilience.state import prefault
 from resilience.state.pacing import Pace
-from resilience.state.snapshot import Snapshot, checksum, empty_like_layout, layout
+from resilience.state.snapshot import RunningChecksum, Snapshot, checksum, empty_like_layout, layout
 
 CHUNK_BYTES = 4 << 20
 """Largest message of a stream. Sender and receiver cut the same tensors alike."""
@@ -202,24 +202,9 @@ def broadcast_snapshot(snap: Snapshot | None, src: int, group: dist.ProcessGroup
 
 
 def recv_striped(sources: Sequence[int], group: dist.ProcessGroup | None = None, tag: int = 0) -> Snapshot:
-    """One stream whose stripe i comes from ``sources[i]`` (:func:`send_state`'s ``stripe``):
-    every piece is posted at once, so the holders send side by side; checksum verified."""
-    if len(sources) == 1:
-        return recv_snapshot(sources[0], group, tag)
-    step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
-    snap = empty_like_layout(step, skeleton, sizes)
-    filling = prefault.ahead(list(snap.buffers.values()))
-    regions = snap.regions()
-    k = len(sources)
-    works = [
-        dist.irecv(piece, sources[i % k], group=group, tag=tag) for i, piece in enumerate(_pieces(regions))
-    ]
-    for work in works:
-        work.wait()
-    filling.join()
-    if checksum(skeleton, regions) != expected:
-        raise Unrecoverable(f"state received from ranks {list(sources)} for step {step} fails its checksum")
-    return snap
+    """One stream whose stripe i comes from ``sources[i]`` (:func:`send_state`'s ``stripe``), the
+    holders sending side by side; checksum verified."""
+    return _receive(sources, group, tag, None)
 
 
 def recv_snapshot(
@@ -227,14 +212,26 @@ def recv_snapshot(
 ) -> Snapshot:
     """``src``'s snapshot, checksum verified; received into ``reuse``'s buffers where they fit
     (the caller gives up ``reuse``: it is overwritten)."""
-    step, skeleton, sizes, expected = _recv_meta(src, group, tag)
+    return _receive((src,), group, tag, reuse)
+
+
+def _receive(
+    sources: Sequence[int], group: dist.ProcessGroup | None, tag: int, reuse: Snapshot | None
+) -> Snapshot:
+    """Every piece posted at once (piece i from ``sources[i % k]``); while they land, a thread maps
+    fresh buffers' pages ahead of them and this one hashes each piece as it is in."""
+    step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
     snap = empty_like_layout(step, skeleton, sizes, reuse)
     lent = reuse.buffers.values() if reuse is not None else ()
     filling = prefault.ahead([b for b in snap.buffers.values() if all(b is not r for r in lent)])
-    regions = snap.regions()
-    for piece in _pieces(regions):
-        dist.recv(piece, src, group=group, tag=tag)
+    pieces = list(_pieces(snap.regions()))
+    works = [dist.irecv(p, sources[i % len(sources)], group=group, tag=tag) for i, p in enumerate(pieces)]
+    running = RunningChecksum(skeleton)
+    for work, piece in zip(works, pieces):
+        work.wait()
+        running.update(piece)
     filling.join()
-    if checksum(skeleton, regions) != expected:
-        raise Unrecoverable(f"state received from rank {src} for step {step} fails its checksum")
+    if running.value() != expected:
+        who = f"rank {sources[0]}" if len(sources) == 1 else f"ranks {list(sources)}"
+        raise Unrecoverable(f"state received from {who} for step {step} fails its checksum")
     return snap

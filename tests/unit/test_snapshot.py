@@ -44,3 +44,13 @@ def test_buffers_are_reused_and_checksum_sees_one_byte():
     before = second.checksum()
     second.buffers["float32"].view(torch.uint8)[5] ^= 1
     assert second.checksum() != before
+
+
+def test_a_checksum_fed_piece_by_piece_is_the_checksum_of_the_whole():
+    tensors = [torch.randn(1000), torch.empty(0), torch.arange(77, dtype=torch.int64)]
+    running = snapshot.RunningChecksum(b"skeleton")
+    for t in tensors:
+        for piece in t.reshape(-1).split(33):
+            running.update(piece)
+    assert running.value() == snapshot.checksum(b"skeleton", tensors)
+    assert running.value() != snapshot.checksum(b"skeleton!", tensors)
