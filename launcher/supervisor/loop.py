@@ -200,6 +200,7 @@ class Supervisor:
             answer=self.control.answer,
             ram_root=lambda: tiers.ram_root(self.liveness.secret),
             links=p if isinstance(p, NodeLinks) else None,
+            copy_events=lambda: self.relay.copy(),
         )
 
     @property

@@ -90,6 +90,7 @@ def finish(h: Hands, a: act.Finish) -> Outcome:
     generation = b.current_plan.generation
     h.recovery.check(generation)
     fields = h.recovery.finished(h.clocks.wall())
+    h.copy_events()  # every rank said all it had to before its "done"
     h.events.emit(
         "finished",
         faults=b.faults,
@@ -112,6 +113,7 @@ def fail(h: Hands, a: act.Fail) -> Outcome:
     )
     errors = _with_late_errors(h, a.errors)
     own = {str(r.rank): r.traceback for r in errors[:FAILED_ERRORS] if r.traceback}
+    h.copy_events()
     h.events.emit("failed", reason=a.reason, faults=b.faults, **blame, **({"errors": own} if own else {}))
     if culprit is not None and culprit.traceback:
         # a.culprit: an error that recurred, the run's first one again unless another came before

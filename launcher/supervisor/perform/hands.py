@@ -76,6 +76,10 @@ class Hands:
     """This run's RAM root as its ranks found it (None: the default), for the cleanup at its end."""
     links: NodeLinks | None = None
     """Nodes' network links, where the placement can break them (injected network faults)."""
+    copy_events: Callable[[], None] = lambda: None
+    """Copy what the ranks said through the store into the log now. Their tiers' threads say it
+    without ringing, so it is otherwise copied at the next look: before a run's last event, it
+    must be, or a ``tier-resumed`` said before ``done`` is written after ``finished``."""
 
     def spawn(self, slot: str, node: int, local: int) -> bool:
         """Start the slot's process; True when it is forked from its machine's fork server."""
