@@ -88,7 +88,7 @@ def drawn(count: int):
     )
 
 
-IN_CI = 20
+IN_CI = 10
 
 
 @pytest.mark.timeout(120 * IN_CI)
