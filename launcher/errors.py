@@ -69,3 +69,12 @@ class SlurmCommandError(SlurmError):
         last = self.stderr.splitlines()[-1].strip() if self.stderr else ""
         detail = f": {last}" if last else ""
         super().__init__(f"'{' '.join(self.argv)}' {what}{detail}")
+
+
+class PolicyError(ConfigError):
+    """A governance policy that cannot be applied as written (``sres governance``), refused before
+    anything in Slurm's accounting changes."""
+
+
+class ApplyFailed(SlurmError):
+    """A governance policy's change that Slurm refused part way; what was done before it is undone."""

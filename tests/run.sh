@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs what is missing first:
-#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium iproute2 (root)
+#   Debian packages: slurm-wlm slurm-client munge libslurm-dev openssh-server gcc chromium iproute2
+#   slurmdbd mariadb-server mariadb-client-core (root)
 #   Python: torch==2.13.0 (the CPU build; skipped if torch is importable), this package + test extras
 # Extra arguments go to pytest, e.g. ./tests/run.sh tests/unit -x; --all runs the slow tests too;
 # --store-durations records each test's time into tests/durations.json, which balances the lanes
@@ -23,6 +24,9 @@ command -v ip >/dev/null || missing+=(iproute2)  # the network tests' namespaces
 command -v tc >/dev/null || missing+=(iproute2)
 command -v cc >/dev/null || missing+=(gcc)  # builds the SPANK plugin against spank.h
 command -v chromium >/dev/null || missing+=(chromium)  # renders sres report's page in a real browser
+command -v slurmdbd >/dev/null || missing+=(slurmdbd)  # accounting for the governance tests, on MariaDB:
+command -v mariadbd >/dev/null || missing+=(mariadb-server)  # started by the tests, never the system's
+command -v my_print_defaults >/dev/null || missing+=(mariadb-client-core)
 if [ ${#missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   if [ "$(id -u)" -ne 0 ]; then

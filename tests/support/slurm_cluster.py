@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.run.leftovers import pid_alive, processes_with_env  # noqa: F401 - tests import them from here
+from tests.support.accounting import AccountingDaemons, AccountingUnavailable
 from tests.support.ports import free_range
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class ClusterState:
     ctld_pid: int = 0
     slurmd_pids: dict[str, int] = field(default_factory=dict)
     munged_pid: int = 0
+    accounting_pids: list[int] = field(default_factory=list)
 
 
 class SlurmCluster:
@@ -91,10 +93,14 @@ class SlurmCluster:
         extra_conf: str = "",
         grace_time: int = 10,
         network: Network | None = None,
+        accounting: bool = False,
     ) -> None:
         """``network``: each node's slurmd (and so its jobs' processes) in that network's
         namespace of the node, at its own address; slurmctld in this namespace, on the bridge.
-        Made and removed by the caller, with at least ``node_count`` nodes."""
+        Made and removed by the caller, with at least ``node_count`` nodes. ``accounting``:
+        slurmdbd on a MariaDB server of its own (tests/support/accounting.py), one partition
+        ``gpu``, and no preemption settings: the caller's ``extra_conf`` gives them (a
+        governance policy's lines)."""
         if node_count < 1:
             raise ValueError("node_count must be at least 1")
         self.directory = Path(directory).resolve()
@@ -111,6 +117,7 @@ class SlurmCluster:
         self._munged_pid = 0
         self.ctld_port, self.node_ports = _free_ports(node_count)
         self.cluster_name = f"sres{self.ctld_port}"
+        self.accounting = AccountingDaemons(self.directory, free_range(1)[0]) if accounting else None
 
     # --- paths and environment -------------------------------------------------------
 
@@ -165,6 +172,11 @@ class SlurmCluster:
         # character devices do (nothing opens them: TaskPlugin=task/none binds no device).
         (self.directory / "gres.conf").write_text("Name=gpu File=/dev/null\nName=gpu File=/dev/zero\n")
         self._munged_pid = ensure_munged()
+        if self.accounting is not None:
+            try:
+                self.accounting.up(self.env(), self.cluster_name, timeout)
+            except AccountingUnavailable as err:
+                raise ClusterUnavailable(str(err)) from None
         self._ctld = self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf_path)], "slurmctld")
         self._save_state()
         self._wait(
@@ -204,6 +216,8 @@ class SlurmCluster:
                 proc.wait()
         self._slurmd.clear()
         self._ctld = None
+        if self.accounting is not None:
+            self.accounting.down()
         if self._munged_pid:
             _stop_pid(self._munged_pid)
             self._munged_pid = 0
@@ -348,6 +362,15 @@ class SlurmCluster:
         first, last = self.node_ports[0], self.node_ports[-1]
         node_range = f"n[1-{len(self.nodes)}]" if len(self.nodes) > 1 else "n1"
         lend_preemption = f"PreemptMode=CANCEL GraceTime={self.grace_time}"
+        partitions = f"""\
+PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 {lend_preemption}
+PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"""
+        accounting = "AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none"
+        preemption = "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL"
+        if self.accounting is not None:
+            accounting, preemption = self.accounting.conf_lines(), ""
+            partitions = f"PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP"
         port = f"{first}-{last}" if len(self.nodes) > 1 else str(first)
         ctld_address = "127.0.0.1" if self.network is None else self.network.host
         host = f"NodeHostname={self.hostname}"
@@ -381,9 +404,8 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerParameters=permit_job_expansion,sched_interval=5
-AccountingStorageType=accounting_storage/none
+{accounting}
 JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
 ReturnToService=2
 SlurmdTimeout={self.slurmd_timeout}
 SlurmctldTimeout=30
@@ -392,13 +414,10 @@ KillWait=5
 MinJobAge=300
 InactiveLimit=0
 GresTypes=gpu
-PreemptType=preempt/partition_prio
-PreemptMode=CANCEL
+{preemption}
 {self.extra_conf}
 {nodes}
-PartitionName=gpu Nodes={node_range} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
-PartitionName=lend Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1 {lend_preemption}
-PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+{partitions}
 """
 
     def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:
@@ -448,6 +467,7 @@ PartitionName=urgent Nodes={node_range} MaxTime=INFINITE State=UP PriorityTier=1
             ctld_pid=self._ctld.pid if self._ctld else 0,
             slurmd_pids={n: p.pid for n, p in self._slurmd.items() if p.poll() is None},
             munged_pid=self._munged_pid,
+            accounting_pids=self.accounting.pids() if self.accounting is not None else [],
         )
         (self.directory / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
 
@@ -583,6 +603,7 @@ def stop_recorded(directory: Path) -> list[int]:
     state = ClusterState(**json.loads(path.read_text()))
     pids = list(state.slurmd_pids.values()) + [state.ctld_pid]
     pids += [state.munged_pid] if state.munged_pid else []
+    pids += state.accounting_pids
     for pid in pids:
         if pid:
             _stop_pid(pid)

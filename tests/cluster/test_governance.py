@@ -1,0 +1,257 @@
+"""``sres governance apply`` against a real accounting database: slurmdbd on MariaDB, started by
+the test (tests/support/accounting.py), and a slurmctld that enforces what it holds.
+
+What an admin checks: after an apply, ``sacctmgr`` lists the teams' accounts and the classes'
+QOS as the policy says, and Slurm enforces them (a job over its team's quota waits on the
+team's limit); a second apply changes nothing; a dry run changes nothing; an invalid policy is
+refused in one line and changes nothing; a change Slurm refuses part way is undone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.governance import policy as gp
+from launcher.governance.apply import apply, read_managed
+from launcher.governance.slurm_objects import conf_lines, desired
+from launcher.slurm.accounting import Accounting
+from launcher.slurm.client import SlurmClient
+from launcher.slurm.command_driver import CommandLine
+from tests.support.running_cluster import running
+from tests.support.slurm_cluster import SlurmCluster
+
+NODES = 3
+POLICY = {
+    "grace_time_s": 30,
+    "teams": {
+        "vision": {"quota_nodes": 2, "weight": 3, "users": ["root"]},
+        "speech": {"quota_nodes": 1, "weight": 1, "lend": False, "borrow": False, "users": ["root"]},
+    },
+    "priority_classes": {
+        "inference": {"priority": 400},
+        "training": {"priority": 300, "preempts": ["experiments"]},
+        "experiments": {"priority": 100, "preempts_borrowed": False},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def accounted(tmp_path_factory: pytest.TempPathFactory):
+    """A 3-node cluster with accounting, its slurm.conf holding the lines the policy needs."""
+    lines = conf_lines(gp.from_data(POLICY))
+    extra = "\n".join(f"{k}={v}" for k, v in lines.items())
+    cluster = SlurmCluster(
+        tmp_path_factory.mktemp("governance"), node_count=NODES, accounting=True, extra_conf=extra
+    )
+    with running(cluster, "Slurm test cluster with accounting"):
+        yield cluster
+
+
+def _sres(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:
+    env = cluster.env()
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.entry", "governance", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _dump(cluster: SlurmCluster) -> str:
+    """Everything in the accounting database a policy could touch, as sacctmgr prints it."""
+    env = cluster.env()
+    out = []
+    for what in (
+        ["qos", "format=name,description,priority,preempt,preemptmode,gracetime,grptres"],
+        ["account", "format=account,description"],
+        ["assoc", "format=cluster,account,user,fairshare,grptres,qos,defaultqos"],
+    ):
+        out.append(
+            subprocess.run(
+                ["sacctmgr", "-nP", "show", *what],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            ).stdout
+        )
+    return "\n".join(out)
+
+
+def _write(tmp_path: Path, data: object, name: str = "policy.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _accounting(cluster: SlurmCluster, runner=subprocess.run) -> Accounting:
+    return Accounting(CommandLine(env=cluster.env(), runner=runner))
+
+
+def _reset(cluster: SlurmCluster) -> None:
+    """No sres-made objects left from an earlier test (the empty policy's plan removes them)."""
+    from launcher.governance import changes
+    from launcher.governance.slurm_objects import Objects
+
+    acc = _accounting(cluster)
+    now, _ = read_managed(acc, cluster.cluster_name)
+    for change in changes.plan(now, Objects.empty(), cluster.cluster_name):
+        acc.change(change.args)
+
+
+def test_apply_makes_the_policy_enforced_and_a_second_apply_changes_nothing(accounted, tmp_path):
+    _reset(accounted)
+    path = _write(tmp_path, POLICY)
+    before = _dump(accounted)
+    dry = _sres(accounted, "apply", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run: nothing changed" in dry.stdout and _dump(accounted) == before
+    shown = [line for line in dry.stdout.splitlines() if line.startswith("sacctmgr -i ")]
+    assert any(
+        "add qos borrow" in line and "GraceTime=30" in line and "GrpTRES=node=2" in line for line in shown
+    )
+    assert "slurm.conf: the running controller has every setting" in dry.stdout
+
+    done = _sres(accounted, "apply", str(path))
+    assert done.returncode == 0, done.stderr
+    assert f"applied {len(shown)} changes" in done.stdout
+    now, _ = read_managed(_accounting(accounted), accounted.cluster_name)
+    assert now == desired(gp.from_data(POLICY), NODES, None)
+    qos = {q.name: q for q in _accounting(accounted).qos()}
+    assert qos["training"].preempt == ("borrow", "experiments") and qos["experiments"].preempt == ()
+    assert (qos["borrow"].preempt_mode, qos["borrow"].grace_time_s) == ("requeue", 30)
+
+    again = _sres(accounted, "apply", str(path))
+    assert again.returncode == 0 and "nothing to change" in again.stdout, again.stdout + again.stderr
+
+    # Slurm enforces it: a vision job over the team's 2-node quota waits on the team's limit,
+    # and a class the team may not use is refused at submission.
+    env = accounted.env()
+    sbatch = ["sbatch", "--parsable", "--account=vision", "--qos=training", "--wrap", "sleep 30"]
+    job = subprocess.run(
+        [*sbatch[:1], "-N3", *sbatch[1:]], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert job.returncode == 0, job.stderr
+    reason = _pending_reason(env, job.stdout.strip())
+    subprocess.run(["scancel", job.stdout.strip()], env=env, timeout=30)
+    assert "AssocGrpNodeLimit" in reason, reason
+    refused = subprocess.run(
+        ["sbatch", "--account=vision_borrow", "--qos=training", "--wrap", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode != 0 and "qos" in refused.stderr.lower(), refused.stderr
+
+
+def _pending_reason(env: dict[str, str], job_id: str) -> str:
+    deadline = time.monotonic() + 30
+    reason = ""
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=env, capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+        reason = out
+        if "AssocGrp" in out:
+            return out
+        time.sleep(0.5)
+    return reason
+
+
+def test_a_changed_policy_changes_only_what_differs(accounted, tmp_path):
+    _reset(accounted)
+    assert _sres(accounted, "apply", str(_write(tmp_path, POLICY))).returncode == 0
+    changed = yaml.safe_load(yaml.safe_dump(POLICY))
+    changed["teams"]["vision"]["weight"] = 5
+    changed["teams"]["speech"]["users"] = []
+    del changed["priority_classes"]["inference"]
+    path = _write(tmp_path, changed, "changed.yaml")
+    dry = _sres(accounted, "apply", str(path), "--dry-run")
+    commands = [line for line in dry.stdout.splitlines() if line.startswith("sacctmgr -i ")]
+    c, classes = accounted.cluster_name, "QOS=experiments,training DefaultQOS=experiments"
+    assert commands == [
+        f"sacctmgr -i modify account where name=speech cluster={c} set {classes}",
+        f"sacctmgr -i modify account where name=vision cluster={c} set Fairshare=5 {classes}",
+        f"sacctmgr -i modify account where name=vision_borrow cluster={c} set Fairshare=5",
+        f"sacctmgr -i delete user name=root account=speech cluster={c}",
+        "sacctmgr -i delete qos name=inference",
+    ], dry.stdout
+    assert _sres(accounted, "apply", str(path)).returncode == 0
+    now, _ = read_managed(_accounting(accounted), accounted.cluster_name)
+    assert now == desired(gp.from_data(changed), NODES, None)
+
+
+INVALID = {
+    "quotas over the cluster": (
+        {"teams": {"vision": {"quota_nodes": 3}, "speech": {"quota_nodes": 1}}},
+        "quotas add up to 4 nodes; the cluster has 3",
+    ),
+    "unknown class": (
+        {"teams": {"vision": {"quota_nodes": 1, "classes": ["batch"]}}},
+        "teams.vision: unknown priority class 'batch'",
+    ),
+    "a preemption cycle": (
+        {
+            "priority_classes": {
+                "a": {"priority": 1, "preempts": ["b"]},
+                "b": {"priority": 2, "preempts": ["a"]},
+            }
+        },
+        "cycle: a -> b -> a",
+    ),
+    "a typo": ({"teams": {"vision": {"quota_nodes": 1, "wieght": 2}}}, "unknown field 'wieght'"),
+    "someone else's account": (
+        {"teams": {"physics": {"quota_nodes": 1}}},
+        "'physics' already exists in Slurm's accounting and was not made by sres",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_each_invalid_policy_is_refused_in_one_line_and_changes_nothing(accounted, tmp_path, case):
+    env = accounted.env()
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "account", "physics", f"Cluster={accounted.cluster_name}"],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )  # an admin's own account, not sres's
+    change, message = INVALID[case]
+    bad = {**yaml.safe_load(yaml.safe_dump(POLICY)), **change}
+    before = _dump(accounted)
+    done = _sres(accounted, "apply", str(_write(tmp_path, bad)))
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("sres: error: "), done.stderr
+    assert _dump(accounted) == before
+
+
+def test_a_change_slurm_refuses_part_way_is_undone(accounted, tmp_path):
+    """Another admin removes a QOS this apply just made; the account that needs it is refused,
+    and what the apply had made is removed again: the database is as it was."""
+    _reset(accounted)
+    env = accounted.env()
+    before = _dump(accounted)
+
+    def meddling(argv, **kwargs):
+        if argv[:4] == ["sacctmgr", "-i", "add", "account"]:
+            subprocess.run(
+                ["sacctmgr", "-i", "delete", "qos", "name=training"], env=env, capture_output=True, timeout=30
+            )
+        return subprocess.run(argv, **kwargs)
+
+    policy = gp.from_data(POLICY)
+    client = SlurmClient.create("cli", env=env)
+    with pytest.raises(Exception) as refused:
+        apply(policy, client, _accounting(accounted, meddling), say=lambda line: None)
+    assert "Slurm refused 'sacctmgr -i add account" in str(refused.value), refused.value
+    assert "those were undone: nothing changed" in str(refused.value), refused.value
+    assert _dump(accounted) == before
