@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from launcher.errors import ApplyFailed, SlurmError
 from launcher.governance import changes as ch
 from launcher.governance.policy import Policy, check_capacity
-from launcher.governance.slurm_objects import MARK, Account, Objects, Qos, conf_gaps, conf_lines, desired
+from launcher.governance.slurm_objects import MARK, Account, Objects, conf_gaps, conf_lines, desired
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
 
@@ -60,9 +60,7 @@ def read_managed(accounting: Accounting, cluster: str) -> tuple[Objects, frozens
     qos, foreign = {}, set()
     for r in accounting.qos():
         if r.description.startswith(MARK):
-            qos[r.name] = Qos(
-                r.name, r.description, r.priority, r.preempt, r.preempt_mode, r.grace_time_s, r.grp_tres
-            )
+            qos[r.name] = r
         else:
             foreign.add(r.name)
     descriptions = accounting.account_descriptions()

@@ -17,21 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.governance.policy import BORROW, BORROW_SUFFIX, Policy, PriorityClass, Team
+from launcher.slurm.accounting import QosRecord as Qos  # wanted as Slurm lists it
 
 MARK = "sres-governance"
 """The description prefix of every QOS and account ``sres governance apply`` manages."""
 ORGANIZATION = "sres"
-
-
-@dataclass(frozen=True)
-class Qos:
-    name: str
-    description: str
-    priority: int
-    preempt: tuple[str, ...] = ()
-    preempt_mode: str = "cluster"
-    grace_time_s: int = 0
-    grp_tres: str = ""
 
 
 @dataclass(frozen=True)

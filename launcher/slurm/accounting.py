@@ -24,11 +24,11 @@ class QosRecord:
     name: str
     description: str
     priority: int
-    preempt: tuple[str, ...]
-    preempt_mode: str
+    preempt: tuple[str, ...] = ()
+    preempt_mode: str = "cluster"
     """``cluster`` (slurm.conf's PreemptMode), ``requeue``, ``cancel``, ``suspend``, ``off``."""
-    grace_time_s: int
-    grp_tres: str
+    grace_time_s: int = 0
+    grp_tres: str = ""
     """``node=2,gres/gpu=8`` as Slurm prints it, sorted; "" for none."""
 
 
