@@ -97,6 +97,7 @@ class SrunPlacement:
         echo: TextIO | None = sys.stdout,
         grow_by: str = "satellite",
         lend_partition: str | None = None,
+        lend_account: str | None = None,
         satellite_nodes: int = 0,
         satellite_timeout_s: float = 300.0,
     ) -> None:
@@ -127,7 +128,7 @@ class SrunPlacement:
         if grow_by not in GROW_BY:
             raise ConfigError(f"--grow-by {grow_by}: one of {', '.join(GROW_BY)}")
         self.grow_by = grow_by
-        self.satellites = Satellites(client, self.job_id, lend_partition or partition, log_dir)
+        self.satellites = Satellites(client, self.job_id, lend_partition or partition, log_dir, lend_account)
         self.satellites.check_partition()
         self._satellite_of: dict[int, str] = {}
         """node -> the satellite job it runs in (nodes of the job itself are absent)."""

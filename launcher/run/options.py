@@ -214,6 +214,14 @@ class RunOptions:
         "low-priority preemptible one whose idle nodes the scheduler lends and takes back",
         metavar="P",
     )
+    lend_account: str | None = option(
+        None,
+        doc="the account satellites are charged to",
+        help=_IN_SLURM + "the account satellites are charged to (default: the job's own), e.g. a team's "
+        "borrowing account (sres governance: TEAM_borrow), whose QOS Slurm preempts when the nodes' "
+        "owner needs them",
+        metavar="A",
+    )
     repair_after: float | None = option(
         None,
         doc="local runs: a drained simulated node is healthy again after this many seconds",

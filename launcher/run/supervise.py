@@ -146,6 +146,7 @@ def _srun_placement(
         grow=not o.no_grow,
         grow_by=o.grow_by,
         lend_partition=o.lend_partition,
+        lend_account=o.lend_account,
         satellite_nodes=needed if o.all_satellites else 0,
     )
     job_control.register(client, placement.job_id, log_dir)

@@ -6,6 +6,10 @@ rank steps in it from the training job's batch host. A satellite sits in a parti
 user's choice (``--lend-partition``): in a low-priority, preemptible one the scheduler lends
 idle nodes to training and takes them back by preemption, its own priorities deciding.
 
+Under a governance policy (``sres governance``) satellites go to the team's borrowing account
+(``--lend-account TEAM_borrow``): Slurm lends idle nodes by fair share and takes them back by QOS
+preemption when their owner submits.
+
 A satellite never outlives its job: its batch step (:mod:`launcher.slurm.satellite_watch`) ends
 it within seconds once the training job is no longer running, however that job ended, and
 the supervisor cancels its satellites when the run stops. Satellites are found by name
@@ -62,6 +66,7 @@ class Satellites:
         main_job: str,
         partition: str | None,
         log_dir: Path,
+        account: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -70,8 +75,9 @@ class Satellites:
         self.start_timeout_s, self.clock, self.sleep = start_timeout_s, clock, sleep
         main = client.job(main_job)
         self.partition = partition or main.partition or None
-        account = main.extra.get("Account", "")
-        self.account = "" if account == "(null)" else account  # "same account" as the job
+        own = main.extra.get("Account", "")
+        # A team's borrowing account (sres governance), else "same account" as the job.
+        self.account = account or ("" if own == "(null)" else own)
         self.held: dict[str, Satellite] = {}
         """node name -> its satellite, while we hold it."""
         self._taken_back: dict[str, float] = {}

@@ -9,6 +9,7 @@ refused in one line and changes nothing; a change Slurm refuses part way is undo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -23,10 +24,13 @@ from launcher.governance.slurm_objects import conf_lines, desired
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.command_driver import CommandLine
+from tests.autoresume.test_satellites import until
 from tests.support.running_cluster import running
+from tests.support.sres_runs import clean_env, run_command, sres_command
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.training_jobs import sres_srun, submit_training, wait_job
 
-NODES = 3
+NODES = 4
 POLICY = {
     "grace_time_s": 30,
     "teams": {
@@ -116,7 +120,7 @@ def test_apply_makes_the_policy_enforced_and_a_second_apply_changes_nothing(acco
     assert "dry run: nothing changed" in dry.stdout and _dump(accounted) == before
     shown = [line for line in dry.stdout.splitlines() if line.startswith("sacctmgr -i ")]
     assert any(
-        "add qos borrow" in line and "GraceTime=30" in line and "GrpTRES=node=2" in line for line in shown
+        "add qos borrow" in line and "GraceTime=30" in line and "GrpTRES=node=3" in line for line in shown
     )
     assert "slurm.conf: the running controller has every setting" in dry.stdout
 
@@ -192,8 +196,8 @@ def test_a_changed_policy_changes_only_what_differs(accounted, tmp_path):
 
 INVALID = {
     "quotas over the cluster": (
-        {"teams": {"vision": {"quota_nodes": 3}, "speech": {"quota_nodes": 1}}},
-        "quotas add up to 4 nodes; the cluster has 3",
+        {"teams": {"vision": {"quota_nodes": 4}, "speech": {"quota_nodes": 1}}},
+        "quotas add up to 5 nodes; the cluster has 4",
     ),
     "unknown class": (
         {"teams": {"vision": {"quota_nodes": 1, "classes": ["batch"]}}},
@@ -255,3 +259,107 @@ def test_a_change_slurm_refuses_part_way_is_undone(accounted, tmp_path):
     assert "Slurm refused 'sacctmgr -i add account" in str(refused.value), refused.value
     assert "those were undone: nothing changed" in str(refused.value), refused.value
     assert _dump(accounted) == before
+
+
+EXACT = ("--dataset", "200", "--global-batch", "24", "--micro-batch", "2", "--ddp", "exact")
+"""Exact mode: the same bits at world 2, 3 and 4, so a run that shrank and grew ends as one that did not."""
+
+
+def _applied(cluster: SlurmCluster) -> None:
+    _reset(cluster)
+    client = SlurmClient.create("cli", env=cluster.env())
+    apply(gp.from_data(POLICY), client, _accounting(cluster), say=lambda line: None)
+
+
+def _reference(tmp_path: Path, steps: int) -> set[str]:
+    """The model's bits after ``steps`` with no preemption: ``sres run`` on this machine, 2 nodes."""
+    log_dir = tmp_path / "reference"
+    cmd = sres_command(log_dir, 2, ("--no-tiers",), "resilience.examples.train_mlp", steps, EXACT)
+    run = run_command(cmd, clean_env(), log_dir, 240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {json.loads(p.read_text())["model_digest"] for p in (log_dir / "out").glob("rank*.json")}
+
+
+def test_borrowed_nodes_are_taken_back_by_their_owner_and_the_borrower_shrinks_and_ends_exact(
+    accounted, tmp_path
+):
+    """vision (quota 2) trains on 2 nodes of its own and grows onto 2 idle ones through its
+    borrowing account; speech submits an inference job; Slurm preempts one borrowed node (QOS
+    preemption, grace 30 s), sres gives it back at a step boundary, speech's job starts long before
+    the grace time is up; vision grows back when it ends, and finishes with the bits of a run that
+    was never preempted."""
+    _applied(accounted)
+    steps = 450
+    job = submit_training(
+        accounted,
+        tmp_path,
+        ["-N2", "--no-kill", "--exclusive", "--account=vision", "--qos=training"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=2",
+            "-N",
+            "2",
+            "--max-nodes",
+            "4",
+            "--lend-account",
+            "vision_borrow",
+            "--grow-snooze",
+            "1",
+            "--no-tiers",
+        ),
+        sleep=0.15,
+        train_args=("--steps", str(steps), *EXACT),
+    )
+    until("growth to 4", lambda: [e["to_world"] for e in job.of("resize")] == [4], job)
+    borrowed = {s.job_id: s for s in job.client.jobs_named(f"sres-satellite-{job.job_id}")}
+    assert {s.extra.get("Account") for s in borrowed.values()} == {"vision_borrow"}, borrowed
+    assert {s.extra.get("QOS") for s in borrowed.values()} == {"borrow"}, borrowed
+
+    submitted = time.monotonic()
+    claim = job.client.submit(
+        [
+            "--account=speech",
+            "--qos=inference",
+            "--exclusive",
+            "-N1",
+            f"--output={tmp_path / 'claim.out'}",
+            "--wrap=sleep 8",
+        ]
+    )
+    wait_job(job.client, claim, lambda j: j.running, timeout=60)
+    claimed_s = time.monotonic() - submitted
+    until("the shrink", lambda: len(job.of("resize")) >= 2, job)
+    wait_job(job.client, claim, lambda j: j.finished, timeout=60)
+    until("growth back to 4", lambda: job.of("resize")[-1]["to_world"] == 4, job, timeout=90)
+    done = job.wait_done(timeout=300)
+    assert done.state == "COMPLETED", job.output
+    resizes = [(e["from_world"], e["to_world"], e["why"]) for e in job.of("resize")]
+    assert resizes[:2] == [(2, 4, "idle"), (4, 3, "preempted")], resizes
+    assert not job.of("fault"), job.output  # given back at a step boundary, not lost
+    assert claimed_s < POLICY["grace_time_s"], f"speech's job waited {claimed_s:.1f} s"
+    digests = {json.loads(p.read_text())["model_digest"] for p in (tmp_path / "out").glob("rank*.json")}
+    assert digests == _reference(tmp_path, steps), job.output
+
+
+def test_priority_classes_order_the_queue(accounted, tmp_path):
+    """With every node taken, a low-priority job queued first and a high-priority one after: the
+    high one starts first when the nodes free up."""
+    _applied(accounted)
+    client = SlurmClient.create("cli", env=accounted.env())
+    out = f"--output={tmp_path / '%j.out'}"
+    blocker = client.submit(
+        ["--account=vision", "--qos=training", "--exclusive", "-N2", out, "--wrap=sleep 6"]
+    )
+    other = client.submit(
+        ["--account=speech", "--qos=experiments", "--exclusive", "-N1", out, "--wrap=sleep 6"]
+    )
+    wait_job(client, blocker, lambda j: j.running, timeout=30)
+    wait_job(client, other, lambda j: j.running, timeout=30)
+    low = client.submit(
+        ["--account=vision", "--qos=experiments", "--exclusive", "-N2", out, "--wrap=sleep 1"]
+    )
+    high = client.submit(["--account=vision", "--qos=inference", "--exclusive", "-N2", out, "--wrap=sleep 1"])
+    first = wait_job(client, high, lambda j: j.running or j.finished, timeout=60)
+    assert not client.job(low).running and not client.job(low).finished, "the low-priority job went first"
+    assert first.extra.get("QOS") == "inference"
+    wait_job(client, low, lambda j: j.finished, timeout=60)
