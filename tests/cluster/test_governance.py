@@ -363,3 +363,70 @@ def test_priority_classes_order_the_queue(accounted, tmp_path):
     assert not client.job(low).running and not client.job(low).finished, "the low-priority job went first"
     assert first.extra.get("QOS") == "inference"
     wait_job(client, low, lambda j: j.finished, timeout=60)
+
+
+def test_a_plain_job_on_borrowed_nodes_is_saved_requeued_and_resumes_from_its_step(accounted, tmp_path):
+    """vision's own job holds its quota; a second vision job runs on 2 borrowed nodes (its
+    borrowing account, ``--requeue``, ``--preempt-signal TERM``: the signal Slurm sends a preempted
+    job's tasks at the start of its grace time). speech claims a node: the borrowed job saves its
+    newest commit, requeues itself, waits, and resumes from that step when capacity frees; it ends
+    with the bits of a run that was never preempted."""
+    _applied(accounted)
+    client = SlurmClient.create("cli", env=accounted.env())
+    own = client.submit(
+        [
+            "--account=vision",
+            "--qos=training",
+            "--exclusive",
+            "-N2",
+            f"--output={tmp_path / 'own.out'}",
+            "--wrap=sleep 25",
+        ]
+    )
+    wait_job(client, own, lambda j: j.running, timeout=30)
+    steps = 60
+    job = submit_training(
+        accounted,
+        tmp_path,
+        ["-N2", "--no-kill", "--exclusive", "--requeue", "--account=vision_borrow"],
+        sres_srun(
+            tmp_path / "run",
+            "--auto-resume=1",
+            "-N",
+            "2",
+            "--preempt-signal",
+            "TERM",
+            "--persistent-dir",
+            str(tmp_path / "ckpt"),
+            "--persist-every",
+            "1000",
+        ),
+        sleep=0.15,
+        train_args=("--steps", str(steps), *EXACT),
+    )
+    job.wait_step(10)
+    submitted = time.monotonic()
+    claim = client.submit(
+        [
+            "--account=speech",
+            "--qos=inference",
+            "--exclusive",
+            "-N1",
+            f"--output={tmp_path / 'claim.out'}",
+            "--wrap=sleep 5",
+        ]
+    )
+    requeued = job.wait(lambda j: j.restart_count >= 1, timeout=60)
+    wait_job(client, claim, lambda j: j.running or j.finished, timeout=60)
+    claimed_s = time.monotonic() - submitted
+    assert requeued.restart_count == 1
+    (flushed,) = job.of("flushed")
+    assert "preempted" in job.of("requeue")[0]["why"], job.events
+    done = job.wait_done(timeout=240)
+    assert done.state == "COMPLETED", job.output
+    (restored,) = job.of("restored")
+    assert restored["step"] >= flushed["step"] >= 9, job.events
+    assert job.of("finished")[-1]["steps"] == steps
+    assert claimed_s < POLICY["grace_time_s"], f"speech's job waited {claimed_s:.1f} s"
+    digests = {json.loads(p.read_text())["model_digest"] for p in (tmp_path / "out").glob("rank*.json")}
+    assert digests == _reference(tmp_path, steps), job.output
