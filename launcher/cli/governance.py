@@ -1,5 +1,6 @@
-"""``sres governance apply POLICY [--dry-run]``: a team and priority-class policy into Slurm's
-accounting (a contract: code outside the project calls it).
+"""``sres governance apply POLICY [--dry-run]`` (a team and priority-class policy into Slurm's
+accounting) and ``sres governance report`` (who used what): a contract, code outside the project
+calls them.
 
 Applying runs only the ``sacctmgr`` commands that change something, so a second apply prints
 "nothing to change"; ``--dry-run`` prints every command and slurm.conf line and changes nothing.
@@ -13,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from launcher.errors import ConfigError
 from launcher.governance import apply as governance_apply
+from launcher.governance import report as governance_report
 from launcher.governance import policy as governance_policy
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
@@ -37,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--timeout", type=float, default=30.0, help="seconds for each Slurm command (default 30)")
     a.set_defaults(func=_cmd_apply)
+    add_report_parser(actions)
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
@@ -66,3 +70,31 @@ def _print_conf(gaps: tuple[tuple[str, str, str], ...], dry_run: bool) -> None:
     )
     for key, want, have in gaps:
         print(f"{key}={want}    # running: {have}", file=stream)
+
+
+def add_report_parser(actions: argparse._SubParsersAction) -> None:
+    r = actions.add_parser("report", help="who used what: an HTML page with plots, a table, or JSON")
+    r.add_argument("--hours", type=float, default=24.0, help="the window, ending now (default 24)")
+    r.add_argument(
+        "--out",
+        type=Path,
+        default=Path("governance-report.html"),
+        help="the page (default ./governance-report.html)",
+    )
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    r.add_argument("--timeout", type=float, default=30.0, help="seconds for each Slurm command (default 30)")
+    r.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    if args.hours <= 0:
+        raise ConfigError("--hours must be positive")
+    client = SlurmClient.create("cli", timeout_s=args.timeout)
+    u = governance_report.gather(client, Accounting(CommandLine(timeout_s=args.timeout)), args.hours)
+    page = governance_report.render(u, args.out)
+    if args.json:
+        print(governance_report.as_json(u))
+    else:
+        print(governance_report.table(u))
+        print(f"page: {page}")
+    return 0

@@ -18,6 +18,7 @@ from launcher.cli import ckpt as ckpt_cli
 from launcher.cli import demo, doctor, run_command, run_options, template
 from launcher.cli import elastic as elastic_cli
 from launcher.cli import governance as governance_cli
+from launcher.cli import jobs as jobs_cli
 from launcher.cli import simulate as simulate_cli
 from launcher.errors import SresError
 from launcher.observability import report
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_cli.add_parser(sub)
     report.add_parser(sub)
     governance_cli.add_parser(sub)
+    jobs_cli.add_parser(sub)
     return parser
 
 

@@ -180,12 +180,12 @@ def page(run_dir: Path, data: RunData, account: dict[str, float], images: dict[s
         for c, s in account.items()
     )
     faults = fault_rows(data)
-    fault_table = _table(faults) if faults else "<p>No fault.</p>"
+    fault_table = html_table(faults) if faults else "<p>No fault.</p>"
     protection = protection_rows(data)
-    protection_table = _table(protection) if protection else "<p>No step recorded.</p>"
+    protection_table = html_table(protection) if protection else "<p>No step recorded.</p>"
     cadence = cadence_rows(data)
     cadence_table = (
-        f"<p>The tiers' cadence under the protection budget:</p>{_table(cadence)}"
+        f"<p>The tiers' cadence under the protection budget:</p>{html_table(cadence)}"
         if cadence
         else "<p>The tiers copied every commit they were given (no protection budget in force).</p>"
     )
@@ -199,25 +199,25 @@ th{{background:#eee}}.warn{{color:#a00;font-weight:bold}}img{{max-width:100%}}</
 <p>{html.escape(str(run_dir))}: {start.get("nodes")} node(s) x {start.get("procs_per_node")} rank(s),
 {start.get("spares")} spare(s), wall time {wall:.1f} s.</p>
 {state}
-<h2>Step time</h2>{_img(images["timeline"], "step time over wall time")}
-<h2>Where the time went</h2>{_img(images["goodput"], "goodput by cause")}
+<h2>Step time</h2>{img_tag(images["timeline"], "step time over wall time")}
+<h2>Where the time went</h2>{img_tag(images["goodput"], "goodput by cause")}
 <table><tr><th>cause</th><th>seconds</th><th>share</th></tr>{cause_rows}</table>
 <h2>What protection cost</h2>
 <p>Time commits waited for the previous commit's copies (snapshot, buddy copies, checkpoint
 tiers), which run while the next step computes.</p>{protection_table}
 {cadence_table}
-<h2>Compute time per rank</h2>{_img(images["heatmap"], "compute time per rank and step")}
+<h2>Compute time per rank</h2>{img_tag(images["heatmap"], "compute time per rank and step")}
 <h2>Faults</h2>{fault_table}
 </body></html>
 """
 
 
-def _img(path: Path, alt: str) -> str:
+def img_tag(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def html_table(rows: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -12,6 +12,9 @@ commands.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,11 +48,78 @@ class AssocRecord:
     default_qos: str
 
 
+@dataclass(frozen=True)
+class AccountedJob:
+    """One run of a job as the accounting database holds it (``sacct -X -D``: a requeued job is
+    one record per run, the earlier ones ``REQUEUED`` or ``PREEMPTED``). Times in Unix seconds;
+    None where it has not happened."""
+
+    job_id: str
+    name: str
+    user: str
+    account: str
+    qos: str
+    state: str
+    submit: float | None
+    start: float | None
+    end: float | None
+    nodes: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Share:
+    """An account's fair share (``sshare``): its normalized shares and its effective usage."""
+
+    account: str
+    norm_shares: float
+    raw_usage: int
+    effective_usage: float
+
+
 class Accounting:
-    """``sacctmgr``: read every record of a kind, or run one change."""
+    """``sacctmgr``, ``sacct`` and ``sshare``: read every record of a kind, or run one change."""
 
     def __init__(self, command: CommandLine | None = None) -> None:
         self.command = command or CommandLine()
+        env = dict(self.command.env if self.command.env is not None else os.environ)
+        self._sacct = dataclasses.replace(self.command, env={**env, "SLURM_TIME_FORMAT": "%s"})
+        """Times as Unix seconds, not in the local time zone's words."""
+
+    def jobs(self, since: float, until: float | None = None) -> list[AccountedJob]:
+        """Every user's jobs that were eligible, ran or ended in [since, until] (until: now)."""
+        window = ["-S", _when(since), "-E", _when(until) if until is not None else "now"]
+        columns = "jobid,jobname,user,account,qos,state,submit,start,end,nnodes,reason"
+        out = self._sacct(["sacct", "-a", "-X", "-D", "-nP", *window, "-o", columns])
+        rows = [line.split("|") for line in out.splitlines() if line.strip()]
+        return [
+            AccountedJob(
+                job_id=r[0],
+                name=r[1],
+                user=r[2],
+                account=r[3],
+                qos=r[4],
+                state=r[5].split()[0] if r[5] else "",  # "CANCELLED by 0" -> CANCELLED
+                submit=_time(r[6]),
+                start=_time(r[7]),
+                end=_time(r[8]),
+                nodes=_int(r[9]),
+                reason=r[10],
+            )
+            for r in rows
+            if len(r) >= 11
+        ]
+
+    def shares(self) -> dict[str, Share]:
+        """Each account's share (the account's own row, not its users')."""
+        out = self.command(["sshare", "-nP", "-a", "-o", "account,user,normshares,rawusage,effectvusage"])
+        shares = {}
+        for line in out.splitlines():
+            r = line.split("|")
+            if len(r) >= 5 and not r[1]:
+                name = r[0].strip()
+                shares[name] = Share(name, _float(r[2]), _int(r[3]), _float(r[4]))
+        return shares
 
     def qos(self) -> list[QosRecord]:
         rows = self._rows(
@@ -112,6 +182,21 @@ def sorted_tres(text: str) -> str:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(sorted(n for n in text.split(",") if n))
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def _time(text: str) -> float | None:
+    return float(text) if text.isdigit() else None  # "Unknown", "None": not yet
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _int(text: str) -> int:

@@ -9,7 +9,9 @@ refused in one line and changes nothing; a change Slurm refuses part way is undo
 
 from __future__ import annotations
 
+import html
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -17,9 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
 from launcher.governance import policy as gp
 from launcher.governance.apply import apply, read_managed
+from launcher.governance.report import PLOTS
 from launcher.governance.slurm_objects import conf_lines, desired
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
@@ -66,6 +70,18 @@ def _sres(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
     )
+
+
+def _sres_top(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher.entry", *args],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def _dump(cluster: SlurmCluster) -> str:
@@ -314,6 +330,15 @@ def test_borrowed_nodes_are_taken_back_by_their_owner_and_the_borrower_shrinks_a
     borrowed = {s.job_id: s for s in job.client.jobs_named(f"sres-satellite-{job.job_id}")}
     assert {s.extra.get("Account") for s in borrowed.values()} == {"vision_borrow"}, borrowed
     assert {s.extra.get("QOS") for s in borrowed.values()} == {"borrow"}, borrowed
+    listed = {
+        r["job"]: r for r in map(json.loads, _sres_top(accounted, "jobs", "--json").stdout.splitlines())
+    }
+    assert (listed[job.job_id]["team"], listed[job.job_id]["class"], listed[job.job_id]["borrowed"]) == (
+        "vision",
+        "training",
+        False,
+    ), listed
+    assert all((listed[j]["team"], listed[j]["borrowed"]) == ("vision", True) for j in borrowed), listed
 
     submitted = time.monotonic()
     claim = job.client.submit(
@@ -430,3 +455,86 @@ def test_a_plain_job_on_borrowed_nodes_is_saved_requeued_and_resumes_from_its_st
     assert claimed_s < POLICY["grace_time_s"], f"speech's job waited {claimed_s:.1f} s"
     digests = {json.loads(p.read_text())["model_digest"] for p in (tmp_path / "out").glob("rank*.json")}
     assert digests == _reference(tmp_path, steps), job.output
+
+
+def _sacct(cluster: SlurmCluster, since: float) -> list[list[str]]:
+    """sacct's own records, read here apart from the report's reader."""
+    env = {**cluster.env(), "SLURM_TIME_FORMAT": "%s"}
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+    out = subprocess.run(
+        [
+            "sacct",
+            "-a",
+            "-X",
+            "-D",
+            "-nP",
+            "-S",
+            start,
+            "-E",
+            "now",
+            "-o",
+            "account,state,submit,start,end,nnodes",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return [line.split("|") for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is installed by tests/run.sh")
+def test_the_dashboard_adds_up_to_sacct_and_renders_with_every_plot(accounted, tmp_path):
+    """After the tests above (borrowing, a preemption, a requeue): the report's per-team numbers are
+    sacct's, and a real browser renders the page with its three plots."""
+    until_empty = time.monotonic() + 60
+    while accounted.queue() and time.monotonic() < until_empty:
+        time.sleep(0.5)
+    assert not accounted.queue(), accounted.queue()
+    time.sleep(2)  # slurmctld sends the last records to slurmdbd
+    out = tmp_path / "governance.html"
+    report = json.loads(
+        _sres_top(accounted, "governance", "report", "--hours", "1", "--out", str(out), "--json").stdout
+    )
+    records = _sacct(accounted, report["since"])
+    teams = {t["team"]: t for t in report["teams"]}
+    for team in ("vision", "speech"):
+        for account, key in ((team, "node_hours_own"), (f"{team}_borrow", "node_hours_borrowed")):
+            seconds = sum(
+                int(r[5]) * max(0.0, min(float(r[4]), report["until"]) - max(float(r[3]), report["since"]))
+                for r in records
+                if r[0] == account and r[3].isdigit() and r[4].isdigit()
+            )
+            assert teams[team][key] == pytest.approx(seconds / 3600, rel=1e-6, abs=1e-6), (team, key)
+        preempted = sum(
+            r[0] in (team, f"{team}_borrow") and r[1] in ("PREEMPTED", "REQUEUED") for r in records
+        )
+        assert teams[team]["preempted"] == preempted
+    assert teams["vision"]["preempted"] >= 1 and teams["vision"]["node_hours_borrowed"] > 0
+    assert report["top_borrowers"][0][0] == "vision"
+
+    page = out.read_text()
+    assert page.count('<img alt="') == 3
+    assert all(f'alt="{html.escape(alt)}"' in page for alt in PLOTS.values())
+    shot = tmp_path / "shot.png"
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1100,2200",
+            out.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shot.exists(), done.stderr
+    assert not [line for line in done.stderr.splitlines() if "CONSOLE" in line or "ERR_" in line]
+    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 50  # text and three plots, not a blank page

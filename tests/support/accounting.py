@@ -82,6 +82,7 @@ class AccountingDaemons:
                 capture_output=True,
                 timeout=120,
             )
+        self.socket.unlink(missing_ok=True)  # a stopped server's, which would pass for ready
         self._mariadbd = _spawn(
             [
                 "mariadbd",
@@ -118,12 +119,13 @@ class AccountingDaemons:
             f"StorageLoc=sres_acct_{self.port}\n"
         )
         os.chmod(conf, 0o600)
+        started = log / "slurmdbd.log"
+        seen = started.stat().st_size if started.exists() else 0  # started again: only its new lines
         self._slurmdbd = _spawn(
             ["slurmdbd", "-D"], log / "slurmdbd.out", {**env, "MYSQL_UNIX_PORT": str(self.socket)}
         )
-        started = log / "slurmdbd.log"
         _wait(
-            lambda: started.exists() and "started" in started.read_text(errors="replace"),
+            lambda: started.exists() and "started" in started.read_text(errors="replace")[seen:],
             self._slurmdbd,
             timeout,
             f"slurmdbd (log: {started})",
