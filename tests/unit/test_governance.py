@@ -132,3 +132,39 @@ def test_conf_gaps_compare_as_slurm_spells_the_running_config():
     assert conf_gaps(lines, {**running, "PreemptType": "preempt/partition_prio"}) == [
         ("PreemptType", "preempt/qos", "preempt/partition_prio")
     ]
+
+
+def _job(
+    account: str, start: float | None, end: float | None, nodes: int = 1, state: str = "COMPLETED", **kw
+):
+    from launcher.slurm.accounting import AccountedJob
+
+    return AccountedJob(
+        job_id=kw.get("job_id", "1"),
+        name="x",
+        user="u",
+        account=account,
+        qos=kw.get("qos", "training"),
+        state=state,
+        submit=kw.get("submit", start),
+        start=start,
+        end=end,
+        nodes=nodes,
+    )
+
+
+def test_usage_clips_each_run_to_the_window_and_attributes_borrowed_nodes_to_unused_quotas():
+    from launcher.governance.usage import TeamLimits, usage
+
+    teams = {"a": TeamLimits(2, 3), "b": TeamLimits(2, 1)}
+    jobs = [
+        _job("a", 0.0, 100.0, nodes=2),  # a's own quota, the whole window
+        _job("a_borrow", 50.0, 150.0, nodes=2, state="PREEMPTED", submit=40.0),  # b's idle nodes, half of it
+        _job("b", None, None, nodes=1, state="PENDING", submit=90.0),
+    ]
+    u = usage(jobs, teams, {}, cluster_nodes=4, since=0.0, until=100.0)
+    a, b = u.teams
+    assert (a.node_hours_own, a.node_hours_borrowed) == (200 / 3600, 100 / 3600)
+    assert a.used_nodes == 2 and a.borrowed_nodes == 1 and a.preempted == 1 and a.mean_wait_s == 5.0
+    assert b.lent_nodes == 1 and a.lent_nodes == 0  # a used its whole quota: it lent nothing
+    assert b.pending == 1 and u.utilization == 300 / 400 and u.top_borrowers[0][0] == "a"
