@@ -103,8 +103,7 @@ class SrunPlacement:
     ) -> None:
         """``satellite_nodes``: every node that holds ranks (and spares) is a satellite, this
         many of them; the job's own node runs only the supervisor and its store."""
-        self.processes = Processes(log_dir, echo)
-        self.client = client
+        self.processes, self.client = Processes(log_dir, echo), client
         self.job_id = placement.job_id
         self.hosts = list(placement.hosts)
         self._own = tuple(placement.hosts)
