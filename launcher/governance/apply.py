@@ -38,6 +38,7 @@ def apply(
 ) -> Outcome:
     """Make the accounting database hold what ``policy`` stands for (``dry_run``: only say how)."""
     config = client.config()
+    need_accounting(config)
     cluster = policy.cluster or config.get("ClusterName", "")
     if cluster not in accounting.clusters():
         raise SlurmError(
@@ -52,6 +53,16 @@ def apply(
     if not dry_run:
         _run(todo, accounting, cluster, before, say)
     return Outcome(cluster, tuple(todo), gaps, applied=not dry_run)
+
+
+def need_accounting(config: dict[str, str]) -> None:
+    """Governance lives in the accounting database: without slurmdbd, say so in one line."""
+    storage = config.get("AccountingStorageType", "")
+    if storage != "accounting_storage/slurmdbd":
+        raise SlurmError(
+            f"this cluster keeps no accounting database (AccountingStorageType={storage or 'none'}): "
+            "teams and QOS need slurmdbd (docs/admin/governance.md)"
+        )
 
 
 def read_managed(accounting: Accounting, cluster: str) -> tuple[Objects, frozenset[str]]:

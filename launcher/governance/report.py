@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.governance import report_plots
-from launcher.governance.apply import read_managed
+from launcher.governance.apply import need_accounting, read_managed
 from launcher.governance.usage import TeamLimits, Usage, usage
 from launcher.observability.report import html_table, img_tag
 from launcher.slurm.accounting import Accounting
@@ -31,7 +31,9 @@ PLOTS = {
 def gather(client: SlurmClient, accounting: Accounting, hours: float, now: float | None = None) -> Usage:
     until = time.time() if now is None else now
     since = until - hours * 3600
-    cluster = client.config().get("ClusterName", "")
+    config = client.config()
+    need_accounting(config)
+    cluster = config.get("ClusterName", "")
     managed, _ = read_managed(accounting, cluster)
     teams = {
         name: TeamLimits(_nodes(a.grp_tres), a.fairshare)

@@ -538,3 +538,25 @@ def test_the_dashboard_adds_up_to_sacct_and_renders_with_every_plot(accounted, t
     assert not [line for line in done.stderr.splitlines() if "CONSOLE" in line or "ERR_" in line]
     colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20) or []
     assert len(colours) > 50  # text and three plots, not a blank page
+
+
+def test_without_an_accounting_database_apply_says_so_and_jobs_still_lists(cluster, tmp_path):
+    """The shared test cluster runs no slurmdbd: apply and report refuse in one line; ``sres jobs``
+    lists the tasks with their accounts for teams."""
+    for args in (["governance", "apply", str(_write(tmp_path, POLICY))], ["governance", "report"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher.entry", *args],
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "keeps no accounting database (AccountingStorageType=accounting_storage/none)" in done.stderr
+    client = SlurmClient.create("cli", env=cluster.env())
+    job = client.submit(["-N1", f"--output={tmp_path / 'x.out'}", "--wrap=sleep 20"])
+    listed = [json.loads(line) for line in _sres_top(cluster, "jobs", "--json").stdout.splitlines()]
+    client.cancel(job)
+    (row,) = [r for r in listed if r["job"] == job]
+    assert row["class"] == "normal" and row["borrowed"] is False, row
