@@ -34,7 +34,7 @@ def rows(jobs: list[Job], teams: dict[str, TeamLimits]) -> list[dict[str, object
     for job in sorted(jobs, key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0):
         if job.finished:
             continue
-        account = job.extra.get("Account", "")
+        account, qos = (_known(job.extra.get(key, "")) for key in ("Account", "QOS"))
         team, borrowed = team_of(account, teams)
         out.append(
             {
@@ -42,14 +42,18 @@ def rows(jobs: list[Job], teams: dict[str, TeamLimits]) -> list[dict[str, object
                 "name": job.name,
                 "user": job.extra.get("UserId", "").split("(")[0],
                 "team": team or account,
-                "class": job.extra.get("QOS", ""),
+                "class": qos,
                 "state": job.state,
                 "nodes": job.num_nodes or len(job.nodes),
-                "borrowed": borrowed or job.extra.get("QOS") == "borrow",
+                "borrowed": borrowed or qos == "borrow",
                 "reason": "" if job.reason in ("None", "") else job.reason,
             }
         )
     return out
+
+
+def _known(value: str) -> str:
+    return "" if value == "(null)" else value  # no accounting database: Slurm has no account or QOS
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:

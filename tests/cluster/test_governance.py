@@ -559,4 +559,4 @@ def test_without_an_accounting_database_apply_says_so_and_jobs_still_lists(clust
     listed = [json.loads(line) for line in _sres_top(cluster, "jobs", "--json").stdout.splitlines()]
     client.cancel(job)
     (row,) = [r for r in listed if r["job"] == job]
-    assert row["class"] == "normal" and row["borrowed"] is False, row
+    assert row["class"] == "" and row["team"] == "" and row["borrowed"] is False, row
