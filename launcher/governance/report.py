@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.governance import report_plots
 from launcher.governance.apply import need_accounting, read_managed
 from launcher.governance.usage import TeamLimits, Usage, usage
 from launcher.observability.report import html_table, img_tag
@@ -97,6 +96,8 @@ def as_json(u: Usage) -> str:
 
 
 def render(u: Usage, out: Path) -> Path:
+    from launcher.governance import report_plots  # matplotlib: only when a page is drawn, not at every sres
+
     out.parent.mkdir(parents=True, exist_ok=True)
     images = {name: out.with_name(f"{out.stem}-{name}.png") for name in PLOTS}
     report_plots.utilization(images["utilization"], u)
