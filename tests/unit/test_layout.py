@@ -274,11 +274,12 @@ def test_admin_hooks_and_the_slurm_client_never_import_torch():
 def test_the_cli_starts_without_torch_until_a_command_needs_it():
     """``sres status``, ``grow``, ``shrink``, ``report`` and ``ckpt ls`` read files and sockets; the
     tests poll ``sres status`` in loops, and importing torch cost each call 1.5 s of CPU. Only what
-    runs a supervisor or a rank (``sres run``, ``srun``, ``demo``) imports it, when it runs."""
+    runs a supervisor or a rank (``sres run``, ``srun``, ``demo``) imports it, when it runs; and
+    matplotlib (0.4 s) only what draws a page."""
     script = (
         "import sys\n"
         "import launcher.cli, launcher.cli.parser, launcher.supervisor.control\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'matplotlib')))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
