@@ -10,14 +10,19 @@ preempted with ``--grace`` seconds.
    ``vision_borrow``; speech submits a 1-node ``high`` job: submission -> it runs. Baseline in the
    same run: the same claim against a borrowed job that does not give nodes back (it ignores
    SIGTERM), which holds them to the end of the grace time (+ KillWait).
-2. Mixed workload (``--minutes``, the issue's 30 by default is long: 5 is the quick version):
-   vision's sres job trains for the whole time, speech submits short jobs now and then (seeded);
+2. Mixed workload (``--minutes``; the issue's 30 is long, 5 is the default): vision's sres run
+   trains through the whole window, speech submits short jobs now and then (seeded);
    once with borrowing (``--max-nodes 4 --lend-account vision_borrow``), once without
    (``--max-nodes 2``). From sacct, through ``sres governance report``'s own reader: the share of
    the idle capacity (node-seconds the owners' own work left free) that borrowers used, the
    cluster's utilization, and the vision run's goodput (its ``finished`` event).
 
-    python benchmarks/governance.py [--grace 30] [--minutes 5] [--rounds 2]
+    python benchmarks/governance.py [--grace 30] [--minutes 5] [--rounds 2] [--arms with,without]
+
+The issue's 30 minutes, both arms at once (each process starts a cluster of its own):
+
+    python benchmarks/governance.py --rounds 0 --minutes 30 --arms with &
+    python benchmarks/governance.py --rounds 0 --minutes 30 --arms without
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from launcher.governance import policy as gp  # noqa: E402
 from launcher.governance.apply import apply  # noqa: E402
 from launcher.governance.report import gather  # noqa: E402
 from launcher.governance.slurm_objects import conf_lines  # noqa: E402
+from launcher.observability import report  # noqa: E402
 from launcher.slurm.accounting import Accounting  # noqa: E402
 from launcher.slurm.client import SlurmClient  # noqa: E402
 from launcher.slurm.command_driver import CommandLine  # noqa: E402
@@ -123,14 +129,17 @@ def claim_against_a_holder(cluster: SlurmCluster, tmp: Path) -> float:
 
 
 def workload(cluster: SlurmCluster, tmp: Path, minutes: float, borrow: bool, seed: int) -> dict[str, float]:
+    """``minutes`` of speech's stream while vision trains (a run longer than the window, ended
+    after it): what the window saw, from sacct, and the vision run's goodput over its life."""
     cluster.reset()
     rng = random.Random(seed)
-    steps = int(minutes * 60 / 0.2)
-    job = _vision(cluster, tmp, steps, borrow)
+    job = _vision(cluster, tmp, 1_000_000, borrow)
     job.wait_step(1, timeout=120)
     since = time.time()
     client = job.client
-    while not client.job(job.job_id).finished:
+    while time.time() - since < minutes * 60:
+        if client.job(job.job_id).finished:
+            raise SystemExit(f"the vision run ended early:\n{job.output[-4000:]}")
         nodes, seconds = rng.choice((1, 2)), rng.uniform(10, 40)
         client.submit(
             [
@@ -144,6 +153,7 @@ def workload(cluster: SlurmCluster, tmp: Path, minutes: float, borrow: bool, see
         )
         time.sleep(rng.uniform(20, 60))
     until = time.time()
+    account = report.causes(report.load(job.log_dir))
     for queued in client.driver.jobs():
         if not queued.finished:
             client.cancel(queued.job_id)
@@ -153,13 +163,12 @@ def workload(cluster: SlurmCluster, tmp: Path, minutes: float, borrow: bool, see
     own = sum(t.node_hours_own for t in u.teams) * 3600
     borrowed = sum(t.node_hours_borrowed for t in u.teams) * 3600
     idle = u.cluster_nodes * (until - since) - own
-    finished = job.of("finished")
     return {
         "idle used by borrowers": borrowed / idle if idle else 0.0,
         "utilization": u.utilization,
-        "vision goodput": finished[-1]["goodput"] if finished else float("nan"),
-        "vision steps/s": steps / (finished[-1]["t"] - job.of("start")[0]["t"]) if finished else float("nan"),
-        "preempted runs": float(sum(t.preempted for t in u.teams)),
+        "vision goodput": account.get("productive", 0.0) / (sum(account.values()) or 1.0),
+        "resizes": float(len(job.of("resize"))),
+        "window s": until - since,
     }
 
 
@@ -169,6 +178,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="claims of each kind")
     parser.add_argument("--minutes", type=float, default=5.0, help="each mixed workload's length")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--arms",
+        default="with,without",
+        help="which workloads: with borrowing, without, or both (two processes may run one each, on "
+        "clusters of their own)",
+    )
     args = parser.parse_args()
     pol = policy(args.grace)
     extra = "\n".join(f"{k}={v}" for k, v in conf_lines(gp.from_data(pol)).items())
@@ -186,10 +201,29 @@ def main() -> int:
                 f"round {r + 1}: claim {sres_claims[-1]:.1f} s (sres), {held_claims[-1]:.1f} s (held)",
                 file=sys.stderr,
             )
+        arms = [a for a in (("with", True), ("without", False)) if a[0] in args.arms.split(",")]
         mixed = {
-            name: workload(cluster, _dir(tmp, name), args.minutes, borrow, args.seed)
-            for name, borrow in (("with borrowing", True), ("without", False))
+            f"{name} borrowing": workload(cluster, _dir(tmp, name), args.minutes, borrow, args.seed)
+            for name, borrow in arms
         }
+    if sres_claims:
+        _print_claims(sres_claims, held_claims, args)
+    if mixed:
+        _print_mixed(mixed, args)
+    print(
+        json.dumps(
+            {
+                "claims_sres_s": sres_claims,
+                "claims_held_s": held_claims,
+                "grace_s": args.grace,
+                "mixed": mixed,
+            }
+        )
+    )
+    return 0
+
+
+def _print_claims(sres_claims: list[float], held_claims: list[float], args: argparse.Namespace) -> None:
     sres_s, held_s = statistics.median(sres_claims), statistics.median(held_claims)
     print(f"\n## An owner's claim on borrowed nodes (grace time {args.grace} s, median of {args.rounds})\n")
     print("| borrower | submission -> owner's job running | against the grace time |")
@@ -198,14 +232,15 @@ def main() -> int:
     print(f"| {elastic} | {sres_s:.1f} s | {sres_s / args.grace:.2f}x |")
     print(f"| a job that holds on (baseline) | {held_s:.1f} s | {held_s / args.grace:.2f}x |")
     print(f"\nsres / baseline: {sres_s / held_s:.2f}x\n")
+
+
+def _print_mixed(mixed: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     print(f"## A {args.minutes:g}-minute mixed workload (seed {args.seed})\n")
     keys = list(next(iter(mixed.values())))
     print("| | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
     for name, row in mixed.items():
         print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")
-    print(json.dumps({"claim_sres_s": sres_s, "claim_held_s": held_s, "grace_s": args.grace, "mixed": mixed}))
-    return 0
 
 
 def _dir(tmp: str, name: str) -> Path:
