@@ -168,3 +168,30 @@ def test_usage_clips_each_run_to_the_window_and_attributes_borrowed_nodes_to_unu
     assert a.used_nodes == 2 and a.borrowed_nodes == 1 and a.preempted == 1 and a.mean_wait_s == 5.0
     assert b.lent_nodes == 1 and a.lent_nodes == 0  # a used its whole quota: it lent nothing
     assert b.pending == 1 and u.utilization == 300 / 400 and u.top_borrowers[0][0] == "a"
+
+
+def test_sres_jobs_names_each_task_s_team_and_whether_it_borrows():
+    from launcher.cli.jobs import rows
+    from launcher.governance.usage import TeamLimits
+    from launcher.slurm.types import Job
+
+    def job(job_id: str, account: str, qos: str, state: str = "RUNNING") -> Job:
+        return Job(
+            job_id, state, "train", num_nodes=2, extra={"Account": account, "QOS": qos, "UserId": "ann(1001)"}
+        )
+
+    teams = {"vision": TeamLimits(2, 3)}
+    listed = rows(
+        [
+            job("12", "vision_borrow", "borrow"),
+            job("3", "vision", "training"),
+            job("4", "(null)", "(null)"),
+            job("5", "vision", "training", "COMPLETED"),
+        ],
+        teams,
+    )
+    assert [(r["job"], r["team"], r["class"], r["borrowed"], r["user"]) for r in listed] == [
+        ("3", "vision", "training", False, "ann"),
+        ("4", "", "", False, "ann"),
+        ("12", "vision", "borrow", True, "ann"),
+    ]
