@@ -2,8 +2,9 @@
 requeued job needs to restore from RAM stays.
 
 A sharded (ZeRO-1) job is stopped whole while rank 1's copy of its newest step does not exist
-yet (its files are removed while every process of the job is stopped: the state a cut-off in the
-middle of that save leaves, made exactly rather than hoped for by timing). Slurm requeues it;
+yet (its files are removed while every process of the job is stopped, and then every process is
+killed: the state a cut-off in the middle of that save leaves, made exactly rather than hoped for
+by timing). Slurm requeues it;
 the epilog runs on both nodes; the requeued job restores the newest step every rank has, one
 older than rank 0's newest, and ends with the fault-free run's bits."""
 
@@ -60,6 +61,11 @@ def test_a_sharded_job_cut_off_mid_save_is_requeued_and_restores_the_common_step
     )
     assert common in _complete(ram, second, "own", 1)
 
+    # Cut off where it stands: killed while stopped, no thread runs again. A requeue of the
+    # stopped job sent SIGCONT first, and in CI a stopped copy of rank 1's newest step finished
+    # its manifest before SIGTERM took effect: restored 10, not 9.
+    subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)
+    job.wait(lambda j: j.finished, timeout=60)
     subprocess.run(["scontrol", "requeue", job.job_id], env=env, check=True, timeout=30)
     job.wait(lambda j: j.restart_count >= 1, timeout=60)
     done = job.wait_done(timeout=240)
