@@ -13,7 +13,10 @@ import json
 
 from launcher.errors import SlurmError
 from launcher.governance.apply import read_managed
+from launcher.governance.policy import BORROW
+from launcher.governance.report import teams_of
 from launcher.governance.usage import TeamLimits, team_of
+from launcher.observability.report import text_table
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
 from launcher.slurm.command_driver import CommandLine
@@ -45,7 +48,7 @@ def rows(jobs: list[Job], teams: dict[str, TeamLimits]) -> list[dict[str, object
                 "class": qos,
                 "state": job.state,
                 "nodes": job.num_nodes or len(job.nodes),
-                "borrowed": borrowed or qos == "borrow",
+                "borrowed": borrowed or qos == BORROW,
                 "reason": "" if job.reason in ("None", "") else job.reason,
             }
         )
@@ -61,9 +64,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     try:
         cluster = client.config().get("ClusterName", "")
         managed, _ = read_managed(Accounting(CommandLine(timeout_s=args.timeout)), cluster)
-        teams = {
-            n: TeamLimits(0, a.fairshare) for n, a in managed.accounts.items() if not n.endswith("_borrow")
-        }
+        teams = teams_of(managed)
     except SlurmError:  # no accounting database: accounts stand for teams
         teams = {}
     listed = rows(client.driver.jobs(), teams)
@@ -71,10 +72,5 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         for row in listed:
             print(json.dumps(row))
         return 0
-    text = [list(COLUMNS)] + [
-        ["yes" if r[c] is True else "" if r[c] is False else str(r[c]) for c in COLUMNS] for r in listed
-    ]
-    widths = [max(len(row[i]) for row in text) for i in range(len(COLUMNS))]
-    for row in text:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print(text_table(COLUMNS, listed))
     return 0

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.governance.apply import need_accounting, read_managed
+from launcher.governance.policy import BORROW, BORROW_SUFFIX
+from launcher.governance.slurm_objects import Objects
 from launcher.governance.usage import TeamLimits, Usage, usage
-from launcher.observability.report import html_table, img_tag
+from launcher.observability.report import html_table, img_tag, text_table
 from launcher.slurm.accounting import Accounting
 from launcher.slurm.client import SlurmClient
 
@@ -34,15 +36,26 @@ def gather(client: SlurmClient, accounting: Accounting, hours: float, now: float
     need_accounting(config)
     cluster = config.get("ClusterName", "")
     managed, _ = read_managed(accounting, cluster)
-    teams = {
+    classes = sorted(n for n in managed.qos if n != BORROW)
+    return usage(
+        accounting.jobs(since, until),
+        teams_of(managed),
+        accounting.shares(),
+        len(client.nodes()),
+        since,
+        until,
+        classes,
+    )
+
+
+def teams_of(managed: Objects) -> dict[str, TeamLimits]:
+    """Each team's quota and weight, as the accounts sres made hold them (its borrowing account
+    is no team of its own)."""
+    return {
         name: TeamLimits(_nodes(a.grp_tres), a.fairshare)
         for name, a in managed.accounts.items()
-        if a.description.startswith("sres-governance: team ")
+        if not name.endswith(BORROW_SUFFIX)
     }
-    classes = sorted(n for n, q in managed.qos.items() if n != "borrow")
-    return usage(
-        accounting.jobs(since, until), teams, accounting.shares(), len(client.nodes()), since, until, classes
-    )
 
 
 def _nodes(grp_tres: str) -> int:
@@ -79,13 +92,9 @@ def table(u: Usage) -> str:
     lines = rows(u)
     if not lines:
         return "no team: apply a policy first (sres governance apply POLICY)"
-    keys = list(lines[0])
-    text = [[k for k in keys]] + [["-" if r[k] is None else str(r[k]) for k in keys] for r in lines]
-    widths = [max(len(row[i]) for row in text) for i in range(len(keys))]
-    out = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in text]
     hours = (u.until - u.since) / 3600
-    out.append(f"cluster: {u.cluster_nodes} nodes, {u.utilization:.1%} in use over the last {hours:g} h")
-    return "\n".join(out)
+    summary = f"cluster: {u.cluster_nodes} nodes, {u.utilization:.1%} in use over the last {hours:g} h"
+    return f"{text_table(list(lines[0]), lines, right=True)}\n{summary}"
 
 
 def as_json(u: Usage) -> str:

@@ -11,6 +11,7 @@ import argparse
 import base64
 import html
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,18 @@ def html_table(rows: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row.values()) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def text_table(columns: Sequence[str], rows: list[dict[str, Any]], right: bool = False) -> str:
+    """The same rows for a terminal: aligned columns; None is "-", True "yes", False blank."""
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else "yes" if value is True else "" if value is False else str(value)
+
+    text = [list(columns)] + [[cell(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(columns))]
+    align = str.rjust if right else str.ljust
+    return "\n".join("  ".join(align(c, w) for c, w in zip(row, widths)).rstrip() for row in text)
 
 
 def _cell(value: Any) -> str:
