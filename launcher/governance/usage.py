@@ -101,7 +101,7 @@ def usage(
         )
         for name, limits in sorted(teams.items())
     )
-    busy = sum(_node_seconds(j, since, until) for j in jobs)
+    busy = _node_seconds_of(jobs, since, until)
     names = list(classes) or sorted({j.qos for j in jobs if team_of(j.account, teams)[0]})
     return Usage(
         since=since,
@@ -135,9 +135,8 @@ def _team_row(
     until: float,
 ) -> TeamUsage:
     mine = [j for j in jobs if team_of(j.account, teams)[0] == name]
-    waits = [
-        j.start - j.submit for j in mine if j.start is not None and j.submit is not None and j.start >= since
-    ]
+    borrowed_work = [j for j in mine if team_of(j.account, teams)[1]]
+    own_work = [j for j in mine if not team_of(j.account, teams)[1]]
     runs = [
         j.end - j.start for j in mine if j.end is not None and j.start is not None and since <= j.end <= until
     ]
@@ -153,21 +152,28 @@ def _team_row(
         running=sum(j.state == "RUNNING" for j in mine),
         pending=sum(j.state == "PENDING" for j in mine),
         preempted=sum(j.state in PREEMPTED_STATES for j in mine),
-        mean_wait_s=statistics.fmean(waits) if waits else None,
+        mean_wait_s=_mean_wait(mine, since),
         mean_run_s=statistics.fmean(runs) if runs else None,
-        node_hours_own=sum(_node_seconds(j, since, until) for j in mine if not team_of(j.account, teams)[1])
-        / 3600,
-        node_hours_borrowed=sum(_node_seconds(j, since, until) for j in mine if team_of(j.account, teams)[1])
-        / 3600,
+        node_hours_own=_node_seconds_of(own_work, since, until) / 3600,
+        node_hours_borrowed=_node_seconds_of(borrowed_work, since, until) / 3600,
     )
 
 
 def _class_row(name: str, jobs: Sequence[AccountedJob], since: float, until: float) -> ClassUsage:
     mine = [j for j in jobs if j.qos == name]
+    return ClassUsage(name, len(mine), _mean_wait(mine, since))
+
+
+def _mean_wait(jobs: Sequence[AccountedJob], since: float) -> float | None:
+    """Submission to start, over the runs that started in the window."""
     waits = [
-        j.start - j.submit for j in mine if j.start is not None and j.submit is not None and j.start >= since
+        j.start - j.submit for j in jobs if j.start is not None and j.submit is not None and j.start >= since
     ]
-    return ClassUsage(name, len(mine), statistics.fmean(waits) if waits else None)
+    return statistics.fmean(waits) if waits else None
+
+
+def _node_seconds_of(jobs: Sequence[AccountedJob], since: float, until: float) -> float:
+    return sum(_node_seconds(j, since, until) for j in jobs)
 
 
 def _node_seconds(job: AccountedJob, since: float, until: float) -> float:
