@@ -32,7 +32,10 @@ class RunData:
 
     @property
     def end(self) -> Event | None:
-        return self.events.last("finished", "failed", "requeue")
+        """How the newest run ended; None while it runs. A requeued job's log holds the earlier
+        runs' ``requeue`` events too: taken for the running one's end, they made its account end
+        before it started (a 30-minute borrowing run, requeued once, read 0% goodput)."""
+        return goodput.last_run(self.events).last("finished", "failed", "requeue")
 
     @property
     def start_t(self) -> float:

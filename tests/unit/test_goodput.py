@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher.observability import report
 from launcher.observability.goodput import CAUSES, account
 
 
@@ -210,3 +212,24 @@ def test_the_step_time_chart_ends_above_steady_steps():
     assert y_top([60.0] * 50 + [5000.0]) == 180.0
     assert y_top([60.0, 61.0, 70.0]) is None
     assert y_top([]) is None
+
+
+def test_a_requeued_run_still_going_is_accounted_from_its_own_start(tmp_path):
+    """The log of a job requeued once: the first run's ``requeue`` is no end of the second,
+    whose steps are still coming (what ``sres status`` and a benchmark read mid-run)."""
+
+    events = [
+        {"event": "start", "t": 0.0},
+        {"event": "generation", "t": 1.0, "generation": 1},
+        {"event": "requeue", "t": 5.0},
+        {"event": "start", "t": 10.0},
+        {"event": "generation", "t": 11.0, "generation": 1},
+    ]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    steps = records(1, range(0, 8), 12.0, 1.0)
+    (tmp_path / "step_times.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    data = report.load(tmp_path)
+    assert data.end is None
+    seconds = report.causes(data)
+    assert seconds["productive"] == pytest.approx(7.0)
+    assert sum(seconds.values()) == pytest.approx(19.0 - 10.0)
