@@ -15,7 +15,8 @@ preempted with ``--grace`` seconds.
    once with borrowing (``--max-nodes 4 --lend-account vision_borrow``), once without
    (``--max-nodes 2``). From sacct, through ``sres governance report``'s own reader: the share of
    the idle capacity (node-seconds the owners' own work left free) that borrowers used, the
-   cluster's utilization, and the vision run's goodput (its ``finished`` event).
+   cluster's utilization, and the vision job's goodput over its life (every run of it: a requeue
+   starts another).
 
     python benchmarks/governance.py [--grace 30] [--minutes 5] [--rounds 2] [--arms with,without]
 
@@ -28,12 +29,15 @@ The issue's 30 minutes, both arms at once (each process starts a cluster of its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +47,7 @@ from launcher.governance.apply import apply  # noqa: E402
 from launcher.governance.report import gather  # noqa: E402
 from launcher.governance.slurm_objects import conf_lines  # noqa: E402
 from launcher.observability import report  # noqa: E402
+from launcher.observability.timeline import timeline  # noqa: E402
 from launcher.slurm.accounting import Accounting  # noqa: E402
 from launcher.slurm.client import SlurmClient  # noqa: E402
 from launcher.slurm.command_driver import CommandLine  # noqa: E402
@@ -153,7 +158,7 @@ def workload(cluster: SlurmCluster, tmp: Path, minutes: float, borrow: bool, see
         )
         time.sleep(rng.uniform(20, 60))
     until = time.time()
-    account = report.causes(report.load(job.log_dir))
+    goodput, runs = goodput_over_life(job.log_dir)
     for queued in client.driver.jobs():
         if not queued.finished:
             client.cancel(queued.job_id)
@@ -166,10 +171,26 @@ def workload(cluster: SlurmCluster, tmp: Path, minutes: float, borrow: bool, see
     return {
         "idle used by borrowers": borrowed / idle if idle else 0.0,
         "utilization": u.utilization,
-        "vision goodput": account.get("productive", 0.0) / (sum(account.values()) or 1.0),
+        "vision goodput": goodput,
+        "vision runs": float(runs),
         "resizes": float(len(job.of("resize"))),
         "window s": until - since,
     }
+
+
+def goodput_over_life(log_dir: Path) -> tuple[float, int]:
+    """The job's productive share from its first start to now, over every run of it (a requeue
+    starts another; the time it waits in the queue between them counts as lost), and its runs."""
+    data = report.load(log_dir)
+    starts = [e["t"] for e in data.events if e["event"] == "start"]
+    productive, end_t = 0.0, data.end_t
+    for t0, t1 in zip(starts, [*starts[1:], math.inf]):
+        run = report.RunData(
+            timeline([e for e in data.events if t0 <= e["t"] < t1]),
+            [s for s in data.steps if t0 <= s["t"] < t1],
+        )
+        productive += report.causes(run).get("productive", 0.0)
+    return (productive / (end_t - starts[0]) if end_t > starts[0] else 0.0), len(starts)
 
 
 def main() -> int:
@@ -184,11 +205,12 @@ def main() -> int:
         help="which workloads: with borrowing, without, or both (two processes may run one each, on "
         "clusters of their own)",
     )
+    parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the runs' logs)")
     args = parser.parse_args()
     pol = policy(args.grace)
     extra = "\n".join(f"{k}={v}" for k, v in conf_lines(gp.from_data(pol)).items())
     with (
-        tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp,
+        _workdir(args.keep) as tmp,
         SlurmCluster(Path(tmp) / "cluster", node_count=4, accounting=True, extra_conf=extra) as cluster,
     ):
         client = SlurmClient.create("cli", env=cluster.env())
@@ -241,6 +263,16 @@ def _print_mixed(mixed: dict[str, dict[str, float]], args: argparse.Namespace) -
     print("|---|" + "---|" * len(keys))
     for name, row in mixed.items():
         print(f"| {name} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")
+
+
+@contextlib.contextmanager
+def _workdir(keep: str | None) -> Iterator[str]:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="sres-bench-") as tmp:
+            yield tmp
+    else:
+        Path(keep).mkdir(parents=True)
+        yield keep
 
 
 def _dir(tmp: str, name: str) -> Path:
