@@ -88,7 +88,7 @@ def drawn(count: int):
     )
 
 
-IN_CI = 10
+IN_CI = 6
 
 
 @pytest.mark.timeout(120 * IN_CI)
