@@ -288,8 +288,8 @@ class RunOptions:
     on_no_spare: str | None = _elastic(
         "on_no_spare",
         doc="a node lost with no spare: shrink, wait, requeue or fail",
-        help="a node lost with no spare: shrink the world (default when --min-nodes < --nodes), wait for "
-        "a node up to --resize-timeout, requeue (Slurm), or fail",
+        help="a node lost with no spare: shrink the world (default when --min-nodes < --nodes, or while "
+        "the world is above --min-nodes), wait for a node up to --resize-timeout, requeue (Slurm), or fail",
         choices=_ELASTIC_MODULE + "ON_NO_SPARE",
     )
     resize_step: int | None = _elastic(

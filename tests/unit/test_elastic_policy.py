@@ -18,6 +18,7 @@ from launcher.supervisor.policy.actions import (
     Pause,
     Release,
     ReportStatus,
+    Requeue,
     Resize,
     WaitForNode,
 )
@@ -49,6 +50,12 @@ LOST_1 = FaultState(
     lost={1: "node"}, bad_nodes={}, drained=frozenset(), tried=frozenset({"idle-node", "new-node"})
 )
 DEAD_1 = frozenset({1})
+GROWN = {**MEMBERS, 4: "n4p0"}
+"""A run of 4 nodes grown onto a fifth, lent by Slurm (a satellite)."""
+LOST_4 = FaultState(
+    lost={4: "node"}, bad_nodes={}, drained=frozenset(), tried=frozenset({"idle-node", "new-node"})
+)
+DEAD_4 = frozenset({4})
 PAUSED = {s: Report("paused", r) for r, s in MEMBERS.items()}
 
 CASES = {
@@ -86,6 +93,38 @@ CASES = {
         state(dead_nodes=DEAD_1, fault=LOST_1),
         config(),
         [Fail("node node1 was lost and no spare node is left (start with --spares)")],
+    ),
+    "a lost lent node: the world gives back what it borrowed, no requeue (no shrink was said)": (
+        Observation(),
+        state(members=GROWN, dead_nodes=DEAD_4, fault=LOST_4, lent=frozenset({4}), requeueable=True),
+        config(max_nodes=6),
+        [Resize(MEMBERS, "fault", 5)],
+    ),
+    "a lost lent node under --on-no-spare requeue: as the user said": (
+        Observation(),
+        state(members=GROWN, dead_nodes=DEAD_4, fault=LOST_4, lent=frozenset({4}), requeueable=True),
+        config(max_nodes=6, on_no_spare="requeue"),
+        [
+            Requeue(
+                "node node4 was lost and no spare node is left, nor an idle node to grow into", cause="fault"
+            )
+        ],
+    ),
+    "a lost node of the job's own, grown past --min-nodes: a shrink within the bounds too": (
+        Observation(),
+        state(members=GROWN, dead_nodes=DEAD_1, fault=LOST_1, lent=frozenset({4}), requeueable=True),
+        config(max_nodes=6),
+        [Resize({0: "n0p0", 1: "n2p0", 2: "n3p0", 3: "n4p0"}, "fault", 5)],
+    ),
+    "at --min-nodes, no shrink said: a requeue as before": (
+        Observation(),
+        state(dead_nodes=DEAD_1, fault=LOST_1, requeueable=True),
+        config(max_nodes=6),
+        [
+            Requeue(
+                "node node1 was lost and no spare node is left, nor an idle node to grow into", cause="fault"
+            )
+        ],
     ),
     "a bad node is drained after the shrink": (
         Observation(),

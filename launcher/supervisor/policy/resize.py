@@ -167,12 +167,20 @@ def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig
 
 
 def shrink_after_loss(
-    members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int], config: RunConfig
+    members: Mapping[int, str],
+    slots: Mapping[str, SlotInfo],
+    homeless: Sequence[int],
+    config: RunConfig,
 ) -> Resize | None:
-    """Re-form without the lost nodes when the policy allows it (``--on-no-spare shrink``), at
-    the largest allowed size; healthy nodes beyond that size become spares. None otherwise."""
+    """Re-form without the lost nodes at the largest allowed size; healthy nodes beyond that
+    size become spares. None where the user chose otherwise (``--on-no-spare``) or no size is
+    allowed.
+
+    With no choice made, a run above its ``--min-nodes`` (grown onto lent nodes) shrinks too: a
+    lent node Slurm ended before the run let it go (a preemption whose signal came while the
+    supervisor was busy) requeued the whole job, which still held every node of its own."""
     elastic = config.elastic
-    if elastic.on_no_spare != "shrink":
+    if elastic.on_no_spare not in ("shrink", None):
         return None
     nodes = sorted({slots[s].node for s in members.values()} - set(homeless))
     target = elastic.largest_allowed(len(nodes), config.nodes)
