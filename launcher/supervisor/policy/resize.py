@@ -167,10 +167,7 @@ def on_capacity(now: float, obs: Observation, state: RunState, config: RunConfig
 
 
 def shrink_after_loss(
-    members: Mapping[int, str],
-    slots: Mapping[str, SlotInfo],
-    homeless: Sequence[int],
-    config: RunConfig,
+    members: Mapping[int, str], slots: Mapping[str, SlotInfo], homeless: Sequence[int], config: RunConfig
 ) -> Resize | None:
     """Re-form without the lost nodes at the largest allowed size; healthy nodes beyond that
     size become spares. None where the user chose otherwise (``--on-no-spare``) or no size is
