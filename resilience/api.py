@@ -40,7 +40,7 @@ def run(
     env = RankEnv.from_environ(os.environ, **options)
     if env is not None and env.fork_server:
         from resilience import fork_server
-        from resilience.agent.rank_loop import warm_up
+        from resilience.agent.warm_up import warm_up
 
         name_process(env.slot)
         fork_server.serve(warm_up)  # returns in a forked rank, whose environment is its own

@@ -79,7 +79,7 @@ def test_a_forked_rank_does_not_import_the_scripts_heavy_modules_again(tmp_path)
 
 WARMED = """
 import sys
-from resilience.agent.rank_loop import warm_up
+from resilience.agent.warm_up import warm_up
 warm_up()
 print("torch.distributed.tensor" in sys.modules, "resilience.fsdp" in sys.modules)
 """
