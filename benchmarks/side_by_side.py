@@ -21,6 +21,7 @@ this run; the kinds are interleaved, repeat by repeat, so a slow minute hits all
 torchft is optional (``pip install 'slurm-resilience[bench]'``); without it its rows say so.
 
     python benchmarks/side_by_side.py [--sizes 60,252] [--repeat 3] [--json]
+    python benchmarks/side_by_side.py --sizes 1021 --repeat 1     # 1 GiB a rank: about 12 minutes
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from launcher.supervisor.observe import step_reports  # noqa: E402
 from resilience.tiers.budget import WINDOW  # noqa: E402
 from resilience.examples.train_mlp import state_mb  # noqa: E402
 
-SHAPES = {60: (1024, 4), 252: (1024, 20)}
+SHAPES = {60: (1024, 4), 252: (1024, 20), 1021: (1024, 84)}
 """MiB of parameters + AdamW state per rank -> (width, depth) of the example MLP."""
 BATCH = 16
 KINDS = ("sres", "sres every commit", "sres no tiers", "torchft", "restart")
