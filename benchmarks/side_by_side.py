@@ -220,6 +220,13 @@ def main() -> int:
     parser.add_argument("--kill-at", type=int, default=70)
     parser.add_argument("--save-every", type=int, default=5, help="the restart's checkpoint interval")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the medians")
+    parser.add_argument(
+        "--max-step-ratio",
+        type=float,
+        default=1.05,
+        help="fail (exit 1) when the default tiers' median steady step exceeds --no-tiers' by more "
+        "(issue 52's target on a shared 2-core machine; 1.01 where a core is free)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     unknown = [s for s in sizes if s not in SHAPES]
@@ -241,7 +248,29 @@ def main() -> int:
     summary = report(results, args.repeat)
     if args.json:
         print(json.dumps(summary))
-    return 0
+    return check(summary, results, args.max_step_ratio)
+
+
+def check(
+    summary: dict[str, dict[str, float]],
+    results: dict[int, dict[str, list[dict[str, float]]]],
+    max_ratio: float,
+) -> int:
+    """1 when the default tiers' steady step is more than ``max_ratio`` times ``--no-tiers``' at
+    some size, or when a recovery by sres redid steps (peers hold every commit): what the
+    protection budget promises, asserted on the medians."""
+    failed = []
+    for size, row in summary.items():
+        ratio = row.get("default / no tiers: step")
+        if ratio is not None and ratio > max_ratio:
+            failed.append(f"{size} MiB: steady step {ratio:.2f}x --no-tiers' (at most {max_ratio:.2f}x)")
+    for size, kinds in results.items():
+        for kind, runs in kinds.items():
+            redone = [r["steps_lost"] for r in runs if kind.startswith("sres") and r.get("steps_lost")]
+            failed += [f"{size} MiB, {kind}: a recovery redid {n:.0f} steps" for n in redone]
+    for line in failed:
+        print(f"FAILED: {line}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
