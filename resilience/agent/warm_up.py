@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from resilience.context import dtensors_loaded
-from resilience.state import adopt, snapshot
+from resilience.state import snapshot
 
 
 def warm_up() -> None:
@@ -23,7 +23,7 @@ def warm_up() -> None:
         opt.zero_grad()
         state = {"model": model.state_dict(), "opt": opt.state_dict()}
         states = snapshot.materialize(snapshot.capture(state, 0))
-        adopt.load_module(model, states["model"])  # what register does
+        model.load_state_dict(states["model"])
         opt.load_state_dict(states["opt"])
     if dtensors_loaded():
         # The optimizer's step imported DTensor, so every formation clears DTensor's caches
