@@ -256,9 +256,9 @@ def check(
     results: dict[int, dict[str, list[dict[str, float]]]],
     max_ratio: float,
 ) -> int:
-    """1 when the default tiers' steady step is more than ``max_ratio`` times ``--no-tiers``' at
-    some size, or when a recovery by sres redid steps (peers hold every commit): what the
-    protection budget promises, asserted on the medians."""
+    """1 when the default tiers' median steady step is more than ``max_ratio`` times
+    ``--no-tiers``' at some size, or when any one sres recovery redid steps (peers hold every
+    commit): what the protection budget promises."""
     failed = []
     for size, row in summary.items():
         ratio = row.get("default / no tiers: step")
