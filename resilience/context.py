@@ -24,7 +24,7 @@ from resilience.elastic import BatchPlan, ElasticSampler
 from resilience.errors import CommitOrderError, RegistrationError
 from resilience.rank_place import RankPlace
 from resilience import scheduled_lr, skip_init
-from resilience.state import committed, snapshot
+from resilience.state import adopt, committed, snapshot
 
 if TYPE_CHECKING:
     from resilience.data.batch_link import BatchLink
@@ -376,7 +376,9 @@ def _check_registrable(name: str, obj: Any) -> None:
 
 
 def _load(obj: Any, state: Any) -> None:
-    if hasattr(obj, "load_state_dict"):
+    if _is_module(obj):
+        adopt.load_module(obj, state)
+    elif hasattr(obj, "load_state_dict"):
         obj.load_state_dict(state)
     else:
         obj.clear()

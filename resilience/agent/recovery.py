@@ -32,7 +32,14 @@ from resilience.errors import Unrecoverable
 from resilience.state import snapshot
 from resilience.state.recovery_plan import Holdings, RecoveryPlan, plan_rank_parts, plan_recovery
 from resilience.state.replication import SnapshotRing
-from resilience.state.transfer import broadcast_snapshot, recv_striped, send_snapshot, send_state
+from resilience.state.transfer import (
+    Apart,
+    broadcast_snapshot,
+    recv_apart,
+    recv_striped,
+    send_snapshot,
+    send_state,
+)
 from resilience.tiers.agent import TierAgent
 from resilience.tiers.restore import Restored
 
@@ -84,7 +91,7 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     mine = kept.holdings(rank, world, live.step if live is not None else None)
     dist.all_gather_object(gathered, mine, group=scene.group)
     recovery, tiered = _decide(scene, kept, gathered)
-    moved = _transfer(scene, kept, recovery, live)
+    moved, received = _transfer(scene, kept, recovery, live)
     if tiered is None:
         part = kept.parts.recover(recovery.rank_parts, recovery.step, rank, world, scene.group)
     else:  # the tiers' copy of this rank's part (adopted by _decide)
@@ -94,7 +101,7 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     if tiered is not None and not tiered.snaps:
         restored = dict(tiered.states)  # resharded from another world size
     else:
-        restored = _restored_state(kept, recovery.step, live)
+        restored = _restored_state(kept, recovery.step, live, received)
         if restored is not None:
             restored.update(resharded)
             restored.update(part)
@@ -131,9 +138,13 @@ def _decide(
     return RecoveryPlan(tiered.step), tiered
 
 
-def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | None) -> int:
-    """Send and receive replicated state and shards as ``recovery`` says; bytes moved here."""
-    moved, rank = 0, scene.rank
+def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | None) -> tuple[int, list[Apart]]:
+    """Send and receive replicated state and shards as ``recovery`` says: the bytes moved here,
+    and the state received to be loaded once. Only sharded runs keep what they receive (they may
+    roll back); the others receive it apart (:class:`~resilience.state.transfer.Apart`), since
+    it becomes the model's and optimizer's own tensors."""
+    moved, rank, received = 0, scene.rank, []
+    keeps = kept.sharded or any(t.part == "sharded" and t.dst == rank for t in recovery.transfers)
     midway = faults.transfer_hook(
         scene.env.injections, scene.store, rank, scene.plan.world_size, recovery.step
     )
@@ -151,6 +162,10 @@ def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | Non
                 )
         elif t.dst == rank and t.stripe == 0:  # every stripe at once
             sources = recovery.stripes_to(rank) if t.part == "replicated" else [t.src]
+            if not keeps:
+                received.append(recv_apart(sources, scene.group))
+                moved += received[-1].nbytes
+                continue
             snap = recv_striped(sources, scene.group)
             moved += snap.nbytes
             kept.own[t.part].put(snap)
@@ -158,7 +173,7 @@ def _transfer(scene: Scene, kept: Kept, recovery: RecoveryPlan, live: Live | Non
                 kept.shards_made(scene.plan.world_size, rank)
     for ring in kept.own.values():
         ring.drop_after(recovery.step)
-    return moved
+    return moved, received
 
 
 def _reshard(scene: Scene, kept: Kept, recovery: RecoveryPlan) -> State:
@@ -183,12 +198,14 @@ def _reshard(scene: Scene, kept: Kept, recovery: RecoveryPlan) -> State:
     return {name: {"shards": [s[name] for s in states]} for name in states[0]}
 
 
-def _restored_state(kept: Kept, step: int, live: Live | None) -> State | None:
+def _restored_state(kept: Kept, step: int, live: Live | None, received: list[Apart]) -> State | None:
     if step < 0:
         return None
-    if live is not None and live.step == step and kept.own["replicated"].get(step) is None:
+    if live is not None and live.step == step and kept.own["replicated"].get(step) is None and not received:
         return dict(live.states)  # the old objects' own state dicts: no copy at all
     restored: State = {}
+    for apart in received:
+        restored.update(apart.states())
     for ring in kept.own.values():
         snap = ring.get(step)
         if snap is not None:

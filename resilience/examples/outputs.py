@@ -44,6 +44,26 @@ def progress(ctx: resilience.Context, step: int, steps: int, loss: torch.Tensor,
         print(f"step {step:4d}/{steps}  loss {loss.item():.6f}  gen {ctx.generation}", flush=True)
 
 
+def saved_bytes(*states: Any) -> int:
+    """What ``torch.save`` of ``states`` writes for their tensors: every storage they reach, whole
+    and once. A restored tensor that is a view of a bigger buffer shows here as the buffer."""
+    seen: dict[int, int] = {}
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(obj, Mapping):
+            for value in obj.values():
+                visit(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                visit(value)
+
+    visit(states)
+    return sum(seen.values())
+
+
 def write_result(
     out: Path,
     ctx: resilience.Context,

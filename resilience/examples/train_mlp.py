@@ -187,7 +187,8 @@ def train(ctx: resilience.Context, args: argparse.Namespace) -> None:
     if args.out is not None:
         evaluated = eval_loss(model, args.width, args.seed) if sampler is not None else None
         digests = {"model_digest": model_digest(model)}
-        outputs.write_result(args.out, ctx, loss, clock, digests, eval_loss=evaluated)
+        saved = outputs.saved_bytes(model.state_dict(), opt.state_dict())
+        outputs.write_result(args.out, ctx, loss, clock, digests, eval_loss=evaluated, saved_bytes=saved)
 
 
 def forward_backward(

@@ -14,14 +14,18 @@ all in flight at once and paced (:mod:`resilience.state.pacing`).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from resilience.errors import Unrecoverable
 from resilience.state import prefault
+from resilience.state import skeleton as skel
 from resilience.state.pacing import Pace
 from resilience.state.snapshot import RunningChecksum, Snapshot, checksum, empty_like_layout, layout
 
@@ -215,16 +219,69 @@ def recv_snapshot(
     return _receive((src,), group, tag, reuse)
 
 
+@dataclass
+class Apart:
+    """State received to be loaded once, each tensor in an allocation of its own.
+
+    A snapshot packs every tensor of a dtype into one buffer, which suits what is kept and sent
+    again. State that is loaded and then trained on must not be views of such a buffer: a model
+    parameter or an optimizer moment that is a view keeps the whole buffer alive, and
+    ``torch.save`` of a state dict then writes the whole buffer for it (torch saves storages
+    whole): 3x the model for a model and AdamW. Received apart, the restored tensors can become
+    the model's own without a copy (:mod:`resilience.state.adopt`).
+    """
+
+    step: int
+    skeleton: bytes
+    tensors: list[torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.skeleton) + sum(t.numel() * t.element_size() for t in self.tensors)
+
+    def states(self) -> dict[str, Any]:
+        """name -> state dict, holding the received tensors themselves (use once)."""
+        tree, refs = skel.loads(self.skeleton)
+        return skel.fill(tree, [t.view(r.shape) for t, r in zip(self.tensors, refs)])
+
+
+def recv_apart(sources: Sequence[int], group: dist.ProcessGroup | None = None, tag: int = 0) -> Apart:
+    """:func:`recv_striped`, into one allocation per tensor (:class:`Apart`)."""
+    step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
+    refs = skel.loads(skeleton)[1]
+    counts = {k: sum(math.prod(r.shape) for r in refs if r.dtype == k) for k in sizes}
+    if counts != sizes or any(r.dtype not in sizes for r in refs):
+        raise Unrecoverable(f"state from rank {sources[0]} for step {step}: its layout and skeleton disagree")
+    tensors = [torch.empty(math.prod(r.shape), dtype=skel.dtype_named(r.dtype)) for r in refs]
+    _fill(sources, group, tag, step, skeleton, expected, tensors, fresh=tensors)
+    return Apart(step, skeleton, tensors)
+
+
 def _receive(
     sources: Sequence[int], group: dist.ProcessGroup | None, tag: int, reuse: Snapshot | None
 ) -> Snapshot:
-    """Every piece posted at once (piece i from ``sources[i % k]``); while they land, a thread maps
-    fresh buffers' pages ahead of them and this one hashes each piece as it is in."""
     step, skeleton, sizes, expected = _recv_meta(sources[0], group, tag)
     snap = empty_like_layout(step, skeleton, sizes, reuse)
     lent = reuse.buffers.values() if reuse is not None else ()
-    filling = prefault.ahead([b for b in snap.buffers.values() if all(b is not r for r in lent)])
-    pieces = list(_pieces(snap.regions()))
+    fresh = [b for b in snap.buffers.values() if all(b is not r for r in lent)]
+    _fill(sources, group, tag, step, skeleton, expected, snap.regions(), fresh)
+    return snap
+
+
+def _fill(
+    sources: Sequence[int],
+    group: dist.ProcessGroup | None,
+    tag: int,
+    step: int,
+    skeleton: bytes,
+    expected: str,
+    regions: list[torch.Tensor],
+    fresh: Sequence[torch.Tensor],
+) -> None:
+    """Every piece posted at once (piece i from ``sources[i % k]``); while they land, a thread maps
+    ``fresh`` memory's pages ahead of them and this one hashes each piece as it is in."""
+    filling = prefault.ahead(fresh)
+    pieces = list(_pieces(regions))
     works = [dist.irecv(p, sources[i % len(sources)], group=group, tag=tag) for i, p in enumerate(pieces)]
     running = RunningChecksum(skeleton)
     for work, piece in zip(works, pieces):
@@ -234,4 +291,3 @@ def _receive(
     if running.value() != expected:
         who = f"rank {sources[0]}" if len(sources) == 1 else f"ranks {list(sources)}"
         raise Unrecoverable(f"state received from {who} for step {step} fails its checksum")
-    return snap

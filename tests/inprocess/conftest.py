@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.sres_runs import sres_run
+from tests.support.sres_runs import Run, sres_run
 
 
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory) -> dict[int, str]:
-    """Final state digests of a fault-free 4-rank run: what every faulty run must end with."""
+def reference_run(tmp_path_factory) -> Run:
+    """A fault-free 4-rank run of the example MLP."""
     run = sres_run(tmp_path_factory.mktemp("reference"))
     assert run.returncode == 0, run.stderr
-    digests = run.digests()
+    return run
+
+
+@pytest.fixture(scope="session")
+def reference(reference_run) -> dict[int, str]:
+    """Final state digests of a fault-free 4-rank run: what every faulty run must end with."""
+    digests = reference_run.digests()
     assert len(digests) == 4 and len(set(digests.values())) == 1  # data-parallel replicas agree
     return digests
 

@@ -32,10 +32,14 @@ class Run:
         return read_events(self.log_dir / "events.jsonl")
 
     def digests(self) -> dict[int, str]:
+        return {rank: data["digest"] for rank, data in self.results().items()}
+
+    def results(self) -> dict[int, dict]:
+        """Each rank's ``rank<R>.json`` (:mod:`resilience.examples.outputs`), by rank."""
         out = {}
         for path in sorted((self.log_dir / "out").glob("rank*.json")):
             data = json.loads(path.read_text())
-            out[data["rank"]] = data["digest"]
+            out[data["rank"]] = data
         return out
 
     def of(self, kind: str) -> list[dict]:

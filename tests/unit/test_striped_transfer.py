@@ -25,10 +25,17 @@ SCRIPT = textwrap.dedent("""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(300, 300), torch.nn.Linear(300, 7))
     states = {"model": model.state_dict(), "extra": {"step": 9, "name": "x"}}
-    for round in ("agree", "differ"):
+    for round in ("agree", "differ", "apart", "apart differ"):
         if rank == 0:
             try:
-                got = transfer.recv_striped([1, 2])
+                if round.startswith("apart"):  # each tensor in an allocation of its own
+                    apart = transfer.recv_apart([1, 2])
+                    alone = all(t.untyped_storage().nbytes() == t.numel() * t.element_size()
+                                for t in apart.tensors)
+                    print(round, alone, flush=True)
+                    got = snapshot.capture(apart.states(), apart.step)
+                else:
+                    got = transfer.recv_striped([1, 2])
                 print(round, got.step, got.digest() == snapshot.capture(states, 9).digest(), flush=True)
             except Unrecoverable as err:
                 print(round, "refused", "fails its checksum" in str(err), flush=True)
@@ -36,10 +43,10 @@ SCRIPT = textwrap.dedent("""
             skeleton, tensors, sizes = snapshot.describe(states)
             transfer.send_state(9, skeleton, tensors, sizes, dst=0, stripe=(0, 2))
         else:
-            if round == "differ":
-                with torch.no_grad():
-                    model[1].weight[3, 3] += 1  # in piece 7: stripe 1, this rank's
-            transfer.send_snapshot(snapshot.capture(states, 9), dst=0, stripe=(1, 2))
+            mine = snapshot.capture(states, 9)
+            if round.endswith("differ"):
+                snapshot.materialize(mine, copy=False)["model"]["1.weight"][3, 3] += 1  # piece 7: stripe 1
+            transfer.send_snapshot(mine, dst=0, stripe=(1, 2))
         dist.barrier()
     dist.destroy_process_group()
 """)
@@ -47,9 +54,13 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.local  # spawns: three gloo ranks
 def test_stripes_from_two_holders_make_the_whole_state_and_a_diverged_holder_is_refused():
+    """Into a snapshot's flat buffers, and apart (one allocation per tensor: loaded once)."""
     ranks = run_rank_pair(SCRIPT, ranks=3)
     assert [r.returncode for r in ranks] == [0, 0, 0], [r.stderr[-2000:] for r in ranks]
     assert ranks[0].stdout.splitlines() == [
         "agree 9 True",
         "differ refused True",
+        "apart True",
+        "apart 9 True",
+        "apart differ refused True",
     ]
