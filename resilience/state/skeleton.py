@@ -10,7 +10,8 @@ StatefulDataLoader, random streams; surveyed) comes back exactly:
 - ``{"$f": "<16 hex digits>"}``: a non-finite float by its IEEE bits (ReduceLROnPlateau's inf);
 - ``{"$d": [[key, value], ...]}``: a dict with a key that is not a str, or starts with ``$``
   (optimizer state is keyed by int);
-- ``{"$T": i}``: the i-th tensor, whose bytes live in the snapshot's flat buffers.
+- ``{"$T": i}``: the i-th tensor, whose bytes live in the snapshot's flat buffers. The same
+  memory seen the same way under two keys (tied weights) is one tensor, named twice.
 
 Ints of any size, finite floats (by ``repr``: exact), str, bool and None are JSON's own. An
 ``OrderedDict`` comes back a plain dict (``load_state_dict`` takes either). Anything else (a
@@ -55,7 +56,7 @@ def dtype_named(name: str) -> torch.dtype:
 def dumps(states: Any, tensors: list[torch.Tensor]) -> tuple[bytes, list[TensorRef], dict[str, int]]:
     """The skeleton of ``states``, its tensors appended to ``tensors`` (in buffer order), their
     places and the element count of each dtype's buffer."""
-    tree = _strip(states, tensors)
+    tree = _strip(states, tensors, {})
     sizes: dict[str, int] = {}
     refs: list[TensorRef] = []
     for t in tensors:
@@ -125,22 +126,26 @@ class TensorIndex:
 def from_plain(obj: Any) -> Any:
     """``obj`` (tensors already replaced by :class:`TensorIndex`) as a tree: how a skeleton of the
     pickle format becomes one of this format. Raises NotPlainData for what a tree cannot hold."""
-    return _strip(obj, [])
+    return _strip(obj, [], {})
 
 
 _PLAIN = (str, int, bool, type(None))
 _NO_KEY = object()
 
 
-def _strip(obj: Any, tensors: list[torch.Tensor]) -> Any:
+def _strip(obj: Any, tensors: list[torch.Tensor], seen: dict[tuple[Any, ...], int]) -> Any:
     kind = type(obj)
     if kind in _PLAIN:
         return obj
     if kind is float:
         return obj if obj - obj == 0 else {"$f": struct.pack(">d", obj).hex()}
     if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return {"$T": len(tensors) - 1}
+        view = _view_of(obj)
+        if view is None or view not in seen:
+            tensors.append(obj)
+            if view is not None:
+                seen[view] = len(tensors) - 1
+        return {"$T": seen[view] if view is not None else len(tensors) - 1}
     if kind is TensorIndex:
         return {"$T": obj.index}
     key: Any = _NO_KEY
@@ -148,19 +153,34 @@ def _strip(obj: Any, tensors: list[torch.Tensor]) -> Any:
         if kind is list or kind is tuple:
             items = []
             for key, value in enumerate(obj):
-                items.append(_strip(value, tensors))
+                items.append(_strip(value, tensors, seen))
             return items if kind is list else {"$t": items}
         if kind is dict or kind is OrderedDict:
             if all(type(k) is str and not k.startswith("$") for k in obj):
                 out = {}
                 for key, value in obj.items():
-                    out[key] = _strip(value, tensors)
+                    out[key] = _strip(value, tensors, seen)
                 return out
             pairs = []
             for key, value in obj.items():
-                pairs.append([_strip(key, tensors), _strip(value, tensors)])
+                pairs.append([_strip(key, tensors, seen), _strip(value, tensors, seen)])
             return {"$d": pairs}
     except NotPlainData as err:
         err.path = f"[{key!r}]{err.path}" if key is not _NO_KEY else err.path
         raise
     raise NotPlainData(obj)
+
+
+def _view_of(t: torch.Tensor) -> tuple[Any, ...] | None:
+    """What makes two tensors the same memory seen the same way: tied weights appear in a state
+    dict under two keys (GPT-2's embedding and head; ``state_dict`` detaches each into a tensor
+    object of its own), and are kept and moved once. None for tensors of other kinds
+    (DTensor, tensor subclasses), which are kept each time they appear, as before."""
+    if (
+        type(t) not in (torch.Tensor, torch.nn.Parameter)
+        or t.layout != torch.strided
+        or t.is_meta
+        or not t.numel()
+    ):
+        return None
+    return (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())

@@ -131,3 +131,16 @@ def test_a_module_with_extra_state_has_it_set():
     load_module(model, state)
     assert model.seen.item() == 101
     assert torch.equal(model.weight, state["weight"])
+
+
+def test_a_tied_weight_restored_once_is_adopted_once():
+    """A snapshot keeps a tied weight once, so both keys restore the same tensor: taken, no copy."""
+    embed = torch.nn.Embedding(5, 4)
+    head = torch.nn.Linear(4, 5, bias=False)
+    head.weight = embed.weight
+    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    state = _restored(model)
+    state["head.weight"] = state["embed.weight"]
+    load_module(model, state)
+    assert model["embed"].weight is model["head"].weight
+    assert model["head"].weight.data_ptr() == state["embed.weight"].data_ptr()
