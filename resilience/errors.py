@@ -134,3 +134,8 @@ class CacheTooSmall(ResilienceError, OSError):
 class Fenced(ResilienceError, RuntimeError):
     """This process's lease from the supervisor ran out (it could not reach it for longer than the
     bound): a newer generation may already hold its rank, so it writes nothing more and ends."""
+
+
+class ReadClosed(ResilienceError, RuntimeError):
+    """A copy left behind tried to read live state after its generation ended: it stops
+    (:mod:`resilience.agent.live_read`)."""

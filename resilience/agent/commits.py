@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from resilience.agent import faults
 from resilience.agent.heartbeat import GenerationWatch
 from resilience.agent.kept import Kept
+from resilience.agent.live_read import LiveRead
 from resilience.agent.protection import Protection
 from resilience.agent.step_timer import StepTimer
 from resilience.contract.channels.plans import pause_check_every
@@ -77,6 +78,8 @@ class CommitPipeline:
         self._in_commit = False
         """Inside a ``commit()`` block: a fault now cut the commit off (recovery asks :meth:`cut_off`)."""
         self._capture: threading.Thread | None = None
+        self._live_read = LiveRead()
+        """The last capture's reading of the live objects, closed when the generation ends."""
         self._capture_error: BaseException | None = None
         self._commits_this_generation = 0
         self.step_times: list[float] = []
@@ -140,6 +143,7 @@ class CommitPipeline:
         self._timer.publish()
         self._timer.deactivate()
         self.wait_background(raise_errors=False)
+        self._live_read.close()
 
     def forget_generation(self) -> None:
         self.replicator = None
@@ -280,19 +284,18 @@ class CommitPipeline:
                     hook,
                 )
             reuse = {kind: self.kept.own[kind].take_oldest() for kind in self.kept.own}
-            self._capture = threading.Thread(
-                target=self._capture_states, args=(step, states, reuse), name="sres-snapshot", daemon=True
-            )
-            self._capture.start()
+            self._start_capture(self._capture_states, step, states, reuse)
         elif self.tiers is not None:
             # The tiers' copy runs while the next step computes; before_commit waits for it.
-            self._capture = threading.Thread(
-                target=self._capture_tiers,
-                args=(self.tiers, step, ctx.states()),
-                name="sres-snapshot",
-                daemon=True,
-            )
-            self._capture.start()
+            self._start_capture(self._capture_tiers, self.tiers, step, ctx.states())
+
+    def _start_capture(self, target: Callable[..., None], *args: Any) -> None:
+        """The commit's copy on a thread, reading the live objects under a LiveRead of its own."""
+        self._live_read = LiveRead()
+        self._capture = threading.Thread(
+            target=target, args=(*args, self._live_read), name="sres-snapshot", daemon=True
+        )
+        self._capture.start()
 
     def _changed_after_commit(self, step: int, ctx: Context, changed: list[str]) -> None:
         """The loop changed registered state after the commit block: that belongs to the step
@@ -324,19 +327,20 @@ class CommitPipeline:
             self.store.events.push("changed-after-commit", rank=self.rank, step=step, names=new)
 
     def _capture_states(
-        self, step: int, states: dict[str, dict[str, Any]], reuse: dict[str, Snapshot | None]
+        self, step: int, states: dict[str, dict[str, Any]], reuse: dict[str, Snapshot | None], live: LiveRead
     ) -> None:
         try:
-            snaps = {
-                kind: snapshot.capture(
-                    states[kind], step, reuse[kind], self._capture_hook if kind == "sharded" else None
-                )
-                for kind in self.kept.own
-            }
-            for kind, snap in snaps.items():
-                self.kept.own[kind].put(snap)
+            with live.reading():
+                snaps = {
+                    kind: snapshot.capture(
+                        states[kind], step, reuse[kind], self._capture_hook if kind == "sharded" else None
+                    )
+                    for kind in self.kept.own
+                }
+                for kind, snap in snaps.items():  # kept before a generation's end reads the rings
+                    self.kept.own[kind].put(snap)
             if self.tiers is not None:  # it reads live state too: before anything waits
-                self.tiers.saver.save(step, states, midway=self._capture_hook)
+                self.tiers.saver.save(step, states, midway=self._capture_hook, reading=live.reading)
             if self.replicator is not None and states["sharded"]:
                 budget = pacing.round_budget(self.step_times, self.env.copy_pace)
                 self.replicator.start(snaps["sharded"], budget)  # once the previous round is done
@@ -344,9 +348,11 @@ class CommitPipeline:
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err
 
-    def _capture_tiers(self, tiers: TierAgent, step: int, states: dict[str, dict[str, Any]]) -> None:
+    def _capture_tiers(
+        self, tiers: TierAgent, step: int, states: dict[str, dict[str, Any]], live: LiveRead
+    ) -> None:
         try:
-            tiers.saver.save(step, states, midway=self._capture_hook)
+            tiers.saver.save(step, states, midway=self._capture_hook, reading=live.reading)
         except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
             if threading.current_thread() is self._capture:  # not a copy left behind
                 self._capture_error = err
@@ -359,11 +365,12 @@ class CommitPipeline:
     def _wait_captured(self, raise_errors: bool = True, rounds: bool = False) -> None:
         """The last commit's capture (and its rank part's round, a few KiB); with ``rounds``
         also the buddy round of its sharded state."""
-        if self._capture is not None:
-            self._join(self._capture)
-            self._capture = None
-        error, self._capture_error = self._capture_error, None
-        try:
+        error: BaseException | None = None
+        try:  # a copy left behind by a release, too: ``leave`` must not raise it (the rank lives on)
+            if self._capture is not None:
+                self._join(self._capture)
+                self._capture = None
+            error, self._capture_error = self._capture_error, None
             if self.kept.parts.in_flight is not None:
                 self._join(self.kept.parts.in_flight)
             self.kept.parts.wait()

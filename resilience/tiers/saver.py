@@ -22,10 +22,12 @@ supervisor's "persist now", :mod:`resilience.tiers.flush`) go through the persis
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,9 +123,11 @@ class TierSaver:
         states: Mapping[str, Mapping[str, Any]],
         force_persistent: bool = False,
         midway: Callable[[int], None] | None = None,
+        reading: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         """Copy ``states`` (kind -> name -> state) into reusable buffers and queue the tiers.
-        Blocks only for the copy; ``midway(step)`` runs half-way through it (fault injection)."""
+        Blocks only for the copy; ``midway(step)`` runs half-way through it (fault injection).
+        The copy reads ``states`` inside ``reading()`` only (:mod:`resilience.agent.live_read`)."""
         self.commits += 1
         persist = force_persistent or self._on_cadence(step)
         if not self.config.ram and not persist:
@@ -134,11 +138,19 @@ class TierSaver:
             self._first.wait_idle()  # flush mode: this commit must reach the RAM tier
         buffers = self._take_buffers()
         with self.cost.measure():
-            snaps = {
-                kind: snapshot.capture(states[kind], step, buffers.get(kind), midway)
-                for kind in states
-                if states[kind]
-            }
+            try:
+                with reading():
+                    snaps = {
+                        kind: snapshot.capture(states[kind], step, buffers.get(kind), midway)
+                        for kind in states
+                        if states[kind]
+                    }
+            except BaseException:  # no copy made (a closed read): its buffers serve the next one
+                if buffers:
+                    self._free.append(buffers)
+                else:
+                    self._buffers_made -= 1
+                raise
             for kind, snap in snaps.items():
                 if kind not in buffers and _pin_memory():
                     snaps[kind] = _pinned(snap)

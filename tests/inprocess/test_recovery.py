@@ -85,6 +85,17 @@ def test_sharded_optimizer_shard_comes_from_its_buddy(tmp_path, sharded_referenc
     assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1
 
 
+def _zero1_run(tmp_path, *injected: str):
+    """A ZeRO-1 run (``--sharded``) with one spare node and these faults."""
+    return sres_run(
+        tmp_path,
+        "--spares",
+        "1",
+        *(a for spec in injected for a in ("--inject", spec)),
+        train_args=("--sharded",),
+    )
+
+
 def test_a_snapshot_taken_under_the_next_step_is_the_commits_and_a_kill_during_one_resumes_from_it(
     tmp_path, sharded_reference
 ):
@@ -92,21 +103,26 @@ def test_a_snapshot_taken_under_the_next_step_is_the_commits_and_a_kill_during_o
     optimizer step must wait for it). Rank 1 then dies half-way through its snapshot of commit 6:
     its shards of commit 6 exist nowhere complete (the buddy copy starts after the capture), so
     every rank resumes from commit 5, none from a mix, and the result is the fault-free one."""
-    run = sres_run(
-        tmp_path,
-        "--spares",
-        "1",
-        "--inject",
-        "stall-capture:rank=1:step=5",
-        "--inject",
-        "kill-during-capture:rank=1:step=6",
-        train_args=("--sharded",),
-    )
+    run = _zero1_run(tmp_path, "stall-capture:rank=1:step=5", "kill-during-capture:rank=1:step=6")
     assert run.returncode == 0, run.stderr
     assert run.digests() == sharded_reference
     (fault,) = run.of("fault")
     (recovered,) = run.of("recovered")
     assert fault["kind"] == "kill" and recovered["source"] == "peer" and recovered["step"] == 5, recovered
+
+
+def test_a_survivor_released_while_its_snapshot_is_still_copying_survives(tmp_path, sharded_reference):
+    """ZeRO-1: rank 1's snapshot of commit 5 stalls for 2 s; rank 2 dies at step 6, so rank 1 is
+    released from step 6's gradient all-reduce while that copy still runs. Its end waits for the
+    copy's read of the live state (``resilience/agent/live_read.py``), and rank 1 goes on to the
+    next generation: one fault, not a second one of its own (its teardown used to raise "the
+    generation ended during a background copy" and exit 1)."""
+    run = _zero1_run(tmp_path, "stall-capture:rank=1:step=5", "kill:rank=2:step=6")
+    assert run.returncode == 0, run.stderr
+    assert [(f["kind"], f["rank"]) for f in run.of("fault")] == [("kill", 2)], run.of("fault")
+    (recovered,) = run.of("recovered")  # commit 5 if rank 2's buddy copy of it was out, else 4
+    assert recovered["source"] == "peer" and recovered["steps_lost"] <= 1, recovered
+    assert run.digests() == sharded_reference
 
 
 def test_losing_both_holders_of_a_shard_fails_with_one_clear_line(tmp_path):

@@ -68,11 +68,16 @@ def test_a_tensor_that_does_not_fit_is_copied_with_every_other(change):
     assert torch.allclose(model.weight.double(), state["weight"].detach().double())
 
 
-def test_tied_weights_stay_tied():
+def _tied() -> torch.nn.Module:
     embed = torch.nn.Embedding(5, 4)
     head = torch.nn.Linear(4, 5, bias=False)
     head.weight = embed.weight
-    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    return torch.nn.ModuleDict({"embed": embed, "head": head})
+
+
+def test_tied_weights_restored_apart_stay_tied():
+    """Two restored tensors for one tied weight (a snapshot of an older version): copied."""
+    model = _tied()
     state = _restored(model)
     state["head.weight"] = state["embed.weight"].clone()
     load_module(model, state)
@@ -135,10 +140,7 @@ def test_a_module_with_extra_state_has_it_set():
 
 def test_a_tied_weight_restored_once_is_adopted_once():
     """A snapshot keeps a tied weight once, so both keys restore the same tensor: taken, no copy."""
-    embed = torch.nn.Embedding(5, 4)
-    head = torch.nn.Linear(4, 5, bias=False)
-    head.weight = embed.weight
-    model = torch.nn.ModuleDict({"embed": embed, "head": head})
+    model = _tied()
     state = _restored(model)
     state["head.weight"] = state["embed.weight"]
     load_module(model, state)
