@@ -15,6 +15,7 @@ SHA-256 digests are for comparing runs (the tests' and the demo's bitwise checks
 from __future__ import annotations
 
 import hashlib
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def capture(
 
 
 def _regions(buffers: Mapping[str, torch.Tensor], refs: list[skel.TensorRef]) -> list[torch.Tensor]:
-    return [buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)) for r in refs]
+    return [buffers[r.dtype].narrow(0, r.offset, math.prod(r.shape)) for r in refs]
 
 
 CHECKSUM_KIND = "xxh3"
@@ -167,7 +168,7 @@ def materialize(snapshot: Snapshot, copy: bool = True) -> dict[str, Any]:
     views of the buffers, for a snapshot that is used once and dropped (saves a full copy).
     """
     tree, refs = skel.loads(snapshot.skeleton)
-    tensors = [snapshot.buffers[r.dtype].narrow(0, r.offset, _numel(r.shape)).view(r.shape) for r in refs]
+    tensors = [snapshot.buffers[r.dtype].narrow(0, r.offset, math.prod(r.shape)).view(r.shape) for r in refs]
     return skel.fill(tree, [t.clone() for t in tensors] if copy else tensors)
 
 
@@ -190,13 +191,6 @@ def empty_like_layout(
             for k, n in sizes.items()
         },
     )
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def as_bytes(t: torch.Tensor) -> memoryview:
