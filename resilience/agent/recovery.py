@@ -30,6 +30,7 @@ from resilience.contract.rank_env import RankEnv
 from resilience.contract.run_store import RunStore
 from resilience.errors import Unrecoverable
 from resilience.state import snapshot
+from resilience.state.gather import all_gather_json, from_json, to_json
 from resilience.state.recovery_plan import Holdings, RecoveryPlan, plan_rank_parts, plan_recovery
 from resilience.state.replication import SnapshotRing
 from resilience.state.transfer import (
@@ -87,9 +88,9 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     """Collective: the step this generation resumes after, and the state to load (None: none)."""
     started, formed_t = time.perf_counter(), time.time()
     world, rank = scene.plan.world_size, scene.rank
-    gathered: list[Holdings | None] = [None] * world
-    mine = kept.holdings(rank, world, live.step if live is not None else None)
-    dist.all_gather_object(gathered, mine, group=scene.group)
+    gathered = _gather_holdings(
+        kept.holdings(rank, world, live.step if live is not None else None), scene.group
+    )
     recovery, tiered = _decide(scene, kept, gathered)
     moved, received = _transfer(scene, kept, recovery, live)
     if tiered is None:
@@ -107,19 +108,30 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
             restored.update(part)
     for group in (None, scene.group):
         _set_pg_timeout(timedelta(seconds=scene.env.collective_timeout_s), group)
-    moved_total = [0] * world
-    dist.all_gather_object(moved_total, moved, group=scene.group)
+    moved_total = all_gather_json(moved, scene.group, "bytes moved")
+    if not all(type(n) is int for n in moved_total):
+        raise Unrecoverable(f"bytes moved: not all ints ({moved_total!r:.200})")
     if rank == 0:
         _publish(scene, recovery, tiered, sum(moved_total) // 2, started, formed_t)
     return recovery.step, restored
 
 
-def _decide(
-    scene: Scene, kept: Kept, gathered: list[Holdings | None]
-) -> tuple[RecoveryPlan, Restored | None]:
+def _gather_holdings(mine: Holdings, group: dist.ProcessGroup) -> list[Holdings]:
+    """Every rank's holdings, as JSON (:mod:`resilience.state.gather`: no pickle crosses gloo),
+    each checked to be what it says: the holdings of the rank it came from."""
+    gathered = []
+    for rank, data in enumerate(all_gather_json(to_json(mine), group, "holdings")):
+        holdings = from_json(Holdings, data, f"holdings from rank {rank}")
+        if holdings.rank != rank:
+            raise Unrecoverable(f"holdings from rank {rank} are rank {holdings.rank}'s")
+        gathered.append(holdings)
+    return gathered
+
+
+def _decide(scene: Scene, kept: Kept, gathered: list[Holdings]) -> tuple[RecoveryPlan, Restored | None]:
     """The peers' recovery plan, or a restore from the tiers when they have a newer step (or
     the only exact one). Every rank decides alike, from the same gathered holdings."""
-    holdings = {h.rank: h for h in gathered if h is not None}
+    holdings = {h.rank: h for h in gathered}
     world = scene.plan.world_size
     try:
         recovery, peer_error = plan_recovery(world, holdings, scene.env.replication_factor), None

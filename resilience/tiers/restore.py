@@ -19,8 +19,10 @@ from typing import Any
 
 import torch.distributed as dist
 
+from resilience.errors import Unrecoverable
 from resilience.tiers import manifest as mf
 from resilience.state import snapshot
+from resilience.state.gather import all_gather_json, from_json, to_json
 from resilience.state.snapshot import Snapshot
 from resilience.tiers import registry
 from resilience.tiers.base import SHARED_HOLDER, Offer, Where
@@ -174,9 +176,13 @@ class Restorer:
 
     def gather_offers(self) -> list[Offer]:
         mine = list_offers(self.config, self.rank, self.node, self.rank == 0, self._report, self.ram_base)
-        gathered: list[list[Offer] | None] = [None] * self.world
-        dist.all_gather_object(gathered, mine, group=self.group)
-        return [o for part in gathered for o in (part or [])]
+        gathered = all_gather_json([to_json(o) for o in mine], self.group, "tier offers")
+        offers = []
+        for rank, part in enumerate(gathered):
+            if type(part) is not list:
+                raise Unrecoverable(f"tier offers from rank {rank}: not a list ({part!r:.200})")
+            offers += [from_json(Offer, o, f"a tier offer from rank {rank}") for o in part]
+        return offers
 
     def restore(self, offers: list[Offer], after_step: int) -> Restored | None:
         """The newest restorable step after ``after_step``, loaded; None when the tiers have
@@ -190,9 +196,7 @@ class Restorer:
                 return None
             error, result, n = self._execute(plan)
             moved += n
-            failures: list[Any] = [None] * self.world
-            dist.all_gather_object(failures, error, group=self.group)
-            failed = [f for f in failures if f is not None]
+            failed = _failures(all_gather_json(error, self.group, "tier restore failures"))
             if not failed:
                 states, snaps = result
                 per_rank = {(o.tier, o.holder, o.owner, o.step) for o in offers if o.per_rank}
@@ -290,3 +294,28 @@ class Restorer:
         for name in shards[0]:  # each object reshards itself (ShardedOptimizer, FSDP2 adapters)
             states[name] = {"shards": [s[name] for s in shards]}
         return None, (states, {}), 0
+
+
+Failure = tuple[str, int, int, str]
+"""A copy a rank could not restore: its tier, owner and step, and why."""
+
+
+def _failures(gathered: list[Any]) -> list[Failure]:
+    """The failures every rank reported (None: none), checked: they name what the next plan skips."""
+    failed = []
+    for rank, item in enumerate(gathered):
+        if item is None:
+            continue
+        if not (
+            type(item) is list
+            and len(item) == 4
+            and type(item[0]) is str
+            and type(item[1]) is int
+            and type(item[2]) is int
+            and type(item[3]) is str
+        ):
+            raise Unrecoverable(
+                f"tier restore failures from rank {rank}: not (tier, owner, step, why) ({item!r:.200})"
+            )
+        failed.append((item[0], item[1], item[2], item[3]))
+    return failed
