@@ -10,13 +10,18 @@ trial:
   supervisor  CPU seconds (user + system) of the supervisor process itself over a fault-free
               200-step run of 2 ranks (read from /proc while it runs, its children excluded).
 
-    python benchmarks/recovery_path.py [--base 27e826b] [--repeat 5]
+``--from-tiers``: the recovery run has the tiers on instead (its RAM root in /dev/shm, removed
+after) and every rank process is killed at step 20 (``kill-all``), so the state comes back from
+the RAM tier, not from a peer; ``--depth`` sizes the state (4: ~60 MiB, 20: ~252 MiB a rank).
+
+    python benchmarks/recovery_path.py [--base 27e826b] [--repeat 5] [--from-tiers] [--depth 4]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,13 +41,17 @@ PARTS = ("seconds", "release_s", "reform_s", "transfer_s", "first_step_s")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _sres(repo: Path, log_dir: Path, sres: list[str], train: list[str]) -> subprocess.Popen:
+def _sres(
+    repo: Path, log_dir: Path, sres: list[str], train: list[str], ram_root: Path | None = None
+) -> subprocess.Popen:
+    """``sres run`` from ``repo``'s tree: without tiers, or with them under ``ram_root``."""
+    tiers = ["--job-id", log_dir.name] if ram_root is not None else ["--no-tiers"]
     cmd = [
         sys.executable,
         "-m",
         "launcher.cli",
         "run",
-        "--no-tiers",
+        *tiers,
         "--log-dir",
         str(log_dir),
         *sres,
@@ -55,6 +64,8 @@ def _sres(repo: Path, log_dir: Path, sres: list[str], train: list[str]) -> subpr
         *train,
     ]
     env = {**os.environ, "PYTHONPATH": str(repo)}  # each side imports its own tree
+    if ram_root is not None:
+        env["SRES_RAM_ROOT"] = str(ram_root)
     return subprocess.Popen(
         cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -66,17 +77,17 @@ def _finish(proc: subprocess.Popen) -> None:
         raise SystemExit(f"a run failed ({proc.returncode}):\n{err[-2000:]}")
 
 
-def recovery(repo: Path, work: Path) -> dict[str, float]:
+def recovery(repo: Path, work: Path, depth: int = 4, from_tiers: bool = False) -> dict[str, float]:
     log_dir = work / f"recovery-{time.monotonic_ns()}"
-    _finish(
-        _sres(
-            repo,
-            log_dir,
-            ["--nodes", "2", "--spares", "1", "--inject", "node:1:step=20"],
-            ["--width", "1024", "--depth", "4", "--steps", "30"],
-        )
-    )
-    (rec,) = [e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered"]
+    fault = "kill-all:step=20" if from_tiers else "node:1:step=20"
+    train = ["--width", "1024", "--depth", str(depth), "--steps", "30"]
+    ram_root = Path(tempfile.mkdtemp(prefix="sres-bench-ram-", dir="/dev/shm")) if from_tiers else None
+    try:
+        _finish(_sres(repo, log_dir, ["--nodes", "2", "--spares", "1", "--inject", fault], train, ram_root))
+    finally:
+        if ram_root is not None:
+            shutil.rmtree(ram_root, ignore_errors=True)
+    rec = next(e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered")  # kill-all: the first
     return {k: rec[k] for k in PARTS if rec.get(k) is not None}  # release_s: None if no report came
 
 
@@ -115,6 +126,8 @@ def main() -> int:
     parser.add_argument("--base", default=BASE, help=f"the earlier commit (default {BASE})")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200, help="steps of the supervisor-CPU run")
+    parser.add_argument("--from-tiers", action="store_true", help="every rank killed: the RAM tier restores")
+    parser.add_argument("--depth", type=int, default=4, help="the MLP's depth (4: ~60 MiB a rank)")
     args = parser.parse_args()
     sides: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
     with tempfile.TemporaryDirectory(prefix="sres-bench-path-") as tmp:
@@ -122,7 +135,10 @@ def main() -> int:
         with worktree(args.base, work / "base") as base:
             for trial in range(args.repeat):
                 for side, repo in (("before", base), ("after", ROOT)):
-                    got = {**recovery(repo, work), "supervisor_cpu_s": supervisor_cpu(repo, work, args.steps)}
+                    got = {
+                        **recovery(repo, work, args.depth, args.from_tiers),
+                        "supervisor_cpu_s": supervisor_cpu(repo, work, args.steps),
+                    }
                     for key, value in got.items():
                         sides[side].setdefault(key, []).append(value)
                     print(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sres_runs import Run
 from tests.support.tier_runs import NODES, sres_tiers
 
 
@@ -21,8 +22,8 @@ def ram_root():
 
 
 @pytest.fixture(scope="session")
-def tiers_reference(tmp_path_factory) -> dict[int, str]:
-    """Final digests of a fault-free 2-node run."""
+def tiers_reference_run(tmp_path_factory) -> Run:
+    """A fault-free 2-node run of the tier runs' training."""
     tmp = tmp_path_factory.mktemp("tiers-reference")
     ram = Path("/dev/shm") / f"sres-test-{uuid.uuid4().hex[:8]}"
     try:
@@ -30,6 +31,12 @@ def tiers_reference(tmp_path_factory) -> dict[int, str]:
         assert run.returncode == 0, run.stderr
     finally:
         shutil.rmtree(ram, ignore_errors=True)
-    digests = run.digests()
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiers_reference(tiers_reference_run: Run) -> dict[int, str]:
+    """Final digests of a fault-free 2-node run."""
+    digests = tiers_reference_run.digests()
     assert len(digests) == NODES and len(set(digests.values())) == 1
     return digests
