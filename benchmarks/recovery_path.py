@@ -87,7 +87,8 @@ def recovery(repo: Path, work: Path, depth: int = 4, from_tiers: bool = False) -
     finally:
         if ram_root is not None:
             shutil.rmtree(ram_root, ignore_errors=True)
-    rec = next(e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered")  # kill-all: the first
+    # The first recovery (kill-all's kills may land in two observations, each recovered).
+    rec = next(e for e in read_events(log_dir / "events.jsonl") if e["event"] == "recovered")
     return {k: rec[k] for k in PARTS if rec.get(k) is not None}  # release_s: None if no report came
 
 

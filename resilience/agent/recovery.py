@@ -88,7 +88,7 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     """Collective: the step this generation resumes after, and the state to load (None: none)."""
     started, formed_t = time.perf_counter(), time.time()
     world, rank = scene.plan.world_size, scene.rank
-    gathered = _gather_holdings(
+    gathered = gather_holdings(
         kept.holdings(rank, world, live.step if live is not None else None), scene.group
     )
     recovery, tiered = _decide(scene, kept, gathered)
@@ -116,7 +116,7 @@ def recover(scene: Scene, kept: Kept, live: Live | None) -> tuple[int, State | N
     return recovery.step, restored
 
 
-def _gather_holdings(mine: Holdings, group: dist.ProcessGroup) -> list[Holdings]:
+def gather_holdings(mine: Holdings, group: dist.ProcessGroup) -> list[Holdings]:
     """Every rank's holdings, as JSON (:mod:`resilience.state.gather`: no pickle crosses gloo),
     each checked to be what it says: the holdings of the rank it came from."""
     gathered = []

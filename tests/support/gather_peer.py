@@ -29,7 +29,7 @@ class Payload:
 
 
 def victim(mode: str) -> None:
-    from resilience.agent.recovery import _gather_holdings
+    from resilience.agent.recovery import gather_holdings
     from resilience.errors import Unrecoverable
     from resilience.state.recovery_plan import Holdings
 
@@ -43,7 +43,7 @@ def victim(mode: str) -> None:
         print(f"gathered {type(gathered[1]).__name__}", flush=True)
     else:
         try:
-            _gather_holdings(mine, dist.group.WORLD)
+            gather_holdings(mine, dist.group.WORLD)
         except Unrecoverable as err:
             print(f"refused: {err}", flush=True)
     dist.destroy_process_group()
