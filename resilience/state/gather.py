@@ -49,13 +49,19 @@ def all_gather_json(value: Any, group: dist.ProcessGroup | None, what: str) -> l
     mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     received = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(received, mine, group=group)
-    values = []
-    for rank, (raw, n) in enumerate(zip(received, lengths)):
-        try:
-            values.append(json.loads(raw[:n].numpy().tobytes(), parse_constant=_no_constant))
-        except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise Unrecoverable(f"{what} from rank {rank} is not JSON ({err})") from None
-    return values
+    return [
+        decoded(raw[:n].numpy().tobytes(), f"{what} from rank {rank}")
+        for rank, (raw, n) in enumerate(zip(received, lengths))
+    ]
+
+
+def decoded(data: bytes, what: str) -> Any:
+    """A peer's JSON as data; anything else (bytes that are no UTF-8 JSON, NaN, nesting past
+    Python's recursion limit) raises Unrecoverable naming ``what``, never another error."""
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+        raise Unrecoverable(f"{what} is not JSON ({str(err)[:200]})") from None
 
 
 def to_json(instance: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from resilience.errors import Unrecoverable
-from resilience.state.gather import from_json, to_json
+from resilience.state.gather import decoded, from_json, to_json
 from resilience.state.recovery_plan import Holdings
 from resilience.tiers.base import Offer
 from resilience.tiers.restore import _failures
@@ -72,3 +72,18 @@ def test_tier_failures_are_checked_before_a_plan_skips_them():
     for bad in (["ram", 1, 40], ["ram", "1", 40, "x"], {"tier": "ram"}, ["ram", 1, True, "x"]):
         with pytest.raises(Unrecoverable, match="from rank 1"):
             _failures([None, bad])
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x80\x04\x95",  # a pickle's first bytes
+        b"[1, NaN]",
+        b"\xff\xfe",
+        b"[" * 100_000 + b"]" * 100_000,  # nesting past the recursion limit
+        b"{",
+    ],
+)
+def test_what_is_not_json_is_refused_in_one_line(data):
+    with pytest.raises(Unrecoverable, match="holdings from rank 2 is not JSON"):
+        decoded(data, "holdings from rank 2")
