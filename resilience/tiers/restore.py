@@ -151,6 +151,16 @@ class Restored:
         return max(self.tiers.values(), key=registry.cost, default=registry.NAMES[0])
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A copy a rank could not restore, as every rank hears of it (JSON, :mod:`resilience.state.gather`)."""
+
+    tier: str
+    owner: int
+    step: int
+    why: str
+
+
 class Restorer:
     """Runs a restore on every rank of a generation, falling back tier by tier."""
 
@@ -196,7 +206,12 @@ class Restorer:
                 return None
             error, result, n = self._execute(plan)
             moved += n
-            failed = _failures(all_gather_json(error, self.group, "tier restore failures"))
+            gathered = all_gather_json(to_json(error) if error else None, self.group, "tier restore failures")
+            failed = [
+                from_json(Failure, item, f"a tier restore failure from rank {rank}")
+                for rank, item in enumerate(gathered)
+                if item is not None
+            ]
             if not failed:
                 states, snaps = result
                 per_rank = {(o.tier, o.holder, o.owner, o.step) for o in offers if o.per_rank}
@@ -214,12 +229,12 @@ class Restorer:
                         if s.of != s.owner and (s.tier, s.holder, s.of, plan.step) in per_rank
                     ),
                 )
-            for tier, owner, step, why in failed:
-                bad.add((tier, owner, step))
-                if error is not None and error[:3] == (tier, owner, step):
-                    self._report(tier, owner, step, why)
+            for f in failed:
+                bad.add((f.tier, f.owner, f.step))
+                if error is not None and (error.tier, error.owner, error.step) == (f.tier, f.owner, f.step):
+                    self._report(f.tier, f.owner, f.step, f.why)
 
-    def _execute(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
+    def _execute(self, plan: TierPlan) -> tuple[Failure | None, Any, int]:
         """This rank's part of ``plan``: serve transfers, load its own copy, verify it."""
         if plan.world_size != self.world:
             return self._reshard(plan)
@@ -233,7 +248,7 @@ class Restorer:
                 try:
                     loaded = self._load(src.tier, plan.step, src.of, kinds=kinds)
                 except mf.CheckpointInvalid as err:
-                    error = (src.tier, src.of, plan.step, str(err))
+                    error = Failure(src.tier, src.of, plan.step, str(err))
             elif not local and src.holder == self.rank:
                 moved += send_checkpoint(
                     registry.tier(src.tier).path(self.where, plan.step, src.of), src.owner, self.group
@@ -245,7 +260,7 @@ class Restorer:
                     moved += recv_checkpoint(here.path(self.where, plan.step, src.of), src.holder, self.group)
                     loaded = self._load(here.name, plan.step, src.of, tier_name=src.tier, kinds=kinds)
                 except mf.CheckpointInvalid as err:
-                    error = (src.tier, src.of, plan.step, str(err))
+                    error = Failure(src.tier, src.of, plan.step, str(err))
         if error is not None:
             return error, None, moved
         states: dict[str, Any] = {}
@@ -272,7 +287,7 @@ class Restorer:
                 f"{tier_name} tier: {str(err).removeprefix(f'{tier} tier: ')}"
             ) from None
 
-    def _reshard(self, plan: TierPlan) -> tuple[tuple | None, Any, int]:
+    def _reshard(self, plan: TierPlan) -> tuple[Failure | None, Any, int]:
         """Another world size: read every shard of the (shared-tier) checkpoint."""
         shards: list[dict[str, Any]] = []
         replicated: dict[str, Any] = {}
@@ -286,7 +301,7 @@ class Restorer:
                     kinds=("replicated", "sharded") if owner == 0 else ("sharded",),
                 )
             except mf.CheckpointInvalid as err:
-                return (plan.tier_of(owner), owner, plan.step, str(err)), None, 0
+                return Failure(plan.tier_of(owner), owner, plan.step, str(err)), None, 0
             if owner == 0 and "replicated" in snaps:
                 replicated = snapshot.materialize(snaps["replicated"], copy=False)
             shards.append(snapshot.materialize(snaps["sharded"], copy=False) if "sharded" in snaps else {})
@@ -294,28 +309,3 @@ class Restorer:
         for name in shards[0]:  # each object reshards itself (ShardedOptimizer, FSDP2 adapters)
             states[name] = {"shards": [s[name] for s in shards]}
         return None, (states, {}), 0
-
-
-Failure = tuple[str, int, int, str]
-"""A copy a rank could not restore: its tier, owner and step, and why."""
-
-
-def _failures(gathered: list[Any]) -> list[Failure]:
-    """The failures every rank reported (None: none), checked: they name what the next plan skips."""
-    failed = []
-    for rank, item in enumerate(gathered):
-        if item is None:
-            continue
-        if not (
-            type(item) is list
-            and len(item) == 4
-            and type(item[0]) is str
-            and type(item[1]) is int
-            and type(item[2]) is int
-            and type(item[3]) is str
-        ):
-            raise Unrecoverable(
-                f"tier restore failures from rank {rank}: not (tier, owner, step, why) ({item!r:.200})"
-            )
-        failed.append((item[0], item[1], item[2], item[3]))
-    return failed

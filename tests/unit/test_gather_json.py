@@ -11,7 +11,7 @@ from resilience.errors import Unrecoverable
 from resilience.state.gather import decoded, from_json, to_json
 from resilience.state.recovery_plan import Holdings
 from resilience.tiers.base import Offer
-from resilience.tiers.restore import _failures
+from resilience.tiers.restore import Failure
 
 
 def wire(value):
@@ -68,10 +68,18 @@ def test_missing_fields_and_other_shapes_are_refused():
 
 
 def test_tier_failures_are_checked_before_a_plan_skips_them():
-    assert _failures([None, ["ram", 1, 40, "bad checksum"], None]) == [("ram", 1, 40, "bad checksum")]
-    for bad in (["ram", 1, 40], ["ram", "1", 40, "x"], {"tier": "ram"}, ["ram", 1, True, "x"]):
+    failure = Failure("ram", 1, 40, "bad checksum")
+    assert from_json(Failure, wire(to_json(failure)), "a tier restore failure") == failure
+    good = wire(to_json(failure))
+    for bad in (
+        ["ram", 1, 40, "bad checksum"],
+        {"tier": "ram"},
+        {**good, "owner": "1"},
+        {**good, "step": True},
+        {**good, "why": None},
+    ):
         with pytest.raises(Unrecoverable, match="from rank 1"):
-            _failures([None, bad])
+            from_json(Failure, bad, "a tier restore failure from rank 1")
 
 
 @pytest.mark.parametrize(
