@@ -135,7 +135,8 @@ class Restored:
     step: int
     tiers: dict[int, str]
     states: dict[str, Any]
-    """name -> state to load (``ctx.register``)."""
+    """name -> state to load (``ctx.register``), resharded from another world size; empty
+    otherwise, where ``snaps`` hold it."""
     snaps: dict[str, Snapshot]
     """kind -> snapshot of this rank (empty when resharded)."""
     seconds: float
@@ -263,10 +264,7 @@ class Restorer:
                     error = Failure(src.tier, src.of, plan.step, str(err))
         if error is not None:
             return error, None, moved
-        states: dict[str, Any] = {}
-        for snap in loaded.values():
-            states.update(snapshot.materialize(snap, copy=False))
-        return None, (states, loaded), moved
+        return None, ({}, loaded), moved  # the snapshots are the state (the recovery copies it out)
 
     def _load(
         self,
