@@ -36,9 +36,14 @@ counter of them when told, not every tick); it is ending itself with this exit c
 line: under Slurm the supervisor sees the connection close before srun reports the code)."""
 DOORBELLS = ("report", "event")
 PLANNED, PAUSE, SHUTDOWN, ECHO = "g", "p", "s", "e"
-"""Down, supervisor to rank: generation G was planned; a pause of G was asked; the run is over;
-the newest of the rank's lines it read (its sequence number: the rank's lease,
-:mod:`resilience.contract.lease`)."""
+"""Down, supervisor to rank: generation G was planned (``<G>``, or ``<G> <PlanChange JSON>``: what
+changed since G-1, so that a rank holding G-1 reads nothing from the store); a pause of G was
+asked; the run is over; the newest of the rank's lines it read (its sequence number: the rank's
+lease, :mod:`resilience.contract.lease`)."""
+CHANGE_IN_NOTICE_MAX = 4096
+"""A plan's change rides in its notice up to this many bytes (a node fault's at 8 ranks a node:
+about 650); a larger one (an elastic resize) is read from the store. Small, because a notice
+that a connection cannot take whole mutes that connection."""
 ACCEPTED = "a"
 """Down, once, the first line: the hello was proven (a rank whose hello is refused learns it at once)."""
 UP, DOWN = frozenset((BEAT, STEPS, WROTE, EXITING)), frozenset((PLANNED, PAUSE, SHUTDOWN, ECHO))
@@ -100,6 +105,9 @@ class Notices:
         self._changed = threading.Condition()
         self.planned = 0
         """The newest generation announced (0: none yet)."""
+        self.change: tuple[int, str] | None = None
+        """The newest announced plan's change from the one before it (generation, its JSON), when
+        its notice carried it."""
         self.paused: set[int] = set()
         self.shut_down = False
         self.version = 0
@@ -109,7 +117,10 @@ class Notices:
         with self._changed:
             self.version += 1
             if notice.kind == PLANNED:
-                self.planned = max(self.planned, int(notice.payload))
+                number, _, change = notice.payload.partition(" ")
+                if int(number) > self.planned:
+                    self.planned = int(number)
+                    self.change = (self.planned, change) if change else None
             elif notice.kind == PAUSE:
                 self.paused.add(int(notice.payload))
             elif notice.kind == SHUTDOWN:
@@ -131,6 +142,12 @@ class Notices:
         with self._changed:
             self.version += 1
             self._changed.notify_all()
+
+    def change_to(self, generation: int) -> str | None:
+        """Plan ``generation``'s change from the one before it, as its notice carried it (JSON)."""
+        with self._changed:
+            change = self.change
+        return change[1] if change is not None and change[0] == generation else None
 
     def pause_asked(self, generation: int) -> bool:
         with self._changed:

@@ -133,8 +133,10 @@ class SignedStore(dist.Store):
         return [self._checked(k, v) for k, v in zip(keys, self.under.multi_get(keys))]
 
     def multi_set(self, keys: list[str], values: list[Any]) -> None:
-        for key, value in zip(keys, values):
-            self.set(key, value)
+        """One round trip for every key, each value sealed as :meth:`set` seals it."""
+        sealed = [self._tagged(k, v) for k, v in zip(keys, values, strict=True)]
+        # torch's stubs omit Store.multi_set, which every store has.
+        self.under.multi_set(keys, sealed)  # type: ignore[attr-defined]
 
 
 def _seal_key(secret: str) -> bytes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TypeVar
 
@@ -145,6 +145,15 @@ class StoreCore:
                 self.value(name)
             return None
 
+    @staticmethod
+    def parse(text: str, kind: type[M]) -> M | None:
+        """A message :meth:`put` wrote, carried some other way (a notice), or None where it does
+        not decode: the store holds it too."""
+        try:
+            return kind.decode(text)
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def strict(self, key: str, kind: type[M]) -> M:
         """A message that must decode: raises (a ``ValueError`` when forged) for a reader that
         tells a bad record from a missing one."""
@@ -182,8 +191,18 @@ class StoreCore:
             self.guard(f"write {key}")
         self.raw.set(key, value)
 
-    def put(self, key: str, message: Message) -> None:
-        self._set(key, message.encode())
+    def put(self, key: str, message: Message) -> str:
+        """Returns the text written: what a notice may carry as well (:meth:`parse`)."""
+        text = message.encode()
+        self._set(key, text)
+        return text
+
+    def put_all(self, messages: Mapping[str, Message]) -> None:
+        """Several messages in one round trip (the store writes them in turn, not at once)."""
+        if self.guard is not None:
+            self.guard(f"write {', '.join(messages)}")
+        values = [m.encode() for m in messages.values()]
+        self.raw.multi_set(list(messages), values)  # type: ignore[attr-defined]  # in every store, not torch's stubs
 
     def put_text(self, key: str, text: str) -> None:
         self._set(key, text)

@@ -241,3 +241,48 @@ def test_a_process_that_says_it_ends_itself_is_lost_with_its_code_and_one_that_d
     assert server.lost_as("n0p0", killed=-9) == 75
     assert server.lost_as("n1p0", killed=-9) == -9
     assert server.lost_as("n9p9", killed=-9) is None  # never connected
+
+
+def test_a_rank_holding_the_last_plan_learns_the_next_from_its_notice_and_a_large_change_from_the_store(
+    server,
+):
+    """A node fault's change rides in the plan's notice: a rank that holds G-1 learns G without a
+    store request for it (three fewer a rank on every recovery; here its store has no plan 2 at
+    all). A change too large for a notice (a world grown by hundreds) comes as a number, and the
+    rank reads it from the store as before."""
+    import threading
+    from dataclasses import replace
+
+    import torch.distributed as dist
+
+    from resilience.contract.messages import Plan, SlotInfo
+    from resilience.contract.run_store import RunStore
+
+    one = Plan(1, 2, {0: "a", 1: "b"}, {"a": SlotInfo(0, 0), "b": SlotInfo(1, 0)}, 1)
+    moved = {"a": SlotInfo(0, 0), "c": SlotInfo(2, 0)}
+    two = replace(one, generation=2, members={0: "a", 1: "c"}, slots=moved)
+    grown = {r: f"n{r}p0" for r in range(2, 400)}
+    three = replace(
+        two,
+        generation=3,
+        world_size=400,
+        members={**two.members, **grown},
+        slots={**two.slots, **{s: SlotInfo(r + 1, 0) for r, s in grown.items()}},
+    )
+    supervisor = RunStore(dist.HashStore(), SECRET)
+    supervisor.plans.announce = server.announce
+    answers = dist.HashStore()  # what the rank's store answers: plan 1, and later plan 3
+    RunStore(answers, SECRET).plans.publish(one)
+    rank = RunStore(answers, SECRET)
+    linked = rank_link(server, "a")
+    threading.Thread(target=linked.listen, daemon=True).start()
+    rank.plans.notices = linked.notices
+    assert rank.plans.get(1) == one
+    supervisor.plans.publish(one)
+    supervisor.plans.publish(two, one)
+    assert rank.plans.wait_for("a", 1) == two
+    supervisor.plans.publish(three, two)
+    until(lambda: linked.notices.planned == 3)
+    assert linked.notices.change_to(3) is None  # too large to ride along
+    RunStore(answers, SECRET).plans.publish(three, two)
+    assert rank.plans.wait_for("a", 2) == three

@@ -44,8 +44,7 @@ class LivenessChannel(Channel):
         error is the cause; later ones are its consequences)."""
         seq = self._core.add(keys.report_seq(generation))
         rep = replace(rep, seq=seq, t=time.time(), slot=slot)
-        self._core.put(keys.report(generation, slot), rep)
-        self._core.put(keys.report_at(generation, seq), rep)
+        self._core.put_all({keys.report(generation, slot): rep, keys.report_at(generation, seq): rep})
         self._core.add(keys.report_ready(generation))
         if self.doorbell is not None:
             self.doorbell("report")
