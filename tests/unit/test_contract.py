@@ -215,6 +215,44 @@ def test_a_waiting_rank_finds_its_plan_at_once_and_joins_and_a_shutdown_ends_the
     assert got["spare"][0] is None
 
 
+@pytest.mark.local  # threads blocked in the store's wait
+def test_ranks_that_hear_notices_join_on_the_last_arrival_and_leave_a_barrier_a_newer_plan_ended():
+    """With notices, a wake of the join barrier is the last arrival's unless a newer plan was
+    announced (no count is asked after it): both ranks join. A rank whose barrier a newer plan
+    ended leaves it with False when its heartbeat wakes it, and one that heard the newer plan
+    before it waited does not wait."""
+    import threading
+
+    from resilience.contract import link
+    from tests.support.waiting import until
+
+    secret = run_secret.new_secret()
+    server = RunStore.host(secret)
+    plan = m.Plan(2, 2, {0: "a", 1: "b"}, {"a": m.SlotInfo(0, 0), "b": m.SlotInfo(1, 0)}, 1)
+    ranks = [RunStore.connect("127.0.0.1", server.port, secret) for _ in range(3)]
+    for rank in ranks:
+        rank.plans.notices = link.Notices()
+    joined: dict[str, bool] = {}
+    first = threading.Thread(target=lambda: joined.setdefault("a", ranks[0].plans.join(plan, 30.0)))
+    first.start()
+    until(lambda: ranks[0].raw.waiting)  # in the barrier's wait
+    assert ranks[1].plans.join(plan, 30.0)  # the last arrival
+    first.join(timeout=10)
+    assert joined == {"a": True}
+
+    ended = replace(plan, generation=3, world_size=3)
+    left = threading.Thread(target=lambda: joined.setdefault("c", ranks[2].plans.join(ended, 30.0)))
+    left.start()
+    until(lambda: ranks[2].raw.waiting)
+    ranks[2].plans.notices.heard(link.Line(link.PLANNED, 1, "4"))  # plan 4 announced
+    heartbeat = RunStore.connect("127.0.0.1", server.port, secret)
+    assert heartbeat.plans.end_join_wait(3, ranks[2].plans) == 1
+    left.join(timeout=10)
+    assert joined["c"] is False
+    ranks[1].plans.notices.heard(link.Line(link.PLANNED, 1, "4"))
+    assert ranks[1].plans.join(ended, 30.0) is False and not ranks[1].raw.waiting
+
+
 def test_a_value_written_without_the_runs_secret_reads_as_absent_and_is_noted():
     """Another user who reaches the store's port sets keys directly: a plan, the preemption
     flag, a node-kill request, a gloo rendezvous address. None of it is taken; each is noted."""

@@ -143,10 +143,14 @@ class PlanChannel(Channel):
         ``init_process_group`` would block until its timeout for a member that will never come
         (it died after the plan was made); this barrier notices the newer plan instead (the
         heartbeat ends the wait: :meth:`end_join_wait`). The last member to arrive sets a key
-        every other one waits on in the store (three requests a rank, none of them polled). The
-        count is an unsigned counter anyone who reaches the store can move, and the key anyone
-        can set: a negative ``add`` once held a re-formation forever, hence the deadline; a
-        count pushed up early only hands the wait to torch's rendezvous, which is signed.
+        every other one waits on in the store (two requests a rank, none of them polled; three
+        without notices). The count is an unsigned counter anyone who reaches the store can
+        move, and the key anyone can set: a negative ``add`` once held a re-formation forever,
+        hence the deadline; a count pushed up early, or the key set early, only hands the wait
+        to torch's rendezvous, which is signed. So a rank that hears notices takes a wake for
+        the last arrival unless a newer plan was announced (the heartbeat ends a wait only
+        then), and asks the count only where it has no notices: 4,095 requests fewer in the
+        barrier's release at 4,096 ranks, where each came after the wake.
         """
         generation = plan.generation
         if self._core.add(keys.join(generation)) >= plan.world_size:
@@ -159,6 +163,8 @@ class PlanChannel(Channel):
             woken = self._core.wait(
                 keys.joined(generation), min(JOIN_WAIT_S, max(0.0, deadline - time.monotonic()))
             )
+            if woken and self.notices is not None and not self._announced_after(generation):
+                return True
             if self._core.count(keys.join(generation)) >= plan.world_size:
                 return True
             if self._superseded(generation):
