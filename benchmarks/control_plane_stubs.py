@@ -2,7 +2,7 @@
 
 Each simulated rank is a thread that does what a rank does on the control path, with the
 project's own code and nothing else: it connects to the run's store (``RunStore.connect``),
-opens its liveness connection (``liveness.announce``), starts the real ``Heartbeat`` over a
+opens its liveness connection (``hello.announce``), starts the real ``Heartbeat`` over a
 ``GenerationWatch``, marks itself warm, waits for a plan (``plans.wait_for``), joins
 (``plans.join``), "trains" (sleeps a step, times it with the real ``StepTimer``, checks for a
 pause where the run is elastic), and when the heartbeat releases it (a newer plan) reports the
@@ -38,11 +38,15 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: the harness may point that at an
 from benchmarks.control_plane_run import count_store_requests, requests_so_far  # noqa: E402
 from resilience.agent.heartbeat import GenerationWatch, Heartbeat  # noqa: E402
 from resilience.agent.step_timer import StepTimer  # noqa: E402
-from resilience.contract import liveness, run_secret  # noqa: E402
+from resilience.contract import run_secret  # noqa: E402
 from resilience.contract.messages import Plan, RecoveryInfo, Report, RunStats  # noqa: E402
 from resilience.contract.rank_env import RankEnv  # noqa: E402
 from resilience.contract.run_store import RunStore  # noqa: E402
 
+try:  # the rank's hello (in liveness.py in older trees: measured too)
+    from resilience.contract.hello import announce
+except ImportError:
+    from resilience.contract.liveness import announce  # type: ignore[attr-defined,no-redef]
 try:  # the control channel over the liveness connection (absent from older trees: measured too)
     from resilience.contract.link import RankLink
 except ImportError:
@@ -166,7 +170,7 @@ class StubRank:
         # The heartbeat's own connection before the hello, as Agent.__init__ makes it (older trees:
         # Heartbeat clones it itself, after).
         beats = store.clone() if "own" in inspect.signature(Heartbeat).parameters else None
-        self.link = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
+        self.link = announce(env.store_host, env.liveness_port, env.slot, env.run_secret)
         watch = GenerationWatch()
         link: Any = self.link
         if RankLink is not None:  # as Agent.__init__ does

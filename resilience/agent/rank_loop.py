@@ -32,7 +32,7 @@ from resilience.agent.states import RankState
 from resilience.agent.warm_up import warm_up
 from resilience.context import Context, dtensors_loaded
 from resilience import fork_server
-from resilience.contract import liveness, run_secret
+from resilience.contract import hello, run_secret
 from resilience.contract.lease import fence
 from resilience.contract.link import RankLink
 from resilience.contract.messages import Plan, Report
@@ -105,7 +105,7 @@ class Agent:
         the lease the supervisor's echoes renew (:mod:`resilience.contract.lease`)."""
         if not env.liveness_port:
             return None
-        sock = liveness.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
+        sock = hello.announce(env.store_host, env.liveness_port, env.slot, env.run_secret, env.step_id)
         link = RankLink(sock, env.run_secret, env.slot, env.lease_s)
         self.store.plans.notices = link.notices
         self.store.liveness.doorbell = self.store.events.doorbell = link.wrote

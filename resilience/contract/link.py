@@ -165,7 +165,7 @@ class RankLink:
         self._send_lock = threading.Lock()
         self._sent = 0
         self._sent_t = 0.0
-        self._heard = 1  # the acceptance, read by liveness.announce
+        self._heard = 1  # the acceptance, read by hello.announce
         self.notices = Notices()
 
     def beat(self) -> None:

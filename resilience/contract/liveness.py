@@ -20,10 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from resilience.contract import link, run_secret, slots
+from resilience.contract.hello import GREETING, MAX_HELLO
 from resilience.contract.messages import RecentSteps, StepRecord
 
-MAX_HELLO = 256
-"""A hello is one short line; a longer one is not a rank's."""
 MAX_PENDING = 8192
 """Connections that have not proved the run's secret yet; past it the oldest one is closed (a
 rank proves it within milliseconds, so a flood of silent connections cannot keep one out). Sized
@@ -40,7 +39,6 @@ ECHO_EVERY_S = 0.25
 """The newest line read from a rank is echoed at most this often (its lease: :mod:`.lease`): a
 rank's lines come every beat period or step, and the echo of a batch of them renews as much."""
 _STEP = re.compile(r"[0-9]{0,20}")
-GREETING = "sres-liveness"
 
 
 ANNOUNCE_CHUNK = 128
@@ -379,37 +377,3 @@ def _socket(key: selectors.SelectorKey) -> socket.socket:
     """The socket ``key`` was registered with: this selector holds sockets only."""
     assert isinstance(key.fileobj, socket.socket), key.fileobj
     return key.fileobj
-
-
-def announce(
-    host: str, port: int, slot: str, secret: str, step_id: str = "", timeout_s: float = 10.0
-) -> socket.socket:
-    """Open this process's liveness connection, proving the run's secret, and wait until the
-    server accepts it (a refused hello is a ``ConnectionError`` here, not a rank that later
-    takes the closed connection for the supervisor's end); keep the socket for the process's life."""
-    sock = socket.create_connection((host, port), timeout=timeout_s)
-    try:
-        greeting = _read_line(sock).decode("ascii", errors="replace").split()
-        if len(greeting) != 2 or greeting[0] != GREETING:
-            raise ConnectionError(f"{host}:{port} is not the run's liveness server")
-        answer = run_secret.proof(secret, greeting[1], slot, step_id)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.sendall(f"{slot} {step_id} {answer}\n".encode())
-        accepted = link.parse(link.link_key(secret), slot, _read_line(sock), frozenset(link.ACCEPTED), 0)
-        if accepted is None:
-            raise ConnectionError(f"the run's liveness server at {host}:{port} did not accept {slot}'s hello")
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _read_line(sock: socket.socket) -> bytes:
-    """One line, read a byte at a time: what follows it belongs to whoever reads the socket next."""
-    data = b""
-    while not data.endswith(b"\n") and len(data) <= MAX_HELLO:
-        byte = sock.recv(1)
-        if not byte:
-            break
-        data += byte
-    return data.rstrip(b"\n")

@@ -15,7 +15,8 @@ import torch
 
 from resilience.contract import link, run_secret
 from resilience.contract.lease import Lease, lease_s
-from resilience.contract.liveness import LivenessServer, announce
+from resilience.contract.hello import announce
+from resilience.contract.liveness import LivenessServer
 from resilience.errors import Fenced
 from resilience.state import snapshot
 from resilience.tiers import manifest as mf

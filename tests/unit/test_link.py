@@ -13,7 +13,8 @@ import pytest
 
 from resilience.contract import link, run_secret
 from resilience.contract.channels.plans import pause_check_every
-from resilience.contract.liveness import LivenessServer, announce
+from resilience.contract.hello import announce
+from resilience.contract.liveness import LivenessServer
 from resilience.contract.messages import RecentSteps, StepRecord
 from tests.support.waiting import until
 

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from resilience.contract import run_secret
-from resilience.contract.liveness import MAX_HELLO, LivenessServer, announce
+from resilience.contract.hello import MAX_HELLO, announce
+from resilience.contract.liveness import LivenessServer
 from tests.support.waiting import until
 
 
@@ -40,7 +41,7 @@ def attacker(port: int) -> tuple[socket.socket, str]:
 
 def test_a_killed_process_is_seen_at_once(server):
     code = (
-        "import sys, time; from resilience.contract.liveness import announce; "
+        "import sys, time; from resilience.contract.hello import announce; "
         f"s = announce('127.0.0.1', {server.port}, 'n0p0', {SECRET!r}, '7'); print('up', flush=True); "
         "time.sleep(60)"
     )
